@@ -1,0 +1,376 @@
+"""Targeted LoRA for gemma models, through ``gemma.peft.ModuleInterceptor``.
+
+``gm.nn.LoRA`` adapts every einsum and has no alpha. Here only the chosen targets get an
+adapter, each a pair of 2-D matrices in the PEFT convention (``A: in×r``, ``B: r×out``,
+B zero-initialised so step 0 equals the base model), and the update is scaled by
+``alpha / rank``. Targets map onto gemma's einsums:
+
+======  ==========================================  ============================
+target  gemma einsum (weight)                       slice
+======  ==========================================  ============================
+q       ``attn/q_einsum``  (N, D, H)                all; or ``qkv_einsum[0]``
+k       ``attn/kv_einsum`` (2, K, D, H)             ``[0]``; or ``qkv_einsum[1]``
+v       ``attn/kv_einsum``                          ``[1]``; or ``qkv_einsum[2]``
+o       ``attn/attn_vec_einsum`` (N, H, D)          all
+gate    ``mlp/gating_einsum`` (2, F, D) transposed  ``[0]``
+up      ``mlp/gating_einsum``                       ``[1]``
+down    ``mlp/linear`` (F, D)                       all
+======  ==========================================  ============================
+
+Adapter params live beside the weight they adapt, under a key starting with ``lora``:
+``layer_0/attn/q_einsum/lora/{q_a,q_b}``, ``layer_0/mlp/lora_gating_einsum/{gate_a,...}``.
+``split_lora``/``merge_lora`` separate and rejoin them; ``fuse_lora`` folds them into the
+base weights (``W += scale · A·B`` per layout), which gemma's ``peft.fuse_params`` does not do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import linen as nn
+from gemma import peft
+from gemma.gm.nn import _layers
+
+from adapters_lib.config import LORA_TARGETS, LoraSpec
+
+LORA_PREFIX = "lora"
+
+# weight name → the targets it can carry, with the slice index along the leading axis
+# (None = the whole weight).
+_EINSUM_TARGETS: dict[str, dict[str, int | None]] = {
+    "q_einsum": {"q": None},
+    "kv_einsum": {"k": 0, "v": 1},
+    "qkv_einsum": {"q": 0, "k": 1, "v": 2},
+    "attn_vec_einsum": {"o": None},
+    "gating_einsum": {"gate": 0, "up": 1},
+    "linear": {"down": None},
+}
+
+
+def _einsum_kind(module: _layers.Einsum) -> str | None:
+    """Which gemma weight an Einsum module holds (attention einsums are all named ``w``)."""
+    if module.weight_name != "w":
+        return module.weight_name if module.weight_name in _EINSUM_TARGETS else None
+    return module.name if module.name in _EINSUM_TARGETS else None
+
+
+def _slice_in_out(kind: str, shape: tuple[int, ...]) -> tuple[int, int, str]:
+    """(in features, out features, layout) of one target slice of a weight."""
+    if kind == "q_einsum":  # N D H: x[BTD] → [BTNH]
+        n, d, h = shape
+        return d, n * h, "d_nh"
+    if kind in ("kv_einsum", "qkv_einsum"):  # C K D H
+        _, k, d, h = shape
+        return d, k * h, "d_kh"
+    if kind == "attn_vec_einsum":  # N H D: x[BTNH] → [BTD]
+        n, h, d = shape
+        return n * h, d, "nh_d"
+    if kind == "gating_einsum":  # transposed (2, F, D) or (2, D, F)
+        _, a, b = shape
+        return min(a, b), max(a, b), "d_f"
+    if kind == "linear":  # F D
+        f, d = shape
+        return f, d, "f_d"
+    raise ValueError(kind)
+
+
+def lora_in_out(kind: str, shape: tuple[int, ...], transpose_gating: bool = True) -> tuple[int, int]:
+    """In/out features of the adapter for one target slice of a gemma weight."""
+    if kind == "gating_einsum":
+        _, a, b = shape
+        f, d = (a, b) if transpose_gating else (b, a)
+        return d, f
+    fin, fout, _ = _slice_in_out(kind, shape)
+    return fin, fout
+
+
+class TargetedLoRAEinsum(nn.Module):
+    """A gemma ``Einsum`` plus scaled low-rank updates on some slices of its output."""
+
+    wrapped: _layers.Einsum
+    kind: str
+    targets: tuple[str, ...]
+    rank: int
+    scale: float
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, eqn: str, x: jax.Array) -> jax.Array:
+        y = self.wrapped(eqn, x)
+        shape = tuple(self.wrapped.shape)
+        slots = _EINSUM_TARGETS[self.kind]
+        for target in self.targets:
+            idx = slots[target]
+            if self.kind == "gating_einsum":
+                f = y.shape[-1]
+                fin, fout = x.shape[-1], f
+            else:
+                fin, fout, _ = _slice_in_out(self.kind, shape)
+            a = self.param(f"{target}_a", nn.initializers.kaiming_uniform(), (fin, self.rank), self.dtype)
+            b = self.param(f"{target}_b", nn.initializers.zeros_init(), (self.rank, fout), self.dtype)
+            delta = self._delta(x, a, b)
+            y = self._add(y, delta, idx)
+        return y
+
+    def _delta(self, x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
+        shape = tuple(self.wrapped.shape)
+        if self.kind == "attn_vec_einsum":  # x: [..., N, H]
+            x = x.reshape(*x.shape[:-2], shape[0] * shape[1])
+        dt = x.dtype
+        return ((x @ a.astype(dt)) @ b.astype(dt)) * jnp.asarray(self.scale, dt)
+
+    def _add(self, y: jax.Array, delta: jax.Array, idx: int | None) -> jax.Array:
+        shape = tuple(self.wrapped.shape)
+        if self.kind == "q_einsum":  # y: B T N H
+            return y + delta.reshape(*delta.shape[:-1], shape[0], shape[2])
+        if self.kind in ("kv_einsum", "qkv_einsum"):  # y: C B T K H
+            part = delta.reshape(*delta.shape[:-1], shape[1], shape[3])
+            return y.at[idx].add(part.astype(y.dtype))
+        if self.kind == "gating_einsum":  # y: ... 2 F
+            return y.at[..., idx, :].add(delta.astype(y.dtype))
+        return y + delta.astype(y.dtype)  # attn_vec_einsum, linear: ... D
+
+
+def _wrapper_name(module: _layers.Einsum) -> str:
+    # FeedForward shares its scope between gating_einsum and linear: give each wrapper
+    # its own name so the two do not collide (the same trick as gm.nn.LoRA).
+    return LORA_PREFIX if module.weight_name == "w" else f"{LORA_PREFIX}_{module.weight_name}"
+
+
+def _replace_fn(spec: LoraSpec):
+    dtype = jnp.dtype(spec.dtype)
+
+    def replace(module: nn.Module) -> nn.Module:
+        if not isinstance(module, _layers.Einsum):
+            return module
+        kind = _einsum_kind(module)
+        if kind is None:
+            return module
+        chosen = tuple(t for t in _EINSUM_TARGETS[kind] if t in spec.targets)
+        if not chosen:
+            return module
+        return TargetedLoRAEinsum(
+            name=_wrapper_name(module), wrapped=module, kind=kind, targets=chosen,
+            rank=spec.rank, scale=spec.scale, dtype=dtype,
+        )
+
+    return replace
+
+
+class LoRAModel(nn.Module):
+    """Wraps a gemma Transformer so that only ``spec.targets`` carry adapters.
+
+    Transparent to the params tree (shares its scope with the wrapped model), like
+    ``gm.nn.LoRA``, so base params keep their checkpoint paths.
+    """
+
+    model: nn.Module
+    spec: LoraSpec
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.scope is not None:
+            nn.share_scope(self, self.model)
+
+    @nn.compact
+    def __call__(self, *args, **kwargs):
+        with peft.ModuleInterceptor(_replace_fn(self.spec)):
+            return self.model(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.model, name)
+
+
+@functools.cache
+def _traced_class(cls: type, spec: LoraSpec) -> type:
+    # gemma's Transformer.__call__ is an ``nn.jit`` keyed on the module (self is static):
+    # a second trace of an equal module reuses the first, interceptor and all. A subclass
+    # per LoRA spec keeps one trace per (model, spec) and never mixes two specs.
+    tag = "_".join(spec.targets)
+    return type(f"{cls.__name__}_LoRA_r{spec.rank}_{tag}", (cls,), {"__module__": cls.__module__})
+
+
+def _retrace(model: nn.Module, spec: LoraSpec) -> nn.Module:
+    cls = _traced_class(type(model), spec)
+    fields_ = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+               if f.init and f.name not in ("parent", "name")}
+    return cls(**fields_)
+
+
+def wrap(model: nn.Module, spec: LoraSpec) -> nn.Module:
+    """The model to train: ``model`` itself for a full fine-tune, else a ``LoRAModel``."""
+    return LoRAModel(model=_retrace(model, spec), spec=spec) if spec.enabled else model
+
+
+# --------------------------------------------------------------------------- trees
+
+
+def _is_lora_key(key: str) -> bool:
+    return key == LORA_PREFIX or key.startswith(LORA_PREFIX + "_")
+
+
+def split_lora(params: Mapping[str, Any]) -> tuple[dict, dict]:
+    """(base, adapters): two nested dicts; neither keeps empty branches."""
+    base: dict = {}
+    lora: dict = {}
+    for key, value in params.items():
+        if _is_lora_key(key):
+            lora[key] = value
+        elif isinstance(value, Mapping):
+            b, a = split_lora(value)
+            if b:
+                base[key] = b
+            if a:
+                lora[key] = a
+        else:
+            base[key] = value
+    return base, lora
+
+
+def merge_lora(base: Mapping[str, Any], lora: Mapping[str, Any]) -> dict:
+    """Inverse of ``split_lora``."""
+    out = dict(base)
+    for key, value in lora.items():
+        if key in out and isinstance(out[key], Mapping) and not _is_lora_key(key):
+            out[key] = merge_lora(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def init_lora(model: nn.Module, spec: LoraSpec, base_params: Mapping[str, Any], rng: jax.Array,
+              example_tokens: jax.Array | None = None) -> dict:
+    """Fresh adapter params for ``model`` (the unwrapped Transformer) under ``spec``.
+
+    Only the adapter params are created (the base weights are traced abstractly), so
+    this is cheap even for big models.
+    """
+    wrapped = wrap(model, dataclasses.replace(spec, enabled=True))
+    tokens = example_tokens if example_tokens is not None else jnp.zeros((1, 4), jnp.int32)
+    abstract = jax.eval_shape(lambda r: wrapped.init(r, tokens)["params"], rng)
+    _, lora_shapes = split_lora(abstract)
+
+    def init(r):
+        full = wrapped.init(r, tokens)["params"]
+        return split_lora(full)[1]
+
+    # Initialising the whole model then dropping the base is simplest and exact; under jit
+    # the base initialisers are dead code and are pruned.
+    lora = jax.jit(init)(rng)
+    assert jax.tree.structure(lora) == jax.tree.structure(lora_shapes)
+    # gemma's Transformer initialises every param in its own dtype: cast to the LoRA dtype.
+    return jax.tree.map(lambda x: x.astype(spec.dtype), lora)
+
+
+def count_params(tree: Any) -> int:
+    return int(sum(math.prod(x.shape) for x in jax.tree.leaves(tree)))
+
+
+def expected_lora_params(config: Any, spec: LoraSpec) -> int:
+    """Closed-form adapter parameter count for a gemma ``TransformerConfig``."""
+    d, n, k, h, f = (config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim,
+                     config.hidden_dim)
+    per_target = {
+        "q": (d, n * h), "k": (d, k * h), "v": (d, k * h), "o": (n * h, d),
+        "gate": (d, f), "up": (d, f), "down": (f, d),
+    }
+    layers = len(config.attention_types)
+    return layers * sum(spec.rank * (a + b) for t, (a, b) in per_target.items() if t in spec.targets)
+
+
+# --------------------------------------------------------------------------- fusing
+
+
+def _target_delta(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
+    return scale * (np.asarray(a, np.float32) @ np.asarray(b, np.float32))  # in × out
+
+
+def fuse_lora(params: Mapping[str, Any], spec: LoraSpec, transpose_gating: bool = True) -> dict:
+    """Fold adapters into the base weights: ``W += (alpha/rank)·A·B`` per einsum layout.
+
+    ``params`` is a merged tree (base + adapters); returns a plain base tree (numpy).
+    """
+    scale = spec.scale
+
+    def fuse_node(node: Mapping[str, Any]) -> dict:
+        out: dict = {}
+        adapters = {k: v for k, v in node.items() if _is_lora_key(k)}
+        for key, value in node.items():
+            if _is_lora_key(key):
+                continue
+            out[key] = fuse_node(value) if isinstance(value, Mapping) else value
+        for key, ad in adapters.items():
+            if key == LORA_PREFIX:  # attention einsum: weight is out["w"]
+                w = np.array(out["w"], np.float32)
+                targets = {t[:-2] for t in ad}
+                if w.ndim == 4:
+                    kind = "qkv_einsum" if w.shape[0] == 3 else "kv_einsum"
+                else:
+                    kind = "attn_vec_einsum" if "o" in targets else "q_einsum"
+                dtype = np.asarray(out["w"]).dtype
+                out["w"] = _fuse_weight(w, kind, ad, scale, transpose_gating).astype(dtype)
+            else:
+                weight_name = key[len(LORA_PREFIX) + 1:]
+                w = np.array(out[weight_name], np.float32)
+                dtype = np.asarray(out[weight_name]).dtype
+                out[weight_name] = _fuse_weight(w, weight_name, ad, scale, transpose_gating).astype(dtype)
+        return out
+
+    return fuse_node(params)
+
+
+def _fuse_weight(w: np.ndarray, kind: str, adapters: Mapping[str, Any], scale: float,
+                 transpose_gating: bool) -> np.ndarray:
+    slots = _EINSUM_TARGETS[kind]
+    for target, idx in slots.items():
+        if f"{target}_a" not in adapters:
+            continue
+        delta = _target_delta(adapters[f"{target}_a"], adapters[f"{target}_b"], scale)
+        if kind == "q_einsum":  # N D H ← (D, N*H)
+            n, d, h = w.shape
+            w = w + delta.reshape(d, n, h).transpose(1, 0, 2)
+        elif kind in ("kv_einsum", "qkv_einsum"):  # C K D H ← (D, K*H)
+            _, k, d, h = w.shape
+            w[idx] += delta.reshape(d, k, h).transpose(1, 0, 2)
+        elif kind == "attn_vec_einsum":  # N H D ← (N*H, D)
+            n, h, d = w.shape
+            w = w + delta.reshape(n, h, d)
+        elif kind == "gating_einsum":  # (2, F, D) transposed ← (D, F)
+            w[idx] += delta.T if transpose_gating else delta
+        elif kind == "linear":  # F D ← (F, D)
+            w = w + delta
+    return w
+
+
+@dataclasses.dataclass(frozen=True)
+class AdapterTensor:
+    """One adapter matrix pair, addressed in PEFT terms (for export)."""
+
+    layer: int
+    target: str
+    a: np.ndarray  # in × r
+    b: np.ndarray  # r × out
+
+
+def iter_adapters(lora: Mapping[str, Any]) -> list[AdapterTensor]:
+    """Every (layer, target) adapter in a LoRA tree, in layer then target order."""
+    found: list[AdapterTensor] = []
+    for layer_key, layer in lora.items():
+        if not layer_key.startswith("layer_"):
+            continue
+        idx = int(layer_key.split("_")[1])
+        for block in layer.values():
+            for node in block.values():
+                for name in node:
+                    if name.endswith("_a"):
+                        t = name[:-2]
+                        found.append(AdapterTensor(idx, t, np.asarray(node[name]), np.asarray(node[f"{t}_b"])))
+    order = {t: i for i, t in enumerate(LORA_TARGETS)}
+    return sorted(found, key=lambda x: (x.layer, order[x.target]))

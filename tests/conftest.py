@@ -1,0 +1,44 @@
+"""Test-session set-up shared by every test.
+
+- Every test session gets its own GEMMA_WORKBENCH_HOME (data, state, runtime dirs), so
+  nothing touches the user's real directories.
+- JAX sees 8 simulated CPU devices (set before jax is imported anywhere); code that wants
+  one device says so (``[mesh] devices = 1`` or ``jax.devices()[:1]``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("KAGGLEHUB_CACHE", "/nonexistent-kagglehub-cache")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def workbench_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    home = tmp_path_factory.mktemp("wb-home")
+    os.environ["GEMMA_WORKBENCH_HOME"] = str(home)
+    os.environ.pop("GEMMA_WORKBENCH_RUNS", None)
+    return home
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def python() -> str:
+    return sys.executable

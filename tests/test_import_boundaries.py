@@ -1,0 +1,48 @@
+"""The engine/UI boundary: the TUI never imports JAX & co; the engine never imports textual."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+HEAVY = ("jax", "jaxlib", "gemma", "keras", "keras_hub", "tensorflow", "flax", "orbax")
+
+
+def _modules_after(code: str) -> list[str]:
+    out = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys, json; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_tui_start_up_imports_no_ml_framework():
+    code = (
+        "import importlib, pkgutil, workbench\n"
+        "import workbench.cli\n"
+        "for m in pkgutil.walk_packages(workbench.__path__, 'workbench.'):\n"
+        "    importlib.import_module(m.name)\n"
+    )
+    loaded = _modules_after(code)
+    heavy = sorted({m.split(".")[0] for m in loaded} & set(HEAVY))
+    assert heavy == [], f"importing workbench pulled in {heavy}"
+
+
+def test_engine_package_imports_no_textual():
+    loaded = _modules_after("import adapters_lib, adapters_lib.config, adapters_lib.paths")
+    assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
+    assert not any(m == "workbench" or m.startswith("workbench.") for m in loaded)
+
+
+def test_engine_modules_never_import_textual_or_workbench():
+    code = (
+        "import importlib, pkgutil, adapters_lib\n"
+        "for m in pkgutil.walk_packages(adapters_lib.__path__, 'adapters_lib.'):\n"
+        "    if m.name.endswith('__main__'):\n"
+        "        continue\n"
+        "    importlib.import_module(m.name)\n"
+    )
+    loaded = _modules_after(code)
+    bad = [m for m in loaded if m.split(".")[0] in ("textual", "workbench")]
+    assert bad == []

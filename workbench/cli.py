@@ -1,0 +1,65 @@
+"""``gemma-workbench``: the console entry point.
+
+With no sub-command it opens the TUI. Each sub-command lives in ``workbench/commands/<name>.py``
+with ``register(subparsers)``; handlers take the parsed args and return an exit code. A
+``WorkbenchError`` is printed as one line (``error: where: what; hint``), exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from adapters_lib.errors import WorkbenchError
+from workbench import __version__
+
+COMMANDS = ("doctor", "train", "data", "models", "sample", "compare", "export", "engine", "runs")
+
+
+def quiet_native_logs() -> None:
+    """TensorFlow/XLA write absl lines to fd 2 at import; keep the terminal clean."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gemma-workbench",
+        description="Fine-tune Gemma with LoRA on JAX: a TUI plus a headless engine.",
+    )
+    parser.add_argument("--version", action="version", version=f"gemma-workbench {__version__}")
+    parser.add_argument("--theme", help="TUI theme (e.g. workbench-dark, workbench-light)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"workbench.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"workbench.commands.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    quiet_native_logs()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        if args.command is None:
+            from workbench.app import run_app
+
+            return run_app(theme=args.theme)
+        return int(args.handler(args) or 0)
+    except WorkbenchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
