@@ -21,6 +21,10 @@ os.environ.setdefault("KAGGLEHUB_CACHE", "/nonexistent-kagglehub-cache")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parent.parent
+
+# Fixture modules per area (tests/fixtures_<area>.py) are loaded as plugins.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+pytest_plugins = sorted(p.stem for p in Path(__file__).resolve().parent.glob("fixtures_*.py"))
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
