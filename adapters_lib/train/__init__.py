@@ -1,0 +1,1 @@
+"""Training: the optimizer, the jitted step (``step.py``), checkpoints and the loop."""

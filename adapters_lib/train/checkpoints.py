@@ -1,0 +1,128 @@
+"""Checkpoints: orbax ``CheckpointManager`` over a run's ``checkpoints/`` folder.
+
+One sub-directory per step, each with three items:
+- ``params``: the trainable params (the adapters; every param for a full fine-tune);
+- ``opt_state``: the optax state;
+- ``meta``: JSON — step, the RNG key data, and the loss at that step.
+The data position is the step itself (the pipeline is a pure function of (seed, step)).
+Orbax writes to a temporary folder and renames it when complete, so a checkpoint dir whose
+name is a step number is whole. Restores pass an abstract target tree (ShapeDtypeStruct with
+shardings) so that optax state types come back as they were (see STACK-NOTES).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+log = logging.getLogger(__name__)
+
+ITEMS = ("params", "opt_state", "meta")
+
+
+def checkpoint_steps(directory: str | Path) -> list[int]:
+    """Steps with a complete checkpoint under ``directory``, ascending (no orbax needed)."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()
+                  and (p / "params").is_dir())
+
+
+def abstract_of(tree: Any, sharding: Any = None) -> Any:
+    """ShapeDtypeStructs of ``tree``, keeping each array's sharding (or ``sharding``)."""
+
+    def one(x: Any) -> Any:
+        if not hasattr(x, "shape"):
+            return x
+        s = sharding if sharding is not None else getattr(x, "sharding", None)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+
+    return jax.tree.map(one, tree)
+
+
+class CheckpointStore:
+    """Save and restore (trainable, opt_state, meta) per step; keeps the newest ``keep``."""
+
+    def __init__(self, directory: str | Path, *, keep: int = 3, read_only: bool = False):
+        self.directory = Path(directory).absolute()
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep, create=not read_only, read_only=read_only,
+            enable_async_checkpointing=True,
+        )
+        self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, trainable: Any, opt_state: Any, meta: dict[str, Any]) -> None:
+        """Start an asynchronous save (orbax copies device arrays before returning)."""
+        self.manager.save(step, args=ocp.args.Composite(
+            params=ocp.args.StandardSave(trainable),
+            opt_state=ocp.args.StandardSave(opt_state),
+            meta=ocp.args.JsonSave({**meta, "step": int(step)}),
+        ), force=True)
+
+    def restore(self, step: int, abstract_trainable: Any, abstract_opt_state: Any) -> tuple[Any, Any, dict]:
+        out = self.manager.restore(step, args=ocp.args.Composite(
+            params=ocp.args.StandardRestore(abstract_trainable),
+            opt_state=ocp.args.StandardRestore(abstract_opt_state),
+            meta=ocp.args.JsonRestore(),
+        ))
+        return out["params"], out["opt_state"], dict(out["meta"])
+
+    def wait(self) -> None:
+        self.manager.wait_until_finished()
+
+    def close(self) -> None:
+        self.manager.wait_until_finished()
+        self.manager.close()
+
+    def __enter__(self) -> CheckpointStore:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def restore_params(directory: str | Path, step: int, abstract_trainable: Any) -> Any:
+    """Only the trainable params of one checkpoint (for sampling and export)."""
+    manager = ocp.CheckpointManager(Path(directory).absolute(), item_names=ITEMS,
+                                    options=ocp.CheckpointManagerOptions(read_only=True, create=False))
+    try:
+        out = manager.restore(step, args=ocp.args.Composite(
+            params=ocp.args.StandardRestore(abstract_trainable)))
+        return out["params"]
+    finally:
+        manager.close()
+
+
+def abstract_trainable(loaded: Any, cfg: Any, sharding: Any = None) -> Any:
+    """The abstract trainable tree of a run: adapter shapes for LoRA, base shapes otherwise.
+
+    ``sharding`` defaults to the first device (what a sampler in one process wants).
+    """
+    from adapters_lib import lora
+
+    sharding = sharding or jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    if not cfg.lora.enabled:
+        return abstract_of(jax.eval_shape(lambda p: p, loaded.params), sharding)
+    shapes = jax.eval_shape(
+        lambda r: lora.init_lora(loaded.model, cfg.lora, loaded.params, r), jax.random.key(0))
+    return abstract_of(shapes, sharding)
+
+
+def rng_to_json(key: jax.Array) -> list[int]:
+    return np.asarray(jax.random.key_data(key)).astype(np.uint32).ravel().tolist()
+
+
+def rng_from_json(data: list[int]) -> jax.Array:
+    return jax.random.wrap_key_data(np.asarray(data, np.uint32))
