@@ -1,0 +1,72 @@
+"""The Gemma chat template, exact, as pure functions of the messages.
+
+A conversation is written::
+
+    <bos><start_of_turn>user
+    {user}<end_of_turn>
+    <start_of_turn>model
+    {answer}<end_of_turn>
+    ...
+
+BOS is a token id added once at the start by the tokenizer (never the text ``<bos>``). A
+system message has no role of its own in Gemma: it is folded into the first user turn as
+``{system}\\n\\n{user}``. Roles "assistant" and "model" are both written ``model``.
+
+Loss: with ``loss_on = "model"`` the trained pieces are each model turn's content and its
+``<end_of_turn>`` (so the model learns to stop); the turn markers, the user turns and the
+``\\n`` after ``<end_of_turn>`` are context only. ``loss_on = "all"`` trains every piece.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+START = "<start_of_turn>"
+END = "<end_of_turn>"
+ROLE_NAME = {"user": "user", "assistant": "model", "model": "model"}
+
+
+def fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
+    """Fold a leading system message into the first user turn, as Gemma does."""
+    msgs = [dict(m) for m in messages]
+    if msgs and msgs[0]["role"] == "system":
+        system = msgs.pop(0)["content"]
+        if msgs and msgs[0]["role"] == "user":
+            msgs[0]["content"] = f"{system}\n\n{msgs[0]['content']}"
+        else:
+            msgs.insert(0, {"role": "user", "content": system})
+    return msgs
+
+
+def segments(messages: Sequence[dict[str, str]], loss_on: str = "model") -> list[tuple[str, bool]]:
+    """The conversation as (text, trained) pieces, in order (BOS not included)."""
+    out: list[tuple[str, bool]] = []
+    every = loss_on == "all"
+    for m in fold_system(messages):
+        role = ROLE_NAME[m["role"]]
+        out.append((f"{START}{role}\n", every))
+        if role == "model":
+            out.append((m["content"], True))
+            out.append((END, True))
+            out.append(("\n", every))
+        else:
+            out.append((m["content"], every))
+            out.append((f"{END}\n", every))
+    return out
+
+
+def render(messages: Sequence[dict[str, str]]) -> str:
+    """The whole conversation as text (without BOS)."""
+    return "".join(text for text, _ in segments(messages))
+
+
+def format_prompt(messages: Sequence[dict[str, str]]) -> str:
+    """The prompt for generating the next model turn: ends with ``<start_of_turn>model\\n``.
+
+    A trailing assistant message is dropped (it is the answer to be generated), so an eval
+    example can be passed as it is.
+    """
+    msgs = list(messages)
+    if msgs and msgs[-1]["role"] in ("assistant", "model"):
+        msgs = msgs[:-1]
+    return render(msgs) + f"{START}model\n"

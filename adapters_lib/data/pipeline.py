@@ -1,0 +1,185 @@
+"""The training data pipeline: ``build_pipeline(spec, tokenizer, batch_size=, seed=) -> Pipeline``.
+
+``Pipeline.train_batch(step)`` is a pure function of ``(seed, step)``: the sequences of
+epoch ``e`` are visited in the permutation drawn from ``(seed, e)``, packed into rows, and
+the rows of all epochs, one after another, are cut into batches of ``batch_size``. A run
+resumed at step N therefore sees exactly the batches it would have seen. Layouts are
+computed on demand and cached.
+
+The eval split is ``[data] eval_path`` when set, else an ``eval_fraction`` of the training
+examples drawn by ``seed`` (a whole example at a time: chunks of one text stay together).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import numpy as np
+
+from adapters_lib.config import DataSpec
+from adapters_lib.data.formats import Example, convert, to_examples
+from adapters_lib.data.packing import assemble, pack_rows
+from adapters_lib.data.readers import Where, read_path
+from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, subset
+from adapters_lib.data.validate import Report, report_for
+from adapters_lib.errors import WorkbenchError
+
+log = logging.getLogger(__name__)
+
+Batch = dict[str, np.ndarray]
+_EVAL_SPLIT_STREAM = 0x5E1EC7
+
+
+class Pipeline:
+    """Deterministic batches for training and eval (see the module doc)."""
+
+    def __init__(self, train: TokenizedSet, eval_set: TokenizedSet, eval_examples: list[dict[str, Any]],
+                 report: Report, *, batch_size: int, seed: int, max_length: int, packing: bool,
+                 eval_report: Report | None = None):
+        if batch_size < 1:
+            raise WorkbenchError(f"batch_size is {batch_size}", where="[train] batch_size",
+                                 hint="use a positive batch size")
+        self.train = train
+        self.eval = eval_set
+        self.eval_examples = eval_examples
+        self.report = report
+        self.eval_report = eval_report
+        self.batch_size = batch_size
+        self.seed = seed
+        self.max_length = max_length
+        self.packing = packing
+        self._layouts: dict[int, list[list[int]]] = {}
+        self._epoch_rows: list[int] = []  # rows per epoch, epochs 0..k
+        self._eval_rows = pack_rows(eval_set.lengths, np.arange(len(eval_set)), max_length, packing=packing)
+
+    # ---------------------------------------------------------------- training
+    def _layout(self, epoch: int) -> list[list[int]]:
+        rows = self._layouts.get(epoch)
+        if rows is None:
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
+            rows = pack_rows(self.train.lengths, order, self.max_length, packing=self.packing)
+            if len(self._layouts) > 8:  # keep memory bounded on long runs
+                self._layouts.pop(min(self._layouts))
+            self._layouts[epoch] = rows
+        return rows
+
+    def _rows_in(self, epoch: int) -> int:
+        while len(self._epoch_rows) <= epoch:
+            self._epoch_rows.append(len(self._layout(len(self._epoch_rows))))
+        return self._epoch_rows[epoch]
+
+    @property
+    def rows_per_epoch(self) -> int:
+        return self._rows_in(0)
+
+    @property
+    def steps_per_epoch(self) -> float:
+        return self.rows_per_epoch / self.batch_size
+
+    def locate(self, step: int) -> tuple[int, int]:
+        """(epoch, row within the epoch) of the first row of ``step``."""
+        row = step * self.batch_size
+        epoch = 0
+        while row >= self._rows_in(epoch):
+            row -= self._rows_in(epoch)
+            epoch += 1
+        return epoch, row
+
+    def train_batch(self, step: int) -> Batch:
+        """The batch for ``step`` (0-based): a pure function of (seed, step)."""
+        if step < 0:
+            raise ValueError(f"step must be >= 0, got {step}")
+        epoch, row = self.locate(step)
+        rows: list[list[int]] = []
+        while len(rows) < self.batch_size:
+            layout = self._layout(epoch)
+            take = layout[row:row + self.batch_size - len(rows)]
+            rows.extend(take)
+            epoch, row = epoch + 1, 0
+        return assemble(self.train, rows, self.batch_size, self.max_length)
+
+    # ---------------------------------------------------------------- eval
+    @property
+    def eval_batch_count(self) -> int:
+        return math.ceil(len(self._eval_rows) / self.batch_size)
+
+    def eval_batches(self, n: int) -> list[Batch]:
+        """The first ``n`` eval batches, in file order (fewer if the split is smaller; the
+        last may hold padding rows, whose ``loss_mask`` is 0)."""
+        out = []
+        for k in range(min(n, self.eval_batch_count)):
+            rows = self._eval_rows[k * self.batch_size:(k + 1) * self.batch_size]
+            out.append(assemble(self.eval, rows, self.batch_size, self.max_length))
+        return out
+
+
+def _demo_examples() -> tuple[list[Example], list[Example]]:
+    from adapters_lib.models.demo_tasks import demo_splits
+
+    train, evals = demo_splits()
+
+    def conv(items: list[dict[str, Any]], name: str) -> list[Example]:
+        return [convert(ex, "chat", Where(name, i + 1), {}) for i, ex in enumerate(items)]
+
+    return conv(train, "demo:train"), conv(evals, "demo:eval")
+
+
+def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, eval) example indices, eval = ``fraction`` of ``n`` drawn by seed, both sorted."""
+    k = 0 if fraction <= 0 or n < 2 else min(n - 1, max(1, round(fraction * n)))
+    perm = np.random.default_rng([seed, _EVAL_SPLIT_STREAM]).permutation(n)
+    return np.sort(perm[k:]), np.sort(perm[:k])
+
+
+def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int) -> Pipeline:
+    """Read, validate, tokenize and split ``spec``'s data; raise ``WorkbenchError`` if unusable."""
+    codec = TokenCodec.from_any(tokenizer)
+    opts = dict(codec=codec, max_length=spec.max_length, loss_on=spec.loss_on, truncation=spec.truncation)
+    eval_report = None
+    if spec.path == "demo":
+        train_ex, eval_ex = _demo_examples()
+        report = report_for("demo", len(train_ex) + len(eval_ex), [], [], train_ex + eval_ex, [],
+                            {"demo": "chat"}, **opts)
+        tset = report._tset
+        assert tset is not None
+        train_idx, eval_idx = np.arange(len(train_ex)), np.arange(len(train_ex), len(train_ex) + len(eval_ex))
+        all_ex = train_ex + eval_ex
+    else:
+        read = read_path(spec.path)
+        all_ex, conv_issues, file_formats = to_examples(read.records, spec.format, spec.field_map)
+        report = report_for(spec.path, len(read.records), read.files, read.issues, all_ex, conv_issues,
+                            file_formats, **opts)
+        report.raise_if_fatal()
+        tset = report._tset
+        assert tset is not None
+        if spec.eval_path:
+            train_idx, eval_idx = np.arange(len(all_ex)), np.zeros(0, np.int64)
+        else:
+            train_idx, eval_idx = _split(len(all_ex), spec.eval_fraction, seed)
+    report.raise_if_fatal()
+    train = subset(tset, train_idx)
+    eval_set = subset(tset, eval_idx)
+    kept = set(np.unique(tset.example).tolist())
+    eval_examples = [all_ex[i].to_chat() for i in eval_idx if all_ex[i].kind == "chat" and int(i) in kept]
+    if spec.eval_path and spec.path != "demo":
+        read = read_path(spec.eval_path)
+        ev_ex, ev_issues, ev_formats = to_examples(read.records, spec.format, spec.field_map)
+        eval_report = report_for(spec.eval_path, len(read.records), read.files, read.issues, ev_ex,
+                                 ev_issues, ev_formats, **opts)
+        if eval_report.fatal:
+            raise WorkbenchError(f"eval data: {eval_report.fatal}", where=spec.eval_path,
+                                 hint="run: gemma-workbench data check " + spec.eval_path)
+        eval_set = eval_report._tset  # type: ignore[assignment]
+        ev_kept = set(np.unique(eval_set.example).tolist())
+        eval_examples = [ex.to_chat() for i, ex in enumerate(ev_ex) if ex.kind == "chat" and i in ev_kept]
+    if len(train) == 0:
+        raise WorkbenchError("no training examples left after the eval split", where="[data] path",
+                             hint="lower [data] eval_fraction or add data")
+    report.split = {"train_examples": len(np.unique(train.example)), "eval_examples": len(np.unique(eval_set.example)),
+                    "train_sequences": len(train), "eval_sequences": len(eval_set)}
+    log.info("data: %s, %d train / %d eval sequences, %d tokens", report.format, len(train), len(eval_set),
+             report.tokens)
+    return Pipeline(train, eval_set, eval_examples, report, batch_size=batch_size, seed=seed,
+                    max_length=spec.max_length, packing=spec.packing, eval_report=eval_report)

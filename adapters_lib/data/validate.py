@@ -1,0 +1,217 @@
+"""The validation report: what the data holds, what was dropped and why, line by line.
+
+``check_file`` is the one function behind ``gemma-workbench data check``, the TUI's data
+preview (through the engine) and the training pipeline's report, so all three say the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters_lib.data import chat_template
+from adapters_lib.data.formats import Example, to_examples
+from adapters_lib.data.readers import DataIssue, read_path
+from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, example_pieces, tokenize_examples
+from adapters_lib.errors import WorkbenchError
+
+LIST_LIMIT = 20
+"""Issues shown in the text report per kind (the JSON holds up to JSON_LIMIT)."""
+JSON_LIMIT = 1000
+
+
+@dataclass
+class Report:
+    path: str
+    format: str
+    """The detected (or forced) format; "a + b" when files differ."""
+    max_length: int
+    tokenizer: str = ""
+    files: list[str] = field(default_factory=list)
+    file_formats: dict[str, str] = field(default_factory=dict)
+    records: int = 0
+    examples: int = 0
+    sequences: int = 0
+    tokens: int = 0
+    trained_tokens: int = 0
+    truncated: int = 0
+    chunked: int = 0
+    lengths: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    issues: list[DataIssue] = field(default_factory=list)
+    fatal: str | None = None
+    split: dict[str, int] = field(default_factory=dict)
+    _examples: list[Example] = field(default_factory=list, repr=False)
+    _tset: TokenizedSet | None = field(default=None, repr=False)
+
+    @property
+    def errors(self) -> list[DataIssue]:
+        return [i for i in self.issues if i.severity == "error"]
+
+    @property
+    def warnings(self) -> list[DataIssue]:
+        return [i for i in self.issues if i.severity == "warning"]
+
+    @property
+    def dropped(self) -> int:
+        return max(self.records - self.examples, 0)
+
+    @property
+    def ok(self) -> bool:
+        return self.fatal is None
+
+    @property
+    def truncated_fraction(self) -> float:
+        return self.truncated / self.examples if self.examples else 0.0
+
+    def raise_if_fatal(self) -> None:
+        if self.fatal:
+            first = self.errors[0] if self.errors else None
+            raise WorkbenchError(self.fatal, where=self.path,
+                                 hint=f"first problem: {first}" if first else "run: gemma-workbench data check")
+
+    def histogram(self) -> list[dict[str, int]]:
+        """Example lengths (tokens, before truncation) in power-of-two bins."""
+        if not len(self.lengths):
+            return []
+        top = int(self.lengths.max())
+        edges = [0, 16]
+        while edges[-1] < top:
+            edges.append(edges[-1] * 2)
+        counts, _ = np.histogram(self.lengths, bins=np.asarray(edges) + 0.5)
+        return [{"lo": edges[k] + 1, "hi": edges[k + 1], "count": int(c)} for k, c in enumerate(counts)]
+
+    def length_stats(self) -> dict[str, float]:
+        if not len(self.lengths):
+            return {}
+        q = np.percentile(self.lengths, [50, 95])
+        return {"min": int(self.lengths.min()), "median": float(q[0]), "p95": float(q[1]),
+                "max": int(self.lengths.max()), "mean": round(float(self.lengths.mean()), 1)}
+
+    def preview(self, n: int = 5) -> list[dict[str, Any]]:
+        """The first ``n`` kept examples, formatted as the model sees them.
+
+        Each: ``where``, ``format``, ``text`` (the template text, BOS shown as ``<bos>``),
+        ``segments`` ([text, trained] pieces, for colouring) and ``tokens`` (its length).
+        """
+        out = []
+        kept = {int(e): None for e in self._tset.example} if self._tset is not None else None
+        for i, ex in enumerate(self._examples):
+            if len(out) >= n:
+                break
+            if kept is not None and i not in kept:
+                continue
+            pieces = [("<bos>", False)] + [(t, bool(f)) for t, f in example_pieces(ex, "model")]
+            if ex.kind == "text":
+                pieces.append(("<eos>", True))
+            item: dict[str, Any] = {"where": str(ex.where), "format": ex.format,
+                                    "text": "".join(t for t, _ in pieces),
+                                    "segments": [[t, f] for t, f in pieces]}
+            if self._tset is not None:
+                item["tokens"] = int(self._tset.lengths[self._tset.example == i].sum())
+            out.append(item)
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "fatal": self.fatal, "path": self.path, "format": self.format,
+            "file_formats": self.file_formats, "files": self.files, "tokenizer": self.tokenizer,
+            "max_length": self.max_length, "records": self.records, "examples": self.examples,
+            "dropped": self.dropped, "sequences": self.sequences, "tokens": self.tokens,
+            "trained_tokens": self.trained_tokens, "truncated": self.truncated,
+            "truncated_fraction": round(self.truncated_fraction, 4), "chunked": self.chunked,
+            "lengths": self.length_stats(), "histogram": self.histogram(), "split": self.split,
+            "errors": [i.to_dict() for i in self.errors[:JSON_LIMIT]],
+            "warnings": [i.to_dict() for i in self.warnings[:JSON_LIMIT]],
+            "error_count": len(self.errors), "warning_count": len(self.warnings),
+        }
+
+    def render(self) -> str:
+        """The human-readable report (what ``data check`` prints)."""
+        lines = [f"{self.path}: format {self.format}, {self.records} records → {self.examples} examples"
+                 f" ({self.dropped} dropped)"]
+        if len(self.file_formats) > 1:
+            lines += [f"  {f}: {fmt}" for f, fmt in self.file_formats.items()]
+        if self.examples:
+            share = self.trained_tokens / self.tokens if self.tokens else 0.0
+            lines.append(f"tokens: {self.tokens:,} in {self.sequences:,} sequences, {self.trained_tokens:,} "
+                         f"trained ({share:.0%}); tokenizer: {self.tokenizer}")
+            s = self.length_stats()
+            lines.append(f"length: min {s['min']} · median {s['median']:.0f} · p95 {s['p95']:.0f} · "
+                         f"max {s['max']} tokens; max_length {self.max_length}: {self.truncated} truncated "
+                         f"({self.truncated_fraction:.1%}), {self.chunked} texts chunked")
+            hist = self.histogram()
+            peak = max(h["count"] for h in hist) or 1
+            for h in hist:
+                bar = "█" * round(24 * h["count"] / peak)
+                over = "  > max_length" if h["lo"] > self.max_length else ""
+                lines.append(f"  {h['lo']:>6}–{h['hi']:<6} {bar} {h['count']}{over}")
+        if self.split:
+            lines.append("split: " + ", ".join(f"{k} {v}" for k, v in self.split.items()))
+        for title, items in (("errors (records dropped)", self.errors), ("warnings", self.warnings)):
+            if items:
+                lines.append(f"{title}: {len(items)}")
+                lines += [f"  {i}" for i in items[:LIST_LIMIT]]
+                if len(items) > LIST_LIMIT:
+                    lines.append(f"  … and {len(items) - LIST_LIMIT} more (--json lists them all)")
+        if self.fatal:
+            lines.append(f"error: {self.fatal}")
+        return "\n".join(lines)
+
+
+def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str] | None = None,
+            codec: TokenCodec, max_length: int, loss_on: str = "model", truncation: str = "right",
+            ) -> Report:
+    """Read, convert, tokenize and account for every record of ``path``."""
+    read = read_path(path)
+    return report_for(str(path), len(read.records), read.files, read.issues,
+                      *to_examples(read.records, format, field_map),
+                      codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
+
+
+def report_for(path: str, n_records: int, files: list[str], read_issues: list[DataIssue],
+               examples: list[Example], conv_issues: list[DataIssue], file_formats: dict[str, str], *,
+               codec: TokenCodec, max_length: int, loss_on: str, truncation: str) -> Report:
+    tset = tokenize_examples(examples, codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
+    issues = sorted(read_issues + conv_issues + tset.dropped, key=_issue_order)
+    kept = len(np.unique(tset.example))
+    fmts = sorted(set(file_formats.values()))
+    report = Report(
+        path=path, format=" + ".join(fmts) or "unknown", max_length=max_length, tokenizer=codec.name,
+        files=files, file_formats=file_formats,
+        records=n_records + sum(1 for i in read_issues if i.severity == "error"),
+        examples=kept, sequences=len(tset), tokens=int(len(tset.tokens)),
+        trained_tokens=int(tset.trained.sum()), truncated=tset.truncated, chunked=tset.chunked,
+        lengths=tset.raw_lengths, issues=issues, _examples=examples, _tset=tset,
+    )
+    if report.records == 0:
+        empty = all("empty" in i.message for i in read_issues) and read_issues
+        report.fatal = (f"{path} is empty: no records" if empty else f"no records could be read from {path}")
+    elif kept == 0:
+        report.fatal = f"all {report.records} records were dropped; nothing to train on"
+    return report
+
+
+def _issue_order(issue: DataIssue) -> tuple[str, int, int]:
+    return (issue.where.file, issue.where.line or 0, issue.where.row or 0)
+
+
+def check_file(path: str | Path, format: str | None = None, tokenizer: Any = None, max_length: int = 128,
+               *, loss_on: str = "model", truncation: str = "right",
+               field_map: dict[str, str] | None = None) -> Report:
+    """Validate a data file or folder and return its ``Report`` (fatal problems in ``.fatal``).
+
+    ``tokenizer``: a ``gm.text.Tokenizer``, a SentencePiece processor, a ``tokenizer.model``
+    path, or None for the demo tokenizer. Raises ``WorkbenchError`` only when the path
+    cannot be read at all (missing, unknown file type).
+    """
+    codec = TokenCodec.from_any(tokenizer)
+    return analyze(path, format=format or "auto", field_map=field_map, codec=codec,
+                   max_length=max_length, loss_on=loss_on, truncation=truncation)
+
+
+def format_example(messages: list[dict[str, str]]) -> str:
+    """The full template text of a conversation (for previews), BOS shown as ``<bos>``."""
+    return "<bos>" + chat_template.render(messages)
