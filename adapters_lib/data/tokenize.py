@@ -159,11 +159,12 @@ def tokenize_examples(
         if n > max_length:
             if truncation == "drop":
                 dropped.append(DataIssue(ex.where, f"example is {n} tokens, longer than max_length "
-                                         f"{max_length}; dropped (truncation = \"drop\")"))
+                                         f"{max_length}; dropped (truncation = \"drop\"; \"right\" would cut it)"))
                 continue
             if not any(flags[:max_length]):
                 dropped.append(DataIssue(ex.where, f"the prompt fills max_length {max_length} (example is "
-                                         f"{n} tokens); no model tokens left after truncation; dropped",
+                                         f"{n} tokens): no model tokens left after truncation; dropped; raise "
+                                         "[data] max_length or shorten the prompt",
                                          field="messages"))
                 continue
             ids, flags = ids[:max_length], flags[:max_length]

@@ -157,7 +157,7 @@ class Report:
                 if len(items) > LIST_LIMIT:
                     lines.append(f"  … and {len(items) - LIST_LIMIT} more (--json lists them all)")
         if self.fatal:
-            lines.append(f"error: {self.fatal}")
+            lines.append(f"unusable: {self.fatal}")
         return "\n".join(lines)
 
 
