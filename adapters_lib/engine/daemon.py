@@ -1,0 +1,185 @@
+"""``python -m adapters_lib.engine``: the engine process.
+
+Start-up order (fast to ready: JAX is imported after the socket answers):
+1. take an exclusive lock (``engine.lock`` in the runtime dir): one engine per user/home;
+2. log to ``<state dir>/engine.log`` (fds 1 and 2 too, so native libraries never write to a
+   terminal), write ``engine.pid``;
+3. write a fresh random token to ``engine.token`` (0600), bind ``engine.sock`` (0600) and,
+   only when asked, a TCP address (still with the token); write ``engine.json``;
+4. mark runs a dead engine left behind as ``interrupted``; import JAX in the background.
+SIGTERM/SIGINT or ``POST /v1/shutdown`` stop it: the active run is asked to stop at its next
+step (it stays resumable), then the process exits and removes its socket and pid file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import logging.handlers
+import os
+import secrets
+import signal
+import sys
+import time
+from pathlib import Path
+
+from adapters_lib import __version__, paths
+
+log = logging.getLogger("adapters_lib.engine")
+
+
+def files() -> dict[str, Path]:
+    run = paths.runtime_dir()
+    return {
+        "socket": run / "engine.sock",
+        "token": run / "engine.token",
+        "pid": run / "engine.pid",
+        "lock": run / "engine.lock",
+        "info": run / "engine.json",
+        "log": paths.state_dir() / "engine.log",
+    }
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` with mode 0600 from the first byte (no readable window)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+def parse_tcp(text: str) -> tuple[str, int]:
+    from adapters_lib.errors import WorkbenchError
+
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise WorkbenchError(f"--tcp {text!r} is not HOST:PORT", where="--tcp",
+                             hint="e.g. --tcp 127.0.0.1:8765 (port 0 picks a free one)")
+    return host.strip("[]"), int(port)
+
+
+def _setup_logging(log_path: Path, foreground: bool) -> None:
+    paths.ensure_private_dir(log_path.parent)
+    os.close(os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600))
+    handler = logging.handlers.RotatingFileHandler(log_path, maxBytes=10 << 20, backupCount=3)
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+    handler.setFormatter(fmt)
+    root = logging.getLogger()
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    if foreground:
+        console = logging.StreamHandler(sys.stderr)
+        console.setFormatter(fmt)
+        root.addHandler(console)
+    else:  # native code (XLA, TF, absl) writes to fds 1/2: send them to the log too
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+    for noisy in ("aiohttp.access", "absl", "jax._src", "orbax"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _lock(path: Path):
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+async def serve(*, foreground: bool, tcp: str | None, warm: bool) -> int:
+    from aiohttp import web
+
+    from adapters_lib.engine.server import STOP_KEY, make_app
+    from adapters_lib.engine.service import Engine
+
+    t0 = time.perf_counter()
+    f = files()
+    engine = Engine(warm=warm)
+    token = secrets.token_urlsafe(32)
+    write_private(f["token"], token + "\n")
+    app = make_app(engine, token)
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
+    await runner.setup()
+    if len(os.fsencode(f["socket"])) > 100:
+        raise SystemExit(f"socket path too long for a Unix socket: {f['socket']}; "
+                         "set XDG_RUNTIME_DIR or GEMMA_WORKBENCH_HOME to a shorter path")
+    with contextlib.suppress(FileNotFoundError):
+        f["socket"].unlink()  # stale: we hold the lock, so no engine is using it
+    old_umask = os.umask(0o077)
+    try:
+        await web.UnixSite(runner, str(f["socket"])).start()
+    finally:
+        os.umask(old_umask)
+    os.chmod(f["socket"], 0o600)
+    engine.listen = {"socket": str(f["socket"])}
+    if tcp:
+        host, port = parse_tcp(tcp)
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        sock = site._server.sockets[0]  # the real port when 0 was asked
+        bound = sock.getsockname()
+        engine.listen["tcp"] = f"{bound[0]}:{bound[1]}"
+        log.warning("listening on TCP %s as asked (token required)", engine.listen["tcp"])
+    write_private(f["info"], json.dumps({"pid": os.getpid(), "version": __version__,
+                                         "started": time.time(), **engine.listen}) + "\n")
+    engine.start()
+    log.info("engine %s ready in %.2f s (pid %d) on %s", __version__, time.perf_counter() - t0,
+             os.getpid(), f["socket"])
+
+    stop = app[STOP_KEY]
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("engine stopping")
+    await asyncio.to_thread(engine.shutdown)
+    await asyncio.sleep(0.1)  # let the shutdown response go out
+    await runner.cleanup()
+    for key in ("socket", "info", "pid"):
+        with contextlib.suppress(FileNotFoundError):
+            f[key].unlink()
+    log.info("engine stopped")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m adapters_lib.engine",
+                                     description="The gemma-workbench engine process.")
+    parser.add_argument("--foreground", action="store_true",
+                        help="also log to this terminal (default: only to the log file)")
+    parser.add_argument("--tcp", metavar="HOST:PORT",
+                        help="also listen on TCP (token still required); port 0 picks one")
+    parser.add_argument("--no-warm", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    f = files()
+    paths.ensure_private_dir(f["socket"].parent)
+    os.chmod(f["socket"].parent, 0o700)
+    lock = _lock(f["lock"])
+    if lock is None:
+        pid = f["pid"].read_text().strip() if f["pid"].exists() else "?"
+        print(f"engine already running (pid {pid}); socket {f['socket']}", file=sys.stderr)
+        return 3
+    _setup_logging(f["log"], args.foreground)
+    write_private(f["pid"], f"{os.getpid()}\n")
+    try:
+        return asyncio.run(serve(foreground=args.foreground, tcp=args.tcp,
+                                 warm=not args.no_warm))
+    except Exception:
+        log.exception("engine crashed")
+        return 1
+    finally:
+        os.close(lock)

@@ -1,0 +1,299 @@
+"""The HTTP/JSON API (v1) over the engine's Unix socket (TCP only on explicit request).
+
+Every request carries ``Authorization: Bearer <token>`` (401 otherwise, compared in constant
+time). Bodies are JSON objects of at most ``MAX_BODY`` bytes (413 beyond), parsed into a
+command (``commands.parse_command``, 400 with ``{"error": {"message","where","hint"}}`` when
+malformed) and executed off the event loop. Streams are server-sent events. The routes are
+documented in docs/engine-api.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from adapters_lib.engine import commands as C
+from adapters_lib.engine.service import Engine, EngineError
+from adapters_lib.errors import WorkbenchError
+
+log = logging.getLogger("adapters_lib.engine.server")
+
+MAX_BODY = 1024 * 1024
+PING_S = float(os.environ.get("GEMMA_WORKBENCH_SSE_PING_S", "10"))
+ENGINE_KEY = web.AppKey("engine", Engine)
+TOKEN_KEY = web.AppKey("token", str)
+STOP_KEY = web.AppKey("stop", asyncio.Event)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_response(status: int, message: str, where: str | None = None,
+                   hint: str | None = None) -> web.Response:
+    body = {"error": {"message": message, "where": where, "hint": hint, "status": status}}
+    return web.json_response(body, status=status)
+
+
+@web.middleware
+async def auth_and_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    token = request.app[TOKEN_KEY]
+    given = request.headers.get("Authorization", "")
+    expected = f"Bearer {token}"
+    if not hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode()):
+        what = "missing" if not given else "wrong"
+        return error_response(401, f"{what} engine token", where=request.path,
+                              hint="send Authorization: Bearer <token from the engine's token file>")
+    length = request.content_length
+    if length is not None and length > MAX_BODY:
+        return error_response(413, f"request body too large ({length} > {MAX_BODY} bytes)",
+                              where=request.path)
+    try:
+        return await handler(request)
+    except EngineError as e:
+        return error_response(e.status, e.message, e.where, e.hint)
+    except WorkbenchError as e:
+        return error_response(400, e.message, e.where, e.hint)
+    except web.HTTPRequestEntityTooLarge:
+        return error_response(413, f"request body too large (limit {MAX_BODY} bytes)",
+                              where=request.path)
+    except web.HTTPException as e:
+        if e.status >= 400:
+            return error_response(e.status, e.reason, where=request.path)
+        raise
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as e:
+        log.exception("request %s %s failed", request.method, request.path)
+        return error_response(500, f"internal error: {type(e).__name__}: {e}",
+                              where=request.path, hint="see the engine log")
+
+
+async def _body(request: web.Request) -> Any:
+    if not request.can_read_body:
+        return {}
+    raw = await request.read()  # bounded by client_max_size → 413
+    if not raw.strip():
+        return {}
+    try:
+        return json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise WorkbenchError(f"the body is not valid JSON ({e})", where=request.path,
+                             hint="send a JSON object with Content-Type: application/json") from None
+
+
+def _query(request: web.Request, cls: type[C.Command]) -> dict[str, Any]:
+    """Query parameters typed for ``cls`` (``?metrics=0&since_step=5``)."""
+    import dataclasses
+    from typing import get_type_hints
+
+    hints = get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    out: dict[str, Any] = {}
+    for key in request.query:
+        if key not in names:
+            out[key] = request.query[key]  # parse_command refuses it with a hint
+            continue
+        values = request.query.getall(key)
+        typ = hints[key]
+        text = values[-1]
+        if typ is bool:
+            if text.lower() not in ("1", "0", "true", "false", "yes", "no"):
+                raise WorkbenchError(f"{key} must be true or false", where=request.path)
+            out[key] = text.lower() in ("1", "true", "yes")
+        elif typ is int:
+            try:
+                out[key] = int(text)
+            except ValueError:
+                raise WorkbenchError(f"{key} must be an integer", where=request.path) from None
+        elif str(typ).startswith("tuple"):
+            out[key] = list(values)
+        else:
+            out[key] = text
+    return out
+
+
+async def _run(request: web.Request, cmd: C.Command) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    result = await asyncio.to_thread(engine.execute, cmd)
+    return web.json_response(result, dumps=_dumps)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, allow_nan=True, default=str)
+
+
+def route(cls: type[C.Command], source: str = "body", **path_params: str) -> Handler:
+    """A handler that parses ``cls`` from the body (or the query) plus path params, runs it."""
+
+    async def handler(request: web.Request) -> web.Response:
+        raw = await _body(request) if source == "body" else _query(request, cls)
+        values = {field: request.match_info[name] for field, name in path_params.items()}
+        cmd = C.parse_command(cls, raw, **values)
+        return await _run(request, cmd)
+
+    return handler
+
+
+# --------------------------------------------------------------------------- SSE
+
+
+class EventStream:
+    def __init__(self, request: web.Request):
+        self.request = request
+        self.response = web.StreamResponse(headers={
+            "Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no"})
+
+    async def open(self) -> None:
+        await self.response.prepare(self.request)
+
+    async def send(self, kind: str, data: dict[str, Any]) -> None:
+        await self.response.write(f"event: {kind}\ndata: {_dumps(data)}\n\n".encode())
+
+    async def ping(self) -> None:
+        await self.response.write(b": ping\n\n")
+
+
+async def stream_run(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    cmd = C.parse_command(C.StreamRun, _query(request, C.StreamRun),
+                          run_id=request.match_info["run_id"])
+    run = await asyncio.to_thread(engine.execute, cmd)  # logs it, finds the run
+    sub = engine.hub.subscribe(run.run_id)
+    stream = EventStream(request)
+    try:
+        await stream.open()
+        replay = await asyncio.to_thread(engine.replay, run, cmd.since_step)
+        # Items published between subscribing and reading the files arrive twice: drop
+        # live items equal to one replayed (a re-run step after a resume differs in time).
+        seen = {(i["type"], _dumps(i["data"])) for i in replay}
+        last_step = cmd.since_step
+        for item in replay:
+            await stream.send(item["type"], item["data"])
+            if item["type"] == "metrics":
+                last_step = max(last_step, int(item["data"].get("step", 0)))
+        status = await asyncio.to_thread(engine.state_of, run)
+        await stream.send("replayed", {"step": last_step})
+        await stream.send("status", status)
+        if status.get("state") not in ("queued", "running", "stopping"):
+            await stream.send("end", {"state": status.get("state")})
+            return stream.response
+        while True:
+            try:
+                item = await asyncio.wait_for(sub.get(), PING_S)
+            except TimeoutError:
+                await stream.ping()
+                continue
+            kind, data = item["type"], item["data"]
+            if kind == "overflow":
+                await stream.send("error", {"message": "the client fell behind; reconnect "
+                                            "with since_step", "step": last_step})
+                break
+            if kind in ("metrics", "event") and seen:
+                key = (kind, _dumps(data))
+                if key in seen:
+                    seen.discard(key)
+                    continue
+            await stream.send(kind, data)
+            if kind == "end":
+                break
+    except (ConnectionResetError, asyncio.CancelledError):
+        log.debug("stream of run %s: client went away", run.run_id)
+    finally:
+        sub.close()
+    return stream.response
+
+
+async def stream_generation(request: web.Request) -> web.StreamResponse:
+    engine = request.app[ENGINE_KEY]
+    cls = C.Compare if request.path.endswith("/compare") else C.Sample
+    cmd = C.parse_command(cls, await _body(request))
+    run = await asyncio.to_thread(engine.prepare_generation, cmd)
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
+    gone = asyncio.Event()
+
+    def emit(kind: str, data: dict[str, Any]) -> bool:  # device thread
+        if gone.is_set():
+            return False
+        loop.call_soon_threadsafe(queue.put_nowait, (kind, data))
+        return True
+
+    stream = EventStream(request)
+    task = loop.run_in_executor(None, engine.execute_stream, cmd, run, emit)
+    try:
+        await stream.open()
+        getter: asyncio.Future | None = None
+        while True:
+            getter = asyncio.ensure_future(queue.get())
+            done, _ = await asyncio.wait({getter, task}, timeout=PING_S,
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if getter in done:
+                kind, data = getter.result()
+                await stream.send(kind, data)
+                continue
+            getter.cancel()
+            if task in done:
+                while not queue.empty():
+                    kind, data = queue.get_nowait()
+                    await stream.send(kind, data)
+                exc = task.exception()
+                if exc is not None:
+                    err = exc if isinstance(exc, WorkbenchError) else None
+                    if err is None:
+                        log.error("%s failed", cmd.name, exc_info=exc)
+                    await stream.send("error", {
+                        "message": err.message if err else f"{type(exc).__name__}: {exc}",
+                        "where": err.where if err else None, "hint": err.hint if err else None})
+                else:
+                    await stream.send("done", task.result() or {})
+                break
+            await stream.ping()
+    except (ConnectionResetError, asyncio.CancelledError):
+        log.info("%s: client went away; generation stops", cmd.name)
+    finally:
+        gone.set()
+    return stream.response
+
+
+async def shutdown(request: web.Request) -> web.Response:
+    engine = request.app[ENGINE_KEY]
+    result = engine.execute(C.parse_command(C.Shutdown, await _body(request)))
+    request.app[STOP_KEY].set()
+    return web.json_response(result)
+
+
+async def not_found(request: web.Request) -> web.Response:
+    raise EngineError(f"no route {request.method} {request.path}", status=404,
+                      hint="see docs/engine-api.md")
+
+
+def make_app(engine: Engine, token: str) -> web.Application:
+    app = web.Application(middlewares=[auth_and_errors], client_max_size=MAX_BODY)
+    app[ENGINE_KEY] = engine
+    app[TOKEN_KEY] = token
+    app[STOP_KEY] = asyncio.Event()
+    v1 = "/v1"
+    app.router.add_get(f"{v1}/status", route(C.Status, "query"))
+    app.router.add_post(f"{v1}/shutdown", shutdown)
+    app.router.add_get(f"{v1}/models", route(C.ListModels, "query"))
+    app.router.add_post(f"{v1}/data/check", route(C.CheckData))
+    app.router.add_post(f"{v1}/estimate", route(C.Estimate))
+    app.router.add_get(f"{v1}/runs", route(C.ListRuns, "query"))
+    app.router.add_post(f"{v1}/runs", route(C.CreateRun))
+    app.router.add_get(f"{v1}/runs/{{run_id}}", route(C.GetRun, "query", run_id="run_id"))
+    app.router.add_delete(f"{v1}/runs/{{run_id}}", route(C.DeleteRun, "query", run_id="run_id"))
+    app.router.add_post(f"{v1}/runs/{{run_id}}/stop", route(C.StopRun, run_id="run_id"))
+    app.router.add_post(f"{v1}/runs/{{run_id}}/resume", route(C.ResumeRun, run_id="run_id"))
+    app.router.add_get(f"{v1}/runs/{{run_id}}/stream", stream_run)
+    app.router.add_post(f"{v1}/sample", stream_generation)
+    app.router.add_post(f"{v1}/compare", stream_generation)
+    app.router.add_post(f"{v1}/export", route(C.Export))
+    app.router.add_route("*", "/{tail:.*}", not_found)
+    return app

@@ -1,0 +1,640 @@
+"""The Engine: the one object in the one process that owns JAX and the devices.
+
+- JAX is imported in a background thread after the API is up (start-to-ready stays fast).
+- One *device thread* runs everything that touches devices: a training run at a time (FIFO
+  queue of runs) and device jobs (sampling, export). While a run trains, jobs are served
+  between its steps (``TrainControl.between_steps``); when idle, the device thread runs them.
+- Runs are directories (``adapters_lib.runs``): the engine reads them back for any client,
+  so a client that reattaches sees every metric; a run left ``running``/``stopping`` by an
+  engine that died is marked ``interrupted`` at the next start, and can be resumed.
+- Every request arrives as a command (``commands.py``) and goes through ``execute``.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import tomllib
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapters_lib import __version__, paths, runs
+from adapters_lib.config import RunConfig, config_from_dict
+from adapters_lib.engine import commands as C
+from adapters_lib.engine.hub import Hub
+from adapters_lib.errors import WorkbenchError
+
+log = logging.getLogger("adapters_lib.engine")
+
+TERMINAL_STATES = ("stopped", "completed", "failed", "interrupted")
+
+
+class EngineError(WorkbenchError):
+    """A refused request: ``status`` is the HTTP status the API answers with."""
+
+    def __init__(self, message: str, *, status: int = 400, where: str | None = None,
+                 hint: str | None = None):
+        super().__init__(message, where=where, hint=hint)
+        self.status = status
+
+
+@dataclass
+class Job:
+    """A function to run on the device thread; its result (or exception) lands in ``future``."""
+
+    fn: Callable[[], Any]
+    label: str
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+@dataclass
+class QueuedRun:
+    run: runs.RunDir
+    resume: bool
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class RunControl:
+    """The ``TrainControl`` the engine hands to ``run_training`` (duck-typed)."""
+
+    def __init__(self, engine: Engine, item: QueuedRun):
+        self.engine = engine
+        self.item = item
+        self.run_id = item.run.run_id
+
+    def should_stop(self) -> bool:
+        return self.item.stop.is_set() or self.engine._closing.is_set()
+
+    def on_metrics(self, record: dict[str, Any]) -> None:
+        self.engine.hub.publish(self.run_id, "metrics", _jsonable(record))
+
+    def on_event(self, record: dict[str, Any]) -> None:
+        record = _jsonable(record)
+        self.engine.hub.publish(self.run_id, "event", record)
+        if record.get("kind") == "state":
+            self.engine.publish_status(self.item.run)
+
+    def between_steps(self) -> None:
+        self.engine.drain_jobs()
+
+
+def _jsonable(record: dict[str, Any]) -> dict[str, Any]:
+    """Numpy/JAX scalars → Python numbers, so any record serializes."""
+    out = {}
+    for k, v in record.items():
+        if hasattr(v, "item") and callable(v.item):
+            try:
+                v = v.item()
+            except (ValueError, TypeError):
+                v = str(v)
+        out[k] = v
+    return out
+
+
+def checkpoint_steps(run: runs.RunDir) -> list[int]:
+    """Complete checkpoints (orbax renames a finished step dir to its number)."""
+    d = run.checkpoints_dir
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
+
+
+class Engine:
+    def __init__(self, *, runs_root: Path | None = None, warm: bool = True):
+        self.runs_root = runs_root
+        self.hub = Hub()
+        self.started = time.time()
+        self.listen: dict[str, Any] = {}
+        self._warm = warm
+        self._jax_ready = threading.Event()
+        self._jax_lock = threading.Lock()
+        self._jax_error: str | None = None
+        self._devices: list[dict[str, Any]] = []
+        self._backend: str | None = None
+        self._cond = threading.Condition()
+        self._jobs: collections.deque[Job] = collections.deque()
+        self._queue: collections.deque[QueuedRun] = collections.deque()
+        self._active: QueuedRun | None = None
+        self._closing = threading.Event()
+        self._device_thread: threading.Thread | None = None
+        self.device_thread_id: int | None = None
+
+    # ----------------------------------------------------------------- life cycle
+
+    def start(self) -> None:
+        """Recover runs a dead engine left behind, then start JAX and the device thread."""
+        for run in self.recover():
+            log.warning("run %s was left active by an engine that stopped: now interrupted",
+                        run.run_id)
+        if self._warm:
+            threading.Thread(target=self.ensure_jax, name="jax-import", daemon=True).start()
+        self._device_thread = threading.Thread(target=self._device_loop, name="device",
+                                               daemon=True)
+        self._device_thread.start()
+
+    def recover(self) -> list[runs.RunDir]:
+        """Runs left queued/running/stopping by a process that is gone → ``interrupted``."""
+        marked = []
+        for run in self.all_runs():
+            status = run.status()
+            state = status.get("state")
+            if state not in runs.ACTIVE_STATES:
+                continue
+            pid = status.get("pid")
+            if isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid):
+                continue  # a foreground `train` process is still working on it
+            message = ("the engine stopped before the run started" if state == "queued"
+                       else "the process running it stopped unexpectedly")
+            run.set_state("interrupted", message)
+            marked.append(run)
+        return marked
+
+    def shutdown(self, timeout: float = 120.0) -> None:
+        """Stop the active run cleanly (it can be resumed), stop the device thread."""
+        self._closing.set()
+        with self._cond:
+            queued = list(self._queue)
+            self._queue.clear()
+            if self._active is not None:
+                self._active.stop.set()
+            self._cond.notify_all()
+        for item in queued:
+            item.run.set_state("stopped", "the engine was stopped before the run started")
+            self.publish_status(item.run, end=True)
+        if self._device_thread is not None:
+            self._device_thread.join(timeout)
+
+    def ensure_jax(self) -> None:
+        """Import JAX and list the devices (once; other callers wait for the first)."""
+        with self._jax_lock:
+            if not self._jax_ready.is_set():
+                self._import_jax()
+
+    def _import_jax(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            import jax
+
+            devices = jax.devices()
+            self._backend = jax.default_backend()
+            self._devices = [_device_info(d) for d in devices]
+            log.info("JAX ready in %.1f s: backend %s, %d device(s)", time.perf_counter() - t0,
+                     self._backend, len(devices))
+        except Exception as e:  # a broken accelerator install: say so in status
+            self._jax_error = f"{type(e).__name__}: {e}"
+            log.exception("JAX failed to start")
+        finally:
+            self._jax_ready.set()
+
+    # ----------------------------------------------------------------- device thread
+
+    def _device_loop(self) -> None:
+        self.device_thread_id = threading.get_ident()
+        while True:
+            with self._cond:
+                while not self._jobs and not self._queue and not self._closing.is_set():
+                    self._cond.wait()
+                if self._closing.is_set() and not self._jobs:
+                    return
+                job = self._jobs.popleft() if self._jobs else None
+                item = None
+                if job is None and self._queue:
+                    item = self._queue.popleft()
+                    self._active = item
+            self.ensure_jax()
+            if job is not None:
+                self._run_job(job)
+            elif item is not None:
+                try:
+                    self._train(item)
+                finally:
+                    with self._cond:
+                        self._active = None
+
+    def _run_job(self, job: Job) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return
+        try:
+            job.future.set_result(job.fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting request
+            job.future.set_exception(e)
+
+    def drain_jobs(self) -> None:
+        """Run the device jobs waiting now (called between training steps)."""
+        while True:
+            with self._cond:
+                if not self._jobs:
+                    return
+                job = self._jobs.popleft()
+            self._run_job(job)
+
+    def on_device(self, fn: Callable[[], Any], label: str = "job") -> concurrent.futures.Future:
+        """Queue ``fn`` for the device thread (between steps when a run trains)."""
+        if self._closing.is_set():
+            raise EngineError("the engine is shutting down", status=503)
+        job = Job(fn, label)
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify_all()
+        return job.future
+
+    def _train(self, item: QueuedRun) -> None:
+        run = item.run
+        log.info("run %s: %s", run.run_id, "resuming" if item.resume else "starting")
+        handler = RunLogHandler(self, run, threading.get_ident())
+        logging.getLogger().addHandler(handler)
+        try:
+            if item.stop.is_set():
+                run.set_state("stopped", "stopped before it started")
+                return
+            from adapters_lib.train.loop import run_training
+
+            cfg = run.config()
+            run.write_status("running", pid=os.getpid())
+            run_training(cfg, run.path, control=RunControl(self, item), resume=item.resume)
+        except WorkbenchError as e:
+            log.error("run %s failed: %s", run.run_id, e)
+            run.set_state("failed", str(e), error=e.to_dict())
+        except Exception as e:
+            log.exception("run %s failed", run.run_id)
+            run.set_state("failed", f"{type(e).__name__}: {e}",
+                          error={"message": f"{type(e).__name__}: {e}", "where": None,
+                                 "hint": "see the engine log",
+                                 "traceback": traceback.format_exc(limit=20)})
+        finally:
+            logging.getLogger().removeHandler(handler)
+            handler.close()
+            state = run.state
+            if state in ("running", "stopping", "queued"):
+                final = "stopped" if item.stop.is_set() else "completed"
+                run.set_state(final)
+            log.info("run %s: %s", run.run_id, run.state)
+            self.publish_status(run, end=True)
+
+    # ----------------------------------------------------------------- runs
+
+    def all_runs(self) -> list[runs.RunDir]:
+        found: dict[Path, runs.RunDir] = {}
+        for root in [self.runs_root or runs.runs_root(), *_extra_roots()]:
+            for run in runs.list_runs(root):
+                found.setdefault(run.path.resolve(), run)
+        return sorted(found.values(), key=lambda r: r.run_id, reverse=True)
+
+    def find_run(self, run_id: str) -> runs.RunDir:
+        if not run_id or "/" in run_id or run_id.startswith("."):
+            raise EngineError(f"bad run id {run_id!r}", status=400)
+        runs_list = self.all_runs()
+        exact = [r for r in runs_list if r.run_id == run_id]
+        if exact:
+            return exact[0]
+        matches = [r for r in runs_list if r.run_id.startswith(run_id) or r.run_id.endswith(run_id)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise EngineError(f"no run {run_id!r}", status=404,
+                              hint="list runs with `gemma-workbench runs`")
+        raise EngineError(f"run id {run_id!r} is ambiguous ({len(matches)} runs match)",
+                          status=400, hint="give more of the id")
+
+    def state_of(self, run: runs.RunDir) -> dict[str, Any]:
+        status = run.status()
+        with self._cond:
+            active = self._active
+            queued = any(q.run.path == run.path for q in self._queue)
+        if active is not None and active.run.path == run.path:
+            if active.stop.is_set() and status.get("state") == "running":
+                status["state"] = "stopping"
+        elif queued:
+            status["state"] = "queued"
+        status.setdefault("run_id", run.run_id)
+        return status
+
+    def publish_status(self, run: runs.RunDir, *, end: bool = False) -> None:
+        status = self.state_of(run)
+        self.hub.publish(run.run_id, "status", status)
+        if end:
+            self.hub.publish(run.run_id, "end", {"state": status.get("state")})
+
+    def summary(self, run: runs.RunDir) -> dict[str, Any]:
+        status = self.state_of(run)
+        return {"id": run.run_id, "dir": str(run.path), **status}
+
+    def _enqueue(self, item: QueuedRun) -> None:
+        with self._cond:
+            self._queue.append(item)
+            self._cond.notify_all()
+        self.publish_status(item.run)
+
+    def _config(self, config: dict[str, Any] | None, toml_text: str,
+                overrides: tuple[str, ...], source: str) -> RunConfig:
+        if config is not None and toml_text:
+            raise EngineError("send either config or config_toml, not both", where=source)
+        raw: dict[str, Any] = config or {}
+        if toml_text:
+            try:
+                raw = tomllib.loads(toml_text)
+            except tomllib.TOMLDecodeError as e:
+                line = getattr(e, "lineno", None)
+                raise EngineError(f"invalid TOML: {getattr(e, 'msg', e)}",
+                                  where=f"{source}:{line}" if line else source) from None
+        return config_from_dict(raw, source=source, text=toml_text, overrides=overrides)
+
+    # ----------------------------------------------------------------- commands
+
+    def execute(self, cmd: C.Command) -> Any:
+        """Run one command and return its JSON-able result (streams return an iterator)."""
+        handler = getattr(self, f"cmd_{cmd.name}", None)
+        if handler is None:  # pragma: no cover - every command has a handler
+            raise EngineError(f"command {cmd.name!r} is not supported", status=501)
+        level = logging.DEBUG if cmd.name in ("status", "list_runs", "get_run") else logging.INFO
+        log.log(level, "command %s", json.dumps(_brief(cmd.to_json())))
+        return handler(cmd)
+
+    def cmd_status(self, cmd: C.Status) -> dict[str, Any]:
+        if cmd.wait:
+            self.ensure_jax()
+        with self._cond:
+            active = self._active.run.run_id if self._active else None
+            queued = [q.run.run_id for q in self._queue]
+            jobs = len(self._jobs)
+        return {
+            "version": __version__,
+            "api_version": C.API_VERSION,
+            "pid": os.getpid(),
+            "started": self.started,
+            "uptime_s": round(time.time() - self.started, 3),
+            "jax": {"ready": self._jax_ready.is_set() and self._jax_error is None,
+                    "loading": not self._jax_ready.is_set(), "error": self._jax_error},
+            "backend": self._backend,
+            "devices": self._devices,
+            "busy": active is not None or jobs > 0,
+            "active_run": active,
+            "queued_runs": queued,
+            "pending_jobs": jobs,
+            "runs_dir": str(self.runs_root or runs.runs_root()),
+            "listen": self.listen,
+        }
+
+    def cmd_shutdown(self, cmd: C.Shutdown) -> dict[str, Any]:
+        with self._cond:
+            active = self._active.run.run_id if self._active else None
+        return {"stopping": True, "active_run": active}
+
+    def cmd_models(self, cmd: C.ListModels) -> dict[str, Any]:
+        from adapters_lib import catalog
+
+        found = catalog.list_models([Path(f).expanduser() for f in cmd.folders])
+        return {"models": [_as_json(m) for m in found]}
+
+    def cmd_data_check(self, cmd: C.CheckData) -> dict[str, Any]:
+        from adapters_lib import data
+
+        cfg = self._config(cmd.config, cmd.config_toml, (), "<data check>")
+        if cmd.path:
+            import dataclasses
+
+            cfg = cfg.replace(data=dataclasses.replace(cfg.data, path=cmd.path, format=cmd.format))
+        report = data.check_file(cfg.data, limit=cmd.limit or None)
+        return {"report": _as_json(report)}
+
+    def cmd_estimate(self, cmd: C.Estimate) -> dict[str, Any]:
+        cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<estimate>")
+        self.ensure_jax()
+        from adapters_lib import memory, mesh
+
+        devices = self._devices
+        estimate = memory.estimate(cfg, devices=devices)
+        problems = mesh.validate(cfg, devices=devices)
+        return {"estimate": _as_json(estimate), "mesh_problems": _as_json(problems)}
+
+    def cmd_create_run(self, cmd: C.CreateRun) -> dict[str, Any]:
+        cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<run config>")
+        if self._closing.is_set():
+            raise EngineError("the engine is shutting down", status=503)
+        root = runs.runs_root(cfg.run.dir)
+        if cfg.run.dir:
+            _remember_root(root)
+        run = runs.create_run(cfg, root=root)
+        self._enqueue(QueuedRun(run, resume=False))
+        log.info("run %s queued", run.run_id)
+        return self.summary(run)
+
+    def cmd_list_runs(self, cmd: C.ListRuns) -> dict[str, Any]:
+        return {"runs": [self.summary(r) for r in self.all_runs()]}
+
+    def cmd_get_run(self, cmd: C.GetRun) -> dict[str, Any]:
+        run = self.find_run(cmd.run_id)
+        out = self.summary(run)
+        try:
+            out["config"] = tomllib.loads(run.config_path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError):
+            out["config"] = None
+        out["checkpoints"] = checkpoint_steps(run)
+        if cmd.metrics:
+            out["metrics"] = run.metrics()
+        if cmd.events:
+            out["events"] = run.events()
+        return out
+
+    def cmd_stop_run(self, cmd: C.StopRun) -> dict[str, Any]:
+        run = self.find_run(cmd.run_id)
+        with self._cond:
+            active = self._active if self._active and self._active.run.path == run.path else None
+            queued = [q for q in self._queue if q.run.path == run.path]
+            for q in queued:
+                self._queue.remove(q)
+        if active is not None:
+            active.stop.set()
+            if run.state == "running":
+                run.set_state("stopping", "stop requested")
+            self.publish_status(run)
+        elif queued:
+            run.set_state("stopped", "stopped before it started")
+            self.publish_status(run, end=True)
+        else:
+            state = run.state
+            raise EngineError(f"run {run.run_id} is not running (it is {state})", status=409,
+                              hint="resume it with `gemma-workbench runs resume`"
+                              if state in runs.RESUMABLE_STATES else None)
+        return self.summary(run)
+
+    def cmd_resume_run(self, cmd: C.ResumeRun) -> dict[str, Any]:
+        run = self.find_run(cmd.run_id)
+        summary = self.summary(run)
+        state = summary.get("state")
+        if state not in runs.RESUMABLE_STATES:
+            raise EngineError(f"run {run.run_id} is {state}; only a stopped, failed or "
+                              "interrupted run can be resumed", status=409)
+        resume = bool(checkpoint_steps(run))
+        run.set_state("queued", "resume requested" if resume else "restart requested (no checkpoint)")
+        self._enqueue(QueuedRun(run, resume=resume))
+        return self.summary(run)
+
+    def cmd_delete_run(self, cmd: C.DeleteRun) -> dict[str, Any]:
+        run = self.find_run(cmd.run_id)
+        state = self.summary(run).get("state")
+        with self._cond:
+            busy = (self._active is not None and self._active.run.path == run.path) or any(
+                q.run.path == run.path for q in self._queue)
+        if busy or state in runs.ACTIVE_STATES:
+            raise EngineError(f"run {run.run_id} is {state}; stop it before deleting it",
+                              status=409, hint="gemma-workbench runs stop " + run.run_id)
+        shutil.rmtree(run.path)
+        log.info("run %s deleted", run.run_id)
+        return {"id": run.run_id, "deleted": True}
+
+    def replay(self, run: runs.RunDir, since_step: int) -> list[dict[str, Any]]:
+        """Stream items already on disk: metrics with step > since_step, and every event."""
+        items = [{"type": "event", "data": e} for e in run.events()]
+        items += [{"type": "metrics", "data": m} for m in run.metrics()
+                  if int(m.get("step", 0)) > since_step]
+        return items
+
+    # ----------------------------------------------------------------- sampling, export
+
+    def cmd_stream_run(self, cmd: C.StreamRun) -> runs.RunDir:
+        """Find the run to stream (the server does the streaming)."""
+        return self.find_run(cmd.run_id)
+
+    def prepare_generation(self, cmd: C.Sample | C.Compare) -> runs.RunDir | None:
+        """Check a sample/compare request before its stream opens (errors → HTTP status)."""
+        log.info("command %s", json.dumps(_brief(cmd.to_json())))
+        if not cmd.prompt:
+            raise EngineError("prompt is empty", where=f"{cmd.name} request",
+                              hint="send a non-empty prompt")
+        if cmd.max_tokens < 1:
+            raise EngineError("max_tokens must be at least 1", where=f"{cmd.name} request")
+        run = self.find_run(cmd.run_id) if cmd.run_id else None
+        if isinstance(cmd, C.Compare) and run is None:
+            raise EngineError("compare needs run_id (the tuned model to set beside the base)",
+                              where="compare request")
+        return run
+
+    def execute_stream(self, cmd: C.Sample | C.Compare, run: runs.RunDir | None,
+                       emit: Callable[[str, dict], bool]) -> dict[str, Any]:
+        """Generate on the device thread, calling ``emit(type, data)`` per chunk.
+
+        ``emit`` returns False when the client is gone: generation stops early.
+        """
+        from adapters_lib.engine import sampling
+
+        fn = sampling.compare_job if isinstance(cmd, C.Compare) else sampling.sample_job
+        future = self.on_device(lambda: fn(self, cmd, run, emit), label=cmd.name)
+        return future.result()
+
+    def cmd_export(self, cmd: C.Export) -> dict[str, Any]:
+        run = self.find_run(cmd.run_id)
+        if cmd.kind not in ("adapter", "merged"):
+            raise EngineError(f"export kind {cmd.kind!r}", where="export request",
+                              hint='use "adapter" or "merged"')
+        from adapters_lib.engine import sampling
+
+        future = self.on_device(lambda: sampling.export_job(self, cmd, run), label="export")
+        return future.result()
+
+
+class RunLogHandler(logging.Handler):
+    """Log records of the device thread while a run trains → ``log`` stream items + train.log."""
+
+    def __init__(self, engine: Engine, run: runs.RunDir, thread_id: int):
+        super().__init__(logging.INFO)
+        self.engine = engine
+        self.run = run
+        self.thread_id = thread_id
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self._file = open(run.path / "train.log", "a", encoding="utf-8")  # noqa: SIM115
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread != self.thread_id:
+            return
+        try:
+            line = self.format(record)
+            self._file.write(line + "\n")
+            self._file.flush()
+            self.engine.hub.publish(self.run.run_id, "log", {
+                "time": round(record.created, 3), "level": record.levelname,
+                "logger": record.name, "message": record.getMessage()})
+        except Exception:  # noqa: BLE001 - logging must never break training
+            self.handleError(record)
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+
+def _device_info(d: Any) -> dict[str, Any]:
+    memory = None
+    try:
+        stats = d.memory_stats()
+        if stats:
+            memory = stats.get("bytes_limit") or stats.get("bytes_reservable_limit")
+    except Exception:  # noqa: BLE001 - CPU devices have no stats
+        memory = None
+    return {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", d.platform),
+            "process_index": getattr(d, "process_index", 0), "memory_bytes": memory}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _as_json(value: Any) -> Any:
+    """A dataclass / object / container from another area → JSON-able data."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if hasattr(value, "to_dict") and callable(value.to_dict):
+        return _as_json(value.to_dict())
+    if isinstance(value, dict):
+        return {str(k): _as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_as_json(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "item") and callable(value.item):
+        return value.item()
+    return str(value)
+
+
+def _brief(data: dict[str, Any]) -> dict[str, Any]:
+    """A command for the log: long strings cut."""
+    return {k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v)
+            for k, v in data.items() if k not in ("config",) or v is None} | (
+        {"config": "<dict>"} if data.get("config") is not None else {})
+
+
+def _roots_file() -> Path:
+    return paths.state_dir() / "run-roots.json"
+
+
+def _extra_roots() -> list[Path]:
+    try:
+        return [Path(p) for p in json.loads(_roots_file().read_text(encoding="utf-8"))]
+    except (OSError, ValueError, TypeError):
+        return []
+
+
+def _remember_root(root: Path) -> None:
+    roots = [str(p) for p in _extra_roots()]
+    if str(root.resolve()) not in roots:
+        roots.append(str(root.resolve()))
+        paths.ensure_private_dir(paths.state_dir())
+        runs.write_json_atomic(_roots_file(), roots)
