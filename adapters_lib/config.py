@@ -70,6 +70,8 @@ class MeshSpec:
     fsdp: int = 1
     tensor: int = -1
     """One axis may be -1: it takes what is left of the device count."""
+    devices: int = 0
+    """Use the first N devices; 0 = all of them."""
 
     def resolve(self, device_count: int) -> MeshSpec:
         """Fill the -1 axis and check the product equals ``device_count``."""
@@ -96,7 +98,7 @@ class MeshSpec:
                 where="[mesh]",
                 hint=f"make the product {device_count}, or set one axis to -1 to fill",
             )
-        return MeshSpec(**sizes)
+        return MeshSpec(**sizes, devices=self.devices)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -119,6 +121,9 @@ class TrainSpec:
     seed: int = 0
     eval_every: int = 50
     eval_batches: int = 4
+    eval_exact_match: int = -1
+    """Eval examples answered greedily for exact-match before and after training:
+    -1 = all of them on the demo data, none otherwise; 0 = off; N = the first N."""
     log_every: int = 1
     checkpoint_every: int = 50
     keep_checkpoints: int = 3
@@ -301,6 +306,8 @@ def _check(cfg: RunConfig, where: _Where) -> RunConfig:
         v = getattr(me, key)
         if v == 0 or v < -1:
             fail("mesh", key, f"mesh.{key} is {v}", "use a positive size, or -1 to fill")
+    if me.devices < 0:
+        fail("mesh", "devices", f"mesh.devices is {me.devices}", "use 0 (all devices) or a positive count")
     if sum(1 for v in me.shape if v == -1) > 1:
         fail("mesh", "", "more than one mesh axis is -1", "at most one axis may fill")
     positive = ("steps", "batch_size", "grad_accum", "eval_every", "checkpoint_every", "log_every",

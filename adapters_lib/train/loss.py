@@ -1,0 +1,85 @@
+"""The causal-LM loss for gemma models: attention mask, chunked cross-entropy.
+
+Pure functions of their inputs (no params are created here):
+- ``attention_mask(segment_ids)``: causal and within one packed example; padding
+  (segment 0) attends to nothing.
+- ``chunked_ce_sum(hidden, table, targets, loss_mask, ...)``: Σ CE·mask computed from the
+  final hidden states and the embedding table, one sequence chunk at a time, so the
+  ``[B, L, V]`` logits never exist at once (forward or backward: each chunk is
+  rematerialised in the backward pass). Applies gemma's ``final_logit_softcap`` when set.
+- ``full_ce_sum(logits, targets, loss_mask)``: the same from materialised logits (reference).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+
+def attention_mask(segment_ids: jax.Array) -> jax.Array:
+    """``mask[b,i,j] = seg[b,i]==seg[b,j] & seg[b,i]!=0 & j<=i`` (bool ``[B, L, L]``)."""
+    seg = segment_ids
+    length = seg.shape[-1]
+    causal = jnp.tril(jnp.ones((length, length), dtype=jnp.bool_))
+    same = (seg[..., :, None] == seg[..., None, :]) & (seg[..., :, None] != 0)
+    return same & causal
+
+
+def _softcap(logits: jax.Array, cap: float | None) -> jax.Array:
+    if cap is None:
+        return logits
+    return jnp.tanh(logits / cap) * cap
+
+
+def _ce_terms(logits: jax.Array, targets: jax.Array, mask: jax.Array) -> jax.Array:
+    """Σ (logsumexp − logit[target]) · mask over every axis."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+    target_logit = jnp.sum(jnp.where(vocab == targets[..., None], logits, 0.0), axis=-1)
+    return jnp.sum((lse - target_logit) * mask.astype(jnp.float32))
+
+
+def full_ce_sum(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> jax.Array:
+    """Σ CE·mask from materialised logits (f32 math)."""
+    return _ce_terms(logits.astype(jnp.float32), targets, loss_mask)
+
+
+def chunk_length(seq_len: int, rows_per_device: int, vocab_per_device: int,
+                 budget_bytes: int = 128 * 2**20) -> int:
+    """The longest divisor of ``seq_len`` whose f32 logits chunk per device fits the budget."""
+    best = 1
+    for c in range(1, seq_len + 1):
+        if seq_len % c == 0 and rows_per_device * c * vocab_per_device * 4 <= budget_bytes:
+            best = c
+    return best
+
+
+def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss_mask: jax.Array,
+                   *, chunk: int, softcap: float | None = None) -> jax.Array:
+    """Σ CE·mask with logits = softcap(hidden · tableᵀ), ``chunk`` positions at a time.
+
+    ``hidden`` [B, L, D] (compute dtype), ``table`` [V, D]; logits accumulate in f32.
+    """
+    b, length, d = hidden.shape
+    if length % chunk:
+        raise ValueError(f"chunk {chunk} does not divide sequence length {length}")
+
+    def one(h, t, m):
+        logits = jnp.einsum("bld,vd->blv", h, table.astype(h.dtype),
+                            preferred_element_type=jnp.float32)
+        return _ce_terms(_softcap(logits, softcap), t, m)
+
+    n = length // chunk
+    if n == 1:
+        return one(hidden, targets, loss_mask)
+    one = jax.checkpoint(one)  # the backward recomputes each chunk's logits
+
+    def split(x):  # [B, L, ...] → [n, B, chunk, ...]; the batch dim keeps its sharding
+        return jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
+
+    def body(total, xs):
+        return total + one(*xs), None
+
+    total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32),
+                            (split(hidden), split(targets), split(loss_mask)))
+    return total
