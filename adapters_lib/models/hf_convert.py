@@ -1,0 +1,410 @@
+"""Hugging Face safetensors ↔ gemma param trees (Gemma 2 and Gemma 3 text), exactly.
+
+Name map (HF ``model.`` prefix; Gemma 3 multimodal files use ``model.language_model.`` or
+``language_model.model.``) and layouts (HF ``nn.Linear`` weights are ``[out, in]``):
+
+=================================================  ===========================================
+HF                                                  gemma (nested tree)
+=================================================  ===========================================
+embed_tokens.weight            (V, D)               embedder/input_embedding (V, D)
+norm.weight                    (D,)                 final_norm/scale
+layers.i.input_layernorm                            layer_i/pre_attention_norm/scale
+layers.i.post_attention_layernorm                   layer_i/post_attention_norm/scale
+layers.i.pre_feedforward_layernorm                  layer_i/pre_ffw_norm/scale
+layers.i.post_feedforward_layernorm                 layer_i/post_ffw_norm/scale
+layers.i.self_attn.q_norm / k_norm  (H,)            layer_i/attn/_query_norm, _key_norm (Gemma 3)
+layers.i.self_attn.q_proj      (N·H, D)             attn/q_einsum/w (N, D, H)
+layers.i.self_attn.{k,v}_proj  (K·H, D)             attn/kv_einsum/w (2, K, D, H) [k, v]
+                                                    (attn/qkv_einsum/w (3, N, D, H) when K == N)
+layers.i.self_attn.o_proj      (D, N·H)             attn/attn_vec_einsum/w (N, H, D)
+layers.i.mlp.{gate,up}_proj    (F, D)               mlp/gating_einsum (2, F, D) [gate, up]
+                                                    ((2, D, F) when not transposed: Gemma 2 2B)
+layers.i.mlp.down_proj         (D, F)               mlp/linear (F, D)
+=================================================  ===========================================
+
+Norm weights copy as they are: HF's Gemma RMSNorm multiplies by ``1 + weight`` like gemma's.
+Only reshapes and transposes: the round trip is bit-exact. The safetensors reader/writer
+here is a few lines over ``numpy.memmap`` (bf16 through ``ml_dtypes``), with no torch.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters_lib.models.families import Arch
+
+# --------------------------------------------------------------------------- safetensors I/O
+
+_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
+           "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
+           "BOOL": "bool"}
+_CODES = {v: k for k, v in _DTYPES.items()}
+
+
+class SafetensorsError(Exception):
+    """A safetensors file that cannot be read (truncated, bad header)."""
+
+
+def _np_dtype(code: str) -> np.dtype:
+    name = _DTYPES.get(code)
+    if name is None:
+        raise SafetensorsError(f"unsupported safetensors dtype {code}")
+    if name == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    """The JSON header of a safetensors file, checked against the file's size."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise SafetensorsError(f"{path.name}: shorter than a safetensors header")
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8 or n > 100_000_000:
+            raise SafetensorsError(f"{path.name}: header length {n} exceeds the file")
+        try:
+            header = json.loads(f.read(n))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise SafetensorsError(f"{path.name}: header is not valid JSON") from None
+    if not isinstance(header, dict):
+        raise SafetensorsError(f"{path.name}: header is not a JSON object")
+    end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+    if 8 + n + end > size:
+        raise SafetensorsError(
+            f"{path.name}: truncated ({size} bytes, the header needs {8 + n + end})")
+    header["__data_start__"] = 8 + n
+    return header
+
+
+def read_tensor(path: Path, header: Mapping[str, Any], name: str) -> np.ndarray:
+    """One tensor, memory-mapped (read-only) from the file."""
+    info = header[name]
+    start, end = info["data_offsets"]
+    dtype = _np_dtype(info["dtype"])
+    shape = tuple(info["shape"])
+    count = (end - start) // dtype.itemsize
+    arr = np.memmap(path, dtype=dtype, mode="r", offset=header["__data_start__"] + start,
+                    shape=(count,))
+    return arr.reshape(shape)
+
+
+def write_safetensors(path: Path, tensors: Mapping[str, np.ndarray],
+                      metadata: Mapping[str, str] | None = None) -> None:
+    """Write ``tensors`` in the safetensors format (readable by the ``safetensors`` library)."""
+    header: dict[str, Any] = {"__metadata__": dict(metadata or {"format": "pt"})}
+    offset = 0
+    names = sorted(tensors)
+    for name in names:
+        arr = np.asarray(tensors[name])
+        code = _CODES.get(arr.dtype.name)
+        if code is None:
+            raise SafetensorsError(f"cannot write dtype {arr.dtype} ({name})")
+        header[name] = {"dtype": code, "shape": list(arr.shape),
+                        "data_offsets": [offset, offset + arr.nbytes]}
+        offset += arr.nbytes
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for name in names:
+            f.write(np.ascontiguousarray(tensors[name]).tobytes())
+
+
+class SafetensorsDir:
+    """The safetensors files of one HF model folder: single file or sharded with an index."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        index = folder / "model.safetensors.index.json"
+        self.where: dict[str, Path] = {}
+        self.headers: dict[Path, dict[str, Any]] = {}
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (OSError, ValueError, KeyError, TypeError):
+                raise SafetensorsError("model.safetensors.index.json is not a valid index") from None
+            for name, file in weight_map.items():
+                self.where[name] = folder / file
+            missing = sorted({p.name for p in self.where.values() if not p.is_file()})
+            if missing:
+                raise SafetensorsError(
+                    f"shard{'s' if len(missing) > 1 else ''} missing: {', '.join(missing[:3])}")
+        files = sorted(folder.glob("*.safetensors"))
+        if not files and not self.where:
+            raise SafetensorsError("no *.safetensors file")
+        for file in sorted(set(self.where.values()) | set(files)):
+            header = read_header(file)
+            self.headers[file] = header
+            for name in header:
+                if not name.startswith("__"):
+                    self.where.setdefault(name, file)
+        for name, file in self.where.items():
+            if name not in self.headers[file]:
+                raise SafetensorsError(f"{file.name}: index lists {name} but the file lacks it")
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {n: tuple(self.headers[f][n]["shape"]) for n, f in self.where.items()}
+
+    def dtypes(self) -> set[str]:
+        return {self.headers[f][n]["dtype"] for n, f in self.where.items()}
+
+    def get(self, name: str) -> np.ndarray:
+        file = self.where[name]
+        return read_tensor(file, self.headers[file], name)
+
+    def nbytes(self) -> int:
+        return sum(p.stat().st_size for p in self.headers)
+
+
+# --------------------------------------------------------------------------- the name map
+
+_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
+
+
+def hf_prefix(names: Iterator[str] | list[str]) -> str:
+    """The prefix before ``embed_tokens.weight`` (``model.`` for a CausalLM)."""
+    names = list(names)
+    for prefix in _PREFIXES:
+        if f"{prefix}embed_tokens.weight" in names:
+            return prefix
+    raise KeyError("embed_tokens.weight")
+
+
+_NORMS = {
+    "pre_attention_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "pre_ffw_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+
+Fetch = Callable[[str], np.ndarray]
+
+
+def leaf_plan(arch: Arch) -> list[tuple[tuple[str, ...], list[str], Callable[..., np.ndarray]]]:
+    """For each gemma leaf: its path, the HF names it is made of, and how (exact ops only)."""
+    n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
+
+    def q(w):  # (N·H, D) → (N, D, H)
+        return w.reshape(n, h, d).transpose(0, 2, 1)
+
+    def kv(wk, wv):  # → (2, K, D, H)
+        return np.stack([wk.reshape(k, h, d).transpose(0, 2, 1),
+                         wv.reshape(k, h, d).transpose(0, 2, 1)])
+
+    def qkv(wq, wk, wv):  # → (3, N, D, H)
+        return np.stack([q(wq), q(wk), q(wv)])
+
+    def o(w):  # (D, N·H) → (N, H, D)
+        return w.T.reshape(n, h, d)
+
+    def gating(wg, wu):
+        return np.stack([wg, wu]) if arch.transpose_gating else np.stack([wg.T, wu.T])
+
+    def same(w):
+        return np.asarray(w)
+
+    plan = [(("embedder", "input_embedding"), ["embed_tokens.weight"], same),
+            (("final_norm", "scale"), ["norm.weight"], same)]
+    for i in range(arch.num_layers):
+        hf = f"layers.{i}."
+        lay = f"layer_{i}"
+        for ours, theirs in _NORMS.items():
+            plan.append(((lay, ours, "scale"), [f"{hf}{theirs}.weight"], same))
+        a = f"{hf}self_attn."
+        if k == n:
+            plan.append(((lay, "attn", "qkv_einsum", "w"),
+                         [f"{a}q_proj.weight", f"{a}k_proj.weight", f"{a}v_proj.weight"], qkv))
+        else:
+            plan.append(((lay, "attn", "q_einsum", "w"), [f"{a}q_proj.weight"], q))
+            plan.append(((lay, "attn", "kv_einsum", "w"),
+                         [f"{a}k_proj.weight", f"{a}v_proj.weight"], kv))
+        plan.append(((lay, "attn", "attn_vec_einsum", "w"), [f"{a}o_proj.weight"], o))
+        if arch.use_qk_norm:
+            plan.append(((lay, "attn", "_query_norm", "scale"), [f"{a}q_norm.weight"], same))
+            plan.append(((lay, "attn", "_key_norm", "scale"), [f"{a}k_norm.weight"], same))
+        m = f"{hf}mlp."
+        plan.append(((lay, "mlp", "gating_einsum"), [f"{m}gate_proj.weight", f"{m}up_proj.weight"],
+                     gating))
+        plan.append(((lay, "mlp", "linear"), [f"{m}down_proj.weight"], lambda w: w.T))
+    return plan
+
+
+def gemma_shapes(arch: Arch) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """The gemma param shapes of ``arch`` (without building the model)."""
+    n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
+    out: dict[tuple[str, ...], tuple[int, ...]] = {
+        ("embedder", "input_embedding"): (arch.vocab_size, d), ("final_norm", "scale"): (d,)}
+    for i in range(arch.num_layers):
+        lay = f"layer_{i}"
+        for ours in _NORMS:
+            out[(lay, ours, "scale")] = (d,)
+        if k == n:
+            out[(lay, "attn", "qkv_einsum", "w")] = (3, n, d, h)
+        else:
+            out[(lay, "attn", "q_einsum", "w")] = (n, d, h)
+            out[(lay, "attn", "kv_einsum", "w")] = (2, k, d, h)
+        out[(lay, "attn", "attn_vec_einsum", "w")] = (n, h, d)
+        if arch.use_qk_norm:
+            out[(lay, "attn", "_query_norm", "scale")] = (h,)
+            out[(lay, "attn", "_key_norm", "scale")] = (h,)
+        out[(lay, "mlp", "gating_einsum")] = (2, f, d) if arch.transpose_gating else (2, d, f)
+        out[(lay, "mlp", "linear")] = (f, d)
+    return out
+
+
+def hf_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
+    """The HF tensor shapes (``model.`` prefix) of ``arch``."""
+    n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
+    out = {"model.embed_tokens.weight": (arch.vocab_size, d), "model.norm.weight": (d,)}
+    for i in range(arch.num_layers):
+        p = f"model.layers.{i}."
+        for theirs in _NORMS.values():
+            out[f"{p}{theirs}.weight"] = (d,)
+        out[f"{p}self_attn.q_proj.weight"] = (n * h, d)
+        out[f"{p}self_attn.k_proj.weight"] = (k * h, d)
+        out[f"{p}self_attn.v_proj.weight"] = (k * h, d)
+        out[f"{p}self_attn.o_proj.weight"] = (d, n * h)
+        if arch.use_qk_norm:
+            out[f"{p}self_attn.q_norm.weight"] = (h,)
+            out[f"{p}self_attn.k_norm.weight"] = (h,)
+        out[f"{p}mlp.gate_proj.weight"] = (f, d)
+        out[f"{p}mlp.up_proj.weight"] = (f, d)
+        out[f"{p}mlp.down_proj.weight"] = (d, f)
+    return out
+
+
+def check_hf_shapes(arch: Arch, shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    """None when the HF tensors fit ``arch``; else a one-line reason."""
+    try:
+        prefix = hf_prefix(shapes)
+    except KeyError:
+        return "no embed_tokens.weight tensor: not a Gemma causal LM"
+    for name, shape in hf_shapes(arch).items():
+        theirs = shapes.get(prefix + name[len("model."):])
+        if theirs is None:
+            return f"tensor {prefix + name[len('model.'):]} missing"
+        if tuple(theirs) != shape:
+            return (f"tensor {prefix + name[len('model.'):]} has shape {tuple(theirs)}, "
+                    f"config.json implies {shape}")
+    return None
+
+
+def hf_to_gemma(tensors: Mapping[str, np.ndarray], arch: Arch) -> dict[str, Any]:
+    """A nested gemma params tree (numpy) from HF tensors."""
+    prefix = hf_prefix(tensors)
+    tree: dict[str, Any] = {}
+    for path, names, fn in leaf_plan(arch):
+        value = fn(*(np.asarray(tensors[prefix + x]) for x in names))
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = value
+    return tree
+
+
+def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, family: str = "",
+                *, arch: Arch | None = None) -> dict[str, np.ndarray]:
+    """HF tensors (``model.`` prefix) from a gemma params tree: the inverse of ``hf_to_gemma``.
+
+    Pass the model's ``TransformerConfig`` and family ("gemma2"/"gemma3"), or an ``Arch``.
+    LoRA adapters must be fused first (``adapters_lib.lora.fuse_lora``).
+    """
+    if arch is None:
+        arch = arch_from_transformer_config(transformer_config, family, params)
+    n, k, h, d = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim
+
+    def get(*path: str) -> np.ndarray:
+        node: Any = params
+        for part in path:
+            node = node[part]
+        return np.asarray(node)
+
+    out = {"model.embed_tokens.weight": get("embedder", "input_embedding"),
+           "model.norm.weight": get("final_norm", "scale")}
+    for i in range(arch.num_layers):
+        lay, p = f"layer_{i}", f"model.layers.{i}."
+        for ours, theirs in _NORMS.items():
+            out[f"{p}{theirs}.weight"] = get(lay, ours, "scale")
+        a = f"{p}self_attn."
+        if k == n:
+            w = get(lay, "attn", "qkv_einsum", "w")
+            for j, name in enumerate("qkv"):
+                out[f"{a}{name}_proj.weight"] = w[j].transpose(0, 2, 1).reshape(n * h, d)
+        else:
+            out[f"{a}q_proj.weight"] = get(lay, "attn", "q_einsum", "w").transpose(0, 2, 1).reshape(n * h, d)
+            kv = get(lay, "attn", "kv_einsum", "w")
+            out[f"{a}k_proj.weight"] = kv[0].transpose(0, 2, 1).reshape(k * h, d)
+            out[f"{a}v_proj.weight"] = kv[1].transpose(0, 2, 1).reshape(k * h, d)
+        out[f"{a}o_proj.weight"] = get(lay, "attn", "attn_vec_einsum", "w").reshape(n * h, d).T
+        if arch.use_qk_norm:
+            out[f"{a}q_norm.weight"] = get(lay, "attn", "_query_norm", "scale")
+            out[f"{a}k_norm.weight"] = get(lay, "attn", "_key_norm", "scale")
+        g = get(lay, "mlp", "gating_einsum")
+        gate, up = (g[0], g[1]) if arch.transpose_gating else (g[0].T, g[1].T)
+        out[f"{p}mlp.gate_proj.weight"] = gate
+        out[f"{p}mlp.up_proj.weight"] = up
+        out[f"{p}mlp.down_proj.weight"] = get(lay, "mlp", "linear").T
+    return {name: np.ascontiguousarray(v) for name, v in out.items()}
+
+
+def arch_from_transformer_config(config: Any, family: str, params: Any = None) -> Arch:
+    """An ``Arch`` from a gemma ``TransformerConfig`` (the inverse of ``Arch.transformer_config``)."""
+    from adapters_lib.models.families import ArchError
+
+    if family not in ("gemma2", "gemma3"):
+        raise ArchError(f"export to Hugging Face supports gemma2 and gemma3, not {family!r}")
+    by_heads = "EMBED_DIM_DIV_NUM_HEADS" in config.query_pre_attn_norm.name
+    qpa = config.embed_dim // config.num_heads if by_heads else config.head_dim
+    kinds = tuple("global" if a.name == "GLOBAL" else "local" for a in config.attention_types)
+    return Arch(
+        family, len(kinds), config.embed_dim, config.hidden_dim, config.num_heads, config.head_dim,
+        config.num_kv_heads, config.num_embed, kinds, config.sliding_window_size,
+        use_qk_norm=config.use_qk_norm, transpose_gating=config.transpose_gating_einsum,
+        query_pre_attn_scalar=float(qpa),
+        final_logit_softcap=config.final_logit_softcap,
+        attn_logit_softcap=config.attn_logits_soft_cap,
+        local_rope=config.local_base_frequency, global_rope=config.global_base_frequency,
+        local_rope_scale=config.local_scale_factor, global_rope_scale=config.global_scale_factor,
+    )
+
+
+def save_hf(folder: Path, tensors: Mapping[str, np.ndarray], config: Mapping[str, Any], *,
+            max_shard_bytes: int = 0) -> list[Path]:
+    """Write ``config.json`` and the tensors (one file, or shards + index over ``max_shard_bytes``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(dict(config), indent=2) + "\n")
+    names = sorted(tensors)
+    total = sum(np.asarray(tensors[x]).nbytes for x in names)
+    if not max_shard_bytes or total <= max_shard_bytes:
+        write_safetensors(folder / "model.safetensors", tensors)
+        return [folder / "model.safetensors"]
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name in names:
+        nbytes = np.asarray(tensors[name]).nbytes
+        if groups[-1] and size + nbytes > max_shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += nbytes
+    files, weight_map = [], {}
+    for i, group in enumerate(groups, 1):
+        file = folder / f"model-{i:05d}-of-{len(groups):05d}.safetensors"
+        write_safetensors(file, {x: tensors[x] for x in group})
+        weight_map.update({x: file.name for x in group})
+        files.append(file)
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return files
+

@@ -1,0 +1,169 @@
+"""Load catalog entries (orbax checkpoints, HF safetensors) into gemma params on the mesh.
+
+``load_from_source(spec, param_dtype=, sharding=)`` is what ``loader.load_model`` calls for
+every non-demo source. Params are placed on devices as they are read:
+- orbax: restored by gemma's ``gm.ckpts.load_params`` (it knows the flat release layout,
+  the nested one and skips vision weights) into an abstract target of
+  ``jax.ShapeDtypeStruct(shape, dtype, sharding=…)``, with ``donate=False`` — never with
+  ``sharding=`` (a dict tree of shardings fails there, see STACK-NOTES);
+- safetensors: tensor by tensor (memory-mapped), converted with ``hf_convert.leaf_plan``,
+  cast and ``device_put`` with its sharding, so the host holds one tensor at a time.
+
+``sharding`` is None (first device), a ``jax.sharding.Sharding`` for every leaf, or a
+callable ``(path, ShapeDtypeStruct) -> Sharding`` where ``path`` is the key path that
+``jax.tree_util.tree_map_with_path`` gives over the nested params dict.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.catalog import ModelEntry, resolve
+from adapters_lib.config import ModelSpec
+from adapters_lib.errors import WorkbenchError
+from adapters_lib.models import families
+from adapters_lib.models.loader import LoadedModel
+
+log = logging.getLogger(__name__)
+
+
+def load_from_source(spec: ModelSpec, *, param_dtype: str = "float32",
+                     sharding: Any = None) -> LoadedModel:
+    """Resolve ``spec.source`` in the catalog and load it (see the module doc)."""
+    entry = resolve(spec.source)
+    return load_entry(entry, tokenizer=spec.tokenizer, param_dtype=param_dtype,
+                      sharding=sharding, source=spec.source)
+
+
+def check_loadable(entry: ModelEntry, tokenizer: str = "") -> None:
+    """Raise the entry's own reason when it cannot be loaded by the gemma route."""
+    where = f"[model] source = {entry.id!r}"
+    if entry.format == "keras-preset":
+        raise WorkbenchError("a Keras preset loads through the Keras route", where=where,
+                             hint='set [model] backend = "keras"')
+    missing_tok_only = entry.status == "incomplete" and entry.tokenizer is None and \
+        entry.reason.startswith("no tokenizer.model")
+    if entry.status != "ok" and not (missing_tok_only and tokenizer):
+        raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where,
+                             hint=_hint(entry))
+    if entry.arch is None:
+        raise WorkbenchError("the architecture could not be determined", where=where)
+    tok = tokenizer or entry.tokenizer
+    if tok and not Path(tok).is_file():
+        raise WorkbenchError(f"tokenizer {tok} not found", where="[model] tokenizer",
+                             hint="point at a SentencePiece tokenizer.model")
+
+
+def _hint(entry: ModelEntry) -> str:
+    if entry.status == "incomplete" and "tokenizer" in entry.reason:
+        return "set [model] tokenizer to a tokenizer.model"
+    if entry.status == "incomplete":
+        return "finish or redo the download"
+    if entry.status == "unreadable":
+        return "the files are damaged: download them again"
+    return "pick another model (gemma-workbench models)"
+
+
+def load_entry(entry: ModelEntry, *, tokenizer: str = "", param_dtype: str = "float32",
+               sharding: Any = None, source: str = "") -> LoadedModel:
+    check_loadable(entry, tokenizer)
+    arch = entry.arch
+    assert arch is not None
+    import jax.numpy as jnp
+
+    start = time.perf_counter()
+    model = families.model_class(arch)(dtype=jnp.dtype(param_dtype))
+    try:
+        if entry.format == "hf-safetensors":
+            params = load_hf_params(Path(entry.path), arch, param_dtype, sharding)
+        else:
+            params = load_orbax_params(Path(entry.checkpoint or entry.path), arch, param_dtype,
+                                       sharding)
+    except WorkbenchError:
+        raise
+    except (OSError, ValueError, RuntimeError, KeyError, TypeError) as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        raise WorkbenchError(f"unreadable: cannot read the weights: {first}",
+                             where=f"[model] source = {entry.id!r}",
+                             hint="the files are damaged: download them again") from e
+    tok_path = tokenizer or entry.tokenizer or ""
+    tok = families.tokenizer_for(arch.family, tok_path)
+    log.info("loaded %s (%s, %s) in %.1f s", entry.id, arch.family, entry.size,
+             time.perf_counter() - start)
+    return LoadedModel(model=model, params=params, tokenizer=tok, source=source or entry.id,
+                       family=arch.family, tokenizer_path=tok_path)
+
+
+# --------------------------------------------------------------------------- shardings
+
+
+def _sharding_fn(sharding: Any):
+    import jax
+
+    if sharding is None:
+        default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        return lambda path, sds: default
+    if isinstance(sharding, jax.sharding.Sharding):
+        return lambda path, sds: sharding
+    if callable(sharding):
+        return sharding
+    raise TypeError(f"sharding must be a Sharding or a callable, not {type(sharding).__name__}")
+
+
+def abstract_params(arch: families.Arch, param_dtype: str, sharding: Any = None) -> dict:
+    """The nested params tree of ``arch`` as ShapeDtypeStructs carrying their shardings."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models.hf_convert import gemma_shapes
+
+    dtype = jnp.dtype(param_dtype)
+    tree: dict[str, Any] = {}
+    for path, shape in gemma_shapes(arch).items():
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = jax.ShapeDtypeStruct(shape, dtype)
+    fn = _sharding_fn(sharding)
+    return jax.tree_util.tree_map_with_path(
+        lambda p, s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=fn(p, s)), tree)
+
+
+# --------------------------------------------------------------------------- loaders
+
+
+def load_orbax_params(ckpt: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
+    """Restore a Flax orbax checkpoint (flat or nested layout) straight onto the shardings."""
+    from gemma import gm
+
+    target = abstract_params(arch, param_dtype, sharding)
+    return gm.ckpts.load_params(ckpt, params=target, donate=False, text_only=True)
+
+
+def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
+    """Read HF safetensors tensor by tensor, convert, cast and place each gemma leaf."""
+    import jax
+    import numpy as np
+
+    from adapters_lib.models.hf_convert import SafetensorsDir, SafetensorsError, hf_prefix, leaf_plan
+
+    try:
+        tensors = SafetensorsDir(folder)
+        prefix = hf_prefix(tensors.where)
+    except (SafetensorsError, KeyError) as e:
+        raise WorkbenchError(f"unreadable: {e}", where=f"[model] source = {str(folder)!r}") from None
+    fn = _sharding_fn(sharding)
+    dtype = np.dtype(jax.numpy.dtype(param_dtype))
+    tree: dict[str, Any] = {}
+    for path, names, convert in leaf_plan(arch):
+        value = np.asarray(convert(*(tensors.get(prefix + n) for n in names))).astype(dtype)
+        keys = tuple(jax.tree_util.DictKey(p) for p in path)
+        placed = jax.device_put(value, fn(keys, jax.ShapeDtypeStruct(value.shape, value.dtype)))
+        node = tree
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = placed
+    return tree
