@@ -1,0 +1,135 @@
+"""TUI test fixtures: a static engine stand-in for deterministic snapshots.
+
+``StaticClient`` answers like the engine client (same method names and reply shapes) from
+fixed data: a finished demo run with 40 steps of metrics, so the snapshots of every screen
+are the same on every machine. Flows that must prove the real thing (launch, stream, stop,
+compare, overlay) use the real engine fixture instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from adapters_lib.config import RunConfig
+
+
+def _metrics(steps: int, scale: float, seed: int) -> list[dict[str, Any]]:
+    out = []
+    for s in range(1, steps + 1):
+        loss = 7.0 * math.exp(-s / (12 * scale)) + 1.2 + 0.05 * math.sin(s * 1.7 + seed)
+        m = {"step": s, "loss": round(loss, 4), "lr": round(1e-3 * min(1, s / 5) *
+             0.5 * (1 + math.cos(math.pi * s / steps)), 7), "grad_norm": round(2.0 / (1 + s / 8), 4),
+             "tokens_per_s": 3000 + 40 * ((s * 7 + seed) % 11), "step_time_s": 0.35}
+        if s % 10 == 0:
+            m["eval_loss"] = round(loss + 0.15, 4)
+        out.append(m)
+    return out
+
+
+def _config(rank: int, name: str) -> dict[str, Any]:
+    cfg = RunConfig().to_dict()
+    cfg["lora"]["rank"] = rank
+    cfg["lora"]["alpha"] = 2.0 * rank
+    cfg["train"]["steps"] = 40
+    cfg["data"]["max_length"] = 64
+    cfg["run"]["name"] = name
+    return cfg
+
+
+RUNS = {
+    "20260101-120000-demo": ("completed", 8, 1.0),
+    "20260101-130000-demo-r16": ("completed", 16, 0.8),
+}
+
+
+class StaticClient:
+    """Fixed replies shaped like workbench.client's."""
+
+    def status(self) -> dict[str, Any]:
+        return {"api_version": 1, "backend": "cpu", "busy": False, "active_run": None,
+                "devices": [{"id": i, "platform": "cpu", "kind": "cpu", "process_index": 0,
+                             "memory_bytes": None} for i in range(8)]}
+
+    def models(self, folders: Any = ()) -> list[dict[str, Any]]:
+        return [
+            {"id": "demo", "family": "gemma3", "size": "tiny", "variant": "pt", "format": "demo",
+             "params": 3_800_000, "bytes": 15_200_000, "status": "ready", "path": "(built in)",
+             "tokenizer": "demo sentencepiece (1024)",
+             "config": {"num_layers": 4, "embed_dim": 256, "num_heads": 4, "num_kv_heads": 1},
+             "problems": []},
+            {"id": "hf:google/gemma-3-1b-it", "family": "gemma3", "size": "1b", "variant": "it",
+             "format": "safetensors", "params": 999_885_952, "bytes": 1_999_811_208,
+             "status": "incomplete", "path": "/data/hf/models--google--gemma-3-1b-it",
+             "tokenizer": "", "config": {}, "problems": ["tokenizer.model not found"]},
+        ]
+
+    def data_check(self, path: str = "", **_: Any) -> dict[str, Any]:
+        return {"ok": True, "format": "chat", "examples": 480, "train_examples": 456,
+                "eval_examples": 24, "truncated": 0, "problems": [],
+                "preview": ["<start_of_turn>user\nadd 2 and 3<end_of_turn>"]}
+
+    def estimate(self, config: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+        f, t = config["mesh"]["fsdp"], config["mesh"]["tensor"]
+        rank = config["lora"]["rank"]
+        per = int(60 * 2**20 / max(1, f * max(t, 1))) + rank * 2**20
+        problems = [] if t in (1, -1) and f in (1, 2, 4, 8) else [
+            {"level": "error", "message": "num_kv_heads=1 is not divisible by tensor",
+             "hint": "use tensor=1"}]
+        return {"estimate": {"trainable_params": 4 * 7 * rank * 512, "total_params": 3_800_000,
+                             "devices": [{"name": f"cpu:{i}", "bytes": per,
+                                          "capacity": 2 * 2**30} for i in range(8)]},
+                "mesh_problems": problems}
+
+    def create_run(self, config: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+        return {"id": "20260101-140000-demo", "state": "queued"}
+
+    def _summary(self, rid: str) -> dict[str, Any]:
+        state, rank, scale = RUNS[rid]
+        return {"id": rid, "dir": f"/runs/{rid}", "state": state, "step": 40, "total_steps": 40,
+                "loss": _metrics(40, scale, rank)[-1]["loss"], "run_id": rid}
+
+    def _record(self, rid: str, metrics: bool = True, events: bool = True) -> dict[str, Any]:
+        state, rank, scale = RUNS[rid]
+        return {**self._summary(rid), "config": _config(rank, rid.split("-", 2)[2]),
+                "checkpoints": [20, 40],
+                **({"metrics": _metrics(40, scale, rank)} if metrics else {}),
+                **({"events": [{"time": "2026-01-01T12:00:00Z", "kind": "state", "state": "running"},
+                           {"time": "2026-01-01T12:00:14Z", "kind": "checkpoint", "step": 40},
+                           {"time": "2026-01-01T12:00:15Z", "kind": "state",
+                            "state": "completed"}]} if events else {})}
+
+    def list_runs(self) -> list[dict[str, Any]]:
+        return [self._summary(rid) for rid in RUNS]
+
+    def get_run(self, run_id: str, *, metrics: bool = True, events: bool = True) -> dict[str, Any]:
+        return self._record(run_id, metrics, events)
+
+    def stream_run(self, run_id: str, since_step: int = 0) -> Iterator[dict[str, Any]]:
+        yield {"type": "replayed", "data": {}}
+        yield {"type": "end", "data": {"state": RUNS[run_id][0]}}
+
+    def stop_run(self, run_id: str) -> dict[str, Any]:
+        return {"id": run_id, "state": "stopping"}
+
+    resume_run = stop_run
+
+    def delete_run(self, run_id: str) -> dict[str, Any]:
+        return {"id": run_id, "deleted": True}
+
+    def compare(self, prompt: str, run_id: str, **_: Any) -> Iterator[dict[str, Any]]:
+        for word in ("The", " answer", " is", " 5."):
+            yield {"type": "token", "data": {"side": "base", "text": word.lower(), "token": 7}}
+            yield {"type": "token", "data": {"side": "tuned", "text": word, "token": 7}}
+        yield {"type": "done", "data": {}}
+
+    def export(self, run_id: str, **_: Any) -> dict[str, Any]:
+        return {"path": f"/tmp/{run_id}/adapter"}
+
+
+@pytest.fixture
+def static_client() -> StaticClient:
+    return StaticClient()

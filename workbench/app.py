@@ -1,0 +1,153 @@
+"""The workbench TUI: ``WorkbenchApp`` and ``run_app`` (called by ``gemma-workbench``).
+
+Six screens, one per file in ``workbench/screens`` (models, configure, train, compare, runs,
+help), reached by the keys 1–5 and ``?``, by the mouse (the tab strip at the top) and by the
+command palette (ctrl+p), which offers every action of the app and of the current screen.
+The app holds one engine client; screens call it only from thread workers. The theme
+(``workbench-dark`` / ``workbench-light``) is switched with ctrl+t and remembered in
+``settings.toml``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from functools import partial
+from typing import Any
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+import themes
+from workbench.screens.base import EngineClient
+from workbench.settings import Settings, load_settings, save_settings
+
+SCREENS = ("models", "configure", "train", "compare", "runs", "help")
+
+
+def _screen_factory(name: str):
+    def make() -> Screen:
+        from workbench.screens import compare, configure, help, models, runs, train
+
+        module = {"models": models, "configure": configure, "train": train,
+                  "compare": compare, "runs": runs, "help": help}[name]
+        return module.SCREEN()
+
+    return make
+
+
+class WorkbenchApp(App):
+    TITLE = "gemma-workbench"
+    CSS_PATH = themes.STYLES
+    MODES = {name: _screen_factory(name) for name in SCREENS}
+    DEFAULT_MODE = "models"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("1", "show('models')", "Models", id="app.models"),
+        Binding("2", "show('configure')", "Configure", id="app.configure"),
+        Binding("3", "show('train')", "Train", id="app.train"),
+        Binding("4", "show('compare')", "Compare", id="app.compare"),
+        Binding("5", "show('runs')", "Runs", id="app.runs"),
+        Binding("question_mark,f1", "show('help')", "Help", key_display="?", id="app.help"),
+        Binding("ctrl+t", "toggle_theme", "Theme", id="app.theme"),
+        Binding("q", "quit", "Quit", id="app.quit"),
+    ]
+
+    def __init__(self, client: EngineClient | None = None, *, theme: str | None = None,
+                 mode: str = "models", run_id: str | None = None,
+                 remember: bool = True) -> None:
+        super().__init__()
+        self._client = client
+        self._client_lock = threading.Lock()
+        self.settings = load_settings() if remember else Settings()
+        self.remember = remember
+        self.start_mode = mode
+        self.current_run: str | None = run_id
+        """The run the Train and Compare screens show (set by Configure, Runs, or the CLI)."""
+        for t in themes.THEMES:
+            self.register_theme(t)
+        wanted = theme or self.settings.theme or themes.DEFAULT_THEME
+        self.theme = wanted if wanted in self.available_themes else themes.DEFAULT_THEME
+
+    @property
+    def client(self) -> EngineClient:
+        """The engine client; the first use (always in a worker) connects, starting the
+        engine detached when none answers."""
+        with self._client_lock:
+            if self._client is None:
+                from workbench.client import EngineClient as RealClient
+
+                self._client = RealClient.connect()
+            return self._client
+
+    def on_mount(self) -> None:
+        self.switch_mode(self.start_mode)
+
+    # ------------------------------------------------------------------ actions
+
+    def action_show(self, name: str) -> None:
+        if name in SCREENS and self.current_mode != name:
+            self.switch_mode(name)
+
+    def open_run(self, run_id: str, mode: str = "train") -> None:
+        """Make ``run_id`` the current run and show it on ``mode`` (train or compare)."""
+        self.current_run = run_id
+        screen_name = mode
+        if screen_name in self._screen_stacks:  # already built: tell it about the run
+            screen = self._screen_stacks[screen_name][-1]
+            if hasattr(screen, "attach"):
+                screen.attach(run_id)
+        self.switch_mode(screen_name)
+
+    def action_toggle_theme(self) -> None:
+        names = [t.name for t in themes.THEMES]
+        nxt = names[(names.index(self.theme) + 1) % len(names)] if self.theme in names else names[0]
+        self.theme = nxt
+        self.notify(f"theme: {nxt}", timeout=2)
+
+    def watch_theme(self, theme: str) -> None:
+        if self.remember and theme != self.settings.theme:
+            self.settings = Settings(theme=theme, prompt_history=self.settings.prompt_history)
+            try:
+                save_settings(self.settings)
+            except OSError as err:
+                self.notify(f"could not save settings: {err}", severity="warning")
+
+    def remember_prompt(self, prompt: str) -> None:
+        self.settings = self.settings.with_prompt(prompt)
+        if self.remember:
+            try:
+                save_settings(self.settings)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------ palette
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """Every binding of the app and of the current screen, plus Textual's own."""
+        seen: set[str] = set()
+        for namespace, bindings in ((screen, screen.BINDINGS), (self, self.BINDINGS)):
+            for b in bindings:
+                if not isinstance(b, Binding) or not b.description or b.action in seen:
+                    continue
+                seen.add(b.action)
+                key = b.key_display or b.key.split(",")[0]
+                yield SystemCommand(b.description, f"{b.id} · key {key}",
+                                    partial(self._palette_action, namespace, b.action))
+        yield from super().get_system_commands(screen)
+
+    async def _palette_action(self, namespace: Any, action: str) -> None:
+        await self.run_action(action, namespace)
+
+
+def run_app(theme: str | None = None) -> int:
+    """Open the TUI; returns the exit code for the CLI."""
+    app = WorkbenchApp(theme=theme)
+    try:
+        app.run()
+    except KeyboardInterrupt:
+        return 130
+    if app.return_code not in (None, 0):
+        return int(app.return_code)
+    return 0

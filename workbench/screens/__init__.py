@@ -1,0 +1,1 @@
+"""The workbench screens, one per module; each module exposes ``SCREEN`` (its class)."""

@@ -1,0 +1,367 @@
+"""Configure: mesh, LoRA, data, hyperparameters, memory fit, the equivalent TOML, Launch.
+
+Every change re-validates the whole config with ``adapters_lib.config.config_from_dict``
+(the same checks as a TOML file), so the one-line error under the form is the one the CLI
+would print. A valid config is sent to the engine's estimate route (a worker, at most one in
+flight, debounced) which fills the memory-fit bar, the trainable-parameter count and the
+sharding problems. Launch sends it to ``create_run`` and opens the Train screen on the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widgets import (
+    Button,
+    Checkbox,
+    Footer,
+    Input,
+    Label,
+    Select,
+    Static,
+    TabbedContent,
+    TabPane,
+)
+
+from adapters_lib.config import DATA_FORMATS, SCHEDULES, MeshSpec, RunConfig, config_from_dict
+from adapters_lib.errors import WorkbenchError
+from workbench.screens.base import WorkbenchScreen, error_text
+from workbench.screens.prompt import PromptScreen
+from workbench.widgets.device_grid import DeviceGrid
+from workbench.widgets.lora_form import LoraForm, parse_number
+from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate, gib
+from workbench.widgets.nav import NavBar
+
+# (section, key, label, kind) of the plain input fields, in tab order.
+MESH_FIELDS = (("mesh", "data", "data", int), ("mesh", "fsdp", "fsdp", int),
+               ("mesh", "tensor", "tensor", int))
+DATA_FIELDS = (("data", "path", "path", str), ("data", "max_length", "max length", int),
+               ("data", "eval_fraction", "eval fraction", float))
+TRAIN_FIELDS = (("model", "source", "model", str), ("run", "name", "run name", str),
+                ("train", "steps", "steps", int), ("train", "batch_size", "batch size", int),
+                ("train", "learning_rate", "learning rate", float),
+                ("train", "warmup_steps", "warmup steps", int),
+                ("train", "eval_every", "eval every", int),
+                ("train", "checkpoint_every", "ckpt every", int),
+                ("train", "seed", "seed", int))
+DEBOUNCE_S = 0.3
+
+
+def device_info(status: dict[str, Any]) -> tuple[int, str]:
+    """(device count, kind) from the engine status (tolerant of its exact shape)."""
+    devices = status.get("devices")
+    count = status.get("device_count")
+    if count is None and isinstance(devices, list):
+        count = len(devices)
+    kind = status.get("platform") or status.get("device_kind") or ""
+    if not kind and isinstance(devices, list) and devices and isinstance(devices[0], dict):
+        kind = devices[0].get("platform", devices[0].get("kind", ""))
+    return int(count or 0), str(kind)
+
+
+def field_id(section: str, key: str) -> str:
+    return f"f-{section}-{key}"
+
+
+class ConfigureScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("ctrl+l", "launch", "Launch", id="configure.launch"),
+        Binding("ctrl+s", "save_toml", "Save TOML", id="configure.save"),
+        Binding("ctrl+d", "check_data", "Check data", id="configure.check_data"),
+        Binding("escape", "blur", "Leave field", id="configure.blur", show=False),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(name="configure")
+        self.device_count = 0
+        self.device_kind = ""
+        self.config: RunConfig | None = None
+        self.error: str = ""
+        self.estimate_result: dict[str, Any] = {}
+        self._debounce = None
+
+    # ------------------------------------------------------------------ layout
+
+    def _fields(self, spec: tuple, defaults: dict[str, dict[str, Any]]) -> ComposeResult:
+        for section, key, label, kind in spec:
+            value = defaults[section][key]
+            with Horizontal(classes="row"):
+                yield Label(label, classes="label")
+                yield Input(f"{value:g}" if kind is float else str(value),
+                            id=field_id(section, key),
+                            type={int: "integer", float: "number"}.get(kind, "text"),
+                            classes="short" if kind is not str else "long", compact=True)
+
+    def compose(self) -> ComposeResult:
+        base: RunConfig = getattr(self.app, "config_defaults", None) or RunConfig()
+        choice = getattr(self.app, "model_choice", None)
+        if choice:
+            base = base.replace(model=type(base.model)(source=choice))
+        d = base.to_dict()
+        yield NavBar("configure")
+        with TabbedContent(id="configure-tabs"):
+            with TabPane("Mesh", id="tab-mesh"):
+                with VerticalScroll():
+                    with Horizontal(classes="row"):
+                        for section, key, label, _ in MESH_FIELDS:
+                            yield Label(label, classes="label-short")
+                            yield Input(str(d[section][key]), id=field_id(section, key),
+                                        type="integer", classes="tiny", compact=True)
+                    yield Static("", id="mesh-note", classes="note")
+                    yield DeviceGrid(id="device-grid")
+            with TabPane("LoRA", id="tab-lora"):
+                with VerticalScroll():
+                    yield LoraForm(base.lora, id="lora-form")
+            with TabPane("Data", id="tab-data"):
+                with VerticalScroll():
+                    yield from self._fields(DATA_FIELDS[:1], d)
+                    with Horizontal(classes="row"):
+                        yield Label("format", classes="label")
+                        yield Select([(f, f) for f in DATA_FORMATS], value=base.data.format,
+                                     allow_blank=False, id=field_id("data", "format"),
+                                     compact=True)
+                        yield Checkbox("packing", value=base.data.packing,
+                                       id=field_id("data", "packing"), compact=True)
+                    yield from self._fields(DATA_FIELDS[1:], d)
+                    with Horizontal(classes="row"):
+                        yield Button("Check data (ctrl+d)", id="check-data", compact=True)
+                    yield Static("", id="data-report", classes="report")
+            with TabPane("Train", id="tab-train"):
+                with VerticalScroll():
+                    yield from self._fields(TRAIN_FIELDS, d)
+                    with Horizontal(classes="row"):
+                        yield Label("schedule", classes="label")
+                        yield Select([(s, s) for s in SCHEDULES], value=base.train.schedule,
+                                     allow_blank=False, id=field_id("train", "schedule"),
+                                     compact=True)
+            with TabPane("TOML", id="tab-toml"):
+                with VerticalScroll():
+                    yield Static("", id="toml-preview", classes="toml")
+        with Vertical(id="configure-bottom"):
+            yield MemoryFitBar(id="memory-fit")
+            with Horizontal(classes="launch-row"):
+                yield Static("", id="config-status")
+                yield Button("Launch (ctrl+l)", id="launch", variant="primary", compact=True)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.base_config: RunConfig = getattr(self.app, "config_defaults", None) or RunConfig()
+        self.load_devices()
+        self.revalidate()
+
+    # ------------------------------------------------------------------ reading the form
+
+    def form_dict(self) -> dict[str, dict[str, Any]]:
+        raw = self.base_config.to_dict()
+        for section, key, _, kind in MESH_FIELDS + DATA_FIELDS + TRAIN_FIELDS:
+            text = self.query_one(f"#{field_id(section, key)}", Input).value
+            raw[section][key] = text.strip() if kind is str else (
+                parse_number(text, kind) if text.strip() else None)
+        raw["data"]["format"] = str(self.query_one(f"#{field_id('data', 'format')}", Select).value)
+        raw["data"]["packing"] = self.query_one(f"#{field_id('data', 'packing')}", Checkbox).value
+        raw["train"]["schedule"] = str(
+            self.query_one(f"#{field_id('train', 'schedule')}", Select).value)
+        raw["lora"].update(self.query_one(LoraForm).values())
+        return raw
+
+    def build_config(self) -> RunConfig:
+        raw = self.form_dict()
+        for section, values in raw.items():
+            for key, value in values.items():
+                if value is None:
+                    raise WorkbenchError(f"{section}.{key} is empty", where=f"[{section}]",
+                                         hint="type a value")
+        cfg = config_from_dict(raw, source="form")
+        if self.device_count:
+            cfg.mesh.resolve(self.device_count)
+        return cfg
+
+    # ------------------------------------------------------------------ reacting
+
+    @on(Input.Changed)
+    @on(Select.Changed)
+    @on(Checkbox.Changed)
+    def _changed(self, event) -> None:
+        if self._debounce is not None:
+            self._debounce.stop()
+        self._debounce = self.set_timer(DEBOUNCE_S, self.revalidate)
+
+    def revalidate(self) -> None:
+        self._debounce = None
+        status = self.query_one("#config-status", Static)
+        self.show_mesh()
+        try:
+            self.config = self.build_config()
+        except WorkbenchError as err:
+            self.config, self.error = None, str(err)
+            status.update(f"[b red]✗[/] {err}")
+            self.query_one("#launch", Button).disabled = True
+            return
+        self.error = ""
+        status.update("[b green]✓[/] config valid")
+        self.query_one("#launch", Button).disabled = False
+        self.query_one("#toml-preview", Static).update(self.config.to_toml())
+        self.estimate(self.config)
+
+    def show_mesh(self) -> None:
+        values = []
+        for section, key, _, _ in MESH_FIELDS:
+            v = parse_number(self.query_one(f"#{field_id(section, key)}", Input).value, int)
+            values.append(v if isinstance(v, int) else 0)
+        note = self.query_one("#mesh-note", Static)
+        shape = tuple(values)
+        if self.device_count and -1 in shape:
+            try:
+                shape = MeshSpec(*shape).resolve(self.device_count).shape
+            except WorkbenchError:
+                pass
+        problems = list(self.estimate_result.get("problems") or []) if self.config else []
+        self.query_one(DeviceGrid).show(self.device_count, shape, self.device_kind,
+                                        [str(p) for p in problems][:6])
+        if not self.device_count:
+            note.update("[dim]asking the engine for its devices…[/]")
+        else:
+            note.update(f"data × fsdp × tensor must equal {self.device_count} "
+                        "(one axis may be -1: it fills)")
+
+    @work(thread=True, exclusive=True, group="devices")
+    def load_devices(self) -> None:
+        status = self.engine(self.client.status, wait=True)
+        if status is not None:
+            self.ui(self.set_devices, *device_info(status))
+
+    def set_devices(self, count: int, kind: str) -> None:
+        self.device_count, self.device_kind = count, kind
+        self.revalidate()
+
+    @work(thread=True, exclusive=True, group="estimate")
+    def estimate(self, config: RunConfig) -> None:
+        reply = self.engine(self.client.estimate, config.to_dict())
+        if reply is not None:
+            self.ui(self.show_estimate, estimate_view(reply))
+
+    def show_estimate(self, result: dict[str, Any]) -> None:
+        self.estimate_result = result
+        fits = fits_from_estimate(result)
+        breakdown = result.get("breakdown") if isinstance(result.get("breakdown"), dict) else {}
+        note = "per device: " + " · ".join(f"{k} {gib(v)}" for k, v in breakdown.items()
+                                            if isinstance(v, (int, float))) if breakdown else ""
+        self.query_one(MemoryFitBar).set_fits(fits, note if fits else "no per-device estimate")
+        self.query_one(LoraForm).set_trainable(
+            result.get("trainable_params"), result.get("total_params", result.get("params")))
+        self.show_mesh()
+
+    # ------------------------------------------------------------------ actions
+
+    def use_model(self, source: str) -> None:
+        self.query_one(f"#{field_id('model', 'source')}", Input).value = source
+
+    def action_blur(self) -> None:
+        self.set_focus(None)
+
+    @on(Button.Pressed, "#launch")
+    def _launch_pressed(self) -> None:
+        self.action_launch()
+
+    @on(Button.Pressed, "#check-data")
+    def _check_pressed(self) -> None:
+        self.action_check_data()
+
+    def action_launch(self) -> None:
+        try:
+            cfg = self.build_config()
+        except WorkbenchError as err:
+            self.notify(str(err), title="cannot launch", severity="error", timeout=8)
+            return
+        self.notify("launching…", timeout=3)
+        self.launch(cfg)
+
+    @work(thread=True, exclusive=True, group="launch")
+    def launch(self, cfg: RunConfig) -> None:
+        run = self.engine(self.client.create_run, cfg.to_dict())
+        if run is not None:
+            run_id = str(run.get("id") or run.get("run_id"))
+            self.ui(self.app.open_run, run_id, "train")  # type: ignore[attr-defined]
+
+    def action_check_data(self) -> None:
+        try:
+            raw = self.form_dict()
+        except WorkbenchError as err:
+            self.notify(str(err), severity="error")
+            return
+        self.query_one("#data-report", Static).update("[dim]checking…[/]")
+        self.check_data(raw)
+
+    @work(thread=True, exclusive=True, group="data")
+    def check_data(self, raw: dict[str, Any]) -> None:
+        try:
+            report = self.client.data_check(raw["data"]["path"], format=raw["data"]["format"],
+                                            config=raw, limit=2000)
+        except Exception as err:  # noqa: BLE001
+            self.ui(self.query_one("#data-report", Static).update, f"[b red]✗[/] {error_text(err)}")
+            return
+        self.ui(self.query_one("#data-report", Static).update, data_report_text(report))
+
+    def action_save_toml(self) -> None:
+        if self.config is None:
+            self.notify(self.error or "the config is not valid yet", severity="error")
+            return
+        cfg = self.config
+
+        def save(path: str | None) -> None:
+            if not path:
+                return
+            target = Path(path).expanduser()
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(cfg.to_toml(), encoding="utf-8")
+            except OSError as err:
+                self.notify(f"could not save: {err}", severity="error")
+                return
+            self.notify(f"saved {target}\nrun it with: gemma-workbench train {target}", timeout=6)
+
+        self.app.push_screen(PromptScreen("Save the config as TOML", "path.toml",
+                                          str(Path.cwd() / "run.toml")), save)
+
+
+def problem_text(p: Any) -> str:
+    if isinstance(p, dict):
+        hint = f" — {p['hint']}" if p.get("hint") else ""
+        return f"{p.get('message', p)}{hint}"
+    return str(p)
+
+
+def estimate_view(reply: dict[str, Any]) -> dict[str, Any]:
+    """Flatten the estimate route's reply (``{"estimate": {...}, "mesh_problems": [...]}``)."""
+    est = dict(reply.get("estimate") or {}) if "estimate" in reply else dict(reply)
+    problems = [problem_text(p) for p in reply.get("mesh_problems") or est.get("problems") or []]
+    est["problems"] = problems
+    return est
+
+
+def data_report_text(report: dict[str, Any]) -> str:
+    lines = []
+    ok = report.get("ok", not report.get("problems") and not report.get("errors"))
+    lines.append("[b green]✓ data looks good[/]" if ok else "[b red]✗ data has problems[/]")
+    summary = report.get("report") if isinstance(report.get("report"), dict) else report
+    for key in ("format", "examples", "records", "train_examples", "eval_examples", "tokens",
+                "truncated", "dropped", "mean_tokens", "max_tokens"):
+        if key in summary and not isinstance(summary[key], (dict, list)):
+            lines.append(f"  {key}: {summary[key]}")
+    for p in (report.get("problems") or report.get("errors") or [])[:10]:
+        lines.append(f"  [red]⚠ {p if isinstance(p, str) else p.get('message', p)}[/]")
+    preview = report.get("preview") or report.get("examples_preview") or []
+    if preview:
+        lines.append("[b]preview[/b]")
+        for ex in preview[:3]:
+            text = ex if isinstance(ex, str) else ex.get("text") or str(ex)
+            lines.append("  " + text.replace("\n", "⏎ ")[:300])
+    return "\n".join(lines)
+
+
+SCREEN = ConfigureScreen

@@ -1,0 +1,54 @@
+"""Help: every key of every screen (read from the bindings themselves) and the main flow."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from workbench.widgets.nav import NavBar
+
+FLOW = """[b]Main flow[/b]
+  2  Configure → check the mesh and LoRA fields → ctrl+l launches the run
+  3  Train: live loss, learning rate, grad norm, tokens/s · s stops (a checkpoint is kept)
+  4  Compare: type a prompt, enter (or ctrl+r) streams base | tuned side by side
+  5  Runs: space marks runs to overlay, w then enter relaunches with twice the rank
+  q  quits the TUI; runs keep going in the engine, reopen to reattach
+  ctrl+p opens the command palette (every action); escape leaves a text field
+"""
+
+
+def binding_table() -> str:
+    from workbench.app import WorkbenchApp
+    from workbench.screens import compare, configure, models, runs, train
+
+    sections = [("app (everywhere)", WorkbenchApp.BINDINGS)]
+    for module in (models, configure, train, compare, runs):
+        sections.append((module.SCREEN.__name__.removesuffix("Screen"), module.SCREEN.BINDINGS))
+    lines = []
+    for title, bindings in sections:
+        lines.append(f"[b]{title}[/b]")
+        for b in bindings:
+            if isinstance(b, Binding):
+                key = b.key_display or b.key.replace(",", " / ")
+                lines.append(f"  {key:<18} {b.description:<18} [dim]{b.id}[/]")
+    return "\n".join(lines)
+
+
+class HelpScreen(Screen):
+    BINDINGS = [Binding("escape", "app.show('models')", "Back", id="help.back")]
+
+    def __init__(self) -> None:
+        super().__init__(name="help")
+
+    def compose(self) -> ComposeResult:
+        yield NavBar("help")
+        with VerticalScroll(id="help-body"):
+            yield Static(FLOW, id="help-flow")
+            yield Static(binding_table(), id="help-keys")
+        yield Footer()
+
+
+SCREEN = HelpScreen

@@ -1,0 +1,298 @@
+"""Runs: the history table; mark several (space) to overlay their loss curves and diff their
+configs; open (enter), stop, resume, delete, export; rank sweep (``w`` then enter) relaunches
+the run under the cursor with a new rank and overlays the child on its parent.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import DataTable, Footer, Static
+
+from adapters_lib.config import config_from_dict
+from adapters_lib.errors import WorkbenchError
+from workbench.screens.base import WorkbenchScreen, error_text
+from workbench.screens.prompt import PromptScreen
+from workbench.screens.runstate import RunView
+from workbench.widgets.nav import NavBar
+from workbench.widgets.plot import PlotView, Series
+
+COLUMNS = ("✓", "run", "state", "step", "loss", "rank", "targets")
+
+
+def flatten(config: dict[str, Any]) -> dict[str, Any]:
+    return {f"{s}.{k}": v for s, values in config.items() if isinstance(values, dict)
+            for k, v in values.items()}
+
+
+def config_diff(configs: dict[str, dict[str, Any]]) -> list[tuple[str, list[Any]]]:
+    """Keys whose values differ across the runs, with the value of each run (in order)."""
+    flat = {rid: flatten(c) for rid, c in configs.items()}
+    keys = sorted(set().union(*[f.keys() for f in flat.values()])) if flat else []
+    out = []
+    for key in keys:
+        values = [flat[rid].get(key) for rid in configs]
+        if len({repr(v) for v in values}) > 1:
+            out.append((key, values))
+    return out
+
+
+def parse_sweep(text: str, lora: dict[str, Any]) -> dict[str, Any]:
+    """``"16"`` → rank 16; ``"rank=4 alpha=8 targets=q,v"`` → those; the rest kept."""
+    new = dict(lora)
+    for part in text.replace(";", " ").split():
+        key, _, value = part.partition("=")
+        if not value:
+            key, value = "rank", key
+        key = key.strip().lower()
+        if key == "targets":
+            new["targets"] = [t for t in value.split(",") if t]
+        elif key in ("rank", "alpha"):
+            try:
+                new[key] = int(value) if key == "rank" else float(value)
+            except ValueError:
+                raise WorkbenchError(f"{key} {value!r} is not a number", where="sweep",
+                                     hint="type a rank such as 16, or rank=16 alpha=32") from None
+        else:
+            raise WorkbenchError(f"cannot sweep {key!r}", where="sweep",
+                                 hint="sweep rank, alpha or targets")
+    return new
+
+
+def record_state(r: dict[str, Any]) -> dict[str, Any]:
+    return r.get("status") if isinstance(r.get("status"), dict) else r
+
+
+class RunsScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("space", "mark", "Mark", id="runs.mark"),
+        Binding("enter", "open", "Open", id="runs.open"),
+        Binding("w", "sweep", "Rank sweep", id="runs.sweep"),
+        Binding("s", "stop", "Stop", id="runs.stop"),
+        Binding("u", "resume", "Resume", id="runs.resume"),
+        Binding("e", "export", "Export", id="runs.export"),
+        Binding("x", "delete", "Delete", id="runs.delete"),
+        Binding("r", "refresh", "Refresh", id="runs.refresh"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(name="runs")
+        self.runs: list[dict[str, Any]] = []
+        self.marked: list[str] = []
+        self.parents: dict[str, str] = {}
+        self.curves: dict[str, RunView] = {}
+        self.configs: dict[str, dict[str, Any]] = {}
+        """Run configs by id (the list route carries none; a config never changes)."""
+        self._lock = threading.Lock()
+
+    def compose(self) -> ComposeResult:
+        yield NavBar("runs")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        with Horizontal(id="runs-bottom"):
+            yield PlotView("loss (marked runs)", id="runs-plot",
+                           empty="mark runs with space to overlay their loss")
+            with VerticalScroll(id="runs-diff", classes="detail"):
+                yield Static("", id="runs-diff-text")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for col in COLUMNS:
+            table.add_column(col, key=col)
+        self.load()
+        self.set_interval(3.0, self._auto_refresh)
+
+    def on_screen_resume(self) -> None:
+        self.load()
+
+    def _auto_refresh(self) -> None:
+        if any(record_state(r).get("state") in ("queued", "running", "stopping")
+               for r in self.runs):
+            self.load()
+
+    @work(thread=True, exclusive=True, group="runs-list")
+    def load(self) -> None:
+        runs = self.engine(self.client.list_runs)
+        if runs is None:
+            return
+        for r in runs:
+            rid = self.run_id(r)
+            if isinstance(r.get("config"), dict):
+                self.configs[rid] = r["config"]
+            elif rid not in self.configs:
+                record = self.engine(self.client.get_run, rid, metrics=False, events=False)
+                self.configs[rid] = (record or {}).get("config") or {}
+        self.ui(self.show_runs, runs)
+
+    def run_id(self, r: dict[str, Any]) -> str:
+        return str(r.get("id", r.get("run_id")))
+
+    def show_runs(self, runs: list[dict[str, Any]]) -> None:
+        self.runs = sorted(runs, key=self.run_id, reverse=True)
+        table = self.query_one(DataTable)
+        cursor = table.cursor_row
+        table.clear()
+        for r in self.runs:
+            rid = self.run_id(r)
+            st = record_state(r)
+            lora = self.configs.get(rid, {}).get("lora", {})
+            loss = r.get("loss", r.get("last_loss"))
+            table.add_row("✓" if rid in self.marked else " ", rid, str(st.get("state", "?")),
+                          f"{st.get('step', 0)}/{st.get('total_steps', '?')}",
+                          f"{loss:.4f}" if isinstance(loss, (int, float)) else "—",
+                          str(lora.get("rank", "—")) if lora.get("enabled", True) else "full",
+                          ",".join(lora.get("targets", [])) or "—", key=rid)
+        if self.runs and cursor is not None:
+            table.move_cursor(row=min(cursor, len(self.runs) - 1))
+        self.marked = [m for m in self.marked if any(self.run_id(r) == m for r in self.runs)]
+        self.load_curves(list(self.marked))
+
+    def current(self) -> dict[str, Any] | None:
+        table = self.query_one(DataTable)
+        if not self.runs or table.cursor_row is None or table.cursor_row >= len(self.runs):
+            return None
+        return self.runs[table.cursor_row]
+
+    # ------------------------------------------------------------------ overlay + diff
+
+    def action_mark(self) -> None:
+        r = self.current()
+        if r is None:
+            return
+        rid = self.run_id(r)
+        if rid in self.marked:
+            self.marked.remove(rid)
+        else:
+            self.marked.append(rid)
+        table = self.query_one(DataTable)
+        table.update_cell(rid, "✓", "✓" if rid in self.marked else " ")
+        self.load_curves(list(self.marked))
+
+    @work(thread=True, exclusive=True, group="runs-curves")
+    def load_curves(self, run_ids: list[str]) -> None:
+        views = {}
+        for rid in run_ids:
+            record = self.engine(self.client.get_run, rid)
+            if record is None:
+                continue
+            view = RunView(rid)
+            view.apply_record(record)
+            views[rid] = view
+        self.ui(self.show_overlay, views)
+
+    def show_overlay(self, views: dict[str, RunView]) -> None:
+        self.curves = views
+        plot = self.query_one("#runs-plot", PlotView)
+        plot.set_series([Series(short(rid), *v.series("loss")) for rid, v in views.items()])
+        diff = self.query_one("#runs-diff-text", Static)
+        if len(views) < 2:
+            diff.update("[dim]mark two or more runs (space) to diff their configs;\n"
+                        "w: rank sweep of the run under the cursor[/]")
+            return
+        rows = config_diff({rid: v.config for rid, v in views.items()})
+        lines = ["[b]config diff[/b]  " + " | ".join(short(r) for r in views)]
+        lines += [f"{k}: " + " | ".join(str(v) for v in vals) for k, vals in rows] or ["(same)"]
+        diff.update("\n".join(lines))
+
+    # ------------------------------------------------------------------ run actions
+
+    def action_open(self) -> None:
+        r = self.current()
+        if r is not None:
+            self.app.open_run(self.run_id(r), "train")  # type: ignore[attr-defined]
+
+    def action_refresh(self) -> None:
+        self.load()
+
+    def _act(self, name: str, call) -> None:
+        r = self.current()
+        if r is None:
+            self.notify("no run selected", severity="warning")
+            return
+        self.run_action_worker(name, call, self.run_id(r))
+
+    @work(thread=True, group="runs-action")
+    def run_action_worker(self, name: str, call, run_id: str) -> None:
+        result = self.engine(call, run_id)
+        if result is not None:
+            extra = result.get("path") or result.get("out") or "" if isinstance(result, dict) else ""
+            self.ui(self.notify, f"{name}: {run_id} {extra}".strip(), timeout=5)
+            self.load()
+
+    def action_stop(self) -> None:
+        self._act("stop", self.client.stop_run)
+
+    def action_resume(self) -> None:
+        self._act("resume", self.client.resume_run)
+
+    def action_export(self) -> None:
+        self._act("export", lambda rid: self.client.export(rid, kind="adapter"))
+
+    def action_delete(self) -> None:
+        r = self.current()
+        if r is None:
+            return
+        rid = self.run_id(r)
+
+        def confirmed(answer: str | None) -> None:
+            if answer is not None and answer.strip().lower() in ("y", "yes", rid):
+                self.marked = [m for m in self.marked if m != rid]
+                self.run_action_worker("deleted", self.client.delete_run, rid)
+
+        self.app.push_screen(PromptScreen(f"Delete {rid} and its checkpoints? type y",
+                                          "y / n"), confirmed)
+
+    def action_sweep(self) -> None:
+        r = self.current()
+        if r is None:
+            self.notify("no run selected", severity="warning")
+            return
+        rid = self.run_id(r)
+        lora = self.configs.get(rid, {}).get("lora") or {}
+        rank = int(lora.get("rank", 8) or 8)
+
+        def launch(text: str | None) -> None:
+            if text:
+                self.sweep(rid, text)
+
+        self.app.push_screen(PromptScreen(f"Sweep {short(rid)}: new rank (or rank=… alpha=… "
+                                          "targets=q,v)", "16", str(rank * 2)), launch)
+
+    @work(thread=True, exclusive=True, group="runs-sweep")
+    def sweep(self, parent: str, text: str) -> None:
+        record = self.engine(self.client.get_run, parent)
+        if record is None:
+            return
+        try:
+            config = dict(record.get("config") or {})
+            lora = parse_sweep(text, config.get("lora") or {})
+            config["lora"] = lora
+            name = (config.get("run") or {}).get("name") or "demo"
+            config["run"] = {**(config.get("run") or {}), "name": f"{name}-r{lora.get('rank')}"}
+            config_from_dict(config, source="sweep")
+        except WorkbenchError as err:
+            self.ui(self.notify, error_text(err), title="sweep", severity="error")
+            return
+        run = self.engine(self.client.create_run, config)
+        if run is None:
+            return
+        child = str(run.get("id", run.get("run_id")))
+        self.parents[child] = parent
+        self.marked = [parent, child]
+        self.ui(self.notify, f"sweep {child} (rank {lora.get('rank')}) launched; "
+                "overlaid on its parent", timeout=5)
+        self.load()
+
+
+def short(run_id: str) -> str:
+    """``20260101-120000-name`` → ``120000-name`` (enough to tell runs apart in a legend)."""
+    parts = run_id.split("-", 1)
+    return parts[1] if len(parts) == 2 and parts[0].isdigit() else run_id
+
+
+SCREEN = RunsScreen

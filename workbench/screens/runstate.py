@@ -1,0 +1,122 @@
+"""What the Train, Compare and Runs screens know about one run, built from engine replies.
+
+``RunView`` folds the run record (``get_run``) and the live stream (``stream_run`` events)
+into plain lists: metrics by step, events, state. It is UI-free so the folding is tested
+without a terminal, and tolerant of missing keys (a run just created has no metrics yet).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ACTIVE = ("queued", "running", "stopping")
+
+
+@dataclass
+class RunView:
+    run_id: str
+    state: str = "unknown"
+    step: int = 0
+    total_steps: int = 0
+    config: dict[str, Any] = field(default_factory=dict)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    checkpoints: list[int] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def last_step(self) -> int:
+        return int(self.metrics[-1].get("step", 0)) if self.metrics else 0
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE
+
+    def apply_record(self, record: dict[str, Any]) -> None:
+        """Fold a ``get_run`` / ``list_runs`` record in."""
+        status = record.get("status") if isinstance(record.get("status"), dict) else record
+        self.state = str(status.get("state", self.state))
+        self.step = int(status.get("step", self.step) or 0)
+        self.total_steps = int(status.get("total_steps", self.total_steps) or 0)
+        if status.get("error"):
+            self.error = str(status["error"])
+        if isinstance(record.get("config"), dict):
+            self.config = record["config"]
+        if not self.total_steps:
+            self.total_steps = int(self.config.get("train", {}).get("steps", 0) or 0)
+        for m in record.get("metrics") or []:
+            self.add_metrics(m)
+        for e in record.get("events") or []:
+            self.events.append(e)
+        ckpts = record.get("checkpoints")
+        if isinstance(ckpts, list):
+            self.checkpoints = sorted(int(c.get("step", c) if isinstance(c, dict) else c)
+                                      for c in ckpts)
+
+    def add_metrics(self, m: dict[str, Any]) -> None:
+        step = int(m.get("step", 0) or 0)
+        if self.metrics and step <= self.last_step:
+            if step == self.last_step:  # an eval line for the same step: merge it
+                self.metrics[-1] = {**self.metrics[-1], **m}
+            return
+        self.metrics.append(dict(m))
+        self.step = max(self.step, step)
+
+    def apply_stream(self, ev: dict[str, Any]) -> str:
+        """Fold one stream event in; returns its kind (metrics, event, status, end)."""
+        kind = str(ev.get("type") or ev.get("event") or "")
+        data = ev.get("data") if isinstance(ev.get("data"), dict) else ev
+        if kind == "metrics" or (not kind and "loss" in data):
+            self.add_metrics(data)
+            return "metrics"
+        if kind in ("status", "state") or (not kind and "state" in data and "kind" not in data):
+            self.apply_record(data)
+            return "status"
+        if kind in ("replayed", "ping"):
+            return kind
+        if kind == "error":
+            self.error = str(data.get("message", data))
+            return "error"
+        if kind == "log":
+            self.events.append({"kind": "log", **data})
+            return "event"
+        if kind in ("end", "done", "closed"):
+            if data.get("state"):
+                self.state = str(data["state"])
+            return "end"
+        self.events.append(data)
+        if data.get("kind") in ("state", "status") and data.get("state"):
+            self.state = str(data["state"])
+        return "event"
+
+    def series(self, key: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        pts = [(m["step"], m[key]) for m in self.metrics
+               if m.get(key) is not None and m.get("step") is not None]
+        return tuple(p[0] for p in pts), tuple(p[1] for p in pts)
+
+    def eta_seconds(self) -> float | None:
+        times = [m["step_time_s"] for m in self.metrics[-20:] if m.get("step_time_s")]
+        if not times or not self.total_steps or not self.active:
+            return None
+        return max(0.0, (self.total_steps - self.step) * sum(times) / len(times))
+
+
+def fmt_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    s = int(round(seconds))
+    if s >= 3600:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    if s >= 60:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s}s"
+
+
+def event_line(e: dict[str, Any]) -> str:
+    t = str(e.get("time", ""))
+    clock = t[11:19] if len(t) >= 19 and t[10] in "T " else ""
+    kind = e.get("kind", e.get("type", "event"))
+    rest = {k: v for k, v in e.items() if k not in ("time", "kind", "type")}
+    msg = rest.pop("message", "") or " ".join(f"{k}={v}" for k, v in list(rest.items())[:5])
+    return f"{clock} {kind}: {msg}".strip()

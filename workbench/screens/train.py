@@ -1,0 +1,211 @@
+"""Train: live plots (loss + eval loss, LR, grad-norm, tokens/s), progress with ETA, events, stop.
+
+Attaching to a run = one ``get_run`` (everything so far) + ``stream_run(since_step=last)``
+(what comes next), in a thread worker. Stream events are folded into a ``RunView`` off the
+UI thread; a 2 Hz timer redraws the plots only when something changed. A run reattached
+after the TUI was closed is shown exactly the same way. With no run chosen, the screen
+attaches to the newest active run (else the newest run).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Grid, Horizontal
+from textual.widgets import Footer, ProgressBar, RichLog, Static
+from textual.worker import get_current_worker
+
+from workbench.screens.base import WorkbenchScreen
+from workbench.screens.runstate import RunView, event_line, fmt_duration
+from workbench.widgets.nav import NavBar
+from workbench.widgets.plot import PlotView, Series
+
+REDRAW_S = 0.5
+PLOTS = (("plot-loss", "loss"), ("plot-lr", "learning rate"), ("plot-grad", "grad norm"),
+         ("plot-tps", "tokens/s"))
+
+
+def newest_run(runs: list[dict[str, Any]]) -> str | None:
+    """The newest active run, else the newest run (ids sort by creation time)."""
+    if not runs:
+        return None
+
+    def state(r: dict[str, Any]) -> str:
+        s = r.get("status") if isinstance(r.get("status"), dict) else r
+        return str(s.get("state", ""))
+
+    ordered = sorted(runs, key=lambda r: str(r.get("id", r.get("run_id", ""))))
+    active = [r for r in ordered if state(r) in ("queued", "running", "stopping")]
+    pick = (active or ordered)[-1]
+    return str(pick.get("id", pick.get("run_id")))
+
+
+class TrainScreen(WorkbenchScreen):
+    BINDINGS = [
+        Binding("s", "stop", "Stop run", id="train.stop"),
+        Binding("c", "compare", "Compare", id="train.compare"),
+        Binding("l", "toggle_log", "Log", id="train.log"),
+    ]
+
+    def __init__(self) -> None:
+        super().__init__(name="train")
+        self.view: RunView | None = None
+        self._lock = threading.Lock()
+        self._dirty = False
+        self._shown_events = 0
+
+    def compose(self) -> ComposeResult:
+        yield NavBar("train")
+        with Horizontal(id="train-head"):
+            yield Static("no run yet — launch one from Configure (2)", id="train-title")
+            yield ProgressBar(id="train-progress", show_eta=False)
+        with Grid(id="train-plots"):
+            for pid, title in PLOTS:
+                yield PlotView(title, id=pid)
+        yield RichLog(id="train-log", wrap=False, markup=False, max_lines=500)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(REDRAW_S, self.redraw)
+        run_id = getattr(self.app, "current_run", None)
+        if run_id:
+            self.attach(run_id)
+        else:
+            self.find_run()
+
+    def on_screen_resume(self) -> None:
+        run_id = getattr(self.app, "current_run", None)
+        if run_id and (self.view is None or self.view.run_id != run_id):
+            self.attach(run_id)
+        elif self.view is None:
+            self.find_run()
+
+    @work(thread=True, exclusive=True, group="train-find")
+    def find_run(self) -> None:
+        runs = self.engine(self.client.list_runs)
+        run_id = newest_run(runs or [])
+        if run_id:
+            self.ui(self.attach, run_id)
+
+    # ------------------------------------------------------------------ attach + stream
+
+    def attach(self, run_id: str) -> None:
+        self.app.current_run = run_id  # type: ignore[attr-defined]
+        with self._lock:
+            self.view = RunView(run_id)
+            self._dirty = True
+        self._shown_events = 0
+        self.query_one(RichLog).clear()
+        self.follow(run_id)
+
+    @work(thread=True, exclusive=True, group="train-stream")
+    def follow(self, run_id: str) -> None:
+        worker = get_current_worker()
+        record = self.engine(self.client.get_run, run_id)
+        if record is None or worker.is_cancelled:
+            return
+        with self._lock:
+            if self.view is None or self.view.run_id != run_id:
+                return
+            self.view.apply_record(record)
+            self._dirty = True
+            since = self.view.last_step
+        try:
+            for ev in self.client.stream_run(run_id, since_step=since):
+                if worker.is_cancelled:
+                    return
+                with self._lock:
+                    if self.view is None or self.view.run_id != run_id:
+                        return
+                    kind = self.view.apply_stream(ev)
+                    self._dirty = True
+                if kind == "end":
+                    break
+        except Exception as err:  # noqa: BLE001 - the stream ended badly: say so, keep the plot
+            if not worker.is_cancelled:
+                self.ui(self.notify, f"stream ended: {err}", severity="warning")
+        final = self.engine(self.client.get_run, run_id)
+        if final is not None and not worker.is_cancelled:
+            with self._lock:
+                if self.view is not None and self.view.run_id == run_id:
+                    self.view.apply_record({k: v for k, v in final.items()
+                                            if k not in ("metrics", "events")})
+                    self._dirty = True
+
+    # ------------------------------------------------------------------ drawing (≤ 2 Hz)
+
+    def redraw(self) -> None:
+        with self._lock:
+            if not self._dirty or self.view is None:
+                return
+            self._dirty = False
+            v = self.view
+            loss, eval_loss = v.series("loss"), v.series("eval_loss")
+            lr, grad, tps = v.series("lr"), v.series("grad_norm"), v.series("tokens_per_s")
+            new_events = v.events[self._shown_events:]
+            self._shown_events = len(v.events)
+            state, step, total, eta, error = v.state, v.step, v.total_steps, v.eta_seconds(), v.error
+            last = v.metrics[-1] if v.metrics else {}
+        self.query_one("#plot-loss", PlotView).set_series(
+            [Series("train", *loss)] + ([Series("eval", *eval_loss)] if eval_loss[0] else []))
+        self.query_one("#plot-lr", PlotView).set_series([Series("lr", *lr)])
+        self.query_one("#plot-grad", PlotView).set_series([Series("grad norm", *grad)])
+        self.query_one("#plot-tps", PlotView).set_series([Series("tok/s", *tps)])
+        loss_txt = f" loss {last['loss']:.4f}" if isinstance(last.get("loss"), (int, float)) else ""
+        self.query_one("#train-title", Static).update(
+            f"[b]{short_id(v.run_id)}[/b] [{state_style(state)}]{state}[/] {step}/{total or '?'}"
+            f"{loss_txt}" + (f" ETA {fmt_duration(eta)}" if eta is not None else "")
+            + (f" [red]{error}[/]" if error else ""))
+        bar = self.query_one(ProgressBar)
+        bar.update(total=total or None, progress=step)
+        log = self.query_one(RichLog)
+        for e in new_events:
+            log.write(event_line(e))
+
+    # ------------------------------------------------------------------ actions
+
+    def action_stop(self) -> None:
+        if self.view is None:
+            self.notify("no run to stop", severity="warning")
+            return
+        if not self.view.active:
+            self.notify(f"run is {self.view.state}", severity="warning")
+            return
+        self.notify(f"stopping {self.view.run_id} (checkpoint first)…", timeout=3)
+        self.stop(self.view.run_id)
+
+    @work(thread=True, group="train-stop")
+    def stop(self, run_id: str) -> None:
+        result = self.engine(self.client.stop_run, run_id)
+        if result is not None:
+            with self._lock:
+                if self.view is not None and self.view.run_id == run_id:
+                    self.view.apply_record(result if "state" in result else {})
+                    self._dirty = True
+
+    def action_compare(self) -> None:
+        if self.view is not None:
+            self.app.open_run(self.view.run_id, "compare")  # type: ignore[attr-defined]
+        else:
+            self.app.action_show("compare")  # type: ignore[attr-defined]
+
+    def action_toggle_log(self) -> None:
+        self.query_one(RichLog).toggle_class("hidden")
+
+
+def short_id(run_id: str) -> str:
+    """Drop the date from ``YYYYmmdd-HHMMSS-name`` (the time and name tell runs apart)."""
+    head, _, rest = run_id.partition("-")
+    return rest if head.isdigit() and len(head) == 8 and rest else run_id
+
+
+def state_style(state: str) -> str:
+    return {"running": "green", "completed": "b green", "failed": "b red",
+            "interrupted": "yellow", "stopped": "yellow", "stopping": "yellow"}.get(state, "dim")
+
+
+SCREEN = TrainScreen

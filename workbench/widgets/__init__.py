@@ -1,0 +1,1 @@
+"""Reusable widgets of the workbench TUI (plots, memory-fit bar, device grid, LoRA form)."""

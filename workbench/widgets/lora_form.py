@@ -1,0 +1,71 @@
+"""The LoRA form: rank, alpha, target checkboxes, dtype and the full-fine-tune switch.
+
+``values()`` returns the ``[lora]`` table as typed so far (strings the user typed are kept
+as they are; the Configure screen validates the whole config with ``config_from_dict`` and
+shows the one-line error). The trainable-parameter count is set from the engine's estimate.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Checkbox, Input, Label, Select, Static
+
+from adapters_lib.config import DTYPES, LORA_TARGETS, LoraSpec
+
+
+def parse_number(text: str, kind: type) -> Any:
+    """``"8"`` → 8; keep what cannot be parsed so that validation names it."""
+    text = text.strip()
+    try:
+        return kind(text) if kind is int else float(text)
+    except ValueError:
+        return text
+
+
+class LoraForm(Vertical):
+    DEFAULT_CLASSES = "form lora-form"
+
+    def __init__(self, spec: LoraSpec | None = None, *, id: str | None = None):
+        super().__init__(id=id)
+        self.spec = spec or LoraSpec()
+
+    def compose(self) -> ComposeResult:
+        s = self.spec
+        with Horizontal(classes="row"):
+            yield Label("mode", classes="label")
+            yield Checkbox("full fine-tune (no LoRA)", value=not s.enabled, id="lora-full", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("rank", classes="label")
+            yield Input(str(s.rank), id="lora-rank", type="integer", classes="short", compact=True)
+            yield Label("alpha", classes="label")
+            yield Input(f"{s.alpha:g}", id="lora-alpha", type="number", classes="short", compact=True)
+        with Horizontal(classes="row targets"):
+            yield Label("targets", classes="label")
+            for name in LORA_TARGETS:
+                yield Checkbox(name, value=name in s.targets, id=f"lora-t-{name}", compact=True)
+        with Horizontal(classes="row"):
+            yield Label("dtype", classes="label")
+            yield Select([(d, d) for d in DTYPES], value=s.dtype, allow_blank=False,
+                         id="lora-dtype", compact=True)
+        yield Static("trainable: …", id="lora-trainable", classes="note")
+
+    def values(self) -> dict[str, Any]:
+        targets = [n for n in LORA_TARGETS if self.query_one(f"#lora-t-{n}", Checkbox).value]
+        return {
+            "enabled": not self.query_one("#lora-full", Checkbox).value,
+            "rank": parse_number(self.query_one("#lora-rank", Input).value, int),
+            "alpha": parse_number(self.query_one("#lora-alpha", Input).value, float),
+            "targets": targets,
+            "dtype": str(self.query_one("#lora-dtype", Select).value),
+        }
+
+    def set_trainable(self, trainable: int | None, total: int | None) -> None:
+        label = self.query_one("#lora-trainable", Static)
+        if trainable is None:
+            label.update("trainable: ?")
+            return
+        share = f" of {total:,} ({100 * trainable / total:.2f}%)" if total else ""
+        label.update(f"trainable parameters: {trainable:,}{share}")
