@@ -184,6 +184,7 @@ class Engine:
         try:
             import jax
 
+            _enable_compile_cache(jax)
             devices = jax.devices()
             self._backend = jax.default_backend()
             self._devices = [_device_info(d) for d in devices]
@@ -261,15 +262,17 @@ class Engine:
             cfg = run.config()
             run.write_status("running", pid=os.getpid())
             run_training(cfg, run.path, control=RunControl(self, item), resume=item.resume)
-        except WorkbenchError as e:
+        except WorkbenchError as e:  # run_training has marked the run failed already
             log.error("run %s failed: %s", run.run_id, e)
-            run.set_state("failed", str(e), error=e.to_dict())
+            if run.state != "failed":
+                run.set_state("failed", str(e), error=e.to_dict())
         except Exception as e:
             log.exception("run %s failed", run.run_id)
-            run.set_state("failed", f"{type(e).__name__}: {e}",
-                          error={"message": f"{type(e).__name__}: {e}", "where": None,
-                                 "hint": "see the engine log",
-                                 "traceback": traceback.format_exc(limit=20)})
+            if run.state != "failed":
+                run.set_state("failed", f"{type(e).__name__}: {e}",
+                              error={"message": f"{type(e).__name__}: {e}", "where": None,
+                                     "hint": "see the engine log",
+                                     "traceback": traceback.format_exc(limit=20)})
         finally:
             logging.getLogger().removeHandler(handler)
             handler.close()
@@ -453,9 +456,9 @@ class Engine:
             for q in queued:
                 self._queue.remove(q)
         if active is not None:
+            # The loop sees it before its next step, checkpoints, and writes stopping/stopped;
+            # until then the API reports "stopping" (state_of).
             active.stop.set()
-            if run.state == "running":
-                run.set_state("stopping", "stop requested")
             self.publish_status(run)
         elif queued:
             run.set_state("stopped", "stopped before it started")
@@ -569,6 +572,24 @@ class RunLogHandler(logging.Handler):
     def close(self) -> None:
         self._file.close()
         super().close()
+
+
+def _enable_compile_cache(jax: Any) -> None:
+    """Keep compiled programs on disk: a restarted engine (or a resumed run) skips compiling.
+
+    ``GEMMA_WORKBENCH_COMPILE_CACHE``: the folder (default ``<state dir>/compile-cache``);
+    empty turns it off.
+    """
+    folder = os.environ.get("GEMMA_WORKBENCH_COMPILE_CACHE",
+                            str(paths.state_dir() / "compile-cache"))
+    if not folder:
+        return
+    try:
+        paths.ensure_private_dir(Path(folder))
+        jax.config.update("jax_compilation_cache_dir", folder)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    except Exception:  # noqa: BLE001 - a cache is an optimization, never a failure
+        log.warning("compile cache at %s not enabled", folder, exc_info=True)
 
 
 def _device_info(d: Any) -> dict[str, Any]:

@@ -1,0 +1,149 @@
+"""The engine's API against a real engine process: access control, bounds, errors, status.
+
+One engine for the module (no training here); one more for the explicit TCP opt-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from workbench.client import EngineClient, EngineRequestError
+
+
+def _raw(engine_process, token: str | None = "good") -> httpx.Client:
+    """An httpx client on the engine's socket with the real token, a wrong one, or none."""
+    headers = {}
+    if token == "good":
+        token = (engine_process.runtime / "engine.token").read_text().strip()
+    if token is not None:
+        headers["Authorization"] = f"Bearer {token}"
+    transport = httpx.HTTPTransport(uds=str(engine_process.runtime / "engine.sock"))
+    return httpx.Client(base_url="http://engine", transport=transport, headers=headers,
+                        timeout=30)
+
+
+def _still_serving(engine: EngineClient) -> None:
+    assert engine.status()["api_version"] == 1
+
+
+def test_socket_token_and_runtime_dir_are_private(engine_process):
+    run = engine_process.runtime
+    sock = run / "engine.sock"
+    token = run / "engine.token"
+    assert stat.S_ISSOCK(os.stat(sock).st_mode)
+    assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(token).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(run).st_mode) == 0o700
+    assert len(token.read_text().strip()) >= 32
+
+
+def test_request_without_token_is_refused_and_engine_keeps_serving(engine_process, engine):
+    with _raw(engine_process, token=None) as http:
+        r = http.get("/v1/status")
+    assert r.status_code == 401
+    assert "token" in r.json()["error"]["message"]
+    _still_serving(engine)
+
+
+def test_request_with_wrong_token_is_refused(engine_process, engine):
+    with _raw(engine_process, token="not-the-token") as http:
+        r = http.get("/v1/runs")
+        r2 = http.post("/v1/runs", json={"config": {}})
+    assert (r.status_code, r2.status_code) == (401, 401)
+    assert engine.list_runs() == []  # the refused create made nothing
+    _still_serving(engine)
+
+
+def test_malformed_body_gets_400_with_a_json_error(engine_process, engine):
+    with _raw(engine_process) as http:
+        not_json = http.post("/v1/runs", content=b"{not json", headers={
+            "Content-Type": "application/json"})
+        not_object = http.post("/v1/runs", json=[1, 2])
+        wrong_type = http.post("/v1/runs", json={"overrides": "train.steps=3"})
+        unknown_key = http.post("/v1/runs", json={"confg": {}})
+    for r in (not_json, not_object, wrong_type, unknown_key):
+        assert r.status_code == 400, r.text
+        err = r.json()["error"]
+        assert err["message"] and "where" in err and "hint" in err
+    assert "not valid JSON" in not_json.json()["error"]["message"]
+    assert "did you mean 'config'" in unknown_key.json()["error"]["hint"]
+    _still_serving(engine)
+
+
+def test_ten_megabyte_body_is_refused_with_413(engine_process, engine):
+    big = b'{"config_toml": "' + b"x" * (10 * 1024 * 1024) + b'"}'
+    with _raw(engine_process) as http:
+        r = http.post("/v1/runs", content=big, headers={"Content-Type": "application/json"})
+    assert r.status_code == 413
+    assert "too large" in r.json()["error"]["message"]
+    _still_serving(engine)
+
+
+def test_bad_config_is_refused_with_where_and_hint(engine):
+    with pytest.raises(EngineRequestError) as info:
+        engine.create_run(config_toml="[train]\nsteps = 0\n", source="my.toml")
+    err = info.value
+    assert err.status == 400
+    assert err.where == "my.toml:2 [train] steps"
+    assert "positive" in (err.hint or "")
+    with pytest.raises(EngineRequestError, match="invalid TOML"):
+        engine.create_run(config_toml="[train\n")
+    assert engine.list_runs() == []
+
+
+def test_unknown_run_and_route_are_404(engine_process, engine):
+    with pytest.raises(EngineRequestError) as info:
+        engine.get_run("no-such-run")
+    assert info.value.status == 404
+    with _raw(engine_process) as http:
+        assert http.get("/v1/nothing-here").status_code == 404
+        assert http.get("/v2/status").status_code == 404
+
+
+def test_status_reports_versions_devices_and_idle(engine):
+    s = engine.status(wait=True)
+    assert s["api_version"] == 1 and s["version"]
+    assert s["jax"]["ready"] and s["backend"] == "cpu"
+    assert len(s["devices"]) >= 1
+    assert {"id", "platform", "kind", "memory_bytes"} <= set(s["devices"][0])
+    assert s["busy"] is False and s["active_run"] is None
+    assert "tcp" not in s["listen"]  # never on a network interface unless asked
+
+
+def test_second_engine_in_the_same_home_refuses_to_start(engine_process, engine):
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(engine_process.home)}
+    out = subprocess.run([sys.executable, "-m", "adapters_lib.engine"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3
+    assert "already running" in out.stderr
+    _still_serving(engine)
+
+
+def test_cli_engine_status_json_talks_to_the_engine(engine_process, engine):
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(engine_process.home)}
+    out = subprocess.run([sys.executable, "-m", "workbench", "engine", "status", "--json"],
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["pid"] == engine_process.pid
+
+
+def test_tcp_only_on_explicit_request_and_still_with_token(engine_factory):
+    proc = engine_factory(args=["--tcp", "127.0.0.1:0", "--no-warm"])
+    info = json.loads((proc.runtime / "engine.json").read_text())
+    host, port = info["tcp"].rsplit(":", 1)
+    assert host == "127.0.0.1" and int(port) > 0
+    url = f"http://{host}:{port}"
+    with httpx.Client(base_url=url, timeout=10) as http:
+        assert http.get("/v1/status").status_code == 401
+        wrong = http.get("/v1/status", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+    token = (proc.runtime / "engine.token").read_text().strip()
+    with EngineClient(url=url, token=token) as client:
+        assert client.status()["listen"]["tcp"] == info["tcp"]

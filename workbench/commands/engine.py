@@ -1,0 +1,150 @@
+"""``gemma-workbench engine start|stop|status [--json]``: the engine process.
+
+``start`` spawns it detached (own session, logs to the state dir) and waits until it answers;
+``start --foreground`` runs it in this terminal (logs here too, Ctrl-C stops it);
+``--tcp HOST:PORT`` also listens on TCP, only when asked, and still needs the token.
+``stop`` refuses while a run trains unless ``--force`` (the run then stops at its next step,
+checkpointed and resumable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from adapters_lib.errors import WorkbenchError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("engine", help="start, stop or inspect the engine process",
+                       description="The engine owns JAX and the devices; the TUI and the CLI "
+                                   "talk to it over a Unix socket with a token.")
+    actions = p.add_subparsers(dest="engine_action", metavar="ACTION", required=True)
+    start = actions.add_parser("start", help="start the engine (detached unless --foreground)")
+    start.add_argument("--foreground", action="store_true",
+                       help="run in this terminal and log here (Ctrl-C stops it)")
+    start.add_argument("--tcp", metavar="HOST:PORT",
+                       help="also listen on TCP (token still required); use with care")
+    start.add_argument("--json", action="store_true", help="print one JSON object")
+    start.set_defaults(handler=run_start)
+    stop = actions.add_parser("stop", help="stop the engine")
+    stop.add_argument("--force", action="store_true",
+                      help="stop even while a run trains (it stops at its next step, resumable)")
+    stop.add_argument("--json", action="store_true", help="print one JSON object")
+    stop.set_defaults(handler=run_stop)
+    status = actions.add_parser("status", help="is it running; devices, busy, active run")
+    status.add_argument("--json", action="store_true", help="print one JSON object")
+    status.add_argument("--wait", action="store_true", help="wait until JAX has started")
+    status.set_defaults(handler=run_status)
+
+
+def _gib(n: int | None) -> str:
+    return f"{n / 2**30:.1f} GiB" if n else "-"
+
+
+def render_status(s: dict[str, Any]) -> str:
+    jax = s["jax"]
+    backend = s["backend"] or ("starting…" if jax["loading"] else f"error: {jax['error']}")
+    lines = [f"engine {s['version']} (API v{s['api_version']}) pid {s['pid']}, "
+             f"up {s['uptime_s']:.0f} s",
+             f"  listening  {', '.join(f'{k} {v}' for k, v in s['listen'].items())}",
+             f"  jax        {backend}, {len(s['devices'])} device(s)"]
+    kinds: dict[tuple[str, str], int] = {}
+    for d in s["devices"]:
+        key = (d["kind"], _gib(d["memory_bytes"]))
+        kinds[key] = kinds.get(key, 0) + 1
+    lines += [f"             {n}× {kind}  memory {mem}" for (kind, mem), n in kinds.items()]
+    lines.append(f"  busy       {'yes' if s['busy'] else 'no'}"
+                 + (f" — run {s['active_run']}" if s["active_run"] else ""))
+    if s["queued_runs"]:
+        lines.append(f"  queued     {', '.join(s['queued_runs'])}")
+    lines.append(f"  runs dir   {s['runs_dir']}")
+    return "\n".join(lines)
+
+
+def run_start(args: argparse.Namespace) -> int:
+    from workbench.client import EngineClient, engine_files, spawn_engine
+
+    if args.foreground:
+        from adapters_lib.engine.daemon import main as engine_main
+
+        argv = ["--foreground"] + (["--tcp", args.tcp] if args.tcp else [])
+        return engine_main(argv)
+    client = EngineClient()
+    if client.ping():
+        s = client.status()
+        if args.tcp and "tcp" not in s["listen"]:
+            raise WorkbenchError("the engine is already running without TCP",
+                                 hint="stop it (`gemma-workbench engine stop`) and start it "
+                                      "again with --tcp")
+        _print(args, s, "engine already running\n" + render_status(s))
+        return 0
+    t0 = time.monotonic()
+    proc = spawn_engine(tcp=args.tcp)
+    client.wait_ready(proc=proc)
+    seconds = time.monotonic() - t0
+    s = client.status()
+    s["start_seconds"] = round(seconds, 3)
+    _print(args, s, f"engine started in {seconds:.1f} s (log: {engine_files()['log']})\n"
+           + render_status(s))
+    return 0
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    from workbench.client import EngineClient
+
+    client = EngineClient()
+    if not client.ping():
+        _print(args, {"running": False}, "engine not running")
+        return 0
+    s = client.status()
+    if s["active_run"] and not args.force:
+        raise WorkbenchError(f"run {s['active_run']} is training", where="engine stop",
+                             hint="stop the run first (`gemma-workbench runs stop ID`), or use "
+                                  "--force (the run checkpoints and can be resumed)")
+    client.shutdown()
+    for _ in range(1200):
+        if not client.ping():
+            break
+        time.sleep(0.1)
+    _pid_gone(s["pid"])
+    _print(args, {"running": False, "stopped_pid": s["pid"]}, f"engine stopped (pid {s['pid']})")
+    return 0
+
+
+def _pid_gone(pid: int, timeout: float = 30.0) -> None:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            return
+        time.sleep(0.1)
+
+
+def run_status(args: argparse.Namespace) -> int:
+    from workbench.client import EngineClient
+
+    client = EngineClient()
+    if not client.ping():
+        _print(args, {"running": False}, "engine not running (start it with "
+               "`gemma-workbench engine start`)")
+        return 1
+    s = client.status(wait=args.wait)
+    s["running"] = True
+    _print(args, s, render_status(s))
+    return 0
+
+
+def _print(args: argparse.Namespace, data: dict[str, Any], text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data))
+    else:
+        print(text)
+    sys.stdout.flush()
