@@ -386,8 +386,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
-        line = getattr(e, "lineno", None)
-        msg = getattr(e, "msg", str(e))
+        # Python 3.14 gives .lineno/.msg; 3.12 only says "(at line N, column M)" in the text.
+        at = re.search(r"\s*\(at line (\d+), column \d+\)", str(e))
+        line = getattr(e, "lineno", None) or (int(at.group(1)) if at else None)
+        msg = getattr(e, "msg", None) or (str(e)[:at.start()] if at else str(e))
         raise WorkbenchError(f"invalid TOML: {msg}", where=f"{p}:{line}" if line else str(p),
                              hint="fix the syntax at that line") from None
     return config_from_dict(raw, source=str(p), text=text, overrides=overrides)

@@ -1,0 +1,137 @@
+"""``gemma-workbench train [CONFIG.toml] [--set key=value …] [--print-config] [--detach]``.
+
+Without ``CONFIG`` the demo defaults are used. The run goes in the foreground (this process
+owns JAX; progress lines on stderr, the run directory on stdout); ``--detach`` hands it to
+the engine service instead and prints the run id at once. ``--resume RUN`` continues a
+stopped, failed or interrupted run from its last checkpoint, in the foreground.
+Heavy imports happen in the handler only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any
+
+from adapters_lib.errors import WorkbenchError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train", help="fine-tune a model (LoRA or full) from a TOML run config",
+        description="Train from a run config (see docs/config.md). Without CONFIG the demo "
+                    "defaults are used: a tiny Gemma model on built-in tasks, in minutes on a CPU.")
+    p.add_argument("config", nargs="?", metavar="CONFIG.toml", help="the run config (default: demo)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key, e.g. --set train.steps=20 (repeatable)")
+    p.add_argument("--print-config", action="store_true",
+                   help="print the fully resolved config as TOML and exit")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--foreground", action="store_true",
+                      help="train in this process (the default)")
+    mode.add_argument("--detach", action="store_true",
+                      help="queue the run on the engine service and return at once with its id")
+    mode.add_argument("--resume", metavar="RUN",
+                      help="resume a stopped/failed/interrupted run (id, id prefix or path) here")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(handler=run)
+
+
+def _progress_logging(quiet: bool) -> None:
+    """Engine log lines (progress, evals) to stderr, one plain line each."""
+    logger = logging.getLogger("adapters_lib")
+    for old in [h for h in logger.handlers if getattr(h, "_workbench_train", False)]:
+        logger.removeHandler(old)  # a second main() in one process (tests): one handler
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    handler._workbench_train = True  # type: ignore[attr-defined]
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+    for noisy in ("absl", "jax", "orbax", "tensorflow"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def _precheck_mesh(cfg: Any) -> None:
+    """A mesh that cannot fit the devices or the batch fails before a run dir is made."""
+    import jax
+
+    from adapters_lib import mesh as mesh_lib
+
+    mesh_lib.check(cfg.mesh, {}, cfg.train.batch_size, cfg.data.max_length, jax.device_count(),
+                   grad_accum=cfg.train.grad_accum)
+
+
+def run(args: argparse.Namespace) -> int:
+    from adapters_lib.config import load_config
+
+    if args.resume:
+        if args.config or args.overrides or args.print_config:
+            raise WorkbenchError("--resume takes no CONFIG, --set or --print-config",
+                                 where="train --resume", hint="a run resumes with its own config")
+        return _resume(args)
+    cfg = load_config(args.config, args.overrides)
+    if args.print_config:
+        sys.stdout.write(cfg.to_toml())
+        return 0
+    if args.detach:
+        return _detach(args, cfg)
+
+    _progress_logging(args.quiet)
+    _precheck_mesh(cfg)
+    from adapters_lib import runs
+
+    run_dir = runs.create_run(cfg)
+    print(run_dir.path, flush=True)
+    return _train(cfg, run_dir, resume=False)
+
+
+def _train(cfg: Any, run_dir: Any, *, resume: bool) -> int:
+    from adapters_lib.train.loop import run_training
+
+    result = run_training(cfg, run_dir, resume=resume)
+    line = f"{result.state} at step {result.step}/{result.total_steps}"
+    if result.final_loss is not None:
+        line += f", loss {result.final_loss:.4f}"
+    if result.final_eval_loss is not None:
+        line += f", eval loss {result.final_eval_loss:.4f}"
+    if result.exact_match_tuned is not None:
+        line += (f", exact-match {result.exact_match_base or 0:.1%} (base) → "
+                 f"{result.exact_match_tuned:.1%} (tuned)")
+    print(line, file=sys.stderr)
+    if result.state == "stopped":
+        print(f"resume with: gemma-workbench train --resume {run_dir.run_id}", file=sys.stderr)
+        return 130
+    return 0 if result.state == "completed" else 1
+
+
+def _resume(args: argparse.Namespace) -> int:
+    from adapters_lib import runs
+
+    _progress_logging(args.quiet)
+    run_dir = runs.find_run(args.resume)
+    if run_dir.state not in runs.RESUMABLE_STATES:
+        raise WorkbenchError(f"run {run_dir.run_id} is {run_dir.state}", where="train --resume",
+                             hint="only stopped, failed or interrupted runs resume")
+    cfg = run_dir.config()
+    print(run_dir.path, flush=True)
+    return _train(cfg, run_dir, resume=True)
+
+
+def _detach(args: argparse.Namespace, cfg: Any) -> int:
+    """Hand the run to the engine service (started on demand); print its id."""
+    try:
+        from workbench.client import submit_run
+    except ImportError:
+        raise WorkbenchError("--detach needs the engine service, not in this build",
+                             where="train --detach", hint="train in the foreground instead") from None
+    if args.config:
+        with open(args.config, encoding="utf-8") as f:
+            text, source = f.read(), args.config
+    else:
+        text, source = cfg.to_toml(), "<demo defaults>"
+    run_id = submit_run(text, list(args.overrides), source=source)
+    print(run_id)
+    print(f"follow with: gemma-workbench runs attach {run_id}", file=sys.stderr)
+    return 0
