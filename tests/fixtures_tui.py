@@ -49,7 +49,7 @@ RUNS = {
 class StaticClient:
     """Fixed replies shaped like workbench.client's."""
 
-    def status(self) -> dict[str, Any]:
+    def status(self, *, wait: bool = False) -> dict[str, Any]:
         return {"api_version": 1, "backend": "cpu", "busy": False, "active_run": None,
                 "devices": [{"id": i, "platform": "cpu", "kind": "cpu", "process_index": 0,
                              "memory_bytes": None} for i in range(8)]}
@@ -133,3 +133,9 @@ class StaticClient:
 @pytest.fixture
 def static_client() -> StaticClient:
     return StaticClient()
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """Pilot tests are ``async``: anyio's pytest plugin runs them on asyncio."""
+    return "asyncio"

@@ -20,6 +20,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 import themes
+from adapters_lib.config import RunConfig
 from workbench.screens.base import EngineClient
 from workbench.settings import Settings, load_settings, save_settings
 
@@ -56,8 +57,13 @@ class WorkbenchApp(App):
 
     def __init__(self, client: EngineClient | None = None, *, theme: str | None = None,
                  mode: str = "models", run_id: str | None = None,
-                 remember: bool = True) -> None:
+                 defaults: RunConfig | None = None, remember: bool = True) -> None:
+        """``client``: an engine client (default: connect, starting the engine on first use);
+        ``defaults``: the config the Configure form starts from; ``remember``: read and write
+        settings.toml (tests turn it off)."""
         super().__init__()
+        self.config_defaults = defaults
+        self.model_choice: str | None = None
         self._client = client
         self._client_lock = threading.Lock()
         self.settings = load_settings() if remember else Settings()

@@ -33,13 +33,13 @@ from adapters_lib.errors import WorkbenchError
 from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.prompt import PromptScreen
 from workbench.widgets.device_grid import DeviceGrid
-from workbench.widgets.lora_form import LoraForm, parse_number
+from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
 from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate, gib
 from workbench.widgets.nav import NavBar
 
 # (section, key, label, kind) of the plain input fields, in tab order.
 MESH_FIELDS = (("mesh", "data", "data", int), ("mesh", "fsdp", "fsdp", int),
-               ("mesh", "tensor", "tensor", int))
+               ("mesh", "tensor", "tensor", int), ("mesh", "devices", "devices", int))
 DATA_FIELDS = (("data", "path", "path", str), ("data", "max_length", "max length", int),
                ("data", "eval_fraction", "eval fraction", float))
 TRAIN_FIELDS = (("model", "source", "model", str), ("run", "name", "run name", str),
@@ -50,6 +50,10 @@ TRAIN_FIELDS = (("model", "source", "model", str), ("run", "name", "run name", s
                 ("train", "checkpoint_every", "ckpt every", int),
                 ("train", "seed", "seed", int))
 DEBOUNCE_S = 0.3
+
+
+class FormScroll(VerticalScroll, can_focus=False):
+    """A scrolling form page that tab skips (focus goes straight to its first field)."""
 
 
 def device_info(status: dict[str, Any]) -> tuple[int, str]:
@@ -83,6 +87,7 @@ class ConfigureScreen(WorkbenchScreen):
         self.config: RunConfig | None = None
         self.error: str = ""
         self.estimate_result: dict[str, Any] = {}
+        self.catalog: dict[str, dict[str, Any]] = {}
         self._debounce = None
 
     # ------------------------------------------------------------------ layout
@@ -106,7 +111,7 @@ class ConfigureScreen(WorkbenchScreen):
         yield NavBar("configure")
         with TabbedContent(id="configure-tabs"):
             with TabPane("Mesh", id="tab-mesh"):
-                with VerticalScroll():
+                with FormScroll():
                     with Horizontal(classes="row"):
                         for section, key, label, _ in MESH_FIELDS:
                             yield Label(label, classes="label-short")
@@ -115,10 +120,10 @@ class ConfigureScreen(WorkbenchScreen):
                     yield Static("", id="mesh-note", classes="note")
                     yield DeviceGrid(id="device-grid")
             with TabPane("LoRA", id="tab-lora"):
-                with VerticalScroll():
+                with FormScroll():
                     yield LoraForm(base.lora, id="lora-form")
             with TabPane("Data", id="tab-data"):
-                with VerticalScroll():
+                with FormScroll():
                     yield from self._fields(DATA_FIELDS[:1], d)
                     with Horizontal(classes="row"):
                         yield Label("format", classes="label")
@@ -132,7 +137,7 @@ class ConfigureScreen(WorkbenchScreen):
                         yield Button("Check data (ctrl+d)", id="check-data", compact=True)
                     yield Static("", id="data-report", classes="report")
             with TabPane("Train", id="tab-train"):
-                with VerticalScroll():
+                with FormScroll():
                     yield from self._fields(TRAIN_FIELDS, d)
                     with Horizontal(classes="row"):
                         yield Label("schedule", classes="label")
@@ -140,7 +145,7 @@ class ConfigureScreen(WorkbenchScreen):
                                      allow_blank=False, id=field_id("train", "schedule"),
                                      compact=True)
             with TabPane("TOML", id="tab-toml"):
-                with VerticalScroll():
+                with FormScroll():
                     yield Static("", id="toml-preview", classes="toml")
         with Vertical(id="configure-bottom"):
             yield MemoryFitBar(id="memory-fit")
@@ -178,8 +183,18 @@ class ConfigureScreen(WorkbenchScreen):
                                          hint="type a value")
         cfg = config_from_dict(raw, source="form")
         if self.device_count:
-            cfg.mesh.resolve(self.device_count)
+            if cfg.mesh.devices > self.device_count:
+                raise WorkbenchError(f"mesh.devices is {cfg.mesh.devices}, but the engine has "
+                                     f"{self.device_count}", where="[mesh] devices",
+                                     hint="use 0 for all devices")
+            cfg.mesh.resolve(self.used_devices(cfg.mesh.devices))
         return cfg
+
+    def used_devices(self, devices: Any) -> int:
+        """The devices a run uses: ``mesh.devices`` when set (and sane), else all."""
+        if isinstance(devices, int) and 0 < devices <= self.device_count:
+            return devices
+        return self.device_count
 
     # ------------------------------------------------------------------ reacting
 
@@ -206,7 +221,22 @@ class ConfigureScreen(WorkbenchScreen):
         status.update("[b green]✓[/] config valid")
         self.query_one("#launch", Button).disabled = False
         self.query_one("#toml-preview", Static).update(self.config.to_toml())
+        self.show_trainable()
         self.estimate(self.config)
+
+    def show_trainable(self) -> None:
+        """The adapter size from the catalog's architecture (instant; the estimate refines)."""
+        if self.config is None:
+            return
+        model = self.catalog.get(self.config.model.source) or {}
+        arch = model.get("arch") or model.get("config") or {}
+        total = model.get("params") if isinstance(model.get("params"), int) else None
+        lora = self.config.lora
+        if not lora.enabled:
+            self.query_one(LoraForm).set_trainable(total, total)
+            return
+        count = trainable_count(arch, {"rank": lora.rank, "targets": lora.targets})
+        self.query_one(LoraForm).set_trainable(count, total)
 
     def show_mesh(self) -> None:
         values = []
@@ -214,36 +244,45 @@ class ConfigureScreen(WorkbenchScreen):
             v = parse_number(self.query_one(f"#{field_id(section, key)}", Input).value, int)
             values.append(v if isinstance(v, int) else 0)
         note = self.query_one("#mesh-note", Static)
-        shape = tuple(values)
-        if self.device_count and -1 in shape:
+        *axes, devices = values
+        used = self.used_devices(devices)
+        shape = tuple(axes)
+        if used and -1 in shape:
             try:
-                shape = MeshSpec(*shape).resolve(self.device_count).shape
+                shape = MeshSpec(*shape).resolve(used).shape
             except WorkbenchError:
                 pass
         problems = list(self.estimate_result.get("problems") or []) if self.config else []
-        self.query_one(DeviceGrid).show(self.device_count, shape, self.device_kind,
+        self.query_one(DeviceGrid).show(used, shape, self.device_kind,
                                         [str(p) for p in problems][:6])
         if not self.device_count:
             note.update("[dim]asking the engine for its devices…[/]")
         else:
-            note.update(f"data × fsdp × tensor must equal {self.device_count} "
-                        "(one axis may be -1: it fills)")
+            note.update(f"data × fsdp × tensor must equal {used} (one axis may be -1: it "
+                        f"fills) · devices: 0 = all {self.device_count}")
 
     @work(thread=True, exclusive=True, group="devices")
     def load_devices(self) -> None:
         status = self.engine(self.client.status, wait=True)
-        if status is not None:
-            self.ui(self.set_devices, *device_info(status))
+        if status is None:
+            return
+        models = self.engine(self.client.models) or []
+        self.ui(self.set_devices, *device_info(status),
+                {str(m.get("id")): m for m in models if isinstance(m, dict)})
 
-    def set_devices(self, count: int, kind: str) -> None:
-        self.device_count, self.device_kind = count, kind
+    def set_devices(self, count: int, kind: str, catalog: dict[str, dict[str, Any]]) -> None:
+        self.device_count, self.device_kind, self.catalog = count, kind, catalog
         self.revalidate()
 
     @work(thread=True, exclusive=True, group="estimate")
     def estimate(self, config: RunConfig) -> None:
-        reply = self.engine(self.client.estimate, config.to_dict())
-        if reply is not None:
-            self.ui(self.show_estimate, estimate_view(reply))
+        try:
+            reply = self.client.estimate(config.to_dict())
+        except Exception as err:  # noqa: BLE001 - shown in the bar, not as a pop-up per keystroke
+            self.ui(self.query_one(MemoryFitBar).set_fits, [],
+                    f"no estimate: {error_text(err)}")
+            return
+        self.ui(self.show_estimate, estimate_view(reply))
 
     def show_estimate(self, result: dict[str, Any]) -> None:
         self.estimate_result = result
@@ -252,11 +291,18 @@ class ConfigureScreen(WorkbenchScreen):
         note = "per device: " + " · ".join(f"{k} {gib(v)}" for k, v in breakdown.items()
                                             if isinstance(v, (int, float))) if breakdown else ""
         self.query_one(MemoryFitBar).set_fits(fits, note if fits else "no per-device estimate")
-        self.query_one(LoraForm).set_trainable(
-            result.get("trainable_params"), result.get("total_params", result.get("params")))
+        trainable = result.get("trainable_params", result.get("trainable"))
+        if isinstance(trainable, int):
+            self.query_one(LoraForm).set_trainable(
+                trainable, result.get("total_params", result.get("params")))
         self.show_mesh()
 
     # ------------------------------------------------------------------ actions
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in a field moves to the next one, like a form."""
+        event.stop()
+        self.focus_next()
 
     def use_model(self, source: str) -> None:
         self.query_one(f"#{field_id('model', 'source')}", Input).value = source

@@ -36,10 +36,10 @@ def model_row(m: dict[str, Any]) -> tuple[str, ...]:
 
 def model_detail(m: dict[str, Any]) -> str:
     lines = [f"[b]{m.get('id', '?')}[/b]"]
-    for key in ("path", "tokenizer", "source", "format", "status"):
+    for key in ("path", "checkpoint", "tokenizer", "source", "format", "status", "reason"):
         if m.get(key):
             lines.append(f"[dim]{key}:[/] {m[key]}")
-    config = m.get("config") or {}
+    config = m.get("arch") or m.get("config") or {}
     if isinstance(config, dict) and config:
         lines.append("[b]config[/b]")
         lines += [f"  {k} = {v}" for k, v in list(config.items())[:24]]

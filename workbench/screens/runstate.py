@@ -7,6 +7,8 @@ without a terminal, and tolerant of missing keys (a run just created has no metr
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +26,16 @@ class RunView:
     events: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=list)
     error: str = ""
+    _seen_events: set[str] = field(default_factory=set, repr=False)
+
+    def add_event(self, e: dict[str, Any]) -> bool:
+        """Append an event unless already seen (the stream replays what get_run gave)."""
+        key = json.dumps(e, sort_keys=True, default=str)
+        if key in self._seen_events:
+            return False
+        self._seen_events.add(key)
+        self.events.append(e)
+        return True
 
     @property
     def last_step(self) -> int:
@@ -48,7 +60,7 @@ class RunView:
         for m in record.get("metrics") or []:
             self.add_metrics(m)
         for e in record.get("events") or []:
-            self.events.append(e)
+            self.add_event(e)
         ckpts = record.get("checkpoints")
         if isinstance(ckpts, list):
             self.checkpoints = sorted(int(c.get("step", c) if isinstance(c, dict) else c)
@@ -79,13 +91,13 @@ class RunView:
             self.error = str(data.get("message", data))
             return "error"
         if kind == "log":
-            self.events.append({"kind": "log", **data})
+            self.add_event({"kind": "log", **data})
             return "event"
         if kind in ("end", "done", "closed"):
             if data.get("state"):
                 self.state = str(data["state"])
             return "end"
-        self.events.append(data)
+        self.add_event(data)
         if data.get("kind") in ("state", "status") and data.get("state"):
             self.state = str(data["state"])
         return "event"
@@ -113,10 +125,25 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{s}s"
 
 
+def clock(t: Any) -> str:
+    """HH:MM:SS of an event time (epoch seconds, local time; or an ISO string)."""
+    if isinstance(t, (int, float)):
+        return time.strftime("%H:%M:%S", time.localtime(t))
+    t = str(t or "")
+    return t[11:19] if len(t) >= 19 and t[10] in "T " else ""
+
+
 def event_line(e: dict[str, Any]) -> str:
-    t = str(e.get("time", ""))
-    clock = t[11:19] if len(t) >= 19 and t[10] in "T " else ""
-    kind = e.get("kind", e.get("type", "event"))
+    kind = str(e.get("kind", e.get("type", "event")))
     rest = {k: v for k, v in e.items() if k not in ("time", "kind", "type")}
-    msg = rest.pop("message", "") or " ".join(f"{k}={v}" for k, v in list(rest.items())[:5])
-    return f"{clock} {kind}: {msg}".strip()
+    message = str(rest.pop("message", "") or "")
+    if kind == "state":
+        head = f"{rest.pop('state', '?')} at step {rest.pop('step', 0)}"
+        body = f"{head} {message}".strip()
+    elif kind == "log":
+        body = f"{rest.get('level', '')} {message}".strip()
+    else:
+        details = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in list(rest.items())[:5])
+        body = f"{kind}: {message or details}"
+    return f"{clock(e.get('time'))} {body}".strip()

@@ -25,6 +25,21 @@ def parse_number(text: str, kind: type) -> Any:
         return text
 
 
+def trainable_count(arch: dict[str, Any], lora: dict[str, Any]) -> int | None:
+    """Closed-form adapter size from a catalog ``arch`` (same formula as the engine's)."""
+    try:
+        d, n, k, h, f = (int(arch[key]) for key in
+                         ("embed_dim", "num_heads", "num_kv_heads", "head_dim", "hidden_dim"))
+        layers = int(arch.get("num_layers") or len(arch["attention"]))
+        rank = int(lora["rank"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    shapes = {"q": (d, n * h), "k": (d, k * h), "v": (d, k * h), "o": (n * h, d),
+              "gate": (d, f), "up": (d, f), "down": (f, d)}
+    return layers * sum(rank * (a + b) for t, (a, b) in shapes.items()
+                        if t in lora.get("targets", ()))
+
+
 class LoraForm(Vertical):
     DEFAULT_CLASSES = "form lora-form"
 

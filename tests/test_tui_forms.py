@@ -1,0 +1,114 @@
+"""Pilot tests of what a tired user types, against the static engine stand-in.
+
+The Configure form validates the whole config on every change (the same checks as a TOML
+file): a mesh whose product is not the device count, rank 0, an empty field each disable
+Launch and say why in one line; fixing the field enables it again.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fixtures_tui import StaticClient
+from textual.widgets import Button, Input, Static
+
+from workbench.app import WorkbenchApp
+from workbench.settings import load_settings
+
+SIZE = (80, 24)
+pytestmark = pytest.mark.anyio
+
+
+async def settle(pilot, app) -> None:
+    await app.workers.wait_for_complete()
+    await pilot.pause(0.4)  # the form re-validates 0.3 s after the last keystroke
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+async def set_field(pilot, app, selector: str, text: str) -> None:
+    field = app.screen.query_one(selector, Input)
+    field.value = text
+    await settle(pilot, app)
+
+
+def status(app) -> str:
+    return str(app.screen.query_one("#config-status", Static).render())
+
+
+async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
+    app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        launch = app.screen.query_one("#launch", Button)
+        assert "config valid" in status(app) and not launch.disabled
+
+        await set_field(pilot, app, "#f-mesh-tensor", "3")  # 1×1×3 on 8 devices
+        assert launch.disabled
+        assert "= 3, but there are 8 devices" in status(app)
+        await set_field(pilot, app, "#f-mesh-tensor", "4")
+        await set_field(pilot, app, "#f-mesh-data", "2")  # 2×1×4 = 8
+        assert not launch.disabled, status(app)
+
+        await set_field(pilot, app, "#lora-rank", "0")
+        assert launch.disabled and "lora.rank is 0" in status(app)
+        await set_field(pilot, app, "#lora-rank", "8")
+
+        await set_field(pilot, app, "#f-train-steps", "")
+        assert launch.disabled and "train.steps is empty" in status(app)
+        await pilot.press("ctrl+l")  # launching anyway only explains
+        await settle(pilot, app)
+        assert app.current_mode == "configure"
+        await set_field(pilot, app, "#f-train-steps", "20")
+        assert not launch.disabled
+        assert "steps = 20" in str(app.screen.query_one("#toml-preview", Static).render())
+
+
+async def test_mesh_picture_follows_the_fields():
+    app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(pilot, app)
+        await set_field(pilot, app, "#f-mesh-tensor", "2")
+        await set_field(pilot, app, "#f-mesh-fsdp", "4")
+        grid = str(app.screen.query_one("#device-grid").render())
+        assert "1×4×2" in grid and "heads/2 (tensor)" in grid and "embed/4 (fsdp)" in grid
+        await set_field(pilot, app, "#f-mesh-devices", "4")
+        await set_field(pilot, app, "#f-mesh-fsdp", "-1")  # fills 4 devices: 1×2×2
+        assert "1×2×2" in str(app.screen.query_one("#device-grid").render())
+
+
+async def test_theme_switch_is_remembered():
+    app = WorkbenchApp(StaticClient(), theme="workbench-dark")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+t")
+        assert app.theme == "workbench-light"
+    assert load_settings().theme == "workbench-light"
+    again = WorkbenchApp(StaticClient())
+    async with again.run_test(size=SIZE):
+        assert again.theme == "workbench-light"
+
+
+async def test_every_binding_is_offered_by_the_command_palette():
+    app = WorkbenchApp(StaticClient(), mode="runs", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        for b in app.BINDINGS + app.screen.BINDINGS:
+            assert b.id and b.description in titles, b
+        await pilot.press("question_mark")
+        assert app.current_mode == "help"
+        keys = str(app.screen.query_one("#help-keys", Static).render())
+        assert "runs.sweep" in keys and "configure.launch" in keys
+
+
+async def test_compare_streams_both_sides_and_keeps_the_prompt_history():
+    app = WorkbenchApp(StaticClient(), mode="compare", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot, app)
+        await pilot.click("#compare-prompt")
+        await pilot.press(*"add 2 and 3", "enter")
+        await settle(pilot, app)
+        assert str(app.screen.query_one("#out-tuned", Static).render()) == "The answer is 5."
+        assert str(app.screen.query_one("#out-base", Static).render()) == "the answer is 5."
+        app.screen.query_one("#compare-prompt", Input).value = ""
+        await pilot.press("up")
+        assert app.screen.query_one("#compare-prompt", Input).value == "add 2 and 3"
