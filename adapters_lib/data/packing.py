@@ -15,7 +15,7 @@ import numpy as np
 
 from adapters_lib.data.tokenize import TokenizedSet
 
-OPEN_ROWS = 16
+OPEN_ROWS = 64
 """How many partly-filled rows first-fit keeps open; more packs tighter, mixes order more."""
 
 

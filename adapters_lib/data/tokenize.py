@@ -16,6 +16,7 @@ no JAX here.
 from __future__ import annotations
 
 import os
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,8 +127,8 @@ def tokenize_examples(
                   if ex.kind == "text" or t not in fixed_markers]
     encoded = iter(codec.encode_batch(free_texts))
 
-    tokens: list[int] = []
-    trained: list[int] = []
+    tokens = array("i")
+    trained = array("B")
     offsets = [0]
     owner: list[int] = []
     raw_lengths: list[int] = []
@@ -178,7 +179,7 @@ def tokenize_examples(
         offsets.append(len(tokens))
         owner.append(i)
     return TokenizedSet(
-        tokens=np.asarray(tokens, np.int32), trained=np.asarray(trained, np.uint8),
+        tokens=np.frombuffer(tokens, np.int32).copy(), trained=np.frombuffer(trained, np.uint8).copy(),
         offsets=np.asarray(offsets, np.int64), example=np.asarray(owner, np.int64),
         raw_lengths=np.asarray(raw_lengths, np.int64), truncated=truncated, chunked=chunked,
         dropped=dropped,
@@ -201,13 +202,10 @@ def _windows(n: int, max_length: int) -> list[tuple[int, int]]:
 
 def subset(tset: TokenizedSet, keep_examples: np.ndarray) -> TokenizedSet:
     """The sequences whose example index is in ``keep_examples`` (order kept)."""
-    keep = np.isin(tset.example, keep_examples)
-    idx = np.flatnonzero(keep)
+    idx = np.flatnonzero(np.isin(tset.example, keep_examples))
     lengths = tset.lengths[idx]
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    if len(idx):
-        spans = np.concatenate([np.arange(tset.offsets[i], tset.offsets[i + 1]) for i in idx])
-    else:
-        spans = np.zeros(0, np.int64)
+    # token positions of the kept sequences, vectorised: start of each + a running index
+    spans = np.repeat(tset.offsets[idx] - offsets[:-1], lengths) + np.arange(offsets[-1])
     return TokenizedSet(tokens=tset.tokens[spans], trained=tset.trained[spans], offsets=offsets,
                         example=tset.example[idx])

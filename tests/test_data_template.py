@@ -1,0 +1,78 @@
+"""The Gemma chat template, loss masking, truncation and text chunking."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from adapters_lib.data import chat_template, format_prompt
+from adapters_lib.data.formats import Example
+from adapters_lib.data.readers import Where
+from adapters_lib.data.tokenize import tokenize_examples
+
+CONV = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Bye"},
+        {"role": "model", "content": "Ciao"}]
+
+
+def test_template_is_gemmas_exactly_with_system_folded_into_first_user_turn():
+    assert chat_template.render(CONV) == (
+        "<start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+        "<start_of_turn>model\nHello<end_of_turn>\n"
+        "<start_of_turn>user\nBye<end_of_turn>\n"
+        "<start_of_turn>model\nCiao<end_of_turn>\n"
+    )
+
+
+def test_format_prompt_ends_with_model_turn_and_drops_the_answer():
+    prompt = format_prompt([{"role": "user", "content": "Is 3 odd?"}, {"role": "assistant", "content": "odd"}])
+    assert prompt == "<start_of_turn>user\nIs 3 odd?<end_of_turn>\n<start_of_turn>model\n"
+    assert format_prompt(CONV[:4]).endswith("Bye<end_of_turn>\n<start_of_turn>model\n")
+
+
+def _chat(messages):
+    return Example("chat", Where("x.jsonl", 1), "chat", messages=messages)
+
+
+def test_loss_counts_model_answers_and_their_end_of_turn_only(codec):
+    tset = tokenize_examples([_chat(CONV)], codec, max_length=256)
+    ids, trained = tset.sequence(0)
+    assert ids[0] == codec.bos and (ids == codec.bos).sum() == 1
+    assert codec.decode(ids[trained == 1].tolist()) == "Hello<end_of_turn>Ciao<end_of_turn>"
+    assert codec.decode(ids.tolist()) == chat_template.render(CONV)
+
+
+def test_loss_on_all_trains_every_token_but_bos(codec):
+    tset = tokenize_examples([_chat(CONV)], codec, max_length=256, loss_on="all")
+    _, trained = tset.sequence(0)
+    assert trained[0] == 0 and trained[1:].all()
+
+
+def test_truncation_right_cuts_and_drop_drops(codec):
+    long = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "apple " * 60}]
+    right = tokenize_examples([_chat(long)], codec, max_length=24)
+    assert len(right) == 1 and right.lengths[0] == 24 and right.truncated == 1
+    dropped = tokenize_examples([_chat(long)], codec, max_length=24, truncation="drop")
+    assert len(dropped) == 0 and "longer than max_length 24" in str(dropped.dropped[0])
+    assert str(dropped.dropped[0]).startswith("x.jsonl:1: ")
+
+
+def test_prompt_filling_max_length_drops_the_example_with_a_reason(codec):
+    conv = [{"role": "user", "content": "river " * 60}, {"role": "assistant", "content": "ok"}]
+    tset = tokenize_examples([_chat(conv)], codec, max_length=16)
+    assert len(tset) == 0 and "no model tokens left" in tset.dropped[0].message
+
+
+def test_long_text_is_chunked_into_windows_that_each_start_with_bos(codec):
+    text = " ".join(f"word{i}" for i in range(200))
+    ex = Example("text", Where("t.txt", 1), "text", text=text)
+    whole = tokenize_examples([ex], codec, max_length=10_000)
+    ids, trained = whole.sequence(0)
+    assert ids[0] == codec.bos and ids[-1] == codec.eos and trained[1:].all()
+    tset = tokenize_examples([ex], codec, max_length=32)
+    assert len(tset) > 2 and tset.chunked == 1 and tset.truncated == 0
+    assert (tset.lengths <= 32).all()
+    firsts = tset.tokens[tset.offsets[:-1]]
+    assert (firsts == codec.bos).all()
+    # the windows, without their BOS, cover the text exactly once
+    body = np.concatenate([tset.sequence(i)[0][1:] for i in range(len(tset))])
+    assert np.array_equal(body, ids[1:])
