@@ -147,3 +147,39 @@ def test_tcp_only_on_explicit_request_and_still_with_token(engine_factory):
     token = (proc.runtime / "engine.token").read_text().strip()
     with EngineClient(url=url, token=token) as client:
         assert client.status()["listen"]["tcp"] == info["tcp"]
+
+
+def test_models_lists_the_demo_model(engine):
+    models = engine.models()
+    demo = [m for m in models if m["id"] == "demo"]
+    assert demo and demo[0]["status"] == "ok"
+
+
+def test_estimate_gives_memory_params_and_mesh_problems_without_training(engine):
+    from fixtures_engine import demo_run_config
+
+    good = engine.estimate(demo_run_config())
+    assert good["ok"] and good["mesh_problems"] == []
+    assert good["estimate"]["total"] > 0 and good["trainable_params"] > 0
+    assert good["device_count"] == 1
+    # the demo model has 1 KV head: a 4-way tensor axis replicates it (said, not fatal)
+    warn = engine.estimate(demo_run_config(), overrides=["mesh.devices=4", "mesh.tensor=4"])
+    assert warn["ok"] and "num_kv_heads" in warn["mesh_problems"][0]["message"]
+    bad = engine.estimate(demo_run_config(), overrides=["mesh.devices=4", "mesh.data=3",
+                                                        "mesh.tensor=1"])
+    assert not bad["ok"] and bad["estimate"] is None
+    assert any(p["level"] == "error" for p in bad["mesh_problems"])
+    assert engine.status()["active_run"] is None and engine.list_runs() == []
+
+
+def test_data_check_reports_problems_in_a_file(engine, tmp_path):
+    good = {"messages": [{"role": "user", "content": "hi"},
+                         {"role": "assistant", "content": "hello"}]}
+    path = tmp_path / "chat.jsonl"
+    path.write_text(json.dumps(good) + "\n" + "{broken\n" + json.dumps(good) + "\n")
+    report = engine.data_check(str(path))
+    assert report["records"] >= 2
+    assert report["error_count"] >= 1  # the broken line, with its line number
+    with pytest.raises(EngineRequestError) as info:
+        engine.data_check(str(tmp_path / "missing.jsonl"))
+    assert info.value.status == 400

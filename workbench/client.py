@@ -223,8 +223,9 @@ class EngineClient:
         return self._request("GET", "/models", params=params, timeout=300)["models"]
 
     def data_check(self, path: str = "", *, format: str = "auto", config: dict | None = None,
-                   config_toml: str = "", limit: int = 0) -> dict[str, Any]:
-        body: dict[str, Any] = {"path": path, "format": format, "limit": limit}
+                   config_toml: str = "") -> dict[str, Any]:
+        """The data report (``Report.to_dict()``: ok, fatal, counts, lengths, errors, ...)."""
+        body: dict[str, Any] = {"path": path, "format": format}
         if config is not None:
             body["config"] = config
         if config_toml:
@@ -233,6 +234,7 @@ class EngineClient:
 
     def estimate(self, config: dict | None = None, *, config_toml: str = "",
                  overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+        """``{"estimate", "summary", "trainable_params", "mesh_problems", "ok", ...}``."""
         body: dict[str, Any] = {"overrides": list(overrides)}
         if config is not None:
             body["config"] = config

@@ -399,25 +399,67 @@ class Engine:
         return {"models": [_as_json(m) for m in found]}
 
     def cmd_data_check(self, cmd: C.CheckData) -> dict[str, Any]:
-        from adapters_lib import data
+        from adapters_lib.data import check_file
 
         cfg = self._config(cmd.config, cmd.config_toml, (), "<data check>")
-        if cmd.path:
-            import dataclasses
-
-            cfg = cfg.replace(data=dataclasses.replace(cfg.data, path=cmd.path, format=cmd.format))
-        report = data.check_file(cfg.data, limit=cmd.limit or None)
+        d = cfg.data
+        path = cmd.path or d.path
+        if not path or path == "demo":
+            raise EngineError("data check needs a file or folder path", where="data check request",
+                              hint='send "path" (the demo data needs no check)')
+        fmt = cmd.format if cmd.format != "auto" else d.format
+        report = check_file(path, format=fmt, tokenizer=self._tokenizer_path(cfg),
+                            max_length=d.max_length, loss_on=d.loss_on, truncation=d.truncation,
+                            field_map=d.field_map or None)
         return {"report": _as_json(report)}
 
+    def _tokenizer_path(self, cfg: RunConfig) -> str | None:
+        """The tokenizer the run would use, without loading weights (None: the demo's)."""
+        if cfg.model.tokenizer:
+            return cfg.model.tokenizer
+        if cfg.model.source == "demo":
+            return None
+        from adapters_lib import catalog
+
+        return catalog.resolve(cfg.model.source).tokenizer
+
     def cmd_estimate(self, cmd: C.Estimate) -> dict[str, Any]:
+        """Memory per device, mesh problems and trainable params: pure compute, no compile."""
         cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<estimate>")
         self.ensure_jax()
         from adapters_lib import memory, mesh
 
-        devices = self._devices
-        estimate = memory.estimate(cfg, devices=devices)
-        problems = mesh.validate(cfg, devices=devices)
-        return {"estimate": _as_json(estimate), "mesh_problems": _as_json(problems)}
+        model_config = _model_config(cfg)
+        available = len(self._devices)
+        count = cfg.mesh.devices or available
+        problems = []
+        if count > available:
+            problems.append({"level": "error", "message": f"mesh.devices is {count} but there "
+                             f"are {available} devices", "hint": f"use at most {available}"})
+            count = available
+        problems += [p.to_dict() for p in mesh.validate(
+            cfg.mesh, model_config, cfg.train.batch_size, cfg.data.max_length, count,
+            grad_accum=cfg.train.grad_accum)]
+        import jax
+
+        device_bytes = memory.device_memory_bytes(jax.devices()[0])
+        try:
+            est = memory.estimate_run(cfg, model_config, device_count=count,
+                                      device_bytes=device_bytes)
+        except WorkbenchError as e:  # a mesh that cannot be resolved: the problems say why
+            if not any(p["level"] == "error" for p in problems):
+                problems.append({"level": "error", "message": e.message, "hint": e.hint or ""})
+            est = None
+        return {
+            "estimate": est.to_dict() if est else None,
+            "summary": est.summary() if est else None,
+            "trainable_params": est.trainable_params if est else None,
+            "total_params": est.total_params if est else None,
+            "mesh_problems": problems,
+            "ok": not any(p["level"] == "error" for p in problems),
+            "device_count": count,
+            "device_bytes": device_bytes,
+        }
 
     def cmd_create_run(self, cmd: C.CreateRun) -> dict[str, Any]:
         cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<run config>")
@@ -592,6 +634,22 @@ def _enable_compile_cache(jax: Any) -> None:
         log.warning("compile cache at %s not enabled", folder, exc_info=True)
 
 
+def _model_config(cfg: RunConfig) -> Any:
+    """The model's ``TransformerConfig`` from its catalog entry (no weights loaded)."""
+    if cfg.model.source == "demo":
+        from adapters_lib.models import demo
+
+        return demo.demo_transformer_config()
+    from adapters_lib import catalog
+
+    entry = catalog.resolve(cfg.model.source)
+    if entry.arch is None:
+        raise EngineError(f"cannot read the architecture of {cfg.model.source!r}"
+                          + (f": {entry.reason}" if entry.reason else ""),
+                          where="[model] source", hint="check `gemma-workbench models`")
+    return entry.arch.transformer_config()
+
+
 def _device_info(d: Any) -> dict[str, Any]:
     memory = None
     try:
@@ -618,10 +676,11 @@ def _as_json(value: Any) -> Any:
     """A dataclass / object / container from another area → JSON-able data."""
     import dataclasses
 
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _as_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if hasattr(value, "to_dict") and callable(value.to_dict):
+    if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
         return _as_json(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _as_json(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.name.startswith("_")}
     if isinstance(value, dict):
         return {str(k): _as_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
@@ -630,8 +689,8 @@ def _as_json(value: Any) -> Any:
         return str(value)
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
-    if hasattr(value, "item") and callable(value.item):
-        return value.item()
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays and scalars
+        return value.tolist()
     return str(value)
 
 

@@ -1,0 +1,143 @@
+"""Detachable runs through a real engine process, and the faults they must survive.
+
+One story, in order (the tests share the engine home): a detached demo run; its client is
+killed mid-stream; a new client reattaches and sees every metric; the engine is killed with
+SIGKILL mid-run; a restarted engine shows the run ``interrupted``; ``resume`` continues it
+and its loss curve equals an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fixtures_engine import demo_run_config
+from workbench.client import EngineRequestError
+
+STEPS = 40
+CONFIG = demo_run_config(steps=STEPS, checkpoint_every=5)
+KILL_AFTER_CHECKPOINT = 10
+
+
+@pytest.fixture(scope="module")
+def story(engine_factory, tmp_path_factory):
+    home = tmp_path_factory.mktemp("engine-runs-home")
+    return {"home": home, "first": engine_factory(home=home), "factory": engine_factory}
+
+
+def _metric_steps(items):
+    return [i["data"]["step"] for i in items if i["type"] == "metrics"]
+
+
+def _follow(client, run_id, until_step, since_step=0, timeout=240):
+    """Stream the run until a metric at ``until_step`` (or the end); return the items."""
+    items = []
+    t0 = time.monotonic()
+    for item in client.stream_run(run_id, since_step=since_step):
+        items.append(item)
+        if item["type"] == "metrics" and item["data"]["step"] >= until_step:
+            break
+        if item["type"] == "end":
+            break
+        assert time.monotonic() - t0 < timeout, f"no step {until_step} in {timeout} s"
+    return items
+
+
+def test_create_returns_at_once_and_the_run_trains_detached(story):
+    client = story["first"].client
+    t0 = time.monotonic()
+    run = client.create_run(CONFIG)
+    assert time.monotonic() - t0 < 5
+    assert run["state"] in ("queued", "running")
+    story["run_id"] = run["id"]
+    assert client.list_runs()[0]["id"] == run["id"]
+    with pytest.raises(EngineRequestError) as info:
+        client.delete_run(run["id"])
+    assert info.value.status == 409  # not while it trains
+
+
+def test_a_second_run_waits_in_the_queue_and_can_be_stopped_and_deleted(story):
+    client = story["first"].client
+    second = client.create_run(CONFIG)
+    assert client.get_run(second["id"])["state"] == "queued"
+    assert client.stop_run(second["id"])["state"] == "stopped"
+    assert client.delete_run(second["id"])["deleted"]
+    assert [r["id"] for r in client.list_runs()] == [story["run_id"]]
+
+
+def test_killing_a_client_mid_stream_leaves_the_run_going(story):
+    first = story["first"]
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(first.home)}
+    attach = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "runs", "attach", story["run_id"], "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = 0
+    try:
+        for line in attach.stdout:
+            item = json.loads(line)
+            if item["type"] == "metrics":
+                seen = item["data"]["step"]
+                if seen >= 2:
+                    break
+    finally:
+        os.kill(attach.pid, signal.SIGKILL)
+        attach.wait(10)
+    assert seen >= 2
+    items = _follow(first.client, story["run_id"], until_step=seen + 2, since_step=seen)
+    assert _metric_steps(items)[-1] >= seen + 2  # it trained on after its client died
+    assert first.alive()
+
+
+def test_reattaching_replays_every_metric_so_far(story):
+    client = story["first"].client
+    items = _follow(client, story["run_id"], until_step=KILL_AFTER_CHECKPOINT + 1)
+    steps = _metric_steps(items)
+    assert steps == list(range(1, steps[-1] + 1))  # every step, once, in order
+    on_disk = {m["step"]: m["loss"] for m in client.get_run(story["run_id"])["metrics"]}
+    streamed = {i["data"]["step"]: i["data"]["loss"] for i in items if i["type"] == "metrics"}
+    assert all(on_disk[s] == loss for s, loss in streamed.items())
+    later = [s for s in _metric_steps(_follow(client, story["run_id"], steps[-1], since_step=5))]
+    assert later and min(later) == 6
+
+
+def test_engine_killed_mid_run_leaves_the_run_interrupted_at_next_start(story):
+    first = story["first"]
+    run_id = story["run_id"]
+    while KILL_AFTER_CHECKPOINT not in first.client.get_run(run_id, metrics=False)["checkpoints"]:
+        time.sleep(0.05)
+    before = first.client.get_run(run_id)
+    assert before["state"] == "running" and before["step"] < STEPS
+    first.kill()
+    story["metrics_before"] = before["metrics"]
+    second = story["factory"](home=story["home"])
+    story["second"] = second
+    run = second.client.get_run(run_id)
+    assert run["state"] == "interrupted"
+    assert KILL_AFTER_CHECKPOINT in run["checkpoints"]
+    kept = {m["step"] for m in run["metrics"]}
+    assert {m["step"] for m in story["metrics_before"]} <= kept  # nothing lost
+    assert any(e.get("state") == "interrupted" for e in run["events"])
+
+
+def test_resume_continues_and_the_loss_curve_equals_an_uninterrupted_run(story):
+    client = story["second"].client
+    run_id = story["run_id"]
+    assert client.resume_run(run_id)["state"] == "queued"
+    baseline = client.create_run(CONFIG)["id"]  # queued behind it: one run at a time
+    resumed = client.wait_run(run_id, timeout=300)
+    assert resumed["state"] == "completed", resumed
+    assert client.wait_run(baseline, timeout=300)["state"] == "completed"
+    got = client.get_run(run_id)
+    want = client.get_run(baseline)
+    assert any(e["kind"] == "resumed" for e in got["events"])
+    steps = [m["step"] for m in got["metrics"]]
+    assert steps == list(range(1, STEPS + 1))
+    losses = [m["loss"] for m in got["metrics"]]
+    expected = [m["loss"] for m in want["metrics"]]
+    assert losses == pytest.approx(expected, rel=1e-5, abs=1e-6)
