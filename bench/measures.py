@@ -1,0 +1,264 @@
+"""The measures: each returns ``Row``s comparing ours with a reference, side by side.
+
+Registered in ``MEASURES`` (name → function(quick) → list[Row]); see ``python -m bench --help``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from bench.report import Row, check, median_alternating
+
+SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
+MEASURES: dict[str, Callable[..., list[Row]]] = {}
+
+
+def measure(name: str):
+    def register(fn):
+        MEASURES[name] = fn
+        return fn
+    return register
+
+
+def _row(measure_name: str, ours: float, ref: float, *, unit: str, target: str, ref_name: str,
+         note: str = "", lower_is_better: bool = False) -> Row:
+    ratio = ours / ref if ref else None
+    return Row(measure=measure_name, ours=ours, reference=ref, unit=unit, target=target, ratio=ratio,
+               met=check(ratio, target), ref_name=ref_name, note=note)
+
+
+# --------------------------------------------------------------------------- training
+
+
+def _cfg(**sections):
+    from adapters_lib.config import config_from_dict
+
+    raw = {"mesh": {"data": 1, "fsdp": 1, "tensor": 1, "devices": 1}}
+    for k, v in sections.items():
+        raw.setdefault(k, {}).update(v)
+    return config_from_dict(raw)
+
+
+def _ours_trainer(cfg, loaded, seq_len: int):
+    import jax
+
+    from adapters_lib import lora
+    from adapters_lib import mesh as mesh_lib
+    from adapters_lib.train.optimizer import make_optimizer
+    from adapters_lib.train.step import build_steps
+
+    mesh = mesh_lib.make_mesh(cfg.mesh.resolve(1), jax.devices()[:1])
+    trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, jax.random.key(0))
+    steps = build_steps(loaded.model, cfg, make_optimizer(cfg.train), mesh, loaded.params, trainable,
+                        seq_len=seq_len)
+    return steps, steps.init_state(trainable)
+
+
+def _random_batch(rng: np.random.Generator, b: int, length: int, vocab: int) -> dict[str, np.ndarray]:
+    tokens = rng.integers(4, vocab, size=(b, length + 1), dtype=np.int32)
+    return {
+        "tokens": tokens[:, :-1], "targets": tokens[:, 1:],
+        "loss_mask": np.ones((b, length), np.float32),
+        "positions": np.broadcast_to(np.arange(length, dtype=np.int32), (b, length)).copy(),
+        "segment_ids": np.ones((b, length), np.int32),
+    }
+
+
+@measure("train_random")
+def train_random(quick: bool = False) -> list[Row]:
+    """Training tokens/s, demo model, fixed-length random tokens: ours vs ref-gemma."""
+    import jax
+
+    from adapters_lib.models.loader import load_model
+    from bench.refs import RefGemmaTrainer
+
+    b, length, n_steps = 8, 128, (10 if quick else 20)
+    reps = 5
+    cfg = _cfg(lora={"rank": 8, "alpha": 8.0, "targets": ["all"]},
+               train={"batch_size": b, "learning_rate": 1e-3, "schedule": "constant", "warmup_steps": 0,
+                      "clip_norm": 0.0},
+               data={"max_length": length})
+    loaded = load_model(cfg.model, param_dtype="float32")
+    steps, state = _ours_trainer(cfg, loaded, length)
+    ref = RefGemmaTrainer(model=loaded.model, base_params=loaded.params, rank=8)
+    rng = np.random.default_rng(0)
+    batches = [_random_batch(rng, b, length, loaded.config.num_embed) for _ in range(4)]
+    dev_batches = [steps.put_batch(x) for x in batches]
+    ref_batches = [(np.concatenate([x["tokens"], x["targets"][:, -1:]], 1),
+                    np.ones((b, length + 1), np.int32)) for x in batches]
+    holder = {"state": state}
+
+    def ours() -> float:
+        t = time.perf_counter()
+        st = holder["state"]
+        for i in range(n_steps):
+            st, metrics = steps.train_step(st, dev_batches[i % 4])
+        jax.block_until_ready(metrics["loss"])
+        holder["state"] = st
+        return time.perf_counter() - t
+
+    def reference() -> float:
+        t = time.perf_counter()
+        for i in range(n_steps):
+            ref.step(*ref_batches[i % 4])
+        return time.perf_counter() - t
+
+    ours(), reference()  # warm-up (compiles)
+    med = median_alternating({"ours": ours, "ref": reference}, reps)
+    tokens = n_steps * b * length
+    note = (f"demo model, LoRA r8 all targets (ours {cfg.lora.targets}; ref gm.nn.LoRA every einsum), "
+            f"f32, batch {b}×{length}, {n_steps} steps × {reps}")
+    return [_row("train tokens/s (random, demo)", tokens / med["ours"], tokens / med["ref"], unit="tok/s",
+                 target="≥ 1.15×", ref_name="ref-gemma", note=note)]
+
+
+def _gsm8k_examples(limit: int) -> list[dict]:
+    import json
+
+    path = SHARED_DATA / "gsm8k" / "train.jsonl"
+    out = []
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            out.append({"messages": [{"role": "user", "content": row["question"]},
+                                     {"role": "assistant", "content": row["answer"]}]})
+            if len(out) >= limit:
+                break
+    return out
+
+
+@measure("train_gsm8k")
+def train_gsm8k(quick: bool = False) -> list[Row]:
+    """Useful (loss-bearing) tokens/s on GSM8K chat: ours (packing, no per-step sync) vs ref-gemma."""
+    import jax
+
+    from adapters_lib.data import build_pipeline
+    from adapters_lib.data.chat_template import segments
+    from adapters_lib.models.loader import load_model
+    from bench.refs import RefGemmaTrainer, pad_to_longest
+
+    if not (SHARED_DATA / "gsm8k" / "train.jsonl").is_file():
+        return [Row(measure="useful tokens/s (GSM8K chat)", note="skipped: ../shared/data/gsm8k missing")]
+    b, max_len, n_steps, reps = 8, 512, (6 if quick else 12), 5
+    cfg = _cfg(lora={"rank": 8, "alpha": 8.0, "targets": ["all"]},
+               train={"batch_size": b, "learning_rate": 1e-3, "schedule": "constant", "warmup_steps": 0},
+               data={"path": str(SHARED_DATA / "gsm8k" / "train.jsonl"), "format": "qa",
+                     "max_length": max_len, "packing": True, "eval_fraction": 0.0})
+    loaded = load_model(cfg.model, param_dtype="float32")
+    pipe = build_pipeline(cfg.data, loaded.tokenizer, batch_size=b, seed=0)
+    steps, state = _ours_trainer(cfg, loaded, max_len)
+    our_batches = [pipe.train_batch(i) for i in range(n_steps)]
+    our_useful = sum(float(x["loss_mask"].sum()) for x in our_batches)
+    dev_batches = [steps.put_batch(x) for x in our_batches]
+
+    # reference: the same examples, chat template, loss on the answer, padded to the longest
+    sp = loaded.tokenizer
+    exs = _gsm8k_examples(b * n_steps)
+    ref_batches, ref_useful = [], 0.0
+    for i in range(n_steps):
+        toks, masks = [], []
+        for ex in exs[i * b:(i + 1) * b]:
+            ids, m = [2], [0]
+            for text, counts in segments(ex["messages"]):
+                piece = sp.encode(text)
+                ids += piece
+                m += [int(counts)] * len(piece)
+            toks.append(ids[:max_len])
+            masks.append(m[:max_len])
+        t, mk = pad_to_longest(toks, masks)
+        ref_batches.append((t, mk))
+        ref_useful += float(mk[:, 1:].sum())
+    ref = RefGemmaTrainer(model=loaded.model, base_params=loaded.params, rank=8)
+    holder = {"state": state}
+
+    def ours() -> float:
+        t = time.perf_counter()
+        st = holder["state"]
+        for x in dev_batches:
+            st, metrics = steps.train_step(st, x)
+        jax.block_until_ready(metrics["loss"])
+        holder["state"] = st
+        return time.perf_counter() - t
+
+    def reference() -> float:
+        t = time.perf_counter()
+        for tk, mk in ref_batches:
+            ref.step(tk, mk)
+        return time.perf_counter() - t
+
+    ours(), reference()  # warm-up: ours compiles once; the reference compiles per padded width
+    med = median_alternating({"ours": ours, "ref": reference}, reps)
+    note = (f"demo model, LoRA r8, f32, {n_steps} steps × batch {b}; ours packs to {max_len} "
+            f"(useful {our_useful:.0f} tok), ref pads to the longest (useful {ref_useful:.0f} tok)")
+    return [_row("useful tokens/s (GSM8K chat)", our_useful / med["ours"], ref_useful / med["ref"],
+                 unit="tok/s", target="≥ 2×", ref_name="ref-gemma", note=note)]
+
+
+@measure("memory_270m")
+def memory_270m(quick: bool = False) -> list[Row]:
+    """Peak memory of one compiled LoRA step at the Gemma-3-270M shape (compiled analysis only)."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+    from gemma import gm, peft
+
+    from adapters_lib import lora
+    from adapters_lib import mesh as mesh_lib
+    from adapters_lib.train.optimizer import make_optimizer
+    from adapters_lib.train.step import build_steps, memory_of
+
+    b, length = 4, 1024
+    model = gm.nn.Gemma3_270M(dtype=jnp.bfloat16, text_only=True) if "text_only" in gm.nn.Gemma3_270M.__dataclass_fields__ \
+        else gm.nn.Gemma3_270M(dtype=jnp.bfloat16)
+    tokens = jnp.zeros((1, 8), jnp.int32)
+    base = jax.eval_shape(lambda r: model.init(r, tokens)["params"], jax.random.key(0))
+    rows = []
+    cfg = _cfg(lora={"rank": 8, "alpha": 16.0, "targets": ["all"], "dtype": "float32"},
+               train={"batch_size": b, "remat": True, "compute_dtype": "bfloat16", "param_dtype": "bfloat16"},
+               data={"max_length": length})
+    spec = cfg.lora
+    abstract_lora = jax.eval_shape(
+        lambda r: lora.split_lora(lora.wrap(model, spec).init(r, tokens)["params"])[1], jax.random.key(0))
+    abstract_lora = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32), abstract_lora)
+    mesh = mesh_lib.make_mesh(cfg.mesh.resolve(1), jax.devices()[:1])
+    steps = build_steps(model, cfg, make_optimizer(cfg.train), mesh,
+                        jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), base), abstract_lora,
+                        seq_len=length)
+    ours = steps.compiled_memory((b, length))
+
+    # reference: gm.nn.LoRA + adamw, full logits, no remat, same dtypes
+    ref_model = gm.nn.LoRA(rank=8, model=model, dtype=jnp.float32)
+    full = jax.eval_shape(lambda r: ref_model.init(r, tokens)["params"], jax.random.key(0))
+    ref_base, ref_lora = peft.split_params(full)
+    ref_lora = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32), ref_lora)
+    opt = optax.adamw(1e-4)
+
+    def loss_fn(lo, bs, tk, mk):
+        logits = ref_model.apply({"params": peft.merge_params(bs, lo)}, tk[:, :-1]).logits
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), tk[:, 1:])
+        return jnp.sum(ce * mk[:, 1:]) / jnp.sum(mk[:, 1:])
+
+    def step(lo, st, bs, tk, mk):
+        loss, g = jax.value_and_grad(loss_fn)(lo, bs, tk, mk)
+        up, st = opt.update(g, st, lo)
+        return optax.apply_updates(lo, up), st, loss
+
+    opt_state = jax.eval_shape(opt.init, ref_lora)
+    tk = jax.ShapeDtypeStruct((b, length + 1), jnp.int32)
+    mk = jax.ShapeDtypeStruct((b, length + 1), jnp.float32)
+    ref = memory_of(jax.jit(step, donate_argnums=(0, 1)).lower(ref_lora, opt_state, ref_base, tk, mk).compile())
+    note = (f"Gemma3-270M shape (vocab 262,144), batch {b}×{length}, bf16 weights, LoRA r8 all targets; "
+            f"ours: chunked CE + remat (temp {ours['temp'] / 2**30:.2f} GiB); "
+            f"ref: full logits, no remat (temp {ref['temp'] / 2**30:.2f} GiB)")
+    rows.append(_row("peak step memory (270M shape)", ours["total"] / 2**30, ref["total"] / 2**30,
+                     unit="GiB", target="≤ 0.6×", ref_name="ref-gemma", note=note))
+    return rows
+
+
+def _quiet() -> None:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
