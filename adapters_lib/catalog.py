@@ -138,7 +138,7 @@ def resolve(source: str, paths: tuple[str | Path, ...] = ()) -> ModelEntry:
     """The entry for ``[model] source``: "demo", a catalog id, or a path to weights."""
     if source == "demo":
         return demo_entry()
-    path = Path(source).expanduser()
+    path = Path(source.removeprefix("local:")).expanduser()
     if path.exists():
         entry = inspect_dir(path, entry_id=f"local:{path.resolve()}", source="folder")
         if entry is None:

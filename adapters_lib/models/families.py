@@ -266,6 +266,9 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
     family = hf_family(cfg)
     if kind == "gemma3" and isinstance(cfg.get("text_config"), Mapping):
         cfg = {"model_type": "gemma3_text", **cfg["text_config"]}
+    # transformers omits keys equal to the config class defaults (Gemma2Config, Gemma3TextConfig)
+    cfg = {**_HF_DEFAULTS.get(family, {}), **{k: v for k, v in cfg.items() if v is not None or
+                                              k.endswith("softcapping") or k == "rope_scaling"}}
     if family == "other":
         what = "a Gemma 1" if kind == "gemma" else f"a {kind!r}"
         raise ArchError(f"config.json describes {what} model ({archs}), not Gemma 2/3/4",
@@ -307,6 +310,21 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
         attn_logit_softcap=_opt_float(cfg.get("attn_logit_softcapping")),
         local_rope=local_rope, global_rope=global_rope, global_rope_scale=global_scale,
     )
+
+
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma2": {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
+               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "head_dim": 256, "rope_theta": 10000.0, "query_pre_attn_scalar": 256,
+               "sliding_window": 4096, "final_logit_softcapping": 30.0,
+               "attn_logit_softcapping": 50.0},
+    "gemma3": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
+               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "head_dim": 256, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
+               "query_pre_attn_scalar": 256, "sliding_window": 4096,
+               "final_logit_softcapping": None, "attn_logit_softcapping": None,
+               "sliding_window_pattern": 6},
+}
 
 
 def _opt_float(value: Any) -> float | None:
