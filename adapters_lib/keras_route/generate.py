@@ -1,0 +1,117 @@
+"""Generation with a Keras run's model: greedy answers from the base or the tuned weights.
+
+The decoder is ``adapters_lib.evaluate``'s (fixed shapes, one compile) over
+``CausalLM.stateless_call``; "base" is the same model with the LoRA ``B`` kernels zeroed
+(``W + A·0 = W``), so one model serves both sides of an A/B.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.errors import WorkbenchError
+
+
+def _sp(model: Any):
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=model.tokenizer_path)
+
+
+def _apply_fn(causal_lm: Any):
+    cached = getattr(causal_lm, "_workbench_apply", None)
+    if cached is not None:
+        return cached
+    import jax.numpy as jnp
+
+    def apply(params, tokens, positions, mask):
+        tv, ntv = params
+        logits, _ = causal_lm.stateless_call(tv, ntv, {"token_ids": tokens,
+                                                        "padding_mask": jnp.ones_like(tokens)})
+        return logits
+
+    causal_lm._workbench_apply = apply
+    return apply
+
+
+def params(model: Any, *, base: bool) -> tuple[list[Any], list[Any]]:
+    """(trainable, non-trainable) values; ``base`` zeroes the LoRA B kernels."""
+    import jax.numpy as jnp
+
+    lm = model.causal_lm
+    tv = [jnp.zeros_like(v.value) if base and v.path.endswith("lora_kernel_b") else v.value
+          for v in lm.trainable_variables]
+    return tv, [v.value for v in lm.non_trainable_variables]
+
+
+def exact_match(model: Any, examples: Sequence[dict[str, Any]], *, base: bool):
+    from adapters_lib import evaluate
+
+    return evaluate.exact_match(None, params(model, base=base), _sp(model), examples,
+                                apply_fn=_apply_fn(model.causal_lm), batch_size=16, max_length=256)
+
+
+def answers(model: Any, prompts: Sequence[str | Sequence[dict[str, str]]], *, base: bool,
+            max_new_tokens: int = 32) -> list[str]:
+    """Greedy replies to ``prompts`` (a user message, or a list of chat messages each)."""
+    from adapters_lib import evaluate
+
+    sp = _sp(model)
+    encoded = [evaluate.prompt_ids(sp, [{"role": "user", "content": p}] if isinstance(p, str) else list(p),
+                                   bos=sp.bos_id())
+               for p in prompts]
+    return evaluate.greedy_answers(_apply_fn(model.causal_lm), params(model, base=base), sp, encoded,
+                                   max_new_tokens=max_new_tokens, batch_size=16, max_length=256)
+
+
+@dataclass
+class KerasTuned:
+    cfg: Any
+    model: Any
+    step: int
+    distribution: Any
+
+    def answers(self, prompts: Sequence[Any], *, tuned: bool = True, max_new_tokens: int = 32) -> list[str]:
+        scope = self.distribution.scope() if self.distribution is not None else None
+        if scope is None:
+            return answers(self.model, prompts, base=not tuned, max_new_tokens=max_new_tokens)
+        with scope:
+            return answers(self.model, prompts, base=not tuned, max_new_tokens=max_new_tokens)
+
+
+def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned:
+    """A Keras run's model with the weights of checkpoint ``step`` (the latest when None)."""
+    import jax
+
+    from adapters_lib.config import MeshSpec
+    from adapters_lib.keras_route import checkpoints
+    from adapters_lib.keras_route.layout import make_distribution, plan_layout
+    from adapters_lib.keras_route.model import build_model, import_keras, model_dims
+    from adapters_lib.runs import RunDir
+
+    run = RunDir(Path(run_dir))
+    cfg = run.config()
+    if cfg.model.backend != "keras":
+        raise WorkbenchError(f"run {run.run_id} is a {cfg.model.backend} run", hint="load it with runs.load_tuned")
+    steps = checkpoints.checkpoint_steps(run.checkpoints_dir)
+    if not steps:
+        raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir))
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise WorkbenchError(f"run {run.run_id} has no checkpoint at step {step}",
+                             hint=f"checkpoints: {', '.join(map(str, steps))}")
+    import_keras()
+    mesh = MeshSpec(data=cfg.mesh.data, fsdp=1, tensor=cfg.mesh.tensor).resolve(len(jax.devices()))
+    plan = plan_layout(model_dims(cfg), data=mesh.data, tensor=mesh.tensor, batch_size=cfg.train.batch_size)
+    distribution = make_distribution(plan)
+    model = build_model(cfg, distribution)
+    scope = distribution.scope() if distribution is not None else None
+    if scope is None:
+        checkpoints.restore(run.checkpoints_dir, step, model.causal_lm, optimizer=False)
+    else:
+        with scope:
+            checkpoints.restore(run.checkpoints_dir, step, model.causal_lm, optimizer=False)
+    return KerasTuned(cfg, model, step, distribution)

@@ -1,0 +1,172 @@
+"""The Keras model of a run: the tiny demo Gemma 3 (same tokenizer as the gemma demo) or a
+Keras preset folder, built under the run's distribution, with LoRA on the chosen targets.
+
+Keras must run on JAX: ``import_keras()`` sets ``KERAS_BACKEND=jax`` before the first keras
+import of the process, and refuses to go on if keras was already imported with another
+backend (set ``KERAS_BACKEND=jax`` before any keras import in the engine process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.config import RunConfig
+from adapters_lib.errors import WorkbenchError
+from adapters_lib.keras_route.layout import ModelDims
+from adapters_lib.keras_route.options import KERAS_LORA_LAYERS, is_keras_preset, keras_dtype_policy
+
+
+def import_keras():
+    """``keras`` on the JAX backend (sets KERAS_BACKEND before the first import)."""
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = "jax"
+    import keras
+
+    if keras.backend.backend() != "jax":
+        raise WorkbenchError(
+            f"keras was imported with the {keras.backend.backend()!r} backend before the Keras route ran",
+            where="KERAS_BACKEND", hint="set KERAS_BACKEND=jax before starting the engine")
+    return keras
+
+
+def demo_dims() -> ModelDims:
+    """The demo's shape, the same as the gemma demo's (adapters_lib.models.demo)."""
+    from adapters_lib.models.demo import DEMO_VOCAB
+
+    return ModelDims(vocab=DEMO_VOCAB, hidden=256, heads=4, kv_heads=1, head_dim=64, ffw=1024, layers=4)
+
+
+def preset_config(source: str) -> tuple[str, dict[str, Any]]:
+    p = Path(source).expanduser()
+    raw = json.loads((p / "config.json").read_text())
+    return raw.get("class_name", ""), raw.get("config", raw)
+
+
+def model_dims(cfg: RunConfig) -> ModelDims:
+    """Dimensions for validation, read without building anything."""
+    src = cfg.model.source
+    if src == "demo":
+        return demo_dims()
+    if not is_keras_preset(src):
+        raise WorkbenchError(
+            f"model.source {src!r} is not a Keras preset folder (config.json + model.weights.h5)",
+            where="[model] source",
+            hint='the Keras route loads "demo" or a Keras preset folder (e.g. from kagglehub: google/gemma-3/keras/…)')
+    name, c = preset_config(src)
+    try:
+        return ModelDims.from_keras_config(name, c)
+    except KeyError as e:
+        raise WorkbenchError(f"{src}/config.json has no {e.args[0]!r}: not a Gemma backbone ({name or 'unknown class'})",
+                             where="[model] source") from None
+
+
+def tokenizer_path(cfg: RunConfig) -> str:
+    """The SentencePiece model: model.tokenizer, the preset's assets, or the demo tokenizer."""
+    if cfg.model.tokenizer:
+        return cfg.model.tokenizer
+    if cfg.model.source == "demo":
+        from adapters_lib.models.demo import ensure_demo_tokenizer
+
+        return str(ensure_demo_tokenizer())
+    spm = Path(cfg.model.source).expanduser() / "assets" / "tokenizer" / "vocabulary.spm"
+    if not spm.is_file():
+        raise WorkbenchError(f"no tokenizer at {spm}", where="[model] tokenizer",
+                             hint="set [model] tokenizer to the preset's vocabulary.spm / tokenizer.model")
+    return str(spm)
+
+
+def keras_tokenizer(proto_path: str):
+    """A keras-hub ``GemmaTokenizer`` over ``proto_path`` (same ids). The demo model names its
+    special pieces ``<s>``/``</s>``; keras-hub looks for ``<bos>``/``<eos>``, so they are
+    renamed in an in-memory copy of the proto (ids and segmentation unchanged)."""
+    import keras_hub
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    m = pb.ModelProto()
+    m.ParseFromString(Path(proto_path).read_bytes())
+    rename = {"<s>": "<bos>", "</s>": "<eos>"}
+    for piece in m.pieces:
+        piece.piece = rename.get(piece.piece, piece.piece)
+    return keras_hub.models.GemmaTokenizer(proto=m.SerializeToString())
+
+
+@dataclass
+class KerasModel:
+    causal_lm: Any
+    backbone: Any
+    dims: ModelDims
+    tokenizer_path: str
+    lora_layers: list[str]
+
+
+def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
+    """Build (under ``distribution``) the backbone + CausalLM and enable LoRA on the targets."""
+    keras = import_keras()
+    import keras_hub
+
+    policy = keras_dtype_policy(cfg.train.param_dtype, cfg.train.compute_dtype)
+    dims = model_dims(cfg)
+    scope = distribution.scope() if distribution is not None else _nullcontext()
+    with scope, _seeded(keras, cfg.train.seed):
+        if cfg.model.source == "demo":
+            backbone = keras_hub.models.Gemma3Backbone(
+                vocabulary_size=dims.vocab, image_size=896, num_layers=dims.layers,
+                num_query_heads=dims.heads, num_key_value_heads=dims.kv_heads, hidden_dim=dims.hidden,
+                intermediate_dim=dims.ffw, head_dim=dims.head_dim, query_head_dim_normalize=True,
+                use_query_key_norm=True, use_post_ffw_norm=True, use_post_attention_norm=True,
+                use_sliding_window_attention=True, sliding_window_size=32, vision_encoder=None,
+                dtype=policy, name="gemma3_backbone")
+        else:
+            backbone = keras_hub.models.Backbone.from_preset(str(Path(cfg.model.source).expanduser()), dtype=policy)
+        lm_class = getattr(keras_hub.models, type(backbone).__name__.replace("Backbone", "CausalLM"), None)
+        if lm_class is None:
+            raise WorkbenchError(f"{type(backbone).__name__} has no CausalLM in keras-hub", where="[model] source")
+        causal_lm = lm_class(backbone=backbone, preprocessor=None)
+        lora_layers: list[str] = []
+        if cfg.lora.enabled:
+            names = [KERAS_LORA_LAYERS[t] for t in cfg.lora.targets]
+            backbone.enable_lora(cfg.lora.rank, target_layer_names=names)
+            found = set()
+            for layer in backbone._flatten_layers(include_self=False):
+                if getattr(layer, "lora_enabled", False):
+                    layer.lora_alpha = cfg.lora.alpha  # scale = alpha / rank, as on the gemma route
+                    found.add(layer.name)
+                    lora_layers.append(layer.name)
+            missing = [t for t in cfg.lora.targets if KERAS_LORA_LAYERS[t] not in found]
+            if missing:
+                raise WorkbenchError(
+                    f"LoRA targets {' '.join(missing)} match no layer of {type(backbone).__name__}",
+                    where="[lora] targets", hint=f"targets found: {' '.join(sorted(t for t in cfg.lora.targets if t not in missing)) or 'none'}")
+    return KerasModel(causal_lm, backbone, dims, tokenizer_path(cfg), lora_layers)
+
+
+@contextlib.contextmanager
+def _seeded(keras: Any, seed: int) -> Iterator[None]:
+    """Seed Keras' initializers (they draw their seeds from Python's ``random``) for a build,
+    then put the process's ``random``/``numpy`` streams back as they were."""
+    import random
+
+    import numpy as np
+
+    py_state, np_state = random.getstate(), np.random.get_state()
+    keras.utils.set_random_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(py_state)
+        np.random.set_state(np_state)
+
+
+class _nullcontext:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None

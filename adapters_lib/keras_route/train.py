@@ -1,0 +1,327 @@
+"""``run_keras_training(cfg, run_dir, control=None, resume=False)``: the Keras route's trainer.
+
+Same run directory and same promises as ``adapters_lib.train.loop.run_training``:
+metrics.jsonl (step, loss, lr, grad_norm, tokens_per_s, step_time_s, tokens, eval_loss),
+events.jsonl, status.json, checkpoints every ``checkpoint_every`` steps and on stop, exact
+resume (the data of step k is ``pipeline.train_batch(k)``; weights, optimizer variables and
+step come back from the checkpoint), exact-match before/after on the demo tasks.
+
+Training is ``keras.Model.fit`` in segments that end at eval/checkpoint steps; a Keras
+callback writes each step's metrics, polls ``control`` and serves ``between_steps``. Per-step
+loss is recovered from fit's running mean (reset each segment); the gradient norm (before
+clipping) is recorded by the optimizer into one of its variables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters_lib.config import RunConfig
+from adapters_lib.errors import WorkbenchError
+from adapters_lib.keras_route import checkpoints
+from adapters_lib.keras_route.options import check_backend_options
+from adapters_lib.runs import RunDir
+
+log = logging.getLogger(__name__)
+
+
+class _NullControl:
+    def should_stop(self) -> bool:
+        return False
+
+    def on_metrics(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_event(self, record: dict[str, Any]) -> None:
+        pass
+
+    def between_steps(self) -> None:
+        pass
+
+
+def _keras_batch(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+    """(x, y, sample_weight) for fit. The loss is reduced with "sum" over weights that sum to 1,
+    so it is the loss_mask-weighted mean (the gemma route's loss) whatever mask Keras applies."""
+    mask = batch["loss_mask"].astype(np.float32)
+    weight = mask / max(float(mask.sum()), 1.0)
+    x = {"token_ids": batch["tokens"].astype(np.int32),
+         "padding_mask": (batch["segment_ids"] != 0).astype(np.int32)}
+    return x, batch["targets"].astype(np.int32), weight
+
+
+def make_optimizer(keras: Any, spec: Any):
+    """AdamW on the gemma route's schedule; no decay on bias/scale; records the gradient norm."""
+    from adapters_lib.train.optimizer import make_schedule
+
+    schedule_fn = make_schedule(spec)
+
+    class Schedule(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            return schedule_fn(step)
+
+        def get_config(self) -> dict[str, Any]:
+            return {}
+
+    class AdamW(keras.optimizers.AdamW):
+        def build(self, variables):
+            if self.built:
+                return
+            super().build(variables)
+            self.grad_norm = self.add_variable(shape=(), initializer="zeros", dtype="float32", name="grad_norm")
+
+        def apply(self, grads, trainable_variables=None):
+            ops = keras.ops
+            total = sum(ops.sum(ops.square(ops.cast(g, "float32"))) for g in grads if g is not None)
+            self.grad_norm.assign(ops.sqrt(total))
+            return super().apply(grads, trainable_variables)
+
+    opt = AdamW(learning_rate=Schedule(), weight_decay=spec.weight_decay, beta_1=0.9, beta_2=0.999,
+                epsilon=1e-8, global_clipnorm=spec.clip_norm if spec.clip_norm > 0 else None, name="adamw")
+    opt.exclude_from_weight_decay(var_names=["bias", "scale"])
+    return opt, schedule_fn
+
+
+class _Trainer:
+    def __init__(self, cfg: RunConfig, run: RunDir, control: Any):
+        self.cfg, self.run, self.control = cfg, run, control or _NullControl()
+        self.losses: dict[int, float] = {}
+
+    # ---------------------------------------------------------------- records
+    def event(self, kind: str, **fields: Any) -> None:
+        self.control.on_event(self.run.append_event(kind, **fields))
+
+    def state(self, state: str, message: str = "", **fields: Any) -> None:
+        status = self.run.write_status(state, **fields, **({"message": message} if message else {}))
+        self.event("state", state=state, step=status.get("step", 0), **({"message": message} if message else {}))
+
+    def metrics(self, record: dict[str, Any]) -> None:
+        self.run.append_metrics(record)
+        self.control.on_metrics(record)
+
+    # ---------------------------------------------------------------- set-up
+    def setup(self) -> None:
+        from adapters_lib.config import MeshSpec
+        from adapters_lib.data import build_pipeline
+        from adapters_lib.keras_route.layout import make_distribution, plan_layout
+        from adapters_lib.keras_route.model import build_model, import_keras, model_dims
+
+        cfg, t = self.cfg, self.cfg.train
+        check_backend_options(cfg)
+        dims = model_dims(cfg)
+        import jax
+
+        n = len(jax.devices())
+        mesh = MeshSpec(data=cfg.mesh.data, fsdp=1, tensor=cfg.mesh.tensor).resolve(n)
+        self.plan = plan_layout(dims, data=mesh.data, tensor=mesh.tensor, batch_size=t.batch_size)
+        keras = import_keras()  # after the checks: a mistake is reported before the slow import
+        self.distribution = make_distribution(self.plan)
+        self.keras = keras
+        self.model = build_model(cfg, self.distribution)
+        lm = self.model.causal_lm
+        with self._scope():  # optimizer variables must be made under the distribution too
+            self.optimizer, self.schedule = make_optimizer(keras, t)
+            lm.compile(optimizer=self.optimizer,
+                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction="sum"),
+                       weighted_metrics=[])
+            self.optimizer.build(lm.trainable_variables)
+        data = dataclasses.replace(cfg.data, packing=False)  # no segment ids in keras-hub Gemma
+        self.pipeline = build_pipeline(data, self.model.tokenizer_path, batch_size=t.batch_size, seed=t.seed)
+        self.event("setup", backend="keras", distribution=self.plan.kind, mesh=f"{mesh.data}x{mesh.tensor}",
+                   notes=self.plan.notes + (["packing off: Keras route trains one example per row"]
+                                            if cfg.data.packing else []),
+                   trainable_params=int(sum(np.prod(v.shape) for v in lm.trainable_variables)),
+                   lora_layers=len(self.model.lora_layers))
+
+    def _scope(self) -> Any:
+        from adapters_lib.keras_route.model import _nullcontext
+
+        return self.distribution.scope() if self.distribution is not None else _nullcontext()
+
+    # ---------------------------------------------------------------- pieces
+    def eval_loss(self) -> float | None:
+        import jax
+        import jax.numpy as jnp
+
+        batches = self.pipeline.eval_batches(self.cfg.train.eval_batches)
+        if not batches:
+            return None
+        lm = self.model.causal_lm
+        if not hasattr(self, "_eval_fn"):
+            def fn(tv, ntv, x, y, w):
+                logits, _ = lm.stateless_call(tv, ntv, x)
+                logp = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
+                ce = -jnp.take_along_axis(logp, y[..., None], axis=-1)[..., 0]
+                return jnp.sum(ce * w), jnp.sum(w)
+            self._eval_fn = jax.jit(fn)
+        tv = [v.value for v in lm.trainable_variables]
+        ntv = [v.value for v in lm.non_trainable_variables]
+        total = count = 0.0
+        with self._scope():
+            for b in batches:
+                x, y, _ = _keras_batch(b)
+                s, c = self._eval_fn(tv, ntv, x, y, b["loss_mask"].astype(np.float32))  # token-weighted
+                total, count = total + float(s), count + float(c)
+        return total / max(count, 1.0)
+
+    def exact_match(self, phase: str, step: int) -> float | None:
+        from adapters_lib.keras_route.generate import exact_match
+
+        n = self.cfg.train.eval_exact_match
+        examples = list(self.pipeline.eval_examples)
+        examples = examples if n < 0 and self.cfg.data.path == "demo" else examples[:max(n, 0)]
+        if not examples:
+            return None
+        with self._scope():
+            res = exact_match(self.model, examples, base=(phase == "base"))
+        self.event("exact_match", phase=phase, step=step, **res.to_dict())
+        self.run.write_status("running", **{f"exact_match_{phase}": res.score})
+        return res.score
+
+    def fit(self, start: int, stop: int) -> tuple[int, dict[str, Any] | None]:
+        """Train steps start+1..stop (or fewer if asked to stop); return (last step, its record)."""
+        keras, trainer = self.keras, self
+        pipeline, t = self.pipeline, self.cfg.train
+        opt_vars = self.optimizer.variables
+        norm_index = next(i for i, v in enumerate(opt_vars) if v is self.optimizer.grad_norm)
+
+        class Data(keras.utils.PyDataset):
+            def __len__(self) -> int:
+                return stop - start
+
+            def __getitem__(self, i: int):
+                return _keras_batch(pipeline.train_batch(start + i))
+
+        class Metrics(keras.callbacks.Callback):
+            def __init__(self) -> None:
+                super().__init__()
+                self.prev_mean, self.last, self.record = 0.0, time.perf_counter(), None
+
+            def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
+                k, step = batch + 1, start + batch + 1
+                mean = float((logs or {})["loss"])
+                loss = k * mean - (k - 1) * self.prev_mean
+                self.prev_mean = mean
+                if not math.isfinite(loss):
+                    raise WorkbenchError(f"loss became {loss} at step {step}", where="[train] learning_rate",
+                                         hint=f"lower train.learning_rate (now {t.learning_rate:g})")
+                now = time.perf_counter()
+                dt, self.last = now - self.last, now
+                state = getattr(self.model, "_jax_state", None) or {}
+                opt_state = state.get("optimizer_variables")
+                grad_norm = float(opt_state[norm_index]) if opt_state else None
+                n_tokens = int(np.count_nonzero(pipeline.train_batch(step - 1)["segment_ids"]))
+                trainer.losses[step] = loss
+                self.record = {"step": step, "loss": loss, "lr": float(trainer.schedule(step - 1)),
+                               "grad_norm": grad_norm, "tokens_per_s": round(n_tokens / dt, 1) if dt > 0 else None,
+                               "step_time_s": round(dt, 5), "tokens": n_tokens}
+                if step < stop:  # the segment's last record waits for its eval_loss
+                    if step % t.log_every == 0:
+                        trainer.metrics(self.record)
+                    if step % 10 == 0:
+                        trainer.run.write_status("running", step=step, total_steps=t.steps, loss=loss)
+                if trainer.control.should_stop():
+                    trainer.stop_requested = True
+                    self.model.stop_training = True
+                else:
+                    trainer.control.between_steps()
+
+        cb = Metrics()
+        with self._scope():
+            keras.Model.fit(self.model.causal_lm, Data(), epochs=1, steps_per_epoch=stop - start,
+                            verbose=0, callbacks=[cb], shuffle=False)
+        last = cb.record["step"] if cb.record else start
+        return last, cb.record
+
+    def checkpoint(self, step: int) -> None:
+        checkpoints.save(self.run.checkpoints_dir, step, self.model.causal_lm, loss=self.losses.get(step),
+                         keep=self.cfg.train.keep_checkpoints)
+        self.event("checkpoint", step=step)
+
+    # ---------------------------------------------------------------- the run
+    def train(self, resume: bool) -> Any:
+        from adapters_lib.train.loop import TrainResult
+
+        t, run = self.cfg.train, self.run
+        self.stop_requested = False
+        self.setup()
+        result = TrainResult(run_dir=run.path, state="running", step=0, total_steps=t.steps)
+        start = 0
+        if resume:
+            steps = checkpoints.checkpoint_steps(run.checkpoints_dir)
+            if not steps:
+                raise WorkbenchError(f"run {run.run_id} has no checkpoint to resume from",
+                                     where=str(run.checkpoints_dir), hint="start a new run")
+            start = steps[-1]
+            with self._scope():
+                checkpoints.restore(run.checkpoints_dir, start, self.model.causal_lm)
+            run.truncate_metrics_after(start)
+            self.event("resumed", step=start)
+        run.write_status("running", step=start, total_steps=t.steps)
+        result.exact_match_base = run.status().get("exact_match_base")
+        if result.exact_match_base is None and not resume:
+            result.exact_match_base = self.exact_match("base", start)
+        step = start
+        record = None
+        while step < t.steps and not self.stop_requested:
+            bounds = [t.steps, (step // t.eval_every + 1) * t.eval_every,
+                      (step // t.checkpoint_every + 1) * t.checkpoint_every]
+            stop = min(bounds)
+            step, record = self.fit(step, stop)
+            if record is None:
+                break
+            if step % t.eval_every == 0 or step == t.steps:
+                ev = self.eval_loss()
+                if ev is not None:
+                    record["eval_loss"] = result.final_eval_loss = ev
+            if step < t.steps:
+                self.metrics(record)
+            result.final_loss = record["loss"]
+            if step % t.checkpoint_every == 0 and step < t.steps and not self.stop_requested:
+                self.checkpoint(step)
+        result.step, result.losses = step, dict(self.losses)
+        if self.stop_requested and step < t.steps:
+            if record is not None and step % t.eval_every and step % t.checkpoint_every:
+                self.metrics(record)
+            self.state("stopping", "stopped on request", step=step)
+            self.checkpoint(step)
+            self.state("stopped", f"stopped on request at step {step}; resume to continue", step=step)
+            result.state, result.message = "stopped", "stopped on request"
+            return result
+        if record is not None:
+            result.exact_match_tuned = self.exact_match("tuned", step)
+            if result.exact_match_tuned is not None:
+                record.update(eval_exact_match=result.exact_match_tuned, base_exact_match=result.exact_match_base)
+            self.metrics(record)
+        self.checkpoint(step)
+        result.state = "completed"
+        self.state("completed", f"{step} steps", step=step, final_loss=result.final_loss,
+                   final_eval_loss=result.final_eval_loss)
+        return result
+
+
+def run_keras_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any = None,
+                       resume: bool = False) -> Any:
+    """Train ``cfg`` (``model.backend = "keras"``) in ``run_dir``; returns a ``TrainResult``."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    tr = _Trainer(cfg, run, control)
+    tr.state("running", step=run.status().get("step", 0), total_steps=cfg.train.steps,
+             message="resuming" if resume else "starting")
+    try:
+        return tr.train(resume)
+    except WorkbenchError as err:
+        tr.state("failed", str(err), error=err.to_dict())
+        raise
+    except BaseException as err:
+        if isinstance(err, KeyboardInterrupt):
+            tr.state("stopped", "interrupted from the keyboard; resume from the last checkpoint")
+            raise
+        tr.state("failed", f"{type(err).__name__}: {err}",
+                 error={"message": f"{type(err).__name__}: {err}", "where": None, "hint": None})
+        raise
