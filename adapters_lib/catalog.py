@@ -426,6 +426,9 @@ def _inspect_orbax(entry: ModelEntry, folder: Path, ckpt: Path) -> None:
     try:
         shapes = orbax_shapes(ckpt)
         entry.params = families.shape_param_count(shapes)
+        if entry.family == "gemma4":
+            raise ArchError("Gemma 4 checkpoints are listed; this build loads Gemma 2 and 3 only",
+                            "unsupported", "gemma4")
         config_file = next((p / "config.json" for p in (folder, ckpt) if (p / "config.json").is_file()),
                            None)
         if config_file is not None:

@@ -86,12 +86,18 @@ def test_exported_safetensors_read_with_the_safetensors_library(tmp_path):
     assert arch == dataclasses.replace(TINY_GEMMA2, transpose_gating=True)
 
 
-def test_export_from_a_transformer_config_matches_hf_config_for(weights_env):
+def test_export_hf_folder_lists_and_loads_back(weights_env, tmp_path, monkeypatch):
     cfg = DEMO_ARCH.transformer_config()
-    arch = hf_convert.arch_from_transformer_config(cfg, "gemma3")
-    assert arch == DEMO_ARCH
-    out = hf_convert.gemma_to_hf(weights_env.params, cfg, "gemma3")
-    assert out["model.embed_tokens.weight"].shape == (1024, 256)
+    assert hf_convert.arch_from_transformer_config(cfg, "gemma3") == DEMO_ARCH
+    assert families.hf_config_for(cfg, "gemma3") == families.hf_config_for(DEMO_ARCH)
+    out = tmp_path / "export"
+    hf_convert.export_hf(out, weights_env.params, cfg, "gemma3", dtype="bfloat16",
+                         tokenizer=weights_env.tokenizer, max_shard_bytes=1_000_000)
+    entry = catalog.resolve(str(out))
+    assert (entry.status, entry.family, entry.format) == ("ok", "gemma3", "hf-safetensors")
+    assert entry.params == DEMO_ARCH.param_count()
+    header = hf_convert.read_header(next(out.glob("*.safetensors")))
+    assert {v["dtype"] for k, v in header.items() if not k.startswith("__")} == {"BF16"}
 
 
 def _logits(loaded):
@@ -192,7 +198,7 @@ def test_loaded_model_trains_lora_and_samples(weights_cache):
     from adapters_lib import lora
 
     loaded = load_model(ModelSpec(source=weights_cache.ids["hf_sharded"]))
-    spec = LoraSpec(rank=4, alpha=8.0)
+    spec = LoraSpec(rank=4, alpha=8.0, targets=("q", "v", "down"))
     wrapped = lora.wrap(loaded.model, spec)
     tokens = jnp.tile(TOKENS, (2, 1))
     # adapter shapes from an abstract init (lora.init_lora compiles a full init: slow on CPU)

@@ -352,8 +352,15 @@ def _hf_rope(cfg: Mapping[str, Any], family: str) -> tuple[int, int, float]:
     return local_theta, global_theta, factor
 
 
-def hf_config_for(arch: Arch, *, dtype: str = "float32") -> dict[str, Any]:
-    """A Hugging Face ``config.json`` (Gemma2ForCausalLM / Gemma3ForCausalLM) for ``arch``."""
+def hf_config_for(arch: Any, family: str = "", *, dtype: str = "float32") -> dict[str, Any]:
+    """A Hugging Face ``config.json`` (Gemma2ForCausalLM / Gemma3ForCausalLM).
+
+    ``arch``: an ``Arch``, or a gemma ``TransformerConfig`` together with ``family``.
+    """
+    if not isinstance(arch, Arch):
+        from adapters_lib.models.hf_convert import arch_from_transformer_config
+
+        arch = arch_from_transformer_config(arch, family)
     common = {
         "vocab_size": arch.vocab_size,
         "hidden_size": arch.embed_dim,

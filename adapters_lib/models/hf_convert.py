@@ -37,7 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from adapters_lib.models.families import Arch
+from adapters_lib.models.families import Arch, hf_config_for
+
+__all__ = ["gemma_to_hf", "hf_to_gemma", "hf_config_for", "export_hf", "save_hf", "leaf_plan",
+           "SafetensorsDir", "read_header", "write_safetensors"]
 
 # --------------------------------------------------------------------------- safetensors I/O
 
@@ -408,3 +411,28 @@ def save_hf(folder: Path, tensors: Mapping[str, np.ndarray], config: Mapping[str
     (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return files
 
+
+
+def export_hf(folder: Path, params: Mapping[str, Any], transformer_config: Any, family: str, *,
+              dtype: str | None = None, tokenizer: str | Path | None = None,
+              max_shard_bytes: int = 5 << 30) -> list[Path]:
+    """Write a Hugging Face model folder (config.json, safetensors, tokenizer.model).
+
+    ``params``: a fused gemma tree (no LoRA branches). ``dtype``: cast the tensors
+    ("bfloat16", "float32"); default keeps the params' dtype.
+    """
+    import shutil
+
+    arch = arch_from_transformer_config(transformer_config, family)
+    tensors = gemma_to_hf(params, arch=arch)
+    if dtype:
+        if dtype not in _CODES:
+            raise SafetensorsError(f"cannot export as {dtype}: use one of {', '.join(_CODES)}")
+        target = _np_dtype(_CODES[dtype])
+        tensors = {k: v.astype(target) for k, v in tensors.items()}
+    first = next(iter(tensors.values()))
+    config = hf_config_for(arch, dtype=first.dtype.name)
+    files = save_hf(Path(folder), tensors, config, max_shard_bytes=max_shard_bytes)
+    if tokenizer:
+        shutil.copy(tokenizer, Path(folder) / "tokenizer.model")
+    return files

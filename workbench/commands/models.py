@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="HANDLE: owner/model/framework/variation[/version] (Kaggle) or "
                     "hf:org/name[@revision].")
     d.add_argument("handle", metavar="HANDLE")
-    d.add_argument("--json", action="store_true", help="print the entry as JSON")
+    d.add_argument("--json", action="store_true", default=argparse.SUPPRESS,
+                   help="print the entry as JSON")
     d.set_defaults(handler=run_download)
 
 
