@@ -139,3 +139,12 @@ def test_packed_batches_give_the_same_per_example_loss_as_unpacked(write, codec)
     assert len(a) == len(b) == 9 and a.keys() == b.keys()
     for key in a:
         assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-5)
+
+
+def test_gemma_tokenizer_gives_the_same_batches_as_its_sentencepiece_model(codec):
+    from adapters_lib.models.demo import demo_tokenizer
+
+    gm_pipe = build_pipeline(DataSpec(), demo_tokenizer(), batch_size=4, seed=0)
+    sp_pipe = build_pipeline(DataSpec(), codec, batch_size=4, seed=0)
+    assert _same(gm_pipe.train_batch(5), sp_pipe.train_batch(5))
+    assert gm_pipe.report.tokenizer.startswith("Gemma3Tokenizer")

@@ -113,7 +113,9 @@ def test_report_counts_tokens_truncation_and_histogram(write, codec):
     report = check_file(p, tokenizer=codec, max_length=64)
     d = report.to_dict()
     assert (d["records"], d["examples"], d["truncated"]) == (10, 10, 1)
-    assert d["truncated_fraction"] == 0.1
+    assert d["truncated_fraction"] == 0.1 and d["warnings"] == []
+    many = check_file(write("long.jsonl", jsonl(QA[:3] + [long] * 2)), tokenizer=codec, max_length=64)
+    assert "40% of examples are longer than max_length 64" in many.warnings[-1].message
     assert sum(h["count"] for h in d["histogram"]) == 10
     assert d["histogram"][-1]["count"] == 1 and d["histogram"][-1]["lo"] > 64
     assert d["tokens"] == sum(min(n, 64) for n in report.lengths)

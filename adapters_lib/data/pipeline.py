@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -99,6 +100,13 @@ class Pipeline:
             rows.extend(take)
             epoch, row = epoch + 1, 0
         return assemble(self.train, rows, self.batch_size, self.max_length)
+
+    def batches(self, start_step: int = 0) -> Iterator[Batch]:
+        """``train_batch(start_step)``, ``train_batch(start_step + 1)``, ... (endless)."""
+        step = start_step
+        while True:
+            yield self.train_batch(step)
+            step += 1
 
     # ---------------------------------------------------------------- eval
     @property

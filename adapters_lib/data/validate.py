@@ -14,13 +14,15 @@ import numpy as np
 
 from adapters_lib.data import chat_template
 from adapters_lib.data.formats import Example, to_examples
-from adapters_lib.data.readers import DataIssue, read_path
+from adapters_lib.data.readers import DataIssue, Where, read_path
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, example_pieces, tokenize_examples
 from adapters_lib.errors import WorkbenchError
 
 LIST_LIMIT = 20
 """Issues shown in the text report per kind (the JSON holds up to JSON_LIMIT)."""
 JSON_LIMIT = 1000
+TRUNCATION_WARN = 0.1
+"""Warn when more than this fraction of examples is truncated."""
 
 
 @dataclass
@@ -186,6 +188,11 @@ def report_for(path: str, n_records: int, files: list[str], read_issues: list[Da
         trained_tokens=int(tset.trained.sum()), truncated=tset.truncated, chunked=tset.chunked,
         lengths=tset.raw_lengths, issues=issues, _examples=examples, _tset=tset,
     )
+    if kept and tset.truncated / kept > TRUNCATION_WARN:
+        p95 = int(np.percentile(tset.raw_lengths, 95))
+        report.issues.append(DataIssue(Where(path), f"{tset.truncated / kept:.0%} of examples are longer than "
+                                       f"max_length {max_length} and were truncated (p95 length {p95}); "
+                                       "consider raising [data] max_length", severity="warning"))
     if report.records == 0:
         empty = all("empty" in i.message for i in read_issues) and read_issues
         report.fatal = (f"{path} is empty: no records" if empty else f"no records could be read from {path}")
