@@ -65,6 +65,10 @@ def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss
         raise ValueError(f"chunk {chunk} does not divide sequence length {length}")
 
     def one(h, t, m):
+        with jax.named_scope("ce_chunk"):
+            return _one(h, t, m)
+
+    def _one(h, t, m):
         logits = jnp.einsum("bld,vd->blv", h, table.astype(h.dtype),
                             preferred_element_type=jnp.float32)
         return _ce_terms(_softcap(logits, softcap), t, m)

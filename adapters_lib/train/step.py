@@ -118,8 +118,9 @@ class Steps:
 
     # -- state
     def init_state(self, trainable_params: Any) -> TrainState:
-        """A fresh state on the mesh: step 0, the params placed, the optimizer initialised."""
-        params = jax.device_put(trainable_params, self.trainable_shardings)
+        """A fresh state on the mesh: step 0, the params placed (always copied: the state is
+        donated, the caller's arrays are not), the optimizer initialised."""
+        params = jax.device_put(trainable_params, self.trainable_shardings, may_alias=False)
         opt_state = self._init_opt(params)
         step = jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings.step)
         return TrainState(step, params, opt_state)
@@ -268,7 +269,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         grads = jax.lax.with_sharding_constraint(grads, trainable_shardings)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": total / denom, "grad_norm": optax.global_norm(grads), "n_tokens": n_tokens}
+        metrics = {"loss": total / denom, "grad_norm": optax.tree.norm(grads), "n_tokens": n_tokens}
         return TrainState(state.step + 1, params, opt_state), metrics
 
     def eval_fn(trainable, base, batch):

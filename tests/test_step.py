@@ -1,0 +1,195 @@
+"""The train/eval steps on one device: loss, masks, chunked CE, grad accumulation, remat, donation."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from adapters_lib import lora, mesh
+from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+from adapters_lib.train import loss as loss_lib
+from adapters_lib.train import step as step_lib
+
+L = 32
+ONE = MeshSpec(data=1, fsdp=1, tensor=1, devices=1)
+
+
+def _cfg(**train) -> RunConfig:
+    return RunConfig(mesh=ONE, data=DataSpec(max_length=L), lora=LoraSpec(rank=4),
+                     train=TrainSpec(batch_size=8, **train))
+
+
+def _tree_close(a, b, rtol, atol):
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+@pytest.fixture(scope="module")
+def one_mesh():
+    return mesh.make_mesh(ONE)
+
+
+@pytest.fixture(scope="module")
+def lora_steps(demo, one_mesh, lora_params):
+    model, base = demo
+    cfg = _cfg()
+    return step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, lora_params(cfg.lora))
+
+
+def test_attention_mask_is_causal_within_one_packed_example():
+    seg = jnp.array([[1, 1, 2, 2, 0]])
+    got = np.asarray(loss_lib.attention_mask(seg))[0]
+    expected = np.array([
+        [1, 0, 0, 0, 0],
+        [1, 1, 0, 0, 0],
+        [0, 0, 1, 0, 0],
+        [0, 0, 1, 1, 0],
+        [0, 0, 0, 0, 0],
+    ], bool)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("softcap", [None, 5.0])
+def test_chunked_cross_entropy_equals_full_cross_entropy(softcap):
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    hidden = jax.random.normal(k1, (2, 32, 16))
+    table = jax.random.normal(k2, (64, 16))
+    targets = jax.random.randint(k3, (2, 32), 0, 64)
+    mask = (jnp.arange(32) % 3 != 0).astype(jnp.float32)[None].repeat(2, 0)
+
+    def full(h, t):
+        logits = h @ t.T
+        if softcap:
+            logits = jnp.tanh(logits / softcap) * softcap
+        return loss_lib.full_ce_sum(logits, targets, mask)
+
+    def chunked(h, t):
+        return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8, softcap=softcap)
+
+    v_full, g_full = jax.jit(jax.value_and_grad(full, argnums=(0, 1)))(hidden, table)
+    v_chunk, g_chunk = jax.jit(jax.value_and_grad(chunked, argnums=(0, 1)))(hidden, table)
+    np.testing.assert_allclose(v_chunk, v_full, rtol=1e-6)
+    _tree_close(g_chunk, g_full, rtol=1e-5, atol=1e-6)
+
+
+def test_lora_at_step_zero_scores_like_the_base_model(demo, one_mesh, make_batch):
+    model, base = demo
+    cfg = _cfg()
+    fresh = lora.init_lora(model, cfg.lora, base, jax.random.key(3))
+    steps = step_lib.build_steps(model, cfg, optax.sgd(0.1), one_mesh, base, fresh)
+    batch = make_batch(4, L, seed=1, packed=True)
+    out = steps.eval_step(steps.init_state(fresh).params, batch)
+
+    mask = loss_lib.attention_mask(jnp.asarray(batch["segment_ids"]))
+    logits = model.apply({"params": base}, batch["tokens"], positions=batch["positions"],
+                         attention_mask=mask).logits
+    ref = loss_lib.full_ce_sum(logits, batch["targets"], batch["loss_mask"])
+    np.testing.assert_allclose(out["loss_sum"], ref, rtol=1e-5)
+    assert float(out["n_tokens"]) == batch["loss_mask"].sum()
+
+
+def test_packed_examples_score_as_if_each_had_its_own_row(lora_steps, make_batch):
+    a = make_batch(1, 12, seed=5)
+    b = make_batch(1, 14, seed=6)
+
+    def row(parts):
+        out = {k: np.zeros((1, L), v.dtype) for k, v in a.items()}
+        at = 0
+        for i, p in enumerate(parts):
+            n = p["tokens"].shape[1]
+            for k in out:
+                out[k][0, at:at + n] = p[k][0]
+            out["segment_ids"][0, at:at + n] = i + 1
+            at += n
+        return out
+
+    packed = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in row([a, b]).items()}
+    separate = {k: np.concatenate([row([a])[k], row([b])[k]]) for k in a}
+    trainable = _fresh(lora_steps)
+    got_packed = lora_steps.eval_step(trainable, packed)
+    got_separate = lora_steps.eval_step(trainable, separate)
+    assert float(got_packed["n_tokens"]) == float(got_separate["n_tokens"]) == 24
+    np.testing.assert_allclose(got_packed["loss_sum"], got_separate["loss_sum"], rtol=1e-5)
+
+
+def _fresh(steps):
+    """A copy of the steps' abstract trainable tree filled with small deterministic values."""
+    leaves, tree = jax.tree.flatten(steps.abstract_state.params)
+    keys = jax.random.split(jax.random.key(11), len(leaves))
+    return jax.tree.unflatten(tree, [0.02 * jax.random.normal(k, x.shape, x.dtype)
+                                     for x, k in zip(leaves, keys, strict=True)])
+
+
+def test_grad_accumulation_two_by_four_equals_one_batch_of_eight(demo, one_mesh, lora_params, make_batch):
+    model, base = demo
+    cfg1 = _cfg()
+    cfg2 = _cfg(grad_accum=2)
+    trainable = lora_params(cfg1.lora)
+    batch = make_batch(8, L, seed=2, packed=True)
+    results = []
+    for cfg in (cfg1, cfg2):
+        steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, trainable, ce_chunk=8)
+        state, metrics = steps.train_step(steps.init_state(trainable), batch)
+        results.append((jax.device_get(metrics), jax.device_get(state.params), steps))
+    (m1, p1, _), (m2, p2, steps2) = results
+    np.testing.assert_allclose(m2["loss"], m1["loss"], rtol=1e-6)
+    np.testing.assert_allclose(m2["grad_norm"], m1["grad_norm"], rtol=1e-5)
+    assert m1["n_tokens"] == m2["n_tokens"] == batch["loss_mask"].sum()
+    _tree_close(p2, p1, rtol=1e-5, atol=1e-6)
+    # chunked CE: no [micro-batch, L, V] logits buffer anywhere in the compiled step
+    hlo = steps2._train.lower(steps2.abstract_state, steps2.base_params,
+                              {k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()}).compile().as_text()
+    ce_shapes = {line.split("=")[1].split("{")[0].strip() for line in hlo.splitlines()
+                 if "ce_chunk" in line and "1024]" in line.split("=")[1].split("metadata")[0]}
+    assert "f32[4,8,1024]" in ce_shapes and not any(f",{L},1024]" in s for s in ce_shapes)
+
+
+def test_full_finetune_with_remat_matches_without(demo, one_mesh, make_batch):
+    model, base = demo
+    batch = make_batch(8, L, seed=4)
+    cfgs = [_cfg(remat=r) for r in (False, True)]
+    cfgs = [dataclasses.replace(c, lora=dataclasses.replace(c.lora, enabled=False)) for c in cfgs]
+    out = []
+    for cfg in cfgs:
+        steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, base)
+        assert jax.tree.leaves(steps.base_params) == []  # full FT: nothing frozen
+        state, metrics = steps.train_step(steps.init_state(base), batch)
+        out.append((jax.device_get(metrics), jax.device_get(state.params)))
+    np.testing.assert_allclose(out[1][0]["loss"], out[0][0]["loss"], rtol=1e-6)
+    np.testing.assert_allclose(out[1][0]["grad_norm"], out[0][0]["grad_norm"], rtol=1e-4)
+    _tree_close(out[1][1], out[0][1], rtol=1e-4, atol=1e-6)
+    changed = jax.tree.map(lambda a, b: bool(np.any(a != b)), out[0][1], jax.device_get(base))
+    assert all(jax.tree.leaves(changed))  # every param trains
+
+
+def test_bf16_compute_tracks_f32(demo, one_mesh, lora_params, lora_steps, make_batch):
+    model, base = demo
+    cfg = _cfg(compute_dtype="bfloat16")
+    trainable = lora_params(cfg.lora)
+    steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, trainable)
+    batch = make_batch(8, L, seed=7)
+    lo = steps.eval_step(steps.init_state(trainable).params, batch)
+    hi = lora_steps.eval_step(lora_steps.init_state(trainable).params, batch)
+    np.testing.assert_allclose(lo["loss_sum"], hi["loss_sum"], rtol=2e-2)
+    state = steps.init_state(trainable)
+    state, _ = steps.train_step(state, batch)
+    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state.params))
+
+
+def test_train_step_donates_the_state_and_returns_device_scalars(lora_steps, lora_params, make_batch):
+    trainable = lora_params(LoraSpec(rank=4))
+    state = lora_steps.init_state(trainable)
+    base_leaf = jax.tree.leaves(lora_steps.base_params)[0]
+    new, metrics = lora_steps.train_step(state, make_batch(8, L, seed=8))
+    assert all(x.is_deleted() for x in jax.tree.leaves(state.params))
+    assert not base_leaf.is_deleted()
+    assert int(new.step) == 1
+    assert set(metrics) == {"loss", "grad_norm", "n_tokens"}
+    assert all(isinstance(v, jax.Array) and v.shape == () for v in metrics.values())
+    new2, m2 = lora_steps.train_step(new, make_batch(8, L, seed=8))
+    assert float(m2["loss"]) < float(metrics["loss"])  # SGD on the same batch descends
