@@ -183,3 +183,11 @@ def test_data_check_reports_problems_in_a_file(engine, tmp_path):
     with pytest.raises(EngineRequestError) as info:
         engine.data_check(str(tmp_path / "missing.jsonl"))
     assert info.value.status == 400
+
+
+def test_an_engine_started_on_demand_exits_when_idle(engine_factory):
+    proc = engine_factory(args=["--idle-exit", "1", "--no-warm"])
+    assert proc.client.status()["busy"] is False
+    proc.proc.wait(timeout=30)  # nobody uses it: it goes, and frees the devices
+    assert not (proc.runtime / "engine.sock").exists()
+    assert "idle for" in proc.log_text()

@@ -125,19 +125,40 @@ def test_engine_killed_mid_run_leaves_the_run_interrupted_at_next_start(story):
     assert any(e.get("state") == "interrupted" for e in run["events"])
 
 
-def test_resume_continues_and_the_loss_curve_equals_an_uninterrupted_run(story):
+def test_resume_continues_from_the_checkpoint_to_completion(story):
     client = story["second"].client
     run_id = story["run_id"]
     assert client.resume_run(run_id)["state"] == "queued"
-    baseline = client.create_run(CONFIG)["id"]  # queued behind it: one run at a time
+    story["baseline"] = client.create_run(CONFIG)["id"]  # queued behind it: one run at a time
+    assert client.get_run(story["baseline"], metrics=False)["state"] == "queued"
     resumed = client.wait_run(run_id, timeout=300)
     assert resumed["state"] == "completed", resumed
-    assert client.wait_run(baseline, timeout=300)["state"] == "completed"
     got = client.get_run(run_id)
-    want = client.get_run(baseline)
-    assert any(e["kind"] == "resumed" for e in got["events"])
-    steps = [m["step"] for m in got["metrics"]]
-    assert steps == list(range(1, STEPS + 1))
-    losses = [m["loss"] for m in got["metrics"]]
-    expected = [m["loss"] for m in want["metrics"]]
+    assert [e["step"] for e in got["events"] if e["kind"] == "resumed"] == [KILL_AFTER_CHECKPOINT]
+    assert [m["step"] for m in got["metrics"]] == list(range(1, STEPS + 1))
+
+
+def test_a_b_compare_streams_tokens_while_the_next_run_trains(story):
+    client = story["second"].client
+    items = list(client.compare("Is 7 even or odd?", story["run_id"], max_tokens=4))
+    sides = {i["data"]["side"] for i in items if i["type"] == "token"}
+    assert sides == {"base", "tuned"}
+    done = items[-1]
+    assert done["type"] == "done" and done["data"]["step"] == STEPS
+    tuned = "".join(i["data"]["text"] for i in items
+                    if i["type"] == "token" and i["data"]["side"] == "tuned")
+    assert tuned == done["data"]["tuned"]
+    with pytest.raises(EngineRequestError) as info:
+        list(client.compare("", story["run_id"]))
+    assert info.value.status == 400
+
+
+def test_the_loss_curve_after_resume_equals_an_uninterrupted_run(story):
+    client = story["second"].client
+    assert client.wait_run(story["baseline"], timeout=300)["state"] == "completed"
+    got = client.get_run(story["run_id"])["metrics"]
+    want = client.get_run(story["baseline"])["metrics"]
+    assert [m["step"] for m in want] == list(range(1, STEPS + 1))
+    losses = [m["loss"] for m in got]
+    expected = [m["loss"] for m in want]
     assert losses == pytest.approx(expected, rel=1e-5, abs=1e-6)

@@ -59,11 +59,20 @@ def read_token(path: Path | None = None) -> str:
                                hint="start it with `gemma-workbench engine start`") from None
 
 
-def spawn_engine(*, tcp: str | None = None, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``python -m adapters_lib.engine`` detached: own session, no terminal, log to file."""
+def spawn_engine(*, tcp: str | None = None, env: dict[str, str] | None = None,
+                 on_demand: bool = True) -> subprocess.Popen:
+    """Start ``python -m adapters_lib.engine`` detached: own session, no terminal, log to file.
+
+    An engine started on demand (``on_demand``: by the TUI or a CLI command, not by
+    ``engine start``) exits after ``GEMMA_WORKBENCH_ENGINE_IDLE_EXIT`` seconds (default 1800)
+    with no run, no job and no client, so that it does not hold the accelerator forever.
+    """
     log_path = engine_files()["log"]
     paths.ensure_private_dir(log_path.parent)
     cmd = [sys.executable, "-m", "adapters_lib.engine"]
+    if on_demand:
+        idle = os.environ.get("GEMMA_WORKBENCH_ENGINE_IDLE_EXIT", "1800")
+        cmd += ["--idle-exit", idle]
     if tcp:
         cmd += ["--tcp", tcp]
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)

@@ -99,7 +99,15 @@ def _lock(path: Path):
     return fd
 
 
-async def serve(*, foreground: bool, tcp: str | None, warm: bool) -> int:
+async def _exit_when_idle(engine, stop: asyncio.Event, idle_exit: float) -> None:
+    while not stop.is_set():
+        await asyncio.sleep(min(5.0, idle_exit / 4))
+        if engine.idle_for() >= idle_exit:
+            log.info("idle for %.0f s with no run and no client: exiting", idle_exit)
+            stop.set()
+
+
+async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: float = 0) -> int:
     from aiohttp import web
 
     from adapters_lib.engine.server import STOP_KEY, make_app
@@ -143,7 +151,11 @@ async def serve(*, foreground: bool, tcp: str | None, warm: bool) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
+    if idle_exit > 0:
+        idle_task = asyncio.ensure_future(_exit_when_idle(engine, stop, idle_exit))
     await stop.wait()
+    if idle_exit > 0:
+        idle_task.cancel()
     log.info("engine stopping")
     await asyncio.to_thread(engine.shutdown)
     await asyncio.sleep(0.1)  # let the shutdown response go out
@@ -162,6 +174,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also log to this terminal (default: only to the log file)")
     parser.add_argument("--tcp", metavar="HOST:PORT",
                         help="also listen on TCP (token still required); port 0 picks one")
+    parser.add_argument("--idle-exit", type=float, default=0, metavar="SECONDS",
+                        help="exit after this long with no run, no job and no client "
+                             "(0 = never; engines started on demand use "
+                             "GEMMA_WORKBENCH_ENGINE_IDLE_EXIT, default 1800)")
     parser.add_argument("--no-warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -177,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     write_private(f["pid"], f"{os.getpid()}\n")
     try:
         return asyncio.run(serve(foreground=args.foreground, tcp=args.tcp,
-                                 warm=not args.no_warm))
+                                 warm=not args.no_warm, idle_exit=args.idle_exit))
     except Exception:
         log.exception("engine crashed")
         return 1

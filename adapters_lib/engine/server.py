@@ -10,12 +10,14 @@ documented in docs/engine-api.md.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 import logging
 import os
+import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, get_type_hints
 
 from aiohttp import web
 
@@ -34,6 +36,10 @@ STOP_KEY = web.AppKey("stop", asyncio.Event)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
+def _now() -> float:
+    return time.monotonic()
+
+
 def error_response(status: int, message: str, where: str | None = None,
                    hint: str | None = None) -> web.Response:
     body = {"error": {"message": message, "where": where, "hint": hint, "status": status}}
@@ -49,11 +55,20 @@ async def auth_and_errors(request: web.Request, handler: Handler) -> web.StreamR
         what = "missing" if not given else "wrong"
         return error_response(401, f"{what} engine token", where=request.path,
                               hint="send Authorization: Bearer <token from the engine's token file>")
+    engine = request.app[ENGINE_KEY]
+    engine.last_activity = _now()
     length = request.content_length
     if length is not None and length > MAX_BODY:
         return error_response(413, f"request body too large ({length} > {MAX_BODY} bytes)",
                               where=request.path)
     try:
+        if request.path.endswith("/stream") or request.path in ("/v1/sample", "/v1/compare"):
+            engine.open_streams += 1
+            try:
+                return await handler(request)
+            finally:
+                engine.open_streams -= 1
+                engine.last_activity = _now()
         return await handler(request)
     except EngineError as e:
         return error_response(e.status, e.message, e.where, e.hint)
@@ -89,9 +104,6 @@ async def _body(request: web.Request) -> Any:
 
 def _query(request: web.Request, cls: type[C.Command]) -> dict[str, Any]:
     """Query parameters typed for ``cls`` (``?metrics=0&since_step=5``)."""
-    import dataclasses
-    from typing import get_type_hints
-
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     out: dict[str, Any] = {}

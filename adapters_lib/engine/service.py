@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import json
 import logging
 import os
@@ -36,6 +37,11 @@ from adapters_lib.errors import WorkbenchError
 log = logging.getLogger("adapters_lib.engine")
 
 TERMINAL_STATES = ("stopped", "completed", "failed", "interrupted")
+
+
+IMPORT_FREE = frozenset({"status", "shutdown", "list_runs", "get_run", "stop_run", "resume_run",
+                         "delete_run", "create_run", "stream_run"})
+"""Commands that import nothing: served at once, even while the engine imports JAX."""
 
 
 class EngineError(WorkbenchError):
@@ -127,6 +133,8 @@ class Engine:
         self._closing = threading.Event()
         self._device_thread: threading.Thread | None = None
         self.device_thread_id: int | None = None
+        self.last_activity = time.monotonic()
+        self.open_streams = 0
 
     # ----------------------------------------------------------------- life cycle
 
@@ -180,6 +188,14 @@ class Engine:
                 self._import_jax()
 
     def _import_jax(self) -> None:
+        """Import JAX, then gemma and the engine's own heavy modules, in one thread.
+
+        gemma (through etils ``lazy_imports``) swaps ``builtins.__import__`` for the whole
+        process while its modules load: an import in another thread at that moment gets a
+        lazy stub (``from typing import get_type_hints`` turned into a module!). So every
+        heavy import happens here, once, and commands that may import wait for it
+        (``execute``); the others (status, runs) import nothing.
+        """
         t0 = time.perf_counter()
         try:
             import jax
@@ -190,6 +206,8 @@ class Engine:
             self._devices = [_device_info(d) for d in devices]
             log.info("JAX ready in %.1f s: backend %s, %d device(s)", time.perf_counter() - t0,
                      self._backend, len(devices))
+            _import_heavy()
+            log.info("engine modules imported in %.1f s", time.perf_counter() - t0)
         except Exception as e:  # a broken accelerator install: say so in status
             self._jax_error = f"{type(e).__name__}: {e}"
             log.exception("JAX failed to start")
@@ -220,6 +238,7 @@ class Engine:
                 finally:
                     with self._cond:
                         self._active = None
+                    self.last_activity = time.monotonic()
 
     def _run_job(self, job: Job) -> None:
         if not job.future.set_running_or_notify_cancel():
@@ -228,6 +247,17 @@ class Engine:
             job.future.set_result(job.fn())
         except BaseException as e:  # noqa: BLE001 - handed to the waiting request
             job.future.set_exception(e)
+        finally:
+            self.last_activity = time.monotonic()
+
+    def idle_for(self) -> float:
+        """Seconds since the engine last did anything (0 while it trains or streams)."""
+        with self._cond:
+            busy = self._active is not None or bool(self._queue) or bool(self._jobs)
+        if busy or self.open_streams:
+            self.last_activity = time.monotonic()
+            return 0.0
+        return time.monotonic() - self.last_activity
 
     def drain_jobs(self) -> None:
         """Run the device jobs waiting now (called between training steps)."""
@@ -360,6 +390,8 @@ class Engine:
             raise EngineError(f"command {cmd.name!r} is not supported", status=501)
         level = logging.DEBUG if cmd.name in ("status", "list_runs", "get_run") else logging.INFO
         log.log(level, "command %s", json.dumps(_brief(cmd.to_json())))
+        if cmd.name not in IMPORT_FREE:
+            self.ensure_jax()  # see _import_jax: no import may race gemma's
         return handler(cmd)
 
     def cmd_status(self, cmd: C.Status) -> dict[str, Any]:
@@ -552,6 +584,7 @@ class Engine:
 
     def prepare_generation(self, cmd: C.Sample | C.Compare) -> runs.RunDir | None:
         """Check a sample/compare request before its stream opens (errors → HTTP status)."""
+        self.ensure_jax()
         log.info("command %s", json.dumps(_brief(cmd.to_json())))
         if not cmd.prompt:
             raise EngineError("prompt is empty", where=f"{cmd.name} request",
@@ -616,6 +649,31 @@ class RunLogHandler(logging.Handler):
         super().close()
 
 
+HEAVY_MODULES = (
+    "gemma.gm", "adapters_lib.models.loader", "adapters_lib.models.demo", "adapters_lib.lora",
+    "adapters_lib.catalog", "adapters_lib.data", "adapters_lib.memory", "adapters_lib.mesh",
+    "adapters_lib.train.loop", "adapters_lib.train.checkpoints", "adapters_lib.sample",
+    "adapters_lib.export", "adapters_lib.engine.sampling",
+)
+
+
+def _import_heavy() -> None:
+    import importlib
+
+    for name in HEAVY_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:  # an area not in this build: its routes say so when used
+            log.warning("cannot import %s: %s", name, e)
+    try:
+        from gemma import gm
+
+        for sub in ("nn", "text", "ckpts"):  # resolve gemma's lazy sub-packages now
+            getattr(gm, sub)
+    except Exception:  # noqa: BLE001 - reported when a run needs it
+        log.warning("gemma did not import fully", exc_info=True)
+
+
 def _enable_compile_cache(jax: Any) -> None:
     """Keep compiled programs on disk: a restarted engine (or a resumed run) skips compiling.
 
@@ -674,8 +732,6 @@ def _pid_alive(pid: int) -> bool:
 
 def _as_json(value: Any) -> Any:
     """A dataclass / object / container from another area → JSON-able data."""
-    import dataclasses
-
     if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
         return _as_json(value.to_dict())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

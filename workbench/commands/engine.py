@@ -84,7 +84,7 @@ def run_start(args: argparse.Namespace) -> int:
         _print(args, s, "engine already running\n" + render_status(s))
         return 0
     t0 = time.monotonic()
-    proc = spawn_engine(tcp=args.tcp)
+    proc = spawn_engine(tcp=args.tcp, on_demand=False)
     client.wait_ready(proc=proc)
     seconds = time.monotonic() - t0
     s = client.status()
