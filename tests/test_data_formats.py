@@ -94,10 +94,14 @@ def test_folder_reads_every_file_and_skips_unknown_ones(write, tmp_path):
     write("d/sub/b.jsonl", jsonl(CHAT[:1]))
     write("d/notes.md", "# notes")
     write("d/.hidden.jsonl", jsonl(QA))
+    write("d/empty.jsonl", "")
     examples, issues, formats = _examples(tmp_path / "d")
     assert len(examples) == 3
     assert sorted(formats.values()) == ["chat", "qa"]
-    assert [i.severity for i in issues] == ["warning"] and "notes.md" in str(issues[0])
+    assert [i.severity for i in issues] == ["warning", "warning"]
+    assert sorted(str(i) for i in issues) == [f"{tmp_path / 'd' / 'empty.jsonl'}: file is empty",
+                                              f"{tmp_path / 'd' / 'notes.md'}: skipped: .md extension is "
+                                              "not one of .jsonl .json .csv .parquet .txt"]
 
 
 def test_field_map_renames_source_fields(write):

@@ -11,7 +11,6 @@ unknown type) raises ``WorkbenchError``.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import io
 import json
@@ -112,6 +111,9 @@ def _read_file(p: Path, out: ReadResult) -> None:
         if p.suffix.lower() == ".parquet":
             _read_parquet(p, name, out)
             return
+        if p.suffix.lower() == ".jsonl":
+            _read_jsonl(p, name, out)
+            return
         raw = p.read_bytes()
     except OSError as e:
         raise WorkbenchError(f"cannot read {name}: {e.strerror or e}", where=name) from None
@@ -119,9 +121,6 @@ def _read_file(p: Path, out: ReadResult) -> None:
         out.issues.append(DataIssue(Where(name), "file is empty", severity="warning"))
         return
     suffix = p.suffix.lower()
-    if suffix == ".jsonl":
-        _read_jsonl(raw, name, out)
-        return
     text = _decode(raw, name, out)
     if suffix == ".json":
         _read_json(text, name, out)
@@ -157,29 +156,35 @@ def _too_long(size: int) -> str:
             "limit for one record; skipped")
 
 
-def _read_jsonl(raw: bytes, name: str, out: ReadResult) -> None:
-    if raw.startswith(b"\xef\xbb\xbf"):
-        raw = raw[3:]
-    for n, line in enumerate(raw.split(b"\n"), 1):
-        if not line.strip():
-            continue
-        where = Where(name, n)
-        if len(line) > MAX_RECORD_BYTES:
-            out.issues.append(DataIssue(where, _too_long(len(line))))
-            continue
-        text, why = _decode_line(line)
-        if text is None:
-            out.issues.append(DataIssue(where, f"{why}; record skipped (save the file as UTF-8)"))
-            continue
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            out.issues.append(DataIssue(where, f"invalid JSON: {e.msg} at column {e.colno}"))
-            continue
-        if not isinstance(obj, dict):
-            out.issues.append(DataIssue(where, f"record is a JSON {_json_type(obj)}; expected an object"))
-            continue
-        out.records.append(Record(obj, where))
+def _read_jsonl(p: Path, name: str, out: ReadResult) -> None:
+    """Stream the file line by line (a huge line is measured, reported and skipped)."""
+    any_text = False
+    with open(p, "rb") as f:
+        for n, line in enumerate(f, 1):
+            if n == 1 and line.startswith(b"\xef\xbb\xbf"):
+                line = line[3:]
+            if not line.strip():
+                continue
+            any_text = True
+            where = Where(name, n)
+            if len(line) > MAX_RECORD_BYTES:
+                out.issues.append(DataIssue(where, _too_long(len(line))))
+                continue
+            text, why = _decode_line(line)
+            if text is None:
+                out.issues.append(DataIssue(where, f"{why}; record skipped (save the file as UTF-8)"))
+                continue
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError as e:
+                out.issues.append(DataIssue(where, f"invalid JSON: {e.msg} at column {e.colno}"))
+                continue
+            if not isinstance(obj, dict):
+                out.issues.append(DataIssue(where, f"record is a JSON {_json_type(obj)}; expected an object"))
+                continue
+            out.records.append(Record(obj, where))
+    if not any_text:
+        out.issues.append(DataIssue(Where(name), "file is empty", severity="warning"))
 
 
 def _json_type(obj: Any) -> str:
@@ -189,10 +194,15 @@ def _json_type(obj: Any) -> str:
 
 def _read_json(text: str, name: str, out: ReadResult) -> None:
     """A JSON list of objects; each element is located to its line for error messages."""
-    newlines = [i for i, c in enumerate(text) if c == "\n"]
+    seen = [0, 1]  # (a position, its line): lines are counted forward in C, never twice
 
     def line_of(pos: int) -> int:
-        return bisect.bisect_right(newlines, pos - 1) + 1
+        at, line = seen
+        if pos < at:
+            at, line = 0, 1
+        line += text.count("\n", at, pos)
+        seen[:] = [pos, line]
+        return line
 
     decoder = json.JSONDecoder()
     pos = _skip_ws(text, 0)
