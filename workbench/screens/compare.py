@@ -82,10 +82,8 @@ class CompareScreen(WorkbenchScreen):
                     yield Static("", id="out-tuned", classes="out")
         yield Footer()
 
-    def on_mount(self) -> None:
-        self.load_runs()
-
     def on_screen_resume(self) -> None:
+        """Shown (the first time too): refresh the run list."""
         self.load_runs()
 
     def attach(self, run_id: str) -> None:

@@ -28,7 +28,9 @@ from textual.widgets import (
     TabPane,
 )
 
-from adapters_lib.config import DATA_FORMATS, SCHEDULES, MeshSpec, RunConfig, config_from_dict
+from adapters_lib.config import (
+    DATA_FORMATS, SCHEDULES, MeshSpec, RunConfig, config_from_dict, load_config,
+)
 from adapters_lib.errors import WorkbenchError
 from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.prompt import PromptScreen
@@ -76,6 +78,7 @@ class ConfigureScreen(WorkbenchScreen):
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", id="configure.launch"),
         Binding("ctrl+s", "save_toml", "Save TOML", id="configure.save"),
+        Binding("ctrl+o", "open_toml", "Open TOML", id="configure.open"),
         Binding("ctrl+d", "check_data", "Check data", id="configure.check_data"),
         Binding("escape", "blur", "Leave field", id="configure.blur", show=False),
     ]
@@ -352,6 +355,33 @@ class ConfigureScreen(WorkbenchScreen):
             self.ui(self.query_one("#data-report", Static).update, f"[b red]✗[/] {error_text(err)}")
             return
         self.ui(self.query_one("#data-report", Static).update, data_report_text(report))
+
+    def fill_form(self, cfg: RunConfig) -> None:
+        """Show ``cfg`` in the form; keys the form has no field for are kept as they are."""
+        self.base_config = cfg
+        d = cfg.to_dict()
+        for section, key, _, kind in MESH_FIELDS + DATA_FIELDS + TRAIN_FIELDS:
+            value = d[section][key]
+            self.query_one(f"#{field_id(section, key)}", Input).value = (
+                f"{value:g}" if kind is float else str(value))
+        self.query_one(f"#{field_id('data', 'format')}", Select).value = cfg.data.format
+        self.query_one(f"#{field_id('data', 'packing')}", Checkbox).value = cfg.data.packing
+        self.query_one(f"#{field_id('train', 'schedule')}", Select).value = cfg.train.schedule
+        self.query_one(LoraForm).show_spec(cfg.lora)
+
+    def action_open_toml(self) -> None:
+        def load(path: str | None) -> None:
+            if not path:
+                return
+            try:
+                cfg = load_config(Path(path.strip()).expanduser())
+            except WorkbenchError as err:
+                self.notify(str(err), title="cannot open", severity="error", timeout=8)
+                return
+            self.fill_form(cfg)
+            self.notify(f"loaded {path.strip()}", timeout=3)
+
+        self.app.push_screen(PromptScreen("Open a run config (TOML)", "path.toml"), load)
 
     def action_save_toml(self) -> None:
         if self.config is None:

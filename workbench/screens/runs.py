@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
-from adapters_lib.config import config_from_dict
+from adapters_lib.config import LORA_TARGETS, config_from_dict
 from adapters_lib.errors import WorkbenchError
 from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.prompt import PromptScreen
@@ -104,10 +104,10 @@ class RunsScreen(WorkbenchScreen):
         table = self.query_one(DataTable)
         for col in COLUMNS:
             table.add_column(col, key=col)
-        self.load()
         self.set_interval(3.0, self._auto_refresh)
 
     def on_screen_resume(self) -> None:
+        """Shown (the first time too): refresh the list."""
         self.load()
 
     def _auto_refresh(self) -> None:
@@ -146,7 +146,7 @@ class RunsScreen(WorkbenchScreen):
                           f"{st.get('step', 0)}/{st.get('total_steps', '?')}",
                           f"{loss:.4f}" if isinstance(loss, (int, float)) else "—",
                           str(lora.get("rank", "—")) if lora.get("enabled", True) else "full",
-                          ",".join(lora.get("targets", [])) or "—", key=rid)
+                          targets_text(lora.get("targets", [])), key=rid)
         if self.runs and cursor is not None:
             table.move_cursor(row=min(cursor, len(self.runs) - 1))
         self.marked = [m for m in self.marked if any(self.run_id(r) == m for r in self.runs)]
@@ -287,6 +287,12 @@ class RunsScreen(WorkbenchScreen):
         self.ui(self.notify, f"sweep {child} (rank {lora.get('rank')}) launched; "
                 "overlaid on its parent", timeout=5)
         self.load()
+
+
+def targets_text(targets: list[str]) -> str:
+    if set(targets) == set(LORA_TARGETS):
+        return "all"
+    return ",".join(targets) or "—"
 
 
 def short(run_id: str) -> str:

@@ -138,7 +138,8 @@ def event_line(e: dict[str, Any]) -> str:
     rest = {k: v for k, v in e.items() if k not in ("time", "kind", "type")}
     message = str(rest.pop("message", "") or "")
     if kind == "state":
-        head = f"{rest.pop('state', '?')} at step {rest.pop('step', 0)}"
+        state = rest.pop("state", "?")
+        head = f"{state} at step {rest['step']}" if "step" in rest else str(state)
         body = f"{head} {message}".strip()
     elif kind == "log":
         body = f"{rest.get('level', '')} {message}".strip()

@@ -71,13 +71,9 @@ class TrainScreen(WorkbenchScreen):
 
     def on_mount(self) -> None:
         self.set_interval(REDRAW_S, self.redraw)
-        run_id = getattr(self.app, "current_run", None)
-        if run_id:
-            self.attach(run_id)
-        else:
-            self.find_run()
 
     def on_screen_resume(self) -> None:
+        """Shown (the first time too): follow the current run, else find the newest."""
         run_id = getattr(self.app, "current_run", None)
         if run_id and (self.view is None or self.view.run_id != run_id):
             self.attach(run_id)

@@ -67,6 +67,14 @@ class LoraForm(Vertical):
                          id="lora-dtype", compact=True)
         yield Static("trainable: …", id="lora-trainable", classes="note")
 
+    def show_spec(self, spec: LoraSpec) -> None:
+        self.query_one("#lora-full", Checkbox).value = not spec.enabled
+        self.query_one("#lora-rank", Input).value = str(spec.rank)
+        self.query_one("#lora-alpha", Input).value = f"{spec.alpha:g}"
+        for name in LORA_TARGETS:
+            self.query_one(f"#lora-t-{name}", Checkbox).value = name in spec.targets
+        self.query_one("#lora-dtype", Select).value = spec.dtype
+
     def values(self) -> dict[str, Any]:
         targets = [n for n in LORA_TARGETS if self.query_one(f"#lora-t-{n}", Checkbox).value]
         return {

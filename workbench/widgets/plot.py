@@ -44,6 +44,7 @@ def render_plot(series: list[Series], width: int, height: int, title: str = "") 
     if title:
         fig.title(title)
     drawn = 0
+    top_right = [float("-inf"), float("-inf")]
     for s in series:
         xs, ys = _finite(s.xs, s.ys)
         if not xs:
@@ -55,8 +56,11 @@ def render_plot(series: list[Series], width: int, height: int, title: str = "") 
             sig.label(s.label)
         fig.draw(sig)
         drawn += 1
+        top_right = [max(top_right[0], max(xs)), max(top_right[1], max(ys))]
     if not drawn:
         return ""
+    if len(series) > 1:  # top right, where falling curves leave room
+        fig.legend(x=top_right[0], y=top_right[1], ha="right", va="top", relative=True)
     return fig.build().string()
 
 

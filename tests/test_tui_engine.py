@@ -1,0 +1,105 @@
+"""The TUI's main flows against a real engine on the demo model (Pilot).
+
+Launch a run from Configure, watch the Train plot fill, stop it; compare base and tuned
+side by side; overlay two runs on Runs and relaunch one with a new rank (rank sweep).
+Runs are tiny (max_length 64, 1 device, a few steps).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fixtures_engine import demo_run_config
+from textual.widgets import Input, Static
+
+from adapters_lib.config import config_from_dict
+from workbench.app import WorkbenchApp
+from workbench.screens.runs import RunsScreen
+from workbench.widgets.plot import PlotView
+
+pytestmark = pytest.mark.anyio
+SIZE = (100, 30)
+
+
+async def until(pilot, condition, timeout: float = 120.0, what: str = "") -> None:
+    t0 = time.monotonic()
+    while not condition():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        await pilot.pause(0.2)
+
+
+@pytest.fixture(scope="module")
+def finished_runs(engine):
+    """Two short finished runs (rank 4 and rank 8), made through the API."""
+    ids = []
+    for rank in (4, 8):
+        cfg = demo_run_config(steps=6, checkpoint_every=3)
+        cfg["lora"]["rank"] = rank
+        ids.append(engine.create_run(cfg)["id"])
+    for rid in ids:
+        assert engine.wait_run(rid, timeout=300)["state"] == "completed"
+    return ids
+
+
+async def test_launch_from_configure_fills_the_train_plot_and_stop_keeps_a_checkpoint(engine):
+    defaults = config_from_dict(demo_run_config(steps=500, checkpoint_every=4))
+    app = WorkbenchApp(engine, mode="configure", defaults=defaults, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.screen.device_count > 0, what="the engine's devices")
+        await until(pilot, lambda: not app.screen.query_one("#launch").disabled, what="valid")
+        await pilot.press("ctrl+l")
+        await until(pilot, lambda: app.current_mode == "train", what="the Train screen")
+        plot = app.screen.query_one("#plot-loss", PlotView)
+        await until(pilot, lambda: plot.point_count() >= 5, what="5 loss points")
+        run_id = app.current_run
+        assert app.screen.view.state == "running"
+        assert "running" in str(app.screen.query_one("#train-title", Static).render())
+        await pilot.press("s")
+        await until(pilot, lambda: app.screen.view.state == "stopped", what="stopped")
+    record = engine.get_run(run_id, metrics=True, events=False)
+    assert record["state"] == "stopped" and record["checkpoints"]
+    assert 5 <= len(record["metrics"]) < 500
+
+
+async def test_compare_streams_base_and_tuned_side_by_side(engine, finished_runs):
+    app = WorkbenchApp(engine, mode="compare", run_id=finished_runs[0], remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: app.screen.view is not None, what="the run's checkpoints")
+        app.screen.query_one("#compare-max-tokens", Input).value = "8"
+        app.screen.query_one("#compare-prompt", Input).value = "Is 16 even or odd?"
+        app.screen.query_one("#compare-prompt", Input).focus()
+        await pilot.press("enter")
+        await until(pilot, lambda: all(app.screen.texts.values()), what="tokens on both sides")
+        await app.workers.wait_for_complete()
+    assert app.screen.texts["base"] and app.screen.texts["tuned"]
+
+
+async def test_runs_overlay_two_curves_and_rank_sweep_relaunches_on_top(engine, finished_runs):
+    app = WorkbenchApp(engine, mode="runs", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        screen: RunsScreen = app.screen
+        await until(pilot, lambda: set(finished_runs) <= {screen.run_id(r) for r in screen.runs})
+        table = screen.query_one("#runs-table")
+        for rid in finished_runs:
+            table.move_cursor(row=[screen.run_id(r) for r in screen.runs].index(rid))
+            await pilot.press("space")
+        plot = screen.query_one("#runs-plot", PlotView)
+        await until(pilot, lambda: len(plot.series) == 2, what="two overlaid curves")
+        assert all(len(s.ys) == 6 for s in plot.series)
+        assert "lora.rank: 4 | 8" in str(screen.query_one("#runs-diff-text", Static).render())
+
+        table.move_cursor(row=[screen.run_id(r) for r in screen.runs].index(finished_runs[0]))
+        before = {screen.run_id(r) for r in screen.runs}
+        await pilot.press("w")
+        await pilot.press("enter")  # the proposed rank: twice the parent's
+        await until(pilot, lambda: len(screen.marked) == 2 and screen.marked[1] not in before,
+                    what="the sweep run")
+        child = screen.marked[1]
+        assert screen.marked[0] == finished_runs[0]
+        assert screen.configs.get(child, {}).get("lora", {}).get("rank") == 8 or \
+            engine.get_run(child, metrics=False, events=False)["config"]["lora"]["rank"] == 8
+        await until(pilot, lambda: len(plot.series) == 2 and plot.series[1].ys,
+                    what="the child's curve over its parent's")
+    engine.wait_run(child, timeout=300)
