@@ -306,14 +306,14 @@ def diagnose(hw: Hardware, jx: JaxProbe, vers: Mapping[str, str | None], *,
                 problems.append(Problem(
                     f"the TPU is in use by {who}; JAX here fell back to CPU",
                     f"kill {pid}   (or stop it: gemma-workbench engine stop, if it is the engine)"))
+            elif hw.libtpu_lockfile:
+                problems.append(Problem(
+                    f"libtpu reports the TPU in use, but no process holds it: {LIBTPU_LOCKFILE} is stale",
+                    f"rm {LIBTPU_LOCKFILE}"))
             else:
                 problems.append(Problem(
                     "the TPU is in use by another process (libtpu lock); JAX here fell back to CPU",
                     "sudo lsof -w /dev/accel* /dev/vfio/*   (then kill that process)"))
-        elif hw.libtpu_lockfile and not hw.tpu_holders and "lock" in text.lower():
-            problems.append(Problem(
-                f"a stale libtpu lock file ({LIBTPU_LOCKFILE}) blocks the TPU; no process holds it",
-                f"rm {LIBTPU_LOCKFILE}"))
         elif forced and "tpu" not in forced:
             problems.append(Problem(f"a TPU is present ({where}) but JAX_PLATFORMS={forced} keeps JAX on CPU",
                                     "unset JAX_PLATFORMS", "warning"))

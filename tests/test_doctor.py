@@ -206,3 +206,10 @@ def test_setup_rejects_an_unknown_accel_before_installing_anything():
     out = subprocess.run(["bash", str(REPO / "scripts" / "setup.sh")], env={**os.environ, "ACCEL": "rocm"},
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and "expected cpu, cuda or tpu" in out.stderr
+
+
+def test_stale_libtpu_lockfile_is_named_when_nothing_holds_it():
+    stale = Hardware(tpu_device_files=["/dev/accel0"], libtpu_lockfile=True)
+    jx = JaxProbe(backend="cpu", messages=["libtpu.so already in use by another process. Not attempting to load"])
+    [p] = _diagnose(stale, jx, {**CPU_VERSIONS, "libtpu": "0.0.20"})
+    assert "stale" in p.message and p.fix == "rm /tmp/libtpu_lockfile"

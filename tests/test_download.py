@@ -61,3 +61,22 @@ def test_malformed_handles_are_named_with_the_expected_forms(bad):
 def test_handles_parse_revision_and_version():
     assert parse_handle("hf:google/gemma-3-1b-it@main").revision == "main"
     assert parse_handle("google/gemma-3/flax/gemma3-1b-it/2").kind == "kaggle"
+
+
+def test_models_download_cli_without_network_prints_one_line_and_exits_fast():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "HTTPS_PROXY": "http://127.0.0.1:9"}
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "workbench", "models", "download", "google/gemma-3/flax/gemma3-1b-it"],
+                         cwd=repo, env=env, capture_output=True, text=True, timeout=60)
+    if "invalid choice: 'models'" in out.stderr:
+        pytest.skip("the models command is not in this build")
+    assert time.monotonic() - t0 < 20  # interpreter start + CLI import + a refused connect
+    assert out.returncode == 2
+    lines = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "no network" in lines[0]

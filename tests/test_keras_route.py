@@ -209,3 +209,18 @@ def test_keras_demo_tokenizer_has_the_demo_ids():
     text = "<start_of_turn>user\nWhat is 3 plus 4?<end_of_turn>\n"
     assert [int(i) for i in kt.tokenize(text)] == sp.encode(text)
     assert (kt.start_token_id, kt.end_token_id, kt.pad_token_id) == (2, 1, 0)
+
+
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_keras_optimizer_follows_the_gemma_route_schedule(warmup):
+    import numpy as np
+
+    from adapters_lib.keras_route.model import import_keras
+    from adapters_lib.keras_route.train import make_optimizer
+
+    keras = import_keras()
+    spec = _cfg(train={"warmup_steps": warmup, "learning_rate": 1e-3}).train
+    opt, schedule = make_optimizer(keras, spec)
+    opt.build([keras.Variable(np.zeros((2, 2), np.float32))])
+    assert float(opt.learning_rate) == pytest.approx(float(schedule(0)))
+    assert float(schedule(0)) == pytest.approx(1e-3 if warmup == 0 else 1e-3 / 4)

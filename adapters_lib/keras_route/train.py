@@ -63,8 +63,8 @@ def make_optimizer(keras: Any, spec: Any):
     schedule_fn = make_schedule(spec)
 
     class Schedule(keras.optimizers.schedules.LearningRateSchedule):
-        def __call__(self, step):
-            return schedule_fn(step)
+        def __call__(self, step):  # step: the optimizer's iterations Variable
+            return schedule_fn(keras.ops.convert_to_tensor(step))
 
         def get_config(self) -> dict[str, Any]:
             return {}
