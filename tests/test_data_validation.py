@@ -154,3 +154,13 @@ def test_eval_path_gives_the_eval_split(write, codec):
     pipe = build_pipeline(spec, codec, batch_size=2, seed=0)
     assert len(pipe.eval_examples) == 4 and pipe.eval_examples[0]["messages"][1]["content"] == "16"
     assert pipe.report.split["train_examples"] == 8
+
+
+def test_check_spec_previews_the_demo_data_like_the_pipeline(codec):
+    from adapters_lib.data import check_spec
+
+    report = check_spec(DataSpec(max_length=64), codec)
+    assert report.ok and report.format == "chat" and report.examples == report.records > 3000
+    assert report.preview(1)[0]["where"] == "demo:train:1"
+    pipe = build_pipeline(DataSpec(max_length=64), codec, batch_size=2, seed=0)
+    assert pipe.report.tokens == report.tokens

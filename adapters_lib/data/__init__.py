@@ -11,9 +11,9 @@ from adapters_lib.data.packing import attention_mask
 from adapters_lib.data.pipeline import Batch, Pipeline, build_pipeline
 from adapters_lib.data.readers import DataIssue, Where, read_path
 from adapters_lib.data.tokenize import TokenCodec
-from adapters_lib.data.validate import Report, check_file
+from adapters_lib.data.validate import Report, check_file, check_spec
 
 __all__ = [
     "FORMATS", "Batch", "DataIssue", "Example", "Pipeline", "Report", "TokenCodec", "Where",
-    "attention_mask", "build_pipeline", "check_file", "format_prompt", "read_path", "render",
+    "attention_mask", "build_pipeline", "check_file", "check_spec", "format_prompt", "read_path", "render",
 ]

@@ -125,7 +125,7 @@ def to_examples(
         else:
             file_fmt, share = fmt, "set by [data] format"
         file_formats[file] = file_fmt
-        for i, d in zip(idx, detected):
+        for i, d in zip(idx, detected, strict=True):
             rec, data = records[i], mapped[i]
             if fmt == "auto" and d != file_fmt:
                 if d is None:
@@ -257,3 +257,15 @@ def _content(value: Any, at: str) -> str:
     if not value.strip():
         raise RecordError(f"{at} is empty", at)
     return value
+
+
+def demo_examples() -> tuple[list[Example], list[Example]]:
+    """The built-in demo tasks (``[data] path = "demo"``) as (train, eval) examples."""
+    from adapters_lib.models.demo_tasks import demo_splits
+
+    train, evals = demo_splits()
+
+    def conv(items: list[dict[str, Any]], name: str) -> list[Example]:
+        return [convert(ex, "chat", Where(name, i + 1), {}) for i, ex in enumerate(items)]
+
+    return conv(train, "demo:train"), conv(evals, "demo:eval")

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.config import DataSpec
-from adapters_lib.data.formats import Example, convert, to_examples
+from adapters_lib.data.formats import demo_examples, to_examples
 from adapters_lib.data.packing import assemble, pack_rows
-from adapters_lib.data.readers import Where, read_path
+from adapters_lib.data.readers import read_path
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, subset
 from adapters_lib.data.validate import Report, report_for
 from adapters_lib.errors import WorkbenchError
@@ -123,17 +123,6 @@ class Pipeline:
         return out
 
 
-def _demo_examples() -> tuple[list[Example], list[Example]]:
-    from adapters_lib.models.demo_tasks import demo_splits
-
-    train, evals = demo_splits()
-
-    def conv(items: list[dict[str, Any]], name: str) -> list[Example]:
-        return [convert(ex, "chat", Where(name, i + 1), {}) for i, ex in enumerate(items)]
-
-    return conv(train, "demo:train"), conv(evals, "demo:eval")
-
-
 def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """(train, eval) example indices, eval = ``fraction`` of ``n`` drawn by seed, both sorted."""
     k = 0 if fraction <= 0 or n < 2 else min(n - 1, max(1, round(fraction * n)))
@@ -147,7 +136,7 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
     opts = dict(codec=codec, max_length=spec.max_length, loss_on=spec.loss_on, truncation=spec.truncation)
     eval_report = None
     if spec.path == "demo":
-        train_ex, eval_ex = _demo_examples()
+        train_ex, eval_ex = demo_examples()
         report = report_for("demo", len(train_ex) + len(eval_ex), [], [], train_ex + eval_ex, [],
                             {"demo": "chat"}, **opts)
         tset = report._tset

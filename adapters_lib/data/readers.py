@@ -277,7 +277,7 @@ def _read_csv(text: str, name: str, out: ReadResult) -> None:
             out.issues.append(DataIssue(Where(name, start), f"row has {len(row)} cells; the header has "
                                         f"{len(header)} ({', '.join(header)})"))
             continue
-        out.records.append(Record(dict(zip(header, row)), Where(name, start)))
+        out.records.append(Record(dict(zip(header, row, strict=True)), Where(name, start)))
 
 
 def _read_txt(text: str, name: str, out: ReadResult) -> None:

@@ -123,7 +123,7 @@ def tokenize_examples(
     pieces = [example_pieces(ex, loss_on) for ex in examples]
     fixed_markers = {chat_template.START + "user\n", chat_template.START + "model\n",
                      chat_template.END, chat_template.END + "\n", "\n"}
-    free_texts = [t for ps, ex in zip(pieces, examples) for t, _ in ps
+    free_texts = [t for ps, ex in zip(pieces, examples, strict=True) for t, _ in ps
                   if ex.kind == "text" or t not in fixed_markers]
     encoded = iter(codec.encode_batch(free_texts))
 
@@ -134,7 +134,7 @@ def tokenize_examples(
     raw_lengths: list[int] = []
     dropped: list[DataIssue] = []
     truncated = chunked = 0
-    for i, (ex, ps) in enumerate(zip(examples, pieces)):
+    for i, (ex, ps) in enumerate(zip(examples, pieces, strict=True)):
         ids, flags = [codec.bos], [0]
         for text, is_trained in ps:
             piece = next(encoded) if ex.kind == "text" or text not in fixed_markers else codec.encode_fixed(text)

@@ -12,8 +12,9 @@ from typing import Any
 
 import numpy as np
 
+from adapters_lib.config import DataSpec
 from adapters_lib.data import chat_template
-from adapters_lib.data.formats import Example, to_examples
+from adapters_lib.data.formats import Example, demo_examples, to_examples
 from adapters_lib.data.readers import DataIssue, Where, read_path
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, example_pieces, tokenize_examples
 from adapters_lib.errors import WorkbenchError
@@ -208,13 +209,17 @@ def _issue_order(issue: DataIssue) -> tuple[str, int, int]:
 def check_file(path: str | Path, format: str | None = None, tokenizer: Any = None, max_length: int = 128,
                *, loss_on: str = "model", truncation: str = "right",
                field_map: dict[str, str] | None = None) -> Report:
-    """Validate a data file or folder and return its ``Report`` (fatal problems in ``.fatal``).
+    """Validate a data file or folder (or "demo") and return its ``Report`` (fatal problems in ``.fatal``).
 
     ``tokenizer``: a ``gm.text.Tokenizer``, a SentencePiece processor, a ``tokenizer.model``
     path, or None for the demo tokenizer. Raises ``WorkbenchError`` only when the path
     cannot be read at all (missing, unknown file type).
     """
     codec = TokenCodec.from_any(tokenizer)
+    if str(path) == "demo":
+        train, evals = demo_examples()
+        return report_for("demo", len(train) + len(evals), [], [], train + evals, [], {"demo": "chat"},
+                          codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
     return analyze(path, format=format or "auto", field_map=field_map, codec=codec,
                    max_length=max_length, loss_on=loss_on, truncation=truncation)
 
@@ -222,3 +227,9 @@ def check_file(path: str | Path, format: str | None = None, tokenizer: Any = Non
 def format_example(messages: list[dict[str, str]]) -> str:
     """The full template text of a conversation (for previews), BOS shown as ``<bos>``."""
     return "<bos>" + chat_template.render(messages)
+
+
+def check_spec(spec: DataSpec, tokenizer: Any = None) -> Report:
+    """``check_file`` with the settings of a run's ``[data]`` section (the TUI preview)."""
+    return check_file(spec.path, spec.format, tokenizer, spec.max_length, loss_on=spec.loss_on,
+                      truncation=spec.truncation, field_map=spec.field_map)
