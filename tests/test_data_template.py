@@ -76,3 +76,29 @@ def test_long_text_is_chunked_into_windows_that_each_start_with_bos(codec):
     # the windows, without their BOS, cover the text exactly once
     body = np.concatenate([tset.sequence(i)[0][1:] for i in range(len(tset))])
     assert np.array_equal(body, ids[1:])
+
+
+def test_gemma4_tokenizer_gets_the_gemma4_turn_markers(tmp_path):
+    import io
+
+    import sentencepiece as spm
+
+    from adapters_lib.data import TokenCodec
+
+    model = io.BytesIO()
+    lines = ["the model answers the user in one short line", "hello world", "apple river stone"] * 30
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=320, model_type="bpe",
+        byte_fallback=True, normalization_rule_name="identity", add_dummy_prefix=False,
+        pad_id=0, eos_id=1, bos_id=2, unk_id=3, user_defined_symbols=["<|turn>", "<turn|>"],
+        minloglevel=2)
+    path = tmp_path / "g4.model"
+    path.write_bytes(model.getvalue())
+    codec = TokenCodec.from_any(str(path))
+    assert codec.markers == chat_template.GEMMA4_MARKERS
+    conv = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "world"}]
+    tset = tokenize_examples([_chat(conv)], codec, max_length=64)
+    ids, trained = tset.sequence(0)
+    assert codec.decode(ids.tolist()) == "<|turn>user\nhello<turn|>\n<|turn>model\nworld<turn|>\n"
+    assert codec.decode(ids[trained == 1].tolist()) == "world<turn|>"
+    assert format_prompt(conv, markers=codec.markers) == "<|turn>user\nhello<turn|>\n<|turn>model\n"

@@ -15,6 +15,9 @@ system message has no role of its own in Gemma: it is folded into the first user
 Loss: with ``loss_on = "model"`` the trained pieces are each model turn's content and its
 ``<end_of_turn>`` (so the model learns to stop); the turn markers, the user turns and the
 ``\\n`` after ``<end_of_turn>`` are context only. ``loss_on = "all"`` trains every piece.
+
+Gemma 4 uses the same layout with ``<|turn>``/``<turn|>``: pass ``markers=GEMMA4_MARKERS``
+(``TokenCodec.markers`` picks them from the tokenizer's vocabulary).
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ from collections.abc import Sequence
 
 START = "<start_of_turn>"
 END = "<end_of_turn>"
+GEMMA3_MARKERS = (START, END)
+"""Turn markers of Gemma 2 and 3 (ids 106/107 and 105/106)."""
+GEMMA4_MARKERS = ("<|turn>", "<turn|>")
+"""Gemma 4 writes the same template with these markers."""
 ROLE_NAME = {"user": "user", "assistant": "model", "model": "model"}
 
 
@@ -38,29 +45,38 @@ def fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     return msgs
 
 
-def segments(messages: Sequence[dict[str, str]], loss_on: str = "model") -> list[tuple[str, bool]]:
+def segments(messages: Sequence[dict[str, str]], loss_on: str = "model", *,
+             markers: tuple[str, str] = GEMMA3_MARKERS) -> list[tuple[str, bool]]:
     """The conversation as (text, trained) pieces, in order (BOS not included)."""
+    start, end = markers
     out: list[tuple[str, bool]] = []
     every = loss_on == "all"
     for m in fold_system(messages):
         role = ROLE_NAME[m["role"]]
-        out.append((f"{START}{role}\n", every))
+        out.append((f"{start}{role}\n", every))
         if role == "model":
             out.append((m["content"], True))
-            out.append((END, True))
+            out.append((end, True))
             out.append(("\n", every))
         else:
             out.append((m["content"], every))
-            out.append((f"{END}\n", every))
+            out.append((f"{end}\n", every))
     return out
 
 
-def render(messages: Sequence[dict[str, str]]) -> str:
+def marker_pieces(markers: tuple[str, str] = GEMMA3_MARKERS) -> set[str]:
+    """The fixed template pieces (everything ``segments`` yields that is not content)."""
+    start, end = markers
+    return {f"{start}user\n", f"{start}model\n", end, f"{end}\n", "\n"}
+
+
+def render(messages: Sequence[dict[str, str]], *, markers: tuple[str, str] = GEMMA3_MARKERS) -> str:
     """The whole conversation as text (without BOS)."""
-    return "".join(text for text, _ in segments(messages))
+    return "".join(text for text, _ in segments(messages, markers=markers))
 
 
-def format_prompt(messages: Sequence[dict[str, str]]) -> str:
+def format_prompt(messages: Sequence[dict[str, str]], *,
+                  markers: tuple[str, str] = GEMMA3_MARKERS) -> str:
     """The prompt for generating the next model turn: ends with ``<start_of_turn>model\\n``.
 
     A trailing assistant message is dropped (it is the answer to be generated), so an eval
@@ -69,4 +85,4 @@ def format_prompt(messages: Sequence[dict[str, str]]) -> str:
     msgs = list(messages)
     if msgs and msgs[-1]["role"] in ("assistant", "model"):
         msgs = msgs[:-1]
-    return render(msgs) + f"{START}model\n"
+    return render(msgs, markers=markers) + f"{markers[0]}model\n"

@@ -35,6 +35,10 @@ class TokenCodec:
         self.bos, self.eos, self.pad = int(bos), int(eos), int(pad)
         self.name = name
         self._cache: dict[str, list[int]] = {}
+        self.markers = chat_template.GEMMA3_MARKERS
+        unk = sp.unk_id()
+        if sp.piece_to_id(chat_template.START) == unk and sp.piece_to_id(chat_template.GEMMA4_MARKERS[0]) != unk:
+            self.markers = chat_template.GEMMA4_MARKERS
 
     @classmethod
     def from_any(cls, tokenizer: Any = None) -> TokenCodec:
@@ -109,10 +113,11 @@ class TokenizedSet:
         return self.tokens[a:b], self.trained[a:b]
 
 
-def example_pieces(ex: Example, loss_on: str) -> list[tuple[str, bool]]:
+def example_pieces(ex: Example, loss_on: str, markers: tuple[str, str] = chat_template.GEMMA3_MARKERS,
+                   ) -> list[tuple[str, bool]]:
     if ex.kind == "text":
         return [(ex.text, True)]
-    return chat_template.segments(ex.messages, loss_on)
+    return chat_template.segments(ex.messages, loss_on, markers=markers)
 
 
 def tokenize_examples(
@@ -120,9 +125,8 @@ def tokenize_examples(
     loss_on: str = "model", truncation: str = "right",
 ) -> TokenizedSet:
     """Tokenize, then truncate (chat) or chunk (text) to ``max_length``."""
-    pieces = [example_pieces(ex, loss_on) for ex in examples]
-    fixed_markers = {chat_template.START + "user\n", chat_template.START + "model\n",
-                     chat_template.END, chat_template.END + "\n", "\n"}
+    pieces = [example_pieces(ex, loss_on, codec.markers) for ex in examples]
+    fixed_markers = chat_template.marker_pieces(codec.markers)
     free_texts = [t for ps, ex in zip(pieces, examples, strict=True) for t, _ in ps
                   if ex.kind == "text" or t not in fixed_markers]
     encoded = iter(codec.encode_batch(free_texts))

@@ -48,6 +48,7 @@ class Report:
     split: dict[str, int] = field(default_factory=dict)
     _examples: list[Example] = field(default_factory=list, repr=False)
     _tset: TokenizedSet | None = field(default=None, repr=False)
+    _markers: tuple[str, str] = field(default=chat_template.GEMMA3_MARKERS, repr=False)
 
     @property
     def errors(self) -> list[DataIssue]:
@@ -106,7 +107,7 @@ class Report:
                 break
             if kept is not None and i not in kept:
                 continue
-            pieces = [("<bos>", False)] + [(t, bool(f)) for t, f in example_pieces(ex, "model")]
+            pieces = [("<bos>", False)] + [(t, bool(f)) for t, f in example_pieces(ex, "model", self._markers)]
             if ex.kind == "text":
                 pieces.append(("<eos>", True))
             item: dict[str, Any] = {"where": str(ex.where), "format": ex.format,
@@ -187,7 +188,7 @@ def report_for(path: str, n_records: int, files: list[str], read_issues: list[Da
         records=n_records + sum(1 for i in read_issues if i.severity == "error"),
         examples=kept, sequences=len(tset), tokens=int(len(tset.tokens)),
         trained_tokens=int(tset.trained.sum()), truncated=tset.truncated, chunked=tset.chunked,
-        lengths=tset.raw_lengths, issues=issues, _examples=examples, _tset=tset,
+        lengths=tset.raw_lengths, issues=issues, _examples=examples, _tset=tset, _markers=codec.markers,
     )
     if kept and tset.truncated / kept > TRUNCATION_WARN:
         p95 = int(np.percentile(tset.raw_lengths, 95))
