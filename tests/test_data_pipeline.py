@@ -59,8 +59,9 @@ def test_each_epoch_visits_every_sequence_once_in_a_new_order(demo_pipe):
     flat0, flat1 = [i for row in e0 for i in row], [i for row in e1 for i in row]
     assert sorted(flat0) == list(range(n)) == sorted(flat1)
     assert flat0 != flat1
-    epoch, row = demo_pipe.locate(int(np.ceil(len(e0) / 8)))
-    assert epoch == 1 and row == 8 - len(e0) % 8 if len(e0) % 8 else row == 0
+    step = -(-len(e0) // 8)  # the first step that starts in epoch 1
+    assert demo_pipe.locate(step) == (1, step * 8 - len(e0))
+    assert demo_pipe.locate(step - 1)[0] == 0
 
 
 def test_eval_split_is_a_seeded_fraction_disjoint_from_train(write, codec):

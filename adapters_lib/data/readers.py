@@ -252,7 +252,14 @@ def _skip_ws(text: str, pos: int) -> int:
 
 
 def _read_csv(text: str, name: str, out: ReadResult) -> None:
-    csv.field_size_limit(MAX_RECORD_BYTES)
+    previous = csv.field_size_limit(MAX_RECORD_BYTES)  # process-wide: restored below
+    try:
+        _read_csv_rows(text, name, out)
+    finally:
+        csv.field_size_limit(previous)
+
+
+def _read_csv_rows(text: str, name: str, out: ReadResult) -> None:
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
         header = next(reader)
