@@ -126,3 +126,10 @@ def test_unknown_extension_and_missing_path_are_workbench_errors(write, tmp_path
         check_file(write("d.xlsx", "x"))
     with pytest.raises(WorkbenchError, match="not found"):
         check_file(tmp_path / "nope.jsonl")
+
+
+def test_forced_format_on_other_data_says_what_the_record_looks_like(write):
+    p = write("d.jsonl", jsonl(CHAT[:1]))
+    _, issues, _ = _examples(p, "qa")
+    assert str(issues[0]) == (f'{p}:1: missing field "question" (format is qa, but the record looks '
+                              "like chat: messages)")

@@ -140,7 +140,10 @@ def to_examples(
             try:
                 examples.append(convert(data, file_fmt, rec.where, field_map))
             except RecordError as e:
-                issues.append(DataIssue(rec.where, e.message, field=e.field))
+                msg = e.message
+                if fmt != "auto" and d not in (None, file_fmt):
+                    msg += f" (format is {file_fmt}, but the record looks like {d}: {FIELDS[d]})"
+                issues.append(DataIssue(rec.where, msg, field=e.field))
     return examples, issues, file_formats
 
 
