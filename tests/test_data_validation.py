@@ -132,7 +132,10 @@ def test_cli_data_check_json_reports_counts_and_error_lines(write, capsys):
     assert (out["records"], out["examples"], out["dropped"], out["format"]) == (4, 3, 1, "chat")
     assert [(e["line"], e["field"]) for e in out["errors"]] == [(4, "messages[1].role")]
     assert out["errors"][0]["text"] == f'{p}:4: messages[1].role is "bot"; expected user, assistant or system'
-    assert out["histogram"] and out["ok"] is True
+    assert out["histogram"] and out["ok"] is True and out["preview"] == []
+    assert main(["data", "check", str(p), "--json", "--preview", "2"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert [x["where"] for x in out["preview"]] == [f"{p}:1", f"{p}:2"]
 
 
 def test_cli_data_check_text_and_fatal_exit_codes(write, capsys, tmp_path):

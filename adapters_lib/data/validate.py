@@ -118,7 +118,10 @@ class Report:
             out.append(item)
         return out
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, preview: int = 3) -> dict[str, Any]:
+        """JSON-able summary: counts, lengths, histogram, every issue (up to JSON_LIMIT), and
+        the first ``preview`` examples (``preview()``)."""
+        stats = self.length_stats()
         return {
             "ok": self.ok, "fatal": self.fatal, "path": self.path, "format": self.format,
             "file_formats": self.file_formats, "files": self.files, "tokenizer": self.tokenizer,
@@ -126,10 +129,12 @@ class Report:
             "dropped": self.dropped, "sequences": self.sequences, "tokens": self.tokens,
             "trained_tokens": self.trained_tokens, "truncated": self.truncated,
             "truncated_fraction": round(self.truncated_fraction, 4), "chunked": self.chunked,
-            "lengths": self.length_stats(), "histogram": self.histogram(), "split": self.split,
+            "lengths": stats, "mean_tokens": stats.get("mean"), "max_tokens": stats.get("max"),
+            "histogram": self.histogram(), "split": self.split,
             "errors": [i.to_dict() for i in self.errors[:JSON_LIMIT]],
             "warnings": [i.to_dict() for i in self.warnings[:JSON_LIMIT]],
             "error_count": len(self.errors), "warning_count": len(self.warnings),
+            "preview": self.preview(preview) if preview else [],
         }
 
     def render(self) -> str:

@@ -67,9 +67,7 @@ def run_check(args: argparse.Namespace) -> int:
         print(json.dumps({"ok": False, "fatal": str(err), "error": err.to_dict(), "path": args.file}))
         return 2
     if args.json:
-        out = report.to_dict()
-        if args.preview:
-            out["preview"] = report.preview(args.preview)
+        out = report.to_dict(preview=args.preview)
         print(json.dumps(out, ensure_ascii=False))
     else:
         print(report.render())
