@@ -94,15 +94,10 @@ class CheckpointStore:
 
 
 def restore_params(directory: str | Path, step: int, abstract_trainable: Any) -> Any:
-    """Only the trainable params of one checkpoint (for sampling and export)."""
-    manager = ocp.CheckpointManager(Path(directory).absolute(), item_names=ITEMS,
-                                    options=ocp.CheckpointManagerOptions(read_only=True, create=False))
-    try:
-        out = manager.restore(step, args=ocp.args.Composite(
-            params=ocp.args.StandardRestore(abstract_trainable)))
-        return out["params"]
-    finally:
-        manager.close()
+    """Only the trainable params of one checkpoint (for sampling and export); reads nothing else."""
+    path = Path(directory).absolute() / str(step) / "params"
+    with ocp.StandardCheckpointer() as checkpointer:
+        return checkpointer.restore(path, abstract_trainable)
 
 
 def abstract_trainable(loaded: Any, cfg: Any, sharding: Any = None) -> Any:

@@ -1,0 +1,164 @@
+"""The training loop's products: the run directory contract, tuned params, the optimizer."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from adapters_lib.config import TrainSpec
+from adapters_lib.runs import RunDir, list_checkpoints, load_tuned, read_jsonl
+from fixtures_runs import TRAINED_DEMO_STEPS
+
+CONTRACT_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s"}
+
+
+def test_every_step_has_a_metrics_line_with_the_contract_keys(trained_demo_run):
+    metrics = RunDir(trained_demo_run).metrics()
+    assert [m["step"] for m in metrics] == list(range(1, TRAINED_DEMO_STEPS + 1))
+    for m in metrics:
+        assert CONTRACT_KEYS <= m.keys()
+        assert all(math.isfinite(m[k]) for k in CONTRACT_KEYS)
+        assert m["tokens_per_s"] > 0 and m["step_time_s"] > 0 and m["grad_norm"] > 0
+    assert [m["step"] for m in metrics if "eval_loss" in m] == [20, 40]
+
+
+def test_loss_and_eval_loss_fall_on_the_demo(trained_demo_run):
+    metrics = RunDir(trained_demo_run).metrics()
+    losses = [m["loss"] for m in metrics]
+    assert np.mean(losses[-5:]) < np.mean(losses[:5]) - 0.5
+    evals = [m["eval_loss"] for m in metrics if "eval_loss" in m]
+    assert evals[1] < evals[0]
+
+
+def test_learning_rate_follows_warmup_then_cosine(trained_demo_run):
+    metrics = RunDir(trained_demo_run).metrics()
+    lrs = [m["lr"] for m in metrics]
+    peak = max(lrs)
+    assert lrs.index(peak) == 5  # warmup_steps = 5: step 6 is the first at the peak
+    assert peak == pytest.approx(0.005)
+    assert lrs[0] < lrs[1] < lrs[4] and lrs[-1] < lrs[20] < peak
+
+
+def test_status_and_events_record_the_states(trained_demo_run):
+    run = RunDir(trained_demo_run)
+    status = json.loads(run.status_path.read_text())
+    assert status["state"] == "completed" and status["step"] == TRAINED_DEMO_STEPS
+    assert status["total_steps"] == TRAINED_DEMO_STEPS and status["updated"] > 0
+    events = run.events()
+    states = [e["state"] for e in events if e["kind"] == "state"]
+    assert states == ["queued", "running", "completed"]
+    assert [e["step"] for e in events if e["kind"] == "checkpoint"] == [20, 40]
+    assert all({"time", "kind"} <= e.keys() for e in events)
+
+
+def test_checkpoints_hold_the_adapters_only_and_load_tuned_restores_them(trained_demo_run):
+    import jax
+
+    from adapters_lib import lora
+
+    assert list_checkpoints(trained_demo_run) == [20, 40]
+    cfg, loaded, adapters, step = load_tuned(trained_demo_run)
+    assert step == TRAINED_DEMO_STEPS and cfg.train.steps == TRAINED_DEMO_STEPS
+    assert lora.count_params(adapters) == lora.expected_lora_params(loaded.config, cfg.lora)
+    base, none = lora.split_lora(adapters)
+    assert base == {} and none  # nothing but adapter params is stored
+    flat = jax.tree_util.tree_leaves_with_path(adapters)
+    b_norm = sum(float(np.abs(np.asarray(x)).sum()) for p, x in flat if p[-1].key.endswith("_b"))
+    assert b_norm > 0  # B moved off its zero init
+    _, _, at20, step20 = load_tuned(trained_demo_run, step=20)
+    assert step20 == 20
+    leaves40, leaves20 = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(t)]) for t in (adapters, at20))
+    assert not np.allclose(leaves40, leaves20)
+
+
+def test_load_tuned_names_missing_steps(trained_demo_run):
+    from adapters_lib.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match="no checkpoint at step 7"):
+        load_tuned(trained_demo_run, step=7)
+
+
+def test_readers_skip_a_torn_last_line(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n{"step": 3, "lo', encoding="utf-8")
+    assert [r["step"] for r in read_jsonl(path)] == [1, 2]
+
+
+def test_run_ids_are_dated_named_and_unique(tmp_path):
+    from adapters_lib.config import load_config
+    from adapters_lib.runs import create_run, list_runs
+
+    cfg = load_config(None, ["run.name=my run/1"])
+    a = create_run(cfg, root=tmp_path, now=0)
+    b = create_run(cfg, root=tmp_path, now=0)
+    c = create_run(load_config(None), root=tmp_path, now=0)
+    assert a.run_id.endswith("-my-run-1") and b.run_id == a.run_id + "-2"
+    assert c.run_id.endswith("-demo") and len(c.run_id.split("-")[0]) == 8
+    assert {r.run_id for r in list_runs(tmp_path)} == {a.run_id, b.run_id, c.run_id}
+    assert a.status()["state"] == "queued" and a.config() == cfg
+
+
+def test_status_writes_replace_the_file_atomically(tmp_path):
+    from adapters_lib.config import load_config
+    from adapters_lib.runs import create_run
+
+    run = create_run(load_config(None), root=tmp_path)
+    run.write_status("running", step=3, total_steps=10)
+    run.write_status("stopping")
+    status = run.status()
+    assert status["state"] == "stopping" and status["step"] == 3  # fields merge
+    assert sorted(p.name for p in run.path.iterdir() if p.name.startswith(".")) == []
+    with pytest.raises(ValueError):
+        run.write_status("paused")
+
+
+# --------------------------------------------------------------------------- optimizer
+
+
+def _spec(**kw) -> TrainSpec:
+    return TrainSpec(**{"steps": 100, "learning_rate": 1e-2, "warmup_steps": 10, **kw})
+
+
+@pytest.mark.parametrize("schedule, at_end", [("constant", 1e-2), ("linear", 0.0), ("cosine", 0.0)])
+def test_schedules_warm_up_to_the_peak_then_decay(schedule, at_end):
+    from adapters_lib.train.optimizer import make_schedule
+
+    lr = make_schedule(_spec(schedule=schedule))
+    assert float(lr(0)) == pytest.approx(1e-2 / 11)
+    assert float(lr(10)) == pytest.approx(1e-2)
+    assert float(lr(100)) == pytest.approx(at_end, abs=1e-9)
+    if schedule != "constant":
+        assert float(lr(50)) < 1e-2
+
+
+def test_weight_decay_skips_norms_scales_and_vectors():
+    from adapters_lib.train.optimizer import decay_mask
+
+    params = {"layer_0": {"attn": {"q_einsum": {"w": np.ones((2, 3, 4))}, "_query_norm": {"scale": np.ones(4)}},
+                          "pre_ffw_norm": {"scale": np.ones(4)}, "bias": np.ones(3)},
+              "lora": {"q_a": np.ones((4, 2))}}
+    mask = decay_mask(params)
+    assert mask["layer_0"]["attn"]["q_einsum"]["w"] and mask["lora"]["q_a"]
+    assert not mask["layer_0"]["attn"]["_query_norm"]["scale"]
+    assert not mask["layer_0"]["pre_ffw_norm"]["scale"] and not mask["layer_0"]["bias"]
+
+
+def test_gradients_are_clipped_to_clip_norm():
+    import jax.numpy as jnp
+    import optax
+
+    from adapters_lib.train.optimizer import make_optimizer
+
+    params = {"w": jnp.zeros((3, 3))}
+    grads = {"w": jnp.full((3, 3), 100.0)}
+    for clip, expect_clipped in ((1.0, True), (0.0, False)):
+        opt = make_optimizer(_spec(clip_norm=clip, schedule="constant", warmup_steps=0))
+        state = opt.init(params)
+        _, state = opt.update(grads, state, params)
+        adam_mu = optax.tree.get(state, "mu")["w"]
+        # Adam's first moment is (1 - b1) × the (clipped) gradient
+        norm = float(jnp.linalg.norm(adam_mu / 0.1))
+        assert (norm == pytest.approx(1.0, rel=1e-5)) == expect_clipped
