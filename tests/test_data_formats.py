@@ -108,8 +108,8 @@ def test_field_map_renames_source_fields(write):
     p = write("d.jsonl", jsonl([{"q": "Q?", "a": "A!"}]))
     examples, issues, formats = _examples(p, "qa", {"question": "q", "answer": "a"})
     assert issues == [] and examples[0].messages[1]["content"] == "A!"
-    p = write("s.jsonl", jsonl([{"conversations": [{"from": "user", "value": "hi"},
-                                                   {"from": "assistant", "value": "yo"}]}]))
+    p = write("s.jsonl", jsonl([{"conversations": [{"from": "human", "value": "hi"},
+                                                   {"from": "gpt", "value": "yo"}]}]))
     examples, issues, _ = _examples(p, "chat", {"messages": "conversations", "role": "from", "content": "value"})
     assert issues == [] and examples[0].messages[1] == {"role": "assistant", "content": "yo"}
 

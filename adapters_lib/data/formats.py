@@ -9,7 +9,7 @@ text               ``text`` (or a paragraph of a .txt file)                    t
 prompt_response    ``prompt`` + ``response`` | ``completion``; ``input`` + ``output``  chat
 alpaca             ``instruction`` + ``output`` (+ optional ``input``)          chat
 chat               ``messages``: [{role, content}], roles user/assistant/system
-                   ("model" is accepted for assistant)                          chat
+                   ("model", ShareGPT "human"/"gpt" are accepted)               chat
 qa                 ``question`` + ``answer`` (GSM8K)                            chat
 =================  ==========================================================  =========
 
@@ -28,7 +28,9 @@ from adapters_lib.data.readers import DataIssue, Record, Where
 from adapters_lib.errors import WorkbenchError
 
 FORMATS = ("text", "prompt_response", "alpaca", "chat", "qa")
-ROLES = {"user": "user", "assistant": "assistant", "model": "assistant", "system": "system"}
+ROLES = {"user": "user", "assistant": "assistant", "model": "assistant", "system": "system",
+         "human": "user", "gpt": "assistant"}
+"""Accepted roles; "model" (Gemma) and ShareGPT's "human"/"gpt" are aliases."""
 
 FIELDS = {
     "text": "text",
