@@ -74,6 +74,13 @@ def test_ten_megabyte_line_is_skipped_with_its_size(write, codec):
         f"{p}:3: record is 10.0 MB, longer than the 4 MB limit for one record; skipped"]
 
 
+def test_ten_megabyte_csv_cell_stops_reading_at_its_line(write, codec):
+    p = write("d.csv", "question,answer\nq1,a1\nq2," + "x" * 10_000_000 + "\nq3,a3\n")
+    report = check_file(p, tokenizer=codec)
+    assert report.examples == 1
+    assert str(report.errors[0]).startswith(f"{p}:3: a cell is over the 4 MB limit for one record")
+
+
 def test_mixed_formats_keep_the_majority_and_name_the_others(write, codec):
     p = write("train.jsonl", jsonl(QA[:5] + CHAT[:1] + [{"foo": 1}]))
     report = check_file(p, tokenizer=codec)

@@ -275,7 +275,10 @@ def _read_csv_rows(text: str, name: str, out: ReadResult) -> None:
         except StopIteration:
             break
         except csv.Error as e:
-            out.issues.append(DataIssue(Where(name, start), f"invalid CSV: {e}; the rest is not read"))
+            why = (f"a cell is over the {MAX_RECORD_BYTES // (1024 * 1024)} MB limit for one record"
+                   if "field larger" in str(e) else f"invalid CSV: {e}")
+            out.issues.append(DataIssue(Where(name, start), f"{why}; the rest of the file is not read "
+                                        "(fix that row, or use .jsonl, which skips only the bad line)"))
             break
         line = reader.line_num
         if not any(cell.strip() for cell in row):
