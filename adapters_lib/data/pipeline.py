@@ -151,10 +151,12 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
         report.raise_if_fatal()
         tset = report._tset
         assert tset is not None
+        usable = np.unique(tset.example)  # examples that survived tokenization
         if spec.eval_path:
-            train_idx, eval_idx = np.arange(len(all_ex)), np.zeros(0, np.int64)
+            train_idx, eval_idx = usable, np.zeros(0, np.int64)
         else:
-            train_idx, eval_idx = _split(len(all_ex), spec.eval_fraction, seed)
+            train_pos, eval_pos = _split(len(usable), spec.eval_fraction, seed)
+            train_idx, eval_idx = usable[train_pos], usable[eval_pos]
     report.raise_if_fatal()
     train = subset(tset, train_idx)
     eval_set = subset(tset, eval_idx)
