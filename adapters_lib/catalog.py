@@ -508,7 +508,8 @@ def _ocdbt_zarr_shapes(ckpt: Path) -> dict[str, tuple[int, ...]]:
     except (ValueError, RuntimeError, KeyError, json.JSONDecodeError) as e:
         first = str(e).splitlines()[0] if str(e) else type(e).__name__
         first = first.replace(f"{ckpt.resolve()}/", "").replace("Error decoding local file ", "")
-        raise ArchError(f"orbax checkpoint data is damaged: {first[:100]}", "unreadable") from None
+        first = first[:100].rstrip(": ")
+        raise ArchError(f"orbax checkpoint data is damaged: {first}", "unreadable") from None
     return out
 
 

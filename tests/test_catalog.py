@@ -114,7 +114,7 @@ def test_resolve_by_id_handle_and_path(weights_cache):
 def test_known_sizes_mirror_gemma_configs():
     from gemma import gm
 
-    for (family, size), (name, arch) in families.KNOWN.items():
+    for (_family, _size), (name, arch) in families.KNOWN.items():
         if name == "demo":
             continue
         ours = arch.transformer_config()

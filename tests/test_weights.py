@@ -112,7 +112,7 @@ def test_every_layout_loads_the_same_weights_and_logits(weights_cache):
     for name, model in loaded.items():
         got = jax.tree.map(np.asarray, model.params)
         assert jax.tree.structure(got) == jax.tree.structure(expect), name
-        assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expect))), name
+        assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(expect), strict=False)), name
     ref = _logits(loaded["ok_flat"])
     assert ref.shape == (1, TOKENS.shape[1], 1024) and np.isfinite(ref).all()
     for name in names[1:]:
@@ -175,7 +175,7 @@ def test_missing_tokenizer_is_fine_when_the_spec_names_one(weights_cache):
     assert loaded.tokenizer_path == str(weights_cache.tokenizer)
 
 
-def test_damaged_data_behind_good_metadata_fails_as_a_workbench_error(weights_env, tmp_path):
+def test_truncated_array_data_is_caught_by_the_listing_and_the_load(weights_env, tmp_path):
     import shutil
 
     src = weights_env.kaggle / "models/google/gemma-3/flax/gemma3-demo-it/1"
@@ -185,11 +185,9 @@ def test_damaged_data_behind_good_metadata_fails_as_a_workbench_error(weights_en
         if f.is_file():
             f.write_bytes(f.read_bytes()[:64])
     entry = catalog.resolve(str(dst))
-    if entry.status == "ok":  # metadata intact: the damage shows when the arrays are read
-        with pytest.raises(WorkbenchError, match="unreadable"):
-            load_model(ModelSpec(source=str(dst)))
-    else:
-        assert entry.status == "unreadable"
+    assert entry.status == "unreadable" and "damaged" in entry.reason
+    with pytest.raises(WorkbenchError, match="unreadable: orbax checkpoint data is damaged"):
+        load_model(ModelSpec(source=str(dst)))
 
 
 def test_loaded_model_trains_lora_and_samples(weights_cache):
@@ -224,10 +222,10 @@ def test_loaded_model_trains_lora_and_samples(weights_cache):
         return optax.apply_updates(ad, updates), st, loss
 
     losses = []
-    for _ in range(6):
+    for _ in range(8):
         adapters, state, loss = step(adapters, state)
         losses.append(float(loss))
-    assert losses[-1] < losses[0] - 0.1, losses
+    assert losses[-1] < losses[0] / 2, losses
 
     params = lora.merge_lora(loaded.params, adapters)
     forward = jax.jit(lambda p, t: wrapped.apply({"params": p}, t).logits)

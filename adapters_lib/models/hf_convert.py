@@ -196,7 +196,7 @@ Fetch = Callable[[str], np.ndarray]
 
 def leaf_plan(arch: Arch) -> list[tuple[tuple[str, ...], list[str], Callable[..., np.ndarray]]]:
     """For each gemma leaf: its path, the HF names it is made of, and how (exact ops only)."""
-    n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
+    n, k, h, d, _f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
 
     def q(w):  # (N·H, D) → (N, D, H)
         return w.reshape(n, h, d).transpose(0, 2, 1)

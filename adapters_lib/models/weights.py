@@ -148,7 +148,12 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
     import jax
     import numpy as np
 
-    from adapters_lib.models.hf_convert import SafetensorsDir, SafetensorsError, hf_prefix, leaf_plan
+    from adapters_lib.models.hf_convert import (
+        SafetensorsDir,
+        SafetensorsError,
+        hf_prefix,
+        leaf_plan,
+    )
 
     try:
         tensors = SafetensorsDir(folder)

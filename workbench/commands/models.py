@@ -59,9 +59,9 @@ def render_table(entries: list[dict]) -> str:
     rows = [(e["id"], e["family"], e["size"], e["variant"], e["format"], _human_count(e["params"]),
              _human_bytes(e["bytes"]) if e["bytes"] else "-", e["status"]) for e in entries]
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths)).rstrip()]
-    for entry, row in zip(entries, rows):
-        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths, strict=False)).rstrip()]
+    for entry, row in zip(entries, rows, strict=False):
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
         if entry["status"] != "ok":
             lines.append(f"    └ {entry['reason']}")
     return "\n".join(lines)
@@ -86,7 +86,7 @@ def run_download(args: argparse.Namespace) -> int:
     from adapters_lib.catalog import inspect_dir
 
     folder = download.download(args.handle)
-    entry = inspect_dir(folder, entry_id=str(download.parse_handle(args.handle)), source="download")
+    entry = inspect_dir(folder, entry_id=str(download.parse_handle(args.handle)), source="folder")
     out = entry.to_dict() if entry else {"id": args.handle, "path": str(folder), "status": "ok",
                                          "reason": "downloaded; no model layout recognised"}
     print(json.dumps(out, indent=2) if args.json else render_table([out]) if entry else folder)
