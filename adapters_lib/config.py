@@ -78,7 +78,7 @@ class MeshSpec:
         sizes = {"data": self.data, "fsdp": self.fsdp, "tensor": self.tensor}
         fill = [k for k, v in sizes.items() if v == -1]
         known = 1
-        for k, v in sizes.items():
+        for v in sizes.values():
             if v != -1:
                 known *= v
         if fill:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from fixtures_runs import demo_overrides
 
 from adapters_lib.runs import RunDir, list_runs
-from fixtures_runs import demo_overrides
 from workbench.cli import main
 
 

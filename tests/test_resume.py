@@ -1,8 +1,8 @@
 """Exact resume, stop and divergence: what a stopped or failed run keeps.
 
 One run of the fixture's settings is stopped at step 13 (between periodic checkpoints, so the
-stop writes its own); resuming it must reproduce the uninterrupted fixture run's per-step
-losses. A copy of the stopped run, resumed with a learning rate that blows up, must fail
+stop writes its own), resumed, interrupted by Ctrl-C at 27, resumed again: its per-step
+losses must equal the uninterrupted fixture run's. A copy of the stopped run, resumed with a learning rate that blows up, must fail
 with a clear event and keep the step-13 checkpoint.
 """
 
@@ -12,9 +12,9 @@ import dataclasses
 import shutil
 
 import pytest
+from fixtures_runs import TRAINED_DEMO_STEPS, demo_overrides
 
 from adapters_lib.runs import RunDir, list_checkpoints
-from fixtures_runs import TRAINED_DEMO_STEPS, demo_overrides
 
 STOP_AT = 13
 
@@ -70,10 +70,28 @@ def test_stop_request_checkpoints_and_marks_the_run_stopped(stopped_run):
     assert [m["step"] for m in control.metrics] == list(range(1, STOP_AT + 1))  # streamed too
 
 
+class InterruptAt(StopAt):
+    """A foreground Ctrl-C after ``step`` updates (KeyboardInterrupt between steps)."""
+
+    def should_stop(self) -> bool:
+        return False
+
+    def between_steps(self) -> None:
+        self.seen += 1
+        if self.seen >= self.step:
+            raise KeyboardInterrupt
+
+
 def test_resume_reproduces_the_uninterrupted_losses(stopped_run, trained_demo_run):
+    """Stopped at 13 (stop request), resumed, Ctrl-C at 27, resumed to the end: same curve."""
     from adapters_lib.train.loop import run_training
 
     cfg, run, _, _, _ = stopped_run
+    interrupted = run_training(cfg, run, resume=True, control=InterruptAt(27 - STOP_AT))
+    assert interrupted.state == "stopped" and interrupted.step == 27
+    assert run.status()["state"] == "stopped" and "keyboard" in run.status()["message"]
+    assert list_checkpoints(run.path)[-1] == 27
+
     result = run_training(cfg, run, resume=True)
     assert result.state == "completed" and result.step == TRAINED_DEMO_STEPS
     resumed = {m["step"]: m["loss"] for m in run.metrics()}
@@ -81,7 +99,7 @@ def test_resume_reproduces_the_uninterrupted_losses(stopped_run, trained_demo_ru
     assert sorted(resumed) == sorted(straight) == list(range(1, TRAINED_DEMO_STEPS + 1))
     for step in straight:
         assert resumed[step] == pytest.approx(straight[step], rel=1e-6, abs=0), step
-    assert any(e["kind"] == "resumed" and e["step"] == STOP_AT for e in run.events())
+    assert [e["step"] for e in run.events() if e["kind"] == "resumed"] == [STOP_AT, 27]
 
 
 def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(stopped_run):

@@ -7,10 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from fixtures_runs import TRAINED_DEMO_STEPS
 
 from adapters_lib.config import TrainSpec
 from adapters_lib.runs import RunDir, list_checkpoints, load_tuned, read_jsonl
-from fixtures_runs import TRAINED_DEMO_STEPS
 
 CONTRACT_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s"}
 

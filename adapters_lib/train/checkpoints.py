@@ -53,7 +53,7 @@ class CheckpointStore:
         self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep, create=not read_only, read_only=read_only,
-            enable_async_checkpointing=True,
+            enable_async_checkpointing=True, cleanup_tmp_directories=not read_only,
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
 

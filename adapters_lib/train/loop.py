@@ -150,7 +150,8 @@ def run_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any =
 def _setup(r: _Run, resume: bool) -> dict[str, Any]:
     import jax
 
-    from adapters_lib import lora, mesh as mesh_lib
+    from adapters_lib import lora
+    from adapters_lib import mesh as mesh_lib
     from adapters_lib.data import build_pipeline
     from adapters_lib.models.loader import load_model
     from adapters_lib.train.optimizer import make_optimizer, make_schedule
@@ -261,6 +262,7 @@ def _train(r: _Run, *, resume: bool) -> TrainResult:
         result.step = step
 
         if stop_reason:
+            log_.finish()
             r.state("stopping", stop_reason, step=step)
             save(step, log_.last_loss)
             store.wait()
@@ -299,6 +301,7 @@ def _train(r: _Run, *, resume: bool) -> TrainResult:
         saved = None
         try:
             log_.flush(everything=True)
+            log_.finish()
             if step > start:
                 save(step, log_.last_loss)
                 store.wait()
@@ -370,8 +373,8 @@ class _MetricLog:
                 record["eval_loss"] = self.result.final_eval_loss = _mean_eval(ev)
             if step == t.steps:
                 self.held = record
-            elif step % t.log_every == 0 or ev is not None:
-                self._write(record)
+            elif step % t.log_every == 0 or ev is not None or step == 1:
+                self._write(record)  # step 1 always: the curve starts at the base model
         if now - self.last_status > 1.0:
             self.r.run.write_status("running", step=todo[-1][0], total_steps=t.steps,
                                     loss=self.last_loss)
