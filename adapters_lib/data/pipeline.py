@@ -61,7 +61,7 @@ class Pipeline:
         if rows is None:
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.train))
             rows = pack_rows(self.train.lengths, order, self.max_length, packing=self.packing)
-            if len(self._layouts) > 8:  # keep memory bounded on long runs
+            if len(self._layouts) >= 3:  # keep memory bounded on long runs
                 self._layouts.pop(min(self._layouts))
             self._layouts[epoch] = rows
         return rows
