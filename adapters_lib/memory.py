@@ -158,12 +158,13 @@ def lora_param_shapes(config: Any, rank: int, targets: tuple[str, ...]):
     return out
 
 
-def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool) -> tuple[int, int]:
+def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool,
+                   heads: Mapping[str, int]) -> tuple[int, int]:
     """(total elements, elements per device) of a list of (path, shape)."""
     total = per_dev = 0
     for path, shape in shapes:
         n = math.prod(shape)
-        axes = mesh_lib.param_partition(path, shape, sizes, transpose_gating=transpose)
+        axes = mesh_lib.param_partition(path, shape, sizes, transpose_gating=transpose, heads=heads)
         div = math.prod(sizes[a] for a in axes if a is not None)
         total += n
         per_dev += -(-n // div)
@@ -173,15 +174,23 @@ def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool) -> tuple[i
 # --------------------------------------------------------------------------- activations
 
 # Bytes kept per token per layer for the backward pass, in units of the compute dtype:
-# ACT_D·D + ACT_QKV·(N + 2K)·H + ACT_F·F (measured on XLA, see the module docstring); the
-# attention scores keep ACT_S values per (query, key, head). With remat each layer keeps
-# its input (D values per token) and one layer is recomputed at a time.
-ACT_D = 14.0
-ACT_QKV = 4.0
-ACT_F = 9.0
-ACT_S = 3.0
-REMAT_LAYER = 2.0  # one recomputed layer's working set, in units of a stored layer
+# ACT_D·D + ACT_QKV·(N + 2K)·H + ACT_F·F + ACT_LORA·(Σ adapter out dims); the attention
+# scores keep ACT_S values per (query, key, local head). With remat each layer keeps its
+# input (D values per token) plus REMAT_LAYER layers' working set during the recompute.
+# Least-squares fit (non-negative, ACT_S fixed at 1) to XLA's memory analysis of the
+# compiled step on CPU, 16 configs of two model shapes: within ±10 % except remat+bf16
+# (+18 %) and full-FT remat on the second shape (+21 %), both over-estimates.
+ACT_D = 19.4
+ACT_QKV = 3.2
+ACT_F = 4.0
+ACT_S = 1.0
+ACT_LORA = 1.05
+REMAT_LAYER = 1.0
 LOGITS_COPIES = 3.0  # f32 logits, their exp/softmax, their gradient
+# A full fine-tune on an fsdp axis gathers weights (forward, backward) and gradients
+# (before the reduce-scatter): about this many full copies (per tensor shard) at peak.
+# Measured on one config (demo, 1×8×1); the least certain term.
+FSDP_GATHER_COPIES = 3.3
 
 
 def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[int, int, int] = (1, 1, 1),
@@ -198,14 +207,15 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     data, fsdp, tensor = mesh_shape
     sizes = {"data": data, "fsdp": fsdp, "tensor": tensor}
     transpose = bool(_cfg(config, "transpose_gating_einsum", True))
+    heads = mesh_lib.heads_of(config)
     pb, cb, lb = DTYPE_BYTES[param_dtype], DTYPE_BYTES[compute_dtype], DTYPE_BYTES[lora_dtype]
 
-    base_total, base_dev = _sharded_elems(base_param_shapes(config), sizes, transpose)
+    base_total, base_dev = _sharded_elems(base_param_shapes(config), sizes, transpose, heads)
     weights = base_dev * pb
     compute_copy = base_dev * cb if cb != pb else 0
     if lora_enabled:
         lora_total, lora_dev = _sharded_elems(lora_param_shapes(config, lora_rank, tuple(lora_targets)),
-                                              sizes, transpose)
+                                              sizes, transpose, heads)
         adapters = lora_dev * lb
         trainable, trainable_dev, tb = lora_total, lora_dev, lb
         if cb != lb:
@@ -227,12 +237,20 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     k_loc = k // tensor if k % tensor == 0 else k
     f_loc = f // tensor if f % tensor == 0 else f
     v_loc = v // tensor if v % tensor == 0 else v
-    per_layer = cb * tokens * (ACT_D * d + ACT_QKV * (n_loc + 2 * k_loc) * h + ACT_F * f_loc)
+    lora_out = 0
+    if lora_enabled:
+        outs = {"q": n_loc * h, "k": k_loc * h, "v": k_loc * h, "o": d, "gate": f_loc, "up": f_loc, "down": d}
+        lora_out = sum(outs[t] for t in lora_targets)
+    per_layer = cb * tokens * (ACT_D * d + ACT_QKV * (n_loc + 2 * k_loc) * h + ACT_F * f_loc
+                               + ACT_LORA * lora_out)
     per_layer += cb * ACT_S * rows * n_loc * seq_len * seq_len
     if remat:
         activations = layers * cb * tokens * d + REMAT_LAYER * per_layer
     else:
         activations = layers * per_layer
+
+    if not lora_enabled and fsdp > 1:  # gathered weights and gradients, see FSDP_GATHER_COPIES
+        activations += FSDP_GATHER_COPIES * base_dev * fsdp * pb
 
     chunk = seq_len
     if chunked_ce:

@@ -119,14 +119,32 @@ def logical_axes(path: Sequence[Any], shape: Sequence[int], *,
     return layout if layout is not None else (None,) * len(shape)
 
 
+def heads_of(config: Any) -> dict[str, int]:
+    """Heads per attention weight kind, from a gemma config (for LoRA's flattened head dims)."""
+    if config is None:
+        return {}
+    n, k = int(_cfg(config, "num_heads", 0)), int(_cfg(config, "num_kv_heads", 0))
+    return {"q_einsum": n, "qkv_einsum": n, "attn_vec_einsum": n, "kv_einsum": k}
+
+
 def param_partition(path: Sequence[Any], shape: Sequence[int], sizes: Mapping[str, int], *,
-                    transpose_gating: bool = True) -> tuple[Axis, ...]:
+                    transpose_gating: bool = True, heads: Mapping[str, int] | None = None) -> tuple[Axis, ...]:
     """The partition of one param on a mesh of ``sizes``: an axis whose size does not
-    divide the dim is dropped (that dim is replicated on it)."""
-    axes = logical_axes(path, shape, transpose_gating=transpose_gating)
+    divide the dim is dropped (that dim is replicated on it).
+
+    ``heads`` (``heads_of(config)``) lets a LoRA matrix with a flattened heads·H dim follow
+    its base weight exactly: that dim goes on ``tensor`` only if the heads divide (e.g. one
+    KV head stays replicated even though K·H = 64 would divide).
+    """
+    names = path_names(path)
+    axes = logical_axes(names, shape, transpose_gating=transpose_gating)
+    lora_kind = _lora_kind(names)
     out: list[Axis] = []
     for dim, axis in zip(shape, axes, strict=True):
         if axis is not None and (sizes.get(axis, 1) <= 1 or dim % sizes[axis]):
+            axis = None
+        if (axis == "tensor" and heads and lora_kind in heads
+                and heads[lora_kind] % sizes["tensor"]):
             axis = None
         out.append(axis)
     return tuple(out)
@@ -294,26 +312,30 @@ def mesh_sizes(mesh: Any) -> dict[str, int]:
     return {name: int(size) for name, size in mesh.shape.items()}
 
 
-def param_sharding(mesh: Any, path: Sequence[Any], shape: Sequence[int], *,
-                   transpose_gating: bool = True):
+def _gating(config: Any) -> bool:
+    return bool(_cfg(config, "transpose_gating_einsum", True)) if config is not None else True
+
+
+def param_sharding(mesh: Any, path: Sequence[Any], shape: Sequence[int], *, config: Any = None):
+    """The ``NamedSharding`` of one param (``config``: the model's, for gating layout and heads)."""
     from jax.sharding import NamedSharding, PartitionSpec
 
-    axes = param_partition(path, shape, mesh_sizes(mesh), transpose_gating=transpose_gating)
+    axes = param_partition(path, shape, mesh_sizes(mesh), transpose_gating=_gating(config),
+                           heads=heads_of(config))
     return NamedSharding(mesh, PartitionSpec(*axes))
 
 
-def params_shardings(mesh: Any, params: Any, *, transpose_gating: bool = True):
+def params_shardings(mesh: Any, params: Any, *, config: Any = None):
     """A tree of ``NamedSharding`` for a params tree (arrays or ShapeDtypeStructs)."""
     import jax
 
     return jax.tree_util.tree_map_with_path(
-        lambda path, x: param_sharding(mesh, path, x.shape, transpose_gating=transpose_gating),
-        params)
+        lambda path, x: param_sharding(mesh, path, x.shape, config=config), params)
 
 
-def sharding_fn(mesh: Any, *, transpose_gating: bool = True):
+def sharding_fn(mesh: Any, config: Any = None):
     """A ``(path, leaf) -> Sharding`` callable (what ``models.loader.load_model`` takes)."""
-    return lambda path, x: param_sharding(mesh, path, x.shape, transpose_gating=transpose_gating)
+    return lambda path, x: param_sharding(mesh, path, x.shape, config=config)
 
 
 def batch_sharding(mesh: Any, ndim: int = 2):

@@ -138,3 +138,13 @@ def test_rules_place_the_real_demo_tree(demo):
     placed = jax.device_put(params, shardings)
     shard = placed["layer_1"]["mlp"]["gating_einsum"].addressable_shards[0]
     assert shard.data.shape == (2, 512, 128)
+
+
+def test_a_kv_adapter_stays_replicated_when_its_single_kv_head_is():
+    sizes = {"data": 2, "fsdp": 1, "tensor": 4}
+    heads = mesh.heads_of(DEMO)
+    path = ("layer_0", "attn", "kv_einsum", "lora", "k_b")
+    assert mesh.param_partition(path, (8, 64), sizes) == (None, "tensor")  # K·H=64 alone would split
+    assert mesh.param_partition(path, (8, 64), sizes, heads=heads) == (None, None)  # like K=1
+    q_path = ("layer_0", "attn", "q_einsum", "lora", "q_b")
+    assert mesh.param_partition(q_path, (8, 256), sizes, heads=heads) == (None, "tensor")

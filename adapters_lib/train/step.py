@@ -115,12 +115,19 @@ class Steps:
     _train: Any
     _eval: Any
     _init_opt: Any
+    _copy: Any
 
     # -- state
-    def init_state(self, trainable_params: Any) -> TrainState:
-        """A fresh state on the mesh: step 0, the params placed (always copied: the state is
-        donated, the caller's arrays are not), the optimizer initialised."""
-        params = jax.device_put(trainable_params, self.trainable_shardings, may_alias=False)
+    def init_state(self, trainable_params: Any, *, copy: bool = True) -> TrainState:
+        """A fresh state on the mesh: step 0, the params placed, the optimizer initialised.
+
+        The state is donated to the train step, so by default the params are copied and the
+        caller's arrays stay valid; ``copy=False`` hands them over (saves one copy of the
+        trainable params: worth it for a full fine-tune) and they die at the first step.
+        """
+        params = jax.device_put(trainable_params, self.trainable_shardings)
+        if copy:
+            params = self._copy(params)  # device_put may share buffers with its input
         opt_state = self._init_opt(params)
         step = jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings.step)
         return TrainState(step, params, opt_state)
@@ -185,7 +192,6 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     accum = t.grad_accum
     config = model.config
     softcap = config.final_logit_softcap
-    transpose_gating = bool(getattr(config, "transpose_gating_einsum", True))
 
     run_model = with_remat(model) if t.remat else model
     run_model = lora.wrap(run_model, cfg.lora)
@@ -202,8 +208,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
     if full_ft:
         base_params = {}
-    trainable_shardings = mesh_lib.params_shardings(mesh, trainable_params, transpose_gating=transpose_gating)
-    base_shardings = mesh_lib.params_shardings(mesh, base_params, transpose_gating=transpose_gating)
+    trainable_shardings = mesh_lib.params_shardings(mesh, trainable_params, config=config)
+    base_shardings = mesh_lib.params_shardings(mesh, base_params, config=config)
     base_params = jax.device_put(base_params, base_shardings)
     rep = mesh_lib.replicated(mesh)
     batch_sharding = mesh_lib.batch_sharding(mesh)
@@ -282,11 +288,14 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, batch_shardings),
                        out_shardings={"loss_sum": rep, "n_tokens": rep})
     init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
+    copy = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.array(x, copy=True), tree),
+                   in_shardings=(trainable_shardings,), out_shardings=trainable_shardings)
 
     steps = Steps(model=run_model, mesh=mesh, optimizer=optimizer, base_params=base_params,
                   trainable_shardings=trainable_shardings, base_shardings=base_shardings,
                   state_shardings=state_shardings, batch_sharding=batch_sharding, ce_chunk=ce_chunk,
-                  abstract_state=abstract_state, _train=train_jit, _eval=eval_jit, _init_opt=init_opt)
+                  abstract_state=abstract_state, _train=train_jit, _eval=eval_jit, _init_opt=init_opt,
+                  _copy=copy)
     return steps
 
 
