@@ -16,8 +16,9 @@ import sys
 import time
 
 import pytest
-
 from fixtures_engine import demo_run_config
+
+from adapters_lib.config import config_from_dict
 from workbench.client import EngineRequestError
 
 STEPS = 40
@@ -71,27 +72,40 @@ def test_a_second_run_waits_in_the_queue_and_can_be_stopped_and_deleted(story):
     assert [r["id"] for r in client.list_runs()] == [story["run_id"]]
 
 
+def _attach(home, run_id):
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(home)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench", "runs", "attach", run_id, "--json"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = 0
+    for line in proc.stdout:
+        item = json.loads(line)
+        if item["type"] == "metrics":
+            seen = item["data"]["step"]
+            if seen >= 2:
+                break
+    return proc, seen
+
+
 def test_killing_a_client_mid_stream_leaves_the_run_going(story):
     first = story["first"]
-    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(first.home)}
-    attach = subprocess.Popen(
-        [sys.executable, "-m", "workbench", "runs", "attach", story["run_id"], "--json"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    seen = 0
-    try:
-        for line in attach.stdout:
-            item = json.loads(line)
-            if item["type"] == "metrics":
-                seen = item["data"]["step"]
-                if seen >= 2:
-                    break
-    finally:
-        os.kill(attach.pid, signal.SIGKILL)
-        attach.wait(10)
+    killed, seen = _attach(first.home, story["run_id"])
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait(10)
     assert seen >= 2
     items = _follow(first.client, story["run_id"], until_step=seen + 2, since_step=seen)
     assert _metric_steps(items)[-1] >= seen + 2  # it trained on after its client died
     assert first.alive()
+
+
+def test_ctrl_c_in_runs_attach_detaches_without_stopping_the_run(story):
+    first = story["first"]
+    attached, _ = _attach(first.home, story["run_id"])
+    attached.send_signal(signal.SIGINT)
+    _, err = attached.communicate(timeout=30)
+    assert attached.returncode == 0
+    assert "detached; the run goes on" in err
+    assert first.client.get_run(story["run_id"], metrics=False)["state"] == "running"
 
 
 def test_reattaching_replays_every_metric_so_far(story):
@@ -125,11 +139,20 @@ def test_engine_killed_mid_run_leaves_the_run_interrupted_at_next_start(story):
     assert any(e.get("state") == "interrupted" for e in run["events"])
 
 
-def test_resume_continues_from_the_checkpoint_to_completion(story):
+def test_resume_continues_from_the_checkpoint_to_completion(story, tmp_path):
     client = story["second"].client
     run_id = story["run_id"]
     assert client.resume_run(run_id)["state"] == "queued"
-    story["baseline"] = client.create_run(CONFIG)["id"]  # queued behind it: one run at a time
+    # the uninterrupted run to compare with, from the CLI: queued behind it (one at a time)
+    config = tmp_path / "baseline.toml"
+    config.write_text(config_from_dict(CONFIG).to_toml())
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(story["home"])}
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "workbench", "train", str(config), "--detach"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert time.monotonic() - t0 < 60  # returns at once, whatever the run's length
+    story["baseline"] = out.stdout.strip().splitlines()[-1]
     assert client.get_run(story["baseline"], metrics=False)["state"] == "queued"
     resumed = client.wait_run(run_id, timeout=300)
     assert resumed["state"] == "completed", resumed
@@ -162,3 +185,20 @@ def test_the_loss_curve_after_resume_equals_an_uninterrupted_run(story):
     losses = [m["loss"] for m in got]
     expected = [m["loss"] for m in want]
     assert losses == pytest.approx(expected, rel=1e-5, abs=1e-6)
+
+
+def test_cli_lists_and_shows_runs_through_the_engine(story):
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(story["home"])}
+    listed = subprocess.run([sys.executable, "-m", "workbench", "runs", "--json"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    states = {r["id"]: r["state"] for r in json.loads(listed.stdout)}
+    assert states == {story["run_id"]: "completed", story["baseline"]: "completed"}
+    shown = subprocess.run([sys.executable, "-m", "workbench", "runs", "show", story["run_id"]],
+                           env=env, capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"run {story['run_id']}: completed" in shown.stdout
+    assert "checkpoints" in shown.stdout
+    missing = subprocess.run([sys.executable, "-m", "workbench", "runs", "show", "nope"],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and missing.stderr.startswith("error: no run 'nope'")
