@@ -176,6 +176,17 @@ def test_a_b_compare_streams_tokens_while_the_next_run_trains(story):
     assert info.value.status == 400
 
 
+def test_export_writes_the_adapter_through_the_engine(story, tmp_path):
+    client = story["second"].client
+    out = client.export(story["run_id"], kind="adapter", out=str(tmp_path / "adapter"))
+    assert out["result"]["step"] == STEPS
+    assert (tmp_path / "adapter" / "adapter_config.json").is_file()
+    assert list((tmp_path / "adapter").glob("*.safetensors"))
+    with pytest.raises(EngineRequestError) as info:
+        client.export(story["run_id"], kind="pickle")
+    assert info.value.status == 400
+
+
 def test_the_loss_curve_after_resume_equals_an_uninterrupted_run(story):
     client = story["second"].client
     assert client.wait_run(story["baseline"], timeout=300)["state"] == "completed"

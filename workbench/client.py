@@ -26,7 +26,8 @@ import httpx
 from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
 
-API = "/v1"
+API_VERSION = 1
+API = f"/v{API_VERSION}"
 START_TIMEOUT_S = 60.0
 
 
@@ -111,6 +112,7 @@ class EngineClient:
         """A client of the running engine; start one (detached) if none answers."""
         client = cls(**kwargs)
         if client.ping():
+            client.check_version()
             return client
         if not start:
             raise EngineNotRunning("the engine is not running",
@@ -118,7 +120,16 @@ class EngineClient:
                                    hint="start it with `gemma-workbench engine start`")
         proc = spawn_engine()
         client.wait_ready(timeout, proc)
+        client.check_version()
         return client
+
+    def check_version(self) -> None:
+        """Refuse an engine that speaks another API version (left over from an upgrade)."""
+        got = self.status().get("api_version")
+        if got != API_VERSION:
+            raise EngineNotRunning(f"the running engine speaks API v{got}, this client v{API_VERSION}",
+                                   hint="restart it: `gemma-workbench engine stop --force` "
+                                        "(runs stay resumable), then try again")
 
     def ping(self) -> bool:
         """True when an engine answers on the socket with our token."""

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 import tomllib
@@ -401,6 +402,10 @@ class Engine:
             active = self._active.run.run_id if self._active else None
             queued = [q.run.run_id for q in self._queue]
             jobs = len(self._jobs)
+        devices = self._devices
+        jax = sys.modules.get("jax") if self._jax_ready.is_set() else None
+        if jax is not None and devices:
+            devices = [_live_memory(d, dev) for d, dev in zip(devices, jax.devices(), strict=False)]
         return {
             "version": __version__,
             "api_version": C.API_VERSION,
@@ -410,7 +415,8 @@ class Engine:
             "jax": {"ready": self._jax_ready.is_set() and self._jax_error is None,
                     "loading": not self._jax_ready.is_set(), "error": self._jax_error},
             "backend": self._backend,
-            "devices": self._devices,
+            "devices": devices,
+            "memory": {"host_bytes": _host_bytes(), "engine_rss_bytes": _rss_bytes()},
             "busy": active is not None or jobs > 0,
             "active_run": active,
             "queued_runs": queued,
@@ -720,6 +726,31 @@ def _device_info(d: Any) -> dict[str, Any]:
             "process_index": getattr(d, "process_index", 0), "memory_bytes": memory}
 
 
+def _live_memory(info: dict[str, Any], device: Any) -> dict[str, Any]:
+    """The device entry with ``bytes_in_use``/``peak_bytes_in_use`` where the backend says."""
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 - CPU devices have none
+        stats = {}
+    return {**info, "bytes_in_use": stats.get("bytes_in_use"),
+            "peak_bytes_in_use": stats.get("peak_bytes_in_use")}
+
+
+def _host_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return None
+
+
+def _rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -751,10 +782,15 @@ def _as_json(value: Any) -> Any:
 
 
 def _brief(data: dict[str, Any]) -> dict[str, Any]:
-    """A command for the log: long strings cut."""
-    return {k: (v[:200] + "…" if isinstance(v, str) and len(v) > 200 else v)
-            for k, v in data.items() if k not in ("config",) or v is None} | (
-        {"config": "<dict>"} if data.get("config") is not None else {})
+    """A command for the log: a config dict summarized, long strings cut."""
+    out = {}
+    for k, v in data.items():
+        if k == "config" and v is not None:
+            v = "<dict>"
+        elif isinstance(v, str) and len(v) > 200:
+            v = v[:200] + "…"
+        out[k] = v
+    return out
 
 
 def _roots_file() -> Path:
