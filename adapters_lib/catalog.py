@@ -140,6 +140,13 @@ def resolve(source: str, paths: tuple[str | Path, ...] = ()) -> ModelEntry:
         return demo_entry()
     path = Path(source.removeprefix("local:")).expanduser()
     if path.exists():
+        real = os.path.realpath(path)
+        caches = (kaggle_cache_dir(), hf_cache_dir())
+        if any(real.startswith(os.path.realpath(c) + os.sep) for c in caches):
+            # inside a cache: the cache's view knows about completion markers and partial blobs
+            for entry in scan_kaggle(caches[0]) + scan_hf(caches[1]):
+                if entry.path and os.path.realpath(entry.path) == real:
+                    return entry
         entry = inspect_dir(path, entry_id=f"local:{path.resolve()}", source="folder")
         if entry is None:
             raise WorkbenchError(f"no Gemma weights found in {path}", where="[model] source",

@@ -105,6 +105,8 @@ def test_resolve_by_id_handle_and_path(weights_cache):
     assert catalog.resolve("google/gemma-3/flax/gemma3-demo-it/1").id == env.ids["ok_flat"]
     by_path = catalog.resolve(str(env.folder / "exports" / "gemma3-demo-export"))
     assert by_path.status == "ok" and by_path.family == "gemma3"
+    in_cache = catalog.resolve(str(env.kaggle / "models/google/gemma-3/flax/gemma3-1b-pt/1"))
+    assert (in_cache.id, in_cache.status) == (env.ids["incomplete"], "incomplete")
     with pytest.raises(WorkbenchError, match="did you mean"):
         catalog.resolve("hf:google/gemma-3-demo-itt")
     with pytest.raises(WorkbenchError, match="--path"):

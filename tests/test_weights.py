@@ -4,6 +4,7 @@ the entry's own reason on failure, and a loaded model that trains LoRA and sampl
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import jax
 import jax.numpy as jnp
@@ -235,3 +236,36 @@ def test_loaded_model_trains_lora_and_samples(weights_cache):
         seq = seq.at[0, i].set(nxt.astype(jnp.int32))
     assert np.array_equal(np.asarray(seq[0, 4:]), np.asarray(TOKENS[0, 4:8]))  # learned the sequence
     assert isinstance(loaded.tokenizer.decode(np.asarray(seq[0]).tolist()), str)
+
+
+def test_multimodal_gemma3_safetensors_load_text_only(weights_env, tmp_path):
+    tensors = hf_convert.gemma_to_hf(weights_env.params, arch=DEMO_ARCH)
+    tensors = {"model.language_model." + k[len("model."):]: v for k, v in tensors.items()}
+    tensors["model.vision_tower.vision_model.post_layernorm.weight"] = np.ones(8, np.float32)
+    config = {"architectures": ["Gemma3ForConditionalGeneration"], "model_type": "gemma3",
+              "text_config": families.hf_config_for(DEMO_ARCH), "vision_config": {}}
+    hf_convert.save_hf(tmp_path, tensors, config)
+    (tmp_path / "tokenizer.model").write_bytes(weights_env.tokenizer.read_bytes())
+    entry = catalog.resolve(str(tmp_path))
+    assert (entry.status, entry.family, entry.arch) == ("ok", "gemma3", DEMO_ARCH)
+    loaded = load_model(ModelSpec(source=str(tmp_path)))
+    got = jax.tree.leaves(jax.tree.map(np.asarray, loaded.params))
+    assert all(np.array_equal(a, b) for a, b in zip(got, jax.tree.leaves(weights_env.params),
+                                                     strict=True))
+
+
+def test_orbax_of_an_unknown_size_loads_with_a_config_json_beside(weights_env, tmp_path):
+    from fixtures_weights import write_orbax
+
+    arch = dataclasses.replace(DEMO_ARCH, num_layers=3, attention=("local", "local", "global"))
+    params = tiny_params(arch, seed=3)
+    write_orbax(tmp_path / "ckpt", params, "flat")
+    (tmp_path / "tokenizer.model").write_bytes(weights_env.tokenizer.read_bytes())
+    assert catalog.resolve(str(tmp_path)).status == "unsupported"  # shapes alone: no known size
+    (tmp_path / "config.json").write_text(json.dumps(families.hf_config_for(arch)))
+    entry = catalog.resolve(str(tmp_path))
+    assert (entry.status, entry.size, entry.arch) == ("ok", "custom", arch)
+    loaded = load_model(ModelSpec(source=str(tmp_path)))
+    assert loaded.config.num_layers == 3
+    assert np.array_equal(np.asarray(loaded.params["layer_2"]["mlp"]["linear"]),
+                          params["layer_2"]["mlp"]["linear"])
