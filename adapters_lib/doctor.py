@@ -29,6 +29,9 @@ from adapters_lib import paths
 LIBTPU_LOCKFILE = Path("/tmp/libtpu_lockfile")
 TPU_ENV_VARS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES",
                 "TPU_SKIP_MDS_QUERY", "CLOUD_TPU_TASK_ID")
+TPU_PRESENCE_VARS = ("TPU_NAME", "TPU_ACCELERATOR_TYPE")
+"""Only these mean "this is a TPU machine" (as in scripts/setup.sh): libraries set the others
+(TensorFlow sets TPU_SKIP_MDS_QUERY on import, for one)."""
 DISTRIBUTIONS = {
     "jax": "jax", "jaxlib": "jaxlib", "gemma": "gemma", "textual": "textual", "keras": "keras",
     "keras_hub": "keras-hub", "orbax": "orbax-checkpoint", "flax": "flax", "optax": "optax",
@@ -111,7 +114,7 @@ class Hardware:
 
     @property
     def has_tpu(self) -> bool:
-        return bool(self.tpu_device_files or self.tpu_env)
+        return bool(self.tpu_device_files or any(k in self.tpu_env for k in TPU_PRESENCE_VARS))
 
     @property
     def has_nvidia(self) -> bool:
@@ -297,7 +300,8 @@ def diagnose(hw: Hardware, jx: JaxProbe, vers: Mapping[str, str | None], *,
     forced = env.get("JAX_PLATFORMS", "")
     on_cpu = jx.backend in (None, "cpu")
     if hw.has_tpu and on_cpu:
-        where = ", ".join(hw.tpu_device_files[:2] or [f"{k}={v}" for k, v in hw.tpu_env.items()][:2])
+        where = ", ".join(hw.tpu_device_files[:2] or [f"{k}={v}" for k, v in hw.tpu_env.items()
+                                                      if k in TPU_PRESENCE_VARS][:2])
         holder = hw.tpu_holders[0] if hw.tpu_holders else None
         if holder or _IN_USE.search(text):
             pid = holder["pid"] if holder else (int(m.group(1)) if (m := _PID.search(text)) else None)

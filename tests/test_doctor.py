@@ -20,8 +20,9 @@ CPU_VERSIONS = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": None, "jax_cu
 
 def _cli(*args: str, env_extra: dict[str, str]) -> subprocess.CompletedProcess:
     env = {**os.environ, **env_extra}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=120)
+    script = Path(sys.executable).parent / "gemma-workbench"  # the console script, as users run it
+    argv = [str(script)] if script.is_file() else [sys.executable, "-m", "workbench"]
+    return subprocess.run([*argv, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_doctor_json_has_contract_keys_and_lists_eight_simulated_devices():
@@ -213,3 +214,10 @@ def test_stale_libtpu_lockfile_is_named_when_nothing_holds_it():
     jx = JaxProbe(backend="cpu", messages=["libtpu.so already in use by another process. Not attempting to load"])
     [p] = _diagnose(stale, jx, {**CPU_VERSIONS, "libtpu": "0.0.20"})
     assert "stale" in p.message and p.fix == "rm /tmp/libtpu_lockfile"
+
+
+def test_tpu_config_variables_set_by_libraries_do_not_mean_a_tpu(tmp_path):
+    hw = doctor.probe_hardware(dev=tmp_path, proc=tmp_path, env={"TPU_SKIP_MDS_QUERY": "1"},
+                               run=lambda argv: None, lockfile=tmp_path / "nolock")
+    assert not hw.has_tpu and hw.tpu_env == {"TPU_SKIP_MDS_QUERY": "1"}
+    assert _diagnose(hw, env={"JAX_PLATFORMS": "cpu"}) == []

@@ -84,13 +84,23 @@ def test_tuned_keras_model_answers_differently_from_its_base_and_shards_only_bas
     before = tuned.answers(prompts, tuned=False, max_new_tokens=6)
     assert len(after) == len(before) == 3 and after != before
     for v in tuned.model.backbone.weights:
-        spec = tuple(v.value.sharding.spec)
+        spec = tuple(v.value.sharding.spec)  # the layout on the real variable paths
         if "lora_kernel" in v.path or v.path.endswith("/scale"):
             assert all(a is None for a in spec), v.path
         elif v.path.endswith(("query/kernel", "attention_output/kernel", "ffw_linear/kernel")):
             assert spec[0] == "model", v.path
         elif v.path.endswith(("key/kernel", "value/kernel")):
             assert all(a is None for a in spec), v.path  # 1 KV head: replicated
+
+
+def test_keras_adapter_exports_in_keras_hub_format(keras_demo_run, tmp_path):
+    from adapters_lib.keras_route.export import export_keras_adapter
+
+    run, _ = keras_demo_run
+    out = export_keras_adapter(run.path, tmp_path / "adapter")
+    config = json.loads((out / "adapter_config.json").read_text())
+    assert config["rank"] == 8 and config["keras_layers"][:2] == ["query", "key"] and config["step"] == 30
+    assert (out / "adapter.lora.h5").stat().st_size > 100_000  # 28 layers × (A, B) in f32
 
 
 def test_a_mesh_that_does_not_divide_the_heads_fails_in_words_before_building(tmp_path):

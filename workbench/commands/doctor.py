@@ -38,8 +38,9 @@ def render(report: dict[str, Any]) -> str:
     lines += [f"  {n}× {plat} {kind}  memory {mem}" for (plat, kind, mem), n in kinds.items()]
     hw = report["hardware"]
     seen = []
-    if hw["tpu_device_files"] or hw["tpu_env"]:
-        seen.append("TPU (" + ", ".join(hw["tpu_device_files"][:4] or list(hw["tpu_env"])) + ")")
+    tpu_vars = [k for k in hw["tpu_env"] if k in ("TPU_NAME", "TPU_ACCELERATOR_TYPE")]
+    if hw["tpu_device_files"] or tpu_vars:
+        seen.append("TPU (" + ", ".join(hw["tpu_device_files"][:4] or tpu_vars) + ")")
     if hw["nvidia_gpus"]:
         seen.append(f"{len(hw['nvidia_gpus'])}× {hw['nvidia_gpus'][0]} (driver {hw['nvidia_driver']})")
     lines.append(f"  hardware seen: {', '.join(seen) or 'no TPU, no NVIDIA GPU'}")
