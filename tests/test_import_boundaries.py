@@ -22,6 +22,8 @@ def test_tui_start_up_imports_no_ml_framework():
         "import importlib, pkgutil, workbench\n"
         "import workbench.cli\n"
         "for m in pkgutil.walk_packages(workbench.__path__, 'workbench.'):\n"
+        "    if m.name.endswith('__main__'):\n"
+        "        continue\n"
         "    importlib.import_module(m.name)\n"
     )
     loaded = _modules_after(code)
