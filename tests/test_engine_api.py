@@ -162,6 +162,7 @@ def test_estimate_gives_memory_params_and_mesh_problems_without_training(engine)
     assert good["ok"] and good["mesh_problems"] == []
     assert good["estimate"]["total"] > 0 and good["trainable_params"] > 0
     assert good["device_count"] == 1
+    assert [row["verdict"] for row in good["devices"]] == [good["estimate"]["verdict"]]
     # the demo model has 1 KV head: a 4-way tensor axis replicates it (said, not fatal)
     warn = engine.estimate(demo_run_config(), overrides=["mesh.devices=4", "mesh.tensor=4"])
     assert warn["ok"] and "num_kv_heads" in warn["mesh_problems"][0]["message"]

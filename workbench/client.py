@@ -243,9 +243,12 @@ class EngineClient:
         return self._request("GET", "/models", params=params, timeout=300)["models"]
 
     def data_check(self, path: str = "", *, format: str = "auto", config: dict | None = None,
-                   config_toml: str = "") -> dict[str, Any]:
-        """The data report (``Report.to_dict()``: ok, fatal, counts, lengths, errors, ...)."""
-        body: dict[str, Any] = {"path": path, "format": format}
+                   config_toml: str = "", limit: int = 0) -> dict[str, Any]:
+        """The data report (``Report.to_dict()``: ok, fatal, counts, lengths, errors, ...).
+
+        ``limit``: check at most this many records (0 = all) where the data area supports it.
+        """
+        body: dict[str, Any] = {"path": path, "format": format, "limit": limit}
         if config is not None:
             body["config"] = config
         if config_toml:

@@ -64,6 +64,8 @@ class CheckData(Command):
     config: dict[str, Any] | None = None
     """A run config (dict) whose [data]/[model] sections give the check its settings."""
     config_toml: str = ""
+    limit: int = 0
+    """Check at most this many records, where the data area supports it (0 = all)."""
 
 
 @dataclass(frozen=True)

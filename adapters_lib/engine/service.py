@@ -15,6 +15,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import inspect
 import json
 import logging
 import os
@@ -446,9 +447,12 @@ class Engine:
             raise EngineError("data check needs a file or folder path", where="data check request",
                               hint='send "path" (the demo data needs no check)')
         fmt = cmd.format if cmd.format != "auto" else d.format
+        kwargs: dict[str, Any] = {}
+        if cmd.limit and "limit" in inspect.signature(check_file).parameters:
+            kwargs["limit"] = cmd.limit
         report = check_file(path, format=fmt, tokenizer=self._tokenizer_path(cfg),
                             max_length=d.max_length, loss_on=d.loss_on, truncation=d.truncation,
-                            field_map=d.field_map or None)
+                            field_map=d.field_map or None, **kwargs)
         return {"report": _as_json(report)}
 
     def _tokenizer_path(self, cfg: RunConfig) -> str | None:
@@ -488,8 +492,12 @@ class Engine:
             if not any(p["level"] == "error" for p in problems):
                 problems.append({"level": "error", "message": e.message, "hint": e.hint or ""})
             est = None
+        rows = [{"device": d["id"], "kind": d["kind"], "bytes": est.total,
+                 "capacity_bytes": device_bytes or None, "verdict": est.verdict}
+                for d in self._devices[:count]] if est else []
         return {
             "estimate": est.to_dict() if est else None,
+            "devices": rows,
             "summary": est.summary() if est else None,
             "trainable_params": est.trainable_params if est else None,
             "total_params": est.total_params if est else None,
