@@ -68,9 +68,11 @@ class StaticClient:
         ]
 
     def data_check(self, path: str = "", **_: Any) -> dict[str, Any]:
-        return {"ok": True, "format": "chat", "examples": 480, "train_examples": 456,
-                "eval_examples": 24, "truncated": 0, "problems": [],
-                "preview": ["<start_of_turn>user\nadd 2 and 3<end_of_turn>"]}
+        return {"ok": True, "fatal": None, "format": "chat", "records": 480, "examples": 480,
+                "dropped": 0, "tokens": 30112, "truncated": 0, "mean_tokens": 62.7,
+                "errors": [], "warnings": [], "error_count": 0, "warning_count": 0,
+                "preview": [{"text": "<bos><start_of_turn>user\nadd 2 and 3<end_of_turn>\n"
+                                     "<start_of_turn>model\n5<end_of_turn>", "tokens": 17}]}
 
     def estimate(self, config: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
         f, t = config["mesh"]["fsdp"], config["mesh"]["tensor"]
@@ -124,7 +126,8 @@ class StaticClient:
         for word in ("The", " answer", " is", " 5."):
             yield {"type": "token", "data": {"side": "base", "text": word.lower(), "token": 7}}
             yield {"type": "token", "data": {"side": "tuned", "text": word, "token": 7}}
-        yield {"type": "done", "data": {}}
+        yield {"type": "done", "data": {"base": "the answer is 5.", "tuned": "The answer is 5.",
+                                        "tokens": {"base": 4, "tuned": 4}, "seconds": 0.5}}
 
     def export(self, run_id: str, **_: Any) -> dict[str, Any]:
         return {"path": f"/tmp/{run_id}/adapter"}

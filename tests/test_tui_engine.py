@@ -22,7 +22,7 @@ pytestmark = pytest.mark.anyio
 SIZE = (100, 30)
 
 
-async def until(pilot, condition, timeout: float = 120.0, what: str = "") -> None:
+async def until(pilot, condition, timeout: float = 300.0, what: str = "") -> None:
     t0 = time.monotonic()
     while not condition():
         if time.monotonic() - t0 > timeout:
@@ -43,14 +43,30 @@ def finished_runs(engine):
     return ids
 
 
+class LagProbe:
+    """The longest gap between ticks of a 20 ms timer: how long the UI thread was blocked."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.worst = 0.0
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        self.worst = max(self.worst, now - self.last)
+        self.last = now
+
+
 async def test_launch_from_configure_fills_the_train_plot_and_stop_keeps_a_checkpoint(engine):
     defaults = config_from_dict(demo_run_config(steps=500, checkpoint_every=4))
     app = WorkbenchApp(engine, mode="configure", defaults=defaults, remember=False)
+    probe = LagProbe()
     async with app.run_test(size=SIZE) as pilot:
+        app.set_interval(0.02, probe.tick)
         await until(pilot, lambda: app.screen.device_count > 0, what="the engine's devices")
         await until(pilot, lambda: not app.screen.query_one("#launch").disabled, what="valid")
         await pilot.press("ctrl+l")
-        await until(pilot, lambda: app.current_mode == "train", what="the Train screen")
+        await until(pilot, lambda: app.current_mode == "train" and app.screen.query("#plot-loss"),
+                    what="the Train screen")
         plot = app.screen.query_one("#plot-loss", PlotView)
         await until(pilot, lambda: plot.point_count() >= 5, what="5 loss points")
         run_id = app.current_run
@@ -58,6 +74,9 @@ async def test_launch_from_configure_fills_the_train_plot_and_stop_keeps_a_check
         assert "running" in str(app.screen.query_one("#train-title", Static).render())
         await pilot.press("s")
         await until(pilot, lambda: app.screen.view.state == "stopped", what="stopped")
+    print(f"longest UI stall while launching and streaming: {probe.worst * 1000:.0f} ms")
+    # generous for a loaded 2-core machine; a blocking engine call here would take seconds
+    assert probe.worst < 1.0
     record = engine.get_run(run_id, metrics=True, events=False)
     assert record["state"] == "stopped" and record["checkpoints"]
     assert 5 <= len(record["metrics"]) < 500
@@ -71,9 +90,12 @@ async def test_compare_streams_base_and_tuned_side_by_side(engine, finished_runs
         app.screen.query_one("#compare-prompt", Input).value = "Is 16 even or odd?"
         app.screen.query_one("#compare-prompt", Input).focus()
         await pilot.press("enter")
-        await until(pilot, lambda: all(app.screen.texts.values()), what="tokens on both sides")
-        await app.workers.wait_for_complete()
-    assert app.screen.texts["base"] and app.screen.texts["tuned"]
+        await until(pilot, lambda: app.screen.summary is not None, what="the generation's end")
+        tokens = app.screen.summary["tokens"]
+        shown = {side: str(app.screen.query_one(f"#out-{side}", Static).render())
+                 for side in ("base", "tuned")}
+    assert tokens["base"] >= 1 and tokens["tuned"] >= 1
+    assert all(shown.values())  # the text, or the note that the model said nothing
 
 
 async def test_runs_overlay_two_curves_and_rank_sweep_relaunches_on_top(engine, finished_runs):

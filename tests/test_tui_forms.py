@@ -63,7 +63,7 @@ async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
         assert "steps = 20" in str(app.screen.query_one("#toml-preview", Static).render())
 
 
-async def test_mesh_picture_follows_the_fields():
+async def test_mesh_picture_follows_the_fields_and_data_check_shows_a_preview():
     app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(pilot, app)
@@ -74,6 +74,11 @@ async def test_mesh_picture_follows_the_fields():
         await set_field(pilot, app, "#f-mesh-devices", "4")
         await set_field(pilot, app, "#f-mesh-fsdp", "-1")  # fills 4 devices: 1×2×2
         assert "1×2×2" in str(app.screen.query_one("#device-grid").render())
+        await pilot.press("ctrl+d")
+        await settle(pilot, app)
+        report = str(app.screen.query_one("#data-report", Static).render())
+        assert "data looks good" in report and "examples 480" in report
+        assert "<start_of_turn>model⏎ 5" in report
 
 
 async def test_theme_switch_is_remembered():

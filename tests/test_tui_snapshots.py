@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from fixtures_tui import StaticClient
-
 from textual.worker import WorkerCancelled
 
 from workbench.app import WorkbenchApp

@@ -10,6 +10,7 @@ The app holds one engine client; screens call it only from thread workers. The t
 
 from __future__ import annotations
 
+import importlib
 import threading
 from collections.abc import Iterable
 from functools import partial
@@ -28,11 +29,10 @@ SCREENS = ("models", "configure", "train", "compare", "runs", "help")
 
 
 def _screen_factory(name: str):
-    def make() -> Screen:
-        from workbench.screens import compare, configure, help, models, runs, train
+    """Import a screen's module when it is first shown (keeps the first frame fast)."""
 
-        module = {"models": models, "configure": configure, "train": train,
-                  "compare": compare, "runs": runs, "help": help}[name]
+    def make() -> Screen:
+        module = importlib.import_module(f"workbench.screens.{name}")
         return module.SCREEN()
 
     return make

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -54,6 +55,8 @@ class CompareScreen(WorkbenchScreen):
         self.view: RunView | None = None
         self.history_pos = -1
         self.texts = {"base": "", "tuned": ""}
+        self.summary: dict[str, Any] | None = None
+        """The ``done`` item of the last generation (token counts, seconds), once it ends."""
 
     def compose(self) -> ComposeResult:
         yield NavBar("compare")
@@ -166,6 +169,7 @@ class CompareScreen(WorkbenchScreen):
         self.app.remember_prompt(req["prompt"])  # type: ignore[attr-defined]
         self.history_pos = -1
         self.texts = {"base": "", "tuned": ""}
+        self.summary = None
         self.query_one("#out-base", Static).update("[dim]…[/]")
         self.query_one("#out-tuned", Static).update("[dim]…[/]")
         self.stream(req)
@@ -179,6 +183,8 @@ class CompareScreen(WorkbenchScreen):
                     return
                 side, text = token_side(ev)
                 if side == "done":
+                    data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
+                    self.ui(self.finish, data)
                     break
                 if side == "error":
                     self.ui(self.notify, text, title="compare", severity="error")
@@ -190,7 +196,20 @@ class CompareScreen(WorkbenchScreen):
 
     def append(self, side: str, text: str) -> None:
         self.texts[side] += text
-        self.query_one(f"#out-{side}", Static).update(self.texts[side])
+        self.query_one(f"#out-{side}", Static).update(escape(self.texts[side]))
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        """Both sides are done: say how many tokens each made (an empty answer shows)."""
+        self.summary = summary
+        tokens = summary.get("tokens") if isinstance(summary.get("tokens"), dict) else {}
+        for side in ("base", "tuned"):
+            if not self.texts[side]:
+                self.query_one(f"#out-{side}", Static).update(
+                    "[dim](no text: the model ended its turn at once)[/]")
+        seconds = summary.get("seconds")
+        self.notify(" · ".join(f"{s} {tokens.get(s, '?')} tokens" for s in ("base", "tuned"))
+                    + (f" · {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""),
+                    title="compare done", timeout=4)
 
     def action_cancel(self) -> None:
         self.workers.cancel_group(self, "compare-stream")

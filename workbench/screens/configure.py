@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -29,7 +30,12 @@ from textual.widgets import (
 )
 
 from adapters_lib.config import (
-    DATA_FORMATS, SCHEDULES, MeshSpec, RunConfig, config_from_dict, load_config,
+    DATA_FORMATS,
+    SCHEDULES,
+    MeshSpec,
+    RunConfig,
+    config_from_dict,
+    load_config,
 )
 from adapters_lib.errors import WorkbenchError
 from workbench.screens.base import WorkbenchScreen, error_text
@@ -420,23 +426,36 @@ def estimate_view(reply: dict[str, Any]) -> dict[str, Any]:
     return est
 
 
+def issue_text(issue: Any) -> str:
+    if isinstance(issue, dict):
+        where = f"{issue['where']}: " if issue.get("where") else ""
+        return f"{where}{issue.get('message', issue)}"
+    return str(issue)
+
+
 def data_report_text(report: dict[str, Any]) -> str:
-    lines = []
-    ok = report.get("ok", not report.get("problems") and not report.get("errors"))
-    lines.append("[b green]✓ data looks good[/]" if ok else "[b red]✗ data has problems[/]")
-    summary = report.get("report") if isinstance(report.get("report"), dict) else report
-    for key in ("format", "examples", "records", "train_examples", "eval_examples", "tokens",
-                "truncated", "dropped", "mean_tokens", "max_tokens"):
-        if key in summary and not isinstance(summary[key], (dict, list)):
-            lines.append(f"  {key}: {summary[key]}")
-    for p in (report.get("problems") or report.get("errors") or [])[:10]:
-        lines.append(f"  [red]⚠ {p if isinstance(p, str) else p.get('message', p)}[/]")
-    preview = report.get("preview") or report.get("examples_preview") or []
+    """The data area's report (``Report.to_dict``) as a few lines of markup."""
+    ok = report.get("ok", not report.get("fatal"))
+    lines = ["[b green]✓ data looks good[/]" if ok else
+             f"[b red]✗ {report.get('fatal') or 'data has problems'}[/]"]
+    counts = [f"{key.replace('_', ' ')} {report[key]}" for key in
+              ("format", "records", "examples", "dropped", "sequences", "tokens", "truncated",
+               "mean_tokens", "max_tokens") if report.get(key) not in (None, "", [], {})]
+    if counts:
+        lines.append("  " + " · ".join(counts))
+    for severity, style in (("errors", "red"), ("warnings", "yellow")):
+        issues = report.get(severity) or []
+        for issue in issues[:5]:
+            lines.append(f"  [{style}]⚠ {escape(issue_text(issue))}[/]")
+        more = int(report.get(f"{severity[:-1]}_count", len(issues)) or 0) - min(len(issues), 5)
+        if more > 0:
+            lines.append(f"  [{style}]… {more} more {severity}[/]")
+    preview = report.get("preview") or []
     if preview:
-        lines.append("[b]preview[/b]")
+        lines.append("[b]preview[/b] (as the model sees it)")
         for ex in preview[:3]:
             text = ex if isinstance(ex, str) else ex.get("text") or str(ex)
-            lines.append("  " + text.replace("\n", "⏎ ")[:300])
+            lines.append("  " + escape(text.replace("\n", "⏎ ")[:400]))
     return "\n".join(lines)
 
 

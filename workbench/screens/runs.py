@@ -220,8 +220,7 @@ class RunsScreen(WorkbenchScreen):
     def run_action_worker(self, name: str, call, run_id: str) -> None:
         result = self.engine(call, run_id)
         if result is not None:
-            extra = result.get("path") or result.get("out") or "" if isinstance(result, dict) else ""
-            self.ui(self.notify, f"{name}: {run_id} {extra}".strip(), timeout=5)
+            self.ui(self.notify, f"{name}: {run_id} {where_written(result)}".strip(), timeout=6)
             self.load()
 
     def action_stop(self) -> None:
@@ -287,6 +286,18 @@ class RunsScreen(WorkbenchScreen):
         self.ui(self.notify, f"sweep {child} (rank {lora.get('rank')}) launched; "
                 "overlaid on its parent", timeout=5)
         self.load()
+
+
+def where_written(result: Any) -> str:
+    """The path an export reply names (``{"result": {"path": ...}}`` or flatter), if any."""
+    if isinstance(result, str):
+        return f"→ {result}"
+    if not isinstance(result, dict):
+        return ""
+    for key in ("path", "out", "dir", "output"):
+        if isinstance(result.get(key), str):
+            return f"→ {result[key]}"
+    return where_written(result.get("result")) if "result" in result else ""
 
 
 def targets_text(targets: list[str]) -> str:

@@ -1,5 +1,7 @@
 """A line plot drawn with plotext 6.1's figure API, sized to the widget.
 
+plotext is imported at the first drawing (it costs ~0.5 s), not at start-up.
+
 plotext 6.1 has no global ``plt.plot``: a figure is cleared, sized, given signals and built
 into a string of ANSI text, which Rich turns into a ``Text``. Redrawing is cheap (a few ms
 for a 60×15 plot), but callers should still throttle updates (the Train screen redraws at
@@ -11,7 +13,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import plotext as plt
 from rich.text import Text
 from textual.widget import Widget
 
@@ -37,6 +38,8 @@ def _finite(xs, ys) -> tuple[list[float], list[float]]:
 
 def render_plot(series: list[Series], width: int, height: int, title: str = "") -> str:
     """Build the ANSI text of a plot of ``series`` in ``width``×``height`` cells."""
+    import plotext as plt  # ~0.5 s to import: only when the first plot is drawn
+
     fig = plt.figure
     fig.clear()
     fig.theme("simple")
