@@ -80,6 +80,10 @@ def _remat_class(cls: type) -> type:
 
 def with_remat(model: nn.Module) -> nn.Module:
     """The same gemma Transformer, each block rematerialised in the backward pass."""
+    if not hasattr(type(model), "_apply_attention"):
+        log.warning("remat: %s has no _apply_attention (not a gm.nn.Transformer); "
+                    "training without remat", type(model).__name__)
+        return model
     cls = _remat_class(type(model))
     kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
               if f.init and f.name not in ("parent", "name")}
@@ -210,7 +214,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         base_params = {}
     trainable_shardings = mesh_lib.params_shardings(mesh, trainable_params, config=config)
     base_shardings = mesh_lib.params_shardings(mesh, base_params, config=config)
-    base_params = jax.device_put(base_params, base_shardings)
+    if all(isinstance(x, jax.Array) for x in jax.tree.leaves(base_params)):
+        base_params = jax.device_put(base_params, base_shardings)
+    # else abstract (ShapeDtypeStructs): enough for compiled_memory, not for running
     rep = mesh_lib.replicated(mesh)
     batch_sharding = mesh_lib.batch_sharding(mesh)
     micro_sharding = jax.sharding.NamedSharding(
