@@ -192,3 +192,17 @@ def test_an_engine_started_on_demand_exits_when_idle(engine_factory):
     proc.proc.wait(timeout=30)  # nobody uses it: it goes, and frees the devices
     assert not (proc.runtime / "engine.sock").exists()
     assert "idle for" in proc.log_text()
+
+
+def test_cli_engine_stop_ends_the_engine_and_removes_its_socket(engine_factory):
+    proc = engine_factory(args=["--no-warm"])
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(proc.home)}
+    out = subprocess.run([sys.executable, "-m", "workbench", "engine", "stop", "--json"],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"running": False, "stopped_pid": proc.pid}
+    assert proc.proc.wait(timeout=30) == 0
+    assert not (proc.runtime / "engine.sock").exists()
+    status = subprocess.run([sys.executable, "-m", "workbench", "engine", "status"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1 and "not running" in status.stdout

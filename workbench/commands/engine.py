@@ -117,14 +117,19 @@ def run_stop(args: argparse.Namespace) -> int:
 
 
 def _pid_gone(pid: int, timeout: float = 30.0) -> None:
+    """Wait until ``pid`` has exited (a zombie not yet reaped by its parent counts as gone)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+        except (ProcessLookupError, PermissionError):
             return
-        except PermissionError:
-            return
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except (OSError, IndexError):
+            pass
         time.sleep(0.1)
 
 
