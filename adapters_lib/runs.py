@@ -263,11 +263,19 @@ def mark_interrupted(root: Path | None = None) -> list[RunDir]:
 
 
 def list_checkpoints(run_dir: str | Path | RunDir) -> list[int]:
-    """Steps with a complete checkpoint, ascending."""
-    from adapters_lib.train.checkpoints import checkpoint_steps
-
+    """Steps with a complete checkpoint, ascending (reads the folder; no JAX or orbax)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     return checkpoint_steps(run.checkpoints_dir)
+
+
+def checkpoint_steps(directory: str | Path) -> list[int]:
+    """Complete checkpoints under an orbax folder: orbax writes a step to a temporary
+    folder and renames it to the bare step number when every item is written."""
+    d = Path(directory)
+    if not d.is_dir():
+        return []
+    return sorted(int(p.name) for p in d.iterdir()
+                  if p.is_dir() and p.name.isdigit() and (p / "params").is_dir())
 
 
 def load_tuned(run_dir: str | Path | RunDir, step: int | None = None):
@@ -285,7 +293,7 @@ def load_tuned(run_dir: str | Path | RunDir, step: int | None = None):
         raise WorkbenchError(f"{run.path} is not a run directory (no config.toml)",
                              hint="pass a directory made by `gemma-workbench train`")
     cfg = run.config()
-    steps = checkpoints.checkpoint_steps(run.checkpoints_dir)
+    steps = checkpoint_steps(run.checkpoints_dir)
     if not steps:
         raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir),
                              hint="wait for the first checkpoint (train.checkpoint_every) or resume it")

@@ -20,18 +20,14 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from adapters_lib.runs import checkpoint_steps
+
+__all__ = ["ITEMS", "CheckpointStore", "abstract_of", "abstract_trainable", "checkpoint_steps",
+           "restore_params", "rng_from_json", "rng_to_json"]
+
 log = logging.getLogger(__name__)
 
 ITEMS = ("params", "opt_state", "meta")
-
-
-def checkpoint_steps(directory: str | Path) -> list[int]:
-    """Steps with a complete checkpoint under ``directory``, ascending (no orbax needed)."""
-    d = Path(directory)
-    if not d.is_dir():
-        return []
-    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit()
-                  and (p / "params").is_dir())
 
 
 def abstract_of(tree: Any, sharding: Any = None) -> Any:
