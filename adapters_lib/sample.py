@@ -30,7 +30,7 @@ from adapters_lib.errors import WorkbenchError
 log = logging.getLogger(__name__)
 
 PROMPT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
-STREAM_CHUNK = 8  # tokens per device call while streaming (see docs/generation.md)
+DECODE_CHUNK = 16  # tokens per device call, streaming or not (see docs/generation.md)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,32 +80,37 @@ class Piece:
 
 
 def format_chat(messages: Sequence[Mapping[str, str]]) -> str:
-    """The Gemma chat template, ending with the open model turn.
+    """The Gemma chat template as text, ending with the open model turn (no BOS)."""
+    from adapters_lib.data.chat_template import format_prompt
 
-    Uses the data area's ``format_prompt`` when present (one template for training and
-    sampling); the fallback below is the exact Gemma template.
+    return format_prompt([dict(m) for m in messages])
+
+
+def chat_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]], codec: Any = None) -> list[int]:
+    """BOS + the prompt for the next model turn, tokenized exactly as training does.
+
+    Template pieces and contents are encoded one by one (``adapters_lib.data.tokenize``): a
+    piece-wise encoding can differ from encoding the joined text, and the model saw the
+    pieces. The turn markers follow the tokenizer (Gemma 2/3 or Gemma 4).
     """
-    try:
-        from adapters_lib.data.chat_template import format_prompt
-    except ImportError:
-        return _gemma_template(messages)
-    return format_prompt(list(messages))
+    from adapters_lib.data import chat_template
+    from adapters_lib.data.tokenize import TokenCodec
+
+    codec = codec or TokenCodec.from_any(tokenizer)
+    msgs = [dict(m) for m in messages]
+    if msgs and msgs[-1]["role"] in ("assistant", "model"):
+        msgs = msgs[:-1]
+    fixed = chat_template.marker_pieces(codec.markers)
+    pieces = [text for text, _ in chat_template.segments(msgs, markers=codec.markers)]
+    pieces.append(f"{codec.markers[0]}model\n")
+    ids = [codec.bos]
+    for piece in pieces:
+        ids.extend(codec.encode_fixed(piece) if piece in fixed else codec.encode_batch([piece])[0])
+    return [int(i) for i in ids]
 
 
-def _gemma_template(messages: Sequence[Mapping[str, str]]) -> str:
-    out: list[str] = []
-    system = ""
-    for m in messages:
-        role, content = m["role"], m["content"]
-        if role == "system":
-            system = content + "\n\n"
-            continue
-        turn = "model" if role in ("assistant", "model") else "user"
-        if turn == "user" and system:
-            content, system = system + content, ""
-        out.append(f"<start_of_turn>{turn}\n{content}<end_of_turn>\n")
-    out.append("<start_of_turn>model\n")
-    return "".join(out)
+Prompt = str | Sequence[Mapping[str, str]]
+"""A user message (str) or a whole conversation (list of {"role", "content"})."""
 
 
 def check_prompt(prompt: str, where: str = "--prompt") -> str:
@@ -196,7 +201,8 @@ class Sampler:
         from adapters_lib import lora as lora_lib
 
         params = lora_lib.merge_lora(base, lora) if lora else base
-        out = self.net.apply({"params": params}, tokens, positions=positions, attention_mask=mask,
+        net = self.net if lora else self.model  # no adapters: the plain model
+        out = net.apply({"params": params}, tokens, positions=positions, attention_mask=mask,
                              cache=cache, return_last_only=last_only)
         return out.logits, out.cache
 
@@ -241,7 +247,7 @@ class Sampler:
         # logits: [V, B, vocab]; the same key for every variant of a prompt (same seed for A/B)
         return jax.vmap(lambda lv: jax.vmap(one)(lv, keys))(logits)
 
-    def _prefill_impl(self, base, lora, tokens, lengths, keys, temperature, top_k, top_p, *,
+    def _prefill_impl(self, base, lora, tokens, lengths, live, keys, temperature, top_k, top_p, *,
                       cache_len, variants, greedy):
         import jax
         import jax.numpy as jnp
@@ -268,7 +274,7 @@ class Sampler:
         step_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
         first = self._choose(logits, step_keys, temperature, top_k, top_p, greedy)
         valid = (jnp.arange(cache_len)[None, :] < lengths[:, None]) | (jnp.arange(cache_len)[None, :] >= lp)
-        done = jnp.isin(first, jnp.asarray(self.end_tokens))
+        done = jnp.isin(first, jnp.asarray(self.end_tokens)) | ~live[None, :]  # padding rows: done
         return {
             "cache": cache, "last": first, "done": done, "step": jnp.zeros((), jnp.int32),
             "valid": valid, "lengths": lengths, "keys": keys, "start": jnp.asarray(lp, jnp.int32),
@@ -320,22 +326,37 @@ class Sampler:
                 raise ValueError("this Sampler has no LoRA spec: adapters cannot be applied")
             return {}, len(adapters)
         template = next((a for a in adapters if a is not None), None)
-        if template is None:
-            raise ValueError("at least one variant must carry adapters when a LoRA spec is set")
+        if template is None:  # base only: the plain model
+            return {}, len(adapters)
         full = [a if a is not None else jax.tree.map(jnp.zeros_like, template) for a in adapters]
         return jax.tree.map(lambda *xs: jnp.stack(xs), *full), len(adapters)
 
-    def encode(self, prompt: str) -> list[int]:
-        text = prompt[len("<bos>"):] if prompt.startswith("<bos>") else prompt
-        return [int(t) for t in self.tokenizer.encode(text, add_bos=True)]
+    def encode(self, prompt: Prompt, chat: bool = True) -> list[int]:
+        """Token ids of a prompt: chat (template, piece-wise) or raw text, BOS first."""
+        if isinstance(prompt, str):
+            check_prompt(prompt)
+            if not chat:
+                text = prompt[len("<bos>"):] if prompt.startswith("<bos>") else prompt
+                return [int(t) for t in self.tokenizer.encode(text, add_bos=True)]
+            prompt = [{"role": "user", "content": prompt}]
+        if not prompt or not any(str(m.get("content", "")).strip() for m in prompt):
+            check_prompt("")
+        return chat_ids(self.tokenizer, prompt, self._codec())
 
-    def stream_grid(self, prompts: Sequence[str], adapters: Sequence[Any] = (None,),
+    def _codec(self) -> Any:
+        if getattr(self, "_codec_cache", None) is None:
+            from adapters_lib.data.tokenize import TokenCodec
+
+            self._codec_cache = TokenCodec.from_any(self.tokenizer)
+        return self._codec_cache
+
+    def stream_grid(self, prompts: Sequence[Prompt], adapters: Sequence[Any] = (None,),
                     settings: SamplingSettings = SamplingSettings(), *, chunk: int | None = None,
                     chat: bool = True) -> Iterator[Piece]:
         """Stream every (variant, prompt) pair, one batched computation for all of them.
 
-        ``prompts`` are user messages (``chat=True``: wrapped in the Gemma template) or raw
-        text. Yields ``Piece`` events; the last event of each stream has ``done=True``.
+        ``prompts`` are user messages or conversations (``chat=True``: the Gemma template)
+        or raw text (``chat=False``). Yields ``Piece`` events; the last event of each stream has ``done=True``.
         """
         import jax
         import jax.numpy as jnp
@@ -343,16 +364,14 @@ class Sampler:
 
         if not prompts:
             raise WorkbenchError("no prompts given", where="--prompt", hint="give at least one prompt")
-        for p in prompts:
-            check_prompt(p)
-        texts = [format_chat([{"role": "user", "content": p}]) if chat else p for p in prompts]
-        ids = [self.encode(t) for t in texts]
+        ids = [self.encode(p, chat) for p in prompts]
         n = len(ids)
         lp = bucket(max(len(x) for x in ids))
         rows = _pow2(n)
         cache_len = _pow2(lp + settings.max_new_tokens)
         tokens = np.zeros((rows, lp), np.int32)
         lengths = np.ones((rows,), np.int32)
+        live = np.arange(rows) < n
         tokens[:, 0] = ids[0][0]  # padding rows: a lone BOS
         for r, x in enumerate(ids):
             tokens[r, : len(x)] = x
@@ -362,7 +381,7 @@ class Sampler:
         keys = jax.vmap(lambda i: jax.random.fold_in(base_key, i))(jnp.arange(rows))
         temp = jnp.float32(max(settings.temperature, 1e-6))
         top_k, top_p = jnp.int32(settings.top_k), jnp.float32(settings.top_p)
-        state = self._prefill(self.params, lora, jnp.asarray(tokens), jnp.asarray(lengths), keys, temp,
+        state = self._prefill(self.params, lora, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(live), keys, temp,
                               top_k, top_p, cache_len=cache_len, variants=variants, greedy=settings.greedy)
         streams = {(v, r): TextStream(self.tokenizer) for v in range(variants) for r in range(n)}
         finished: set[tuple[int, int]] = set()
@@ -384,7 +403,7 @@ class Sampler:
         first = np.asarray(state["last"])
         yield from emit(first)
         produced = 1
-        step_chunk = chunk or STREAM_CHUNK
+        step_chunk = chunk or DECODE_CHUNK
         max_new = jnp.int32(settings.max_new_tokens)
         while produced < settings.max_new_tokens and len(finished) < variants * n:
             state, out = self._decode(self.params, lora, state, max_new, temp, top_k, top_p,
@@ -402,14 +421,13 @@ class Sampler:
                 if (v, r) not in finished:
                     yield Piece(v, r, streams[v, r].flush(), None, done=True)
 
-    def generate_grid(self, prompts: Sequence[str], adapters: Sequence[Any] = (None,),
+    def generate_grid(self, prompts: Sequence[Prompt], adapters: Sequence[Any] = (None,),
                       settings: SamplingSettings = SamplingSettings(), *, chunk: int | None = None,
                       chat: bool = True) -> list[list[dict[str, Any]]]:
         """Like ``stream_grid`` but collected: ``[variant][prompt] -> {"text", "tokens"}``."""
         variants = max(1, len(adapters))
         out = [[{"text": "", "tokens": [], "steps": 0} for _ in prompts] for _ in range(variants)]
-        for piece in self.stream_grid(prompts, adapters, settings,
-                                      chunk=chunk or settings.max_new_tokens, chat=chat):
+        for piece in self.stream_grid(prompts, adapters, settings, chunk=chunk, chat=chat):
             cell = out[piece.variant][piece.row]
             cell["text"] += piece.text
             cell["steps"] += piece.token is not None
@@ -419,22 +437,22 @@ class Sampler:
 
     # ---------------------------------------------------------------- conveniences
 
-    def stream(self, prompt: str, adapters: Any = None, settings: SamplingSettings = SamplingSettings(),
+    def stream(self, prompt: Prompt, adapters: Any = None, settings: SamplingSettings = SamplingSettings(),
                *, chat: bool = True) -> Iterator[str]:
         """Text pieces of one completion, as they are produced."""
         for piece in self.stream_grid([prompt], [adapters], settings, chat=chat):
             if piece.text:
                 yield piece.text
 
-    def sample(self, prompt: str, adapters: Any = None, settings: SamplingSettings = SamplingSettings(),
+    def sample(self, prompt: Prompt, adapters: Any = None, settings: SamplingSettings = SamplingSettings(),
                *, chat: bool = True) -> str:
         return self.generate_grid([prompt], [adapters], settings, chat=chat)[0][0]["text"]
 
-    def ab(self, prompts: Sequence[str], adapters: Any, settings: SamplingSettings = SamplingSettings(),
+    def ab(self, prompts: Sequence[Prompt], adapters: Any, settings: SamplingSettings = SamplingSettings(),
            *, chat: bool = True) -> list[dict[str, Any]]:
         """Base vs tuned for each prompt, in one batched computation."""
         grid = self.generate_grid(prompts, [None, adapters], settings, chat=chat)
-        return [{"prompt": p, "base": grid[0][i]["text"], "tuned": grid[1][i]["text"],
+        return [{"prompt": p if isinstance(p, str) else list(p), "base": grid[0][i]["text"], "tuned": grid[1][i]["text"],
                  "settings": settings.to_dict()} for i, p in enumerate(prompts)]
 
 
@@ -450,12 +468,124 @@ class ChatSession:
     def send(self, text: str) -> Iterator[str]:
         check_prompt(text)
         self.messages.append({"role": "user", "content": text})
-        prompt = format_chat(self.messages)
         reply: list[str] = []
-        for piece in self.sampler.stream(prompt, self.adapters, self.settings, chat=False):
+        for piece in self.sampler.stream(list(self.messages), self.adapters, self.settings):
             reply.append(piece)
             yield piece
         self.messages.append({"role": "assistant", "content": "".join(reply)})
+
+
+# --------------------------------------------------------------------------- runs, adapters, A/B
+
+
+@dataclasses.dataclass
+class Tuned:
+    """A tuned model ready for A/B: a LoRA run (one sampler + adapters) or a full fine-tune."""
+
+    sampler: Sampler
+    """Samples the base model (and, with ``adapters``, the tuned one)."""
+    adapters: Any
+    """The LoRA tree; None for a full fine-tune."""
+    tuned_sampler: Sampler | None = None
+    """A full fine-tune's own sampler (no shared base weights: two computations)."""
+    step: int | None = None
+    run_path: Any = None
+    source: str = ""
+
+    def sample(self, prompt: Prompt, settings: SamplingSettings, *, chat: bool = True) -> Iterator[str]:
+        if self.tuned_sampler is not None:
+            return self.tuned_sampler.stream(prompt, None, settings, chat=chat)
+        return self.sampler.stream(prompt, self.adapters, settings, chat=chat)
+
+    def compare(self, prompts: Sequence[Prompt], settings: SamplingSettings, *, chat: bool = True
+                ) -> list[dict[str, Any]]:
+        """Base and tuned outputs for each prompt (one batched computation for a LoRA run)."""
+        if self.tuned_sampler is None:
+            results = self.sampler.ab(prompts, self.adapters, settings, chat=chat)
+        else:
+            base = self.sampler.generate_grid(prompts, [None], settings, chat=chat)[0]
+            tuned = self.tuned_sampler.generate_grid(prompts, [None], settings, chat=chat)[0]
+            results = [{"prompt": p if isinstance(p, str) else list(p), "base": b["text"],
+                        "tuned": t["text"], "settings": settings.to_dict()}
+                       for p, b, t in zip(prompts, base, tuned)]
+        for r in results:
+            r["step"] = self.step
+        return results
+
+
+def load_run(run: str, step: int | None = None) -> Tuned:
+    """The base and tuned model of a run's checkpoint (latest when ``step`` is None)."""
+    from adapters_lib import runs
+
+    run_dir = runs.find_run(run)
+    cfg, loaded, trainable, got = runs.load_tuned(run_dir.path, step)
+    if cfg.lora.enabled:
+        return Tuned(Sampler.from_loaded(loaded, cfg.lora), trainable, step=got, run_path=run_dir.path,
+                     source=cfg.model.source)
+    return Tuned(Sampler.from_loaded(loaded), None, Sampler(loaded.model, trainable, loaded.tokenizer),
+                 step=got, run_path=run_dir.path, source=cfg.model.source)
+
+
+def load_adapter_dir(directory: str, model: str = "") -> Tuned:
+    """A base model plus an exported adapter folder (``model`` defaults to the adapter's base)."""
+    from adapters_lib import export
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models.loader import load_model
+
+    spec, base_model = export.read_adapter_config(directory)
+    source = model or base_model or "demo"
+    loaded = load_model(ModelSpec(source=source), param_dtype="float32")
+    adapters = export.load_adapter(directory, loaded.model, spec)
+    return Tuned(Sampler.from_loaded(loaded, spec), adapters, source=source)
+
+
+def read_prompts(path: str) -> list[str]:
+    """Prompts from a file: ``.jsonl`` objects with "prompt" (or chat "messages"), else one a line."""
+    import json
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise WorkbenchError(f"prompt file {path!r} not found", where="--prompts")
+    prompts: list[str] = []
+    for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        if p.suffix == ".jsonl":
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise WorkbenchError(f"invalid JSON ({e.msg})", where=f"{path}:{n}") from None
+            if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
+                prompts.append(obj["prompt"])
+            elif isinstance(obj, dict) and isinstance(obj.get("messages"), list):
+                users = [m for m in obj["messages"] if m.get("role") == "user"]
+                prompts.append(users[-1]["content"] if users else "")
+            else:
+                raise WorkbenchError('expected an object with "prompt"', where=f"{path}:{n}")
+            check_prompt(prompts[-1], where=f"{path}:{n}")
+        else:
+            prompts.append(line)
+    if not prompts:
+        raise WorkbenchError("the prompt file has no prompts", where=path)
+    return prompts
+
+
+def save_compare(run_path: Any, results: Sequence[Mapping[str, Any]]) -> Any:
+    """Append-free record of one comparison: ``<run>/compare/<timestamp>.jsonl``."""
+    import json
+    from pathlib import Path
+
+    folder = Path(run_path) / "compare"
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = folder / f"{stamp}.jsonl"
+    n = 1
+    while path.exists():
+        n += 1
+        path = folder / f"{stamp}-{n}.jsonl"
+    path.write_text("".join(json.dumps(dict(r)) + "\n" for r in results), encoding="utf-8")
+    return path
 
 
 # --------------------------------------------------------------------------- speed
@@ -477,7 +607,7 @@ def measure_ab_speed(loaded: Any, spec: LoraSpec, lora: Any, prompts: Sequence[s
 
     settings = SamplingSettings(max_new_tokens=max_new_tokens)
     ours = Sampler.from_loaded(loaded, spec)
-    texts = [format_chat([{"role": "user", "content": p}]) for p in prompts]
+    texts = [format_chat([{"role": "user", "content": p}]) for p in prompts]  # the reference's input
     ref_kwargs = dict(tokenizer=loaded.tokenizer, cache_length=ref_cache_length,
                       max_out_length=max_new_tokens, stop_tokens=None)
     ref_base = gm.text.Sampler(model=loaded.model, params=loaded.params, **ref_kwargs)
@@ -485,7 +615,7 @@ def measure_ab_speed(loaded: Any, spec: LoraSpec, lora: Any, prompts: Sequence[s
                                 params=lora_lib.merge_lora(loaded.params, lora), **ref_kwargs)
 
     def run_ours() -> int:
-        grid = ours.generate_grid(texts, [None, lora], settings, chat=False)
+        grid = ours.generate_grid(texts, [None, lora], settings, chat=False)  # the same ids
         return sum(c["steps"] for row in grid for c in row)
 
     def run_ref() -> int:

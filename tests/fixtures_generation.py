@@ -1,0 +1,37 @@
+"""Generation fixtures: the demo base model with perturbed (non-zero) adapters, made once.
+
+``demo_lora`` → (loaded, spec, adapters): the demo model, a LoRA spec on every target and
+an adapter tree whose B is not zero, so that base and tuned outputs differ.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def perturbed_lora(loaded, spec, seed: int = 1, scale: float = 0.05):
+    import jax
+
+    from adapters_lib import lora
+
+    tree = lora.init_lora(loaded.model, spec, loaded.params, jax.random.key(seed))
+    leaves, treedef = jax.tree.flatten(tree)
+    keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
+    leaves = [x + scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
+    return jax.tree.unflatten(treedef, leaves)
+
+
+@pytest.fixture(scope="session")
+def demo_loaded():
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models.loader import load_model
+
+    return load_model(ModelSpec())
+
+
+@pytest.fixture(scope="session")
+def demo_lora(demo_loaded):
+    from adapters_lib.config import LoraSpec
+
+    spec = LoraSpec(rank=4, alpha=8.0)
+    return demo_loaded, spec, perturbed_lora(demo_loaded, spec)

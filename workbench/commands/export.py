@@ -1,0 +1,38 @@
+"""``gemma-workbench export RUN [--step N] --format adapter|gemma|hf [--out DIR]``.
+
+``adapter``: LoRA weights in the HF PEFT layout (adapter_model.safetensors +
+adapter_config.json); ``gemma``: merged weights as an orbax checkpoint for
+``gm.ckpts.load_params``; ``hf``: merged weights as HF safetensors + config.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="export a run's adapter or merged weights",
+                       description="Export a run's checkpoint (default: the latest).")
+    p.add_argument("run", metavar="RUN", help="a run id (or prefix) or a run directory")
+    p.add_argument("--step", type=int, default=None, metavar="N", help="checkpoint step (default: latest)")
+    p.add_argument("--format", default="adapter", choices=("adapter", "gemma", "hf"),
+                   help="adapter (PEFT), gemma (merged, orbax) or hf (merged, safetensors)")
+    p.add_argument("--out", metavar="DIR", help="output folder (default: <run>/adapter, <run>/merged, "
+                                                "<run>/merged-hf)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from adapters_lib import export
+
+    from workbench.commands._generation_args import quiet_engine_logs
+
+    quiet_engine_logs()
+    result = export.export_run(args.run, args.format, step=args.step, out=args.out)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(result["out"])
+    return 0
