@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 
 import pytest
 from fixtures_keras import KERAS_DEMO
@@ -21,7 +20,6 @@ from adapters_lib.keras_route.layout import (
     ModelDims,
     plan_layout,
 )
-from adapters_lib.runs import RunDir
 
 DEMO = ModelDims(vocab=1024, hidden=256, heads=4, kv_heads=1, head_dim=64, ffw=1024, layers=4)
 
@@ -55,22 +53,46 @@ def test_keras_demo_run_with_model_parallel_trains_30_steps_and_loss_falls(keras
     assert phases == ["base", "tuned"] and "eval_exact_match" in metrics[-1]
 
 
-def test_keras_run_resumes_from_its_checkpoint_with_the_same_losses(keras_demo_run, tmp_path):
+class _StopAt:
+    """A TrainControl that asks for a stop once step ``n`` is logged."""
+
+    def __init__(self, n: int):
+        self.n, self.seen, self.between = n, 0, 0
+
+    def should_stop(self) -> bool:
+        return self.seen >= self.n
+
+    def on_metrics(self, record):
+        self.seen = max(self.seen, record["step"])
+
+    def on_event(self, record):
+        pass
+
+    def between_steps(self):
+        self.between += 1
+
+
+def test_stopped_keras_run_resumes_with_the_same_losses(keras_demo_run, tmp_path):
+    from adapters_lib import runs
     from adapters_lib.keras_route import run_keras_training
 
-    run, _ = keras_demo_run
-    copy = RunDir(tmp_path / run.run_id)
-    shutil.copytree(run.path, copy.path)
-    shutil.rmtree(copy.checkpoints_dir / "30")
-    copy.write_status("stopped", step=20)
-    result = run_keras_training(run.config(), copy, resume=True)
-    assert result.state == "completed" and result.step == 30
-    before = {m["step"]: m["loss"] for m in run.metrics()}
-    after = {m["step"]: m["loss"] for m in copy.metrics()}
-    assert sorted(after) == list(range(1, 31))
-    for step in range(21, 31):
+    full, _ = keras_demo_run
+    cfg = _cfg()
+    run = runs.create_run(cfg, root=tmp_path)
+    control = _StopAt(12)
+    stopped = run_keras_training(cfg, run, control=control)
+    assert stopped.state == "stopped" and stopped.step == 12 and run.status()["state"] == "stopped"
+    assert control.between == 11  # served between steps, until the stop
+    assert (run.checkpoints_dir / "12" / "params" / "weights.npz").is_file()
+    resumed = run_keras_training(cfg, run, resume=True)
+    assert resumed.state == "completed" and resumed.step == 30
+    before = {m["step"]: m["loss"] for m in full.metrics()}
+    steps = [m["step"] for m in run.metrics()]
+    assert steps == list(range(1, 31))  # one record a step, none repeated
+    after = {m["step"]: m["loss"] for m in run.metrics()}
+    for step in range(1, 31):  # same seed, same batches: the same curve, across the stop
         assert after[step] == pytest.approx(before[step], rel=2e-3, abs=2e-3), step
-    assert any(e["kind"] == "resumed" and e["step"] == 20 for e in copy.events())
+    assert any(e["kind"] == "resumed" and e["step"] == 12 for e in run.events())
 
 
 def test_tuned_keras_model_answers_differently_from_its_base_and_shards_only_base_kernels(keras_demo_run):

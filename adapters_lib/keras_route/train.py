@@ -185,7 +185,8 @@ class _Trainer:
         return res.score
 
     def fit(self, start: int, stop: int) -> tuple[int, dict[str, Any] | None]:
-        """Train steps start+1..stop (or fewer if asked to stop); return (last step, its record)."""
+        """Train steps start+1..stop (fewer if asked to stop). Returns (last step, the record of
+        step ``stop`` — held back, unwritten, for its eval_loss — or None if it stopped early)."""
         keras, trainer = self.keras, self
         pipeline, t = self.pipeline, self.cfg.train
         opt_vars = self.optimizer.variables
@@ -201,7 +202,7 @@ class _Trainer:
         class Metrics(keras.callbacks.Callback):
             def __init__(self) -> None:
                 super().__init__()
-                self.prev_mean, self.last, self.record = 0.0, time.perf_counter(), None
+                self.prev_mean, self.last, self.step, self.held = 0.0, time.perf_counter(), start, None
 
             def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
                 k, step = batch + 1, start + batch + 1
@@ -218,12 +219,15 @@ class _Trainer:
                 grad_norm = float(opt_state[norm_index]) if opt_state else None
                 n_tokens = int(np.count_nonzero(pipeline.train_batch(step - 1)["segment_ids"]))
                 trainer.losses[step] = loss
-                self.record = {"step": step, "loss": loss, "lr": float(trainer.schedule(step - 1)),
-                               "grad_norm": grad_norm, "tokens_per_s": round(n_tokens / dt, 1) if dt > 0 else None,
-                               "step_time_s": round(dt, 5), "tokens": n_tokens}
-                if step < stop:  # the segment's last record waits for its eval_loss
+                record = {"step": step, "loss": loss, "lr": float(trainer.schedule(step - 1)),
+                          "grad_norm": grad_norm, "tokens_per_s": round(n_tokens / dt, 1) if dt > 0 else None,
+                          "step_time_s": round(dt, 5), "tokens": n_tokens}
+                self.step = step
+                if step == stop:  # the segment's last record waits for its eval_loss
+                    self.held = record
+                else:
                     if step % t.log_every == 0:
-                        trainer.metrics(self.record)
+                        trainer.metrics(record)
                     if step % 10 == 0:
                         trainer.run.write_status("running", step=step, total_steps=t.steps, loss=loss)
                 if trainer.control.should_stop():
@@ -236,8 +240,7 @@ class _Trainer:
         with self._scope():
             keras.Model.fit(self.model.causal_lm, Data(), epochs=1, steps_per_epoch=stop - start,
                             verbose=0, callbacks=[cb], shuffle=False)
-        last = cb.record["step"] if cb.record else start
-        return last, cb.record
+        return cb.step, cb.held
 
     def checkpoint(self, step: int) -> None:
         checkpoints.save(self.run.checkpoints_dir, step, self.model.causal_lm, loss=self.losses.get(step),
@@ -272,23 +275,20 @@ class _Trainer:
         while step < t.steps and not self.stop_requested:
             bounds = [t.steps, (step // t.eval_every + 1) * t.eval_every,
                       (step // t.checkpoint_every + 1) * t.checkpoint_every]
-            stop = min(bounds)
-            step, record = self.fit(step, stop)
-            if record is None:
+            step, record = self.fit(step, min(bounds))
+            if record is None:  # stopped inside the segment; its records are written
                 break
             if step % t.eval_every == 0 or step == t.steps:
                 ev = self.eval_loss()
                 if ev is not None:
                     record["eval_loss"] = result.final_eval_loss = ev
-            if step < t.steps:
+            if step < t.steps:  # the final record waits for the exact-match
                 self.metrics(record)
-            result.final_loss = record["loss"]
             if step % t.checkpoint_every == 0 and step < t.steps and not self.stop_requested:
                 self.checkpoint(step)
         result.step, result.losses = step, dict(self.losses)
+        result.final_loss = self.losses.get(step)
         if self.stop_requested and step < t.steps:
-            if record is not None and step % t.eval_every and step % t.checkpoint_every:
-                self.metrics(record)
             self.state("stopping", "stopped on request", step=step)
             self.checkpoint(step)
             self.state("stopped", f"stopped on request at step {step}; resume to continue", step=step)
