@@ -10,8 +10,10 @@ Heavy imports happen in the handler only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
@@ -38,19 +40,30 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-def _progress_logging(quiet: bool) -> None:
-    """Engine log lines (progress, evals) to stderr, one plain line each."""
+@contextlib.contextmanager
+def _progress_logging(quiet: bool) -> Iterator[None]:
+    """Engine log lines (progress, evals) to stderr, one plain line each, while training.
+
+    The logger is put back as it was afterwards (``main()`` may run inside a test session).
+    """
     logger = logging.getLogger("adapters_lib")
-    for old in [h for h in logger.handlers if getattr(h, "_workbench_train", False)]:
-        logger.removeHandler(old)  # a second main() in one process (tests): one handler
+    saved = (logger.level, logger.propagate)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
-    handler._workbench_train = True  # type: ignore[attr-defined]
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
     logger.propagate = False
-    for noisy in ("absl", "jax", "orbax", "tensorflow"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
+    quieted = {name: logging.getLogger(name).level for name in ("absl", "jax", "orbax", "tensorflow")}
+    for name in quieted:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+        for name, level in quieted.items():
+            logging.getLogger(name).setLevel(level)
 
 
 def _precheck_mesh(cfg: Any) -> None:
@@ -78,13 +91,13 @@ def run(args: argparse.Namespace) -> int:
     if args.detach:
         return _detach(args, cfg)
 
-    _progress_logging(args.quiet)
-    _precheck_mesh(cfg)
-    from adapters_lib import runs
+    with _progress_logging(args.quiet):
+        _precheck_mesh(cfg)
+        from adapters_lib import runs
 
-    run_dir = runs.create_run(cfg)
-    print(run_dir.path, flush=True)
-    return _train(cfg, run_dir, resume=False)
+        run_dir = runs.create_run(cfg)
+        print(run_dir.path, flush=True)
+        return _train(cfg, run_dir, resume=False)
 
 
 def _train(cfg: Any, run_dir: Any, *, resume: bool) -> int:
@@ -109,14 +122,14 @@ def _train(cfg: Any, run_dir: Any, *, resume: bool) -> int:
 def _resume(args: argparse.Namespace) -> int:
     from adapters_lib import runs
 
-    _progress_logging(args.quiet)
     run_dir = runs.find_run(args.resume)
     if run_dir.state not in runs.RESUMABLE_STATES:
         raise WorkbenchError(f"run {run_dir.run_id} is {run_dir.state}", where="train --resume",
                              hint="only stopped, failed or interrupted runs resume")
     cfg = run_dir.config()
     print(run_dir.path, flush=True)
-    return _train(cfg, run_dir, resume=True)
+    with _progress_logging(args.quiet):
+        return _train(cfg, run_dir, resume=True)
 
 
 def _detach(args: argparse.Namespace, cfg: Any) -> int:
