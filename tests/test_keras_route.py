@@ -256,3 +256,29 @@ def test_keras_optimizer_follows_the_gemma_route_schedule(warmup):
     opt.build([keras.Variable(np.zeros((2, 2), np.float32))])
     assert float(opt.learning_rate) == pytest.approx(float(schedule(0)))
     assert float(schedule(0)) == pytest.approx(1e-3 if warmup == 0 else 1e-3 / 4)
+
+
+def test_keras_preset_folder_loads_with_its_tokenizer_and_lora(tmp_path):
+    import numpy as np
+
+    from adapters_lib.keras_route.model import (
+        build_model,
+        keras_tokenizer,
+        model_dims,
+        tokenizer_path,
+    )
+
+    demo = build_model(_cfg(lora={"enabled": False}), None)
+    preset = tmp_path / "gemma3-demo-keras"
+    demo.backbone.save_to_preset(str(preset))
+    keras_tokenizer(demo.tokenizer_path).save_to_preset(str(preset))
+    cfg = _cfg(model={"source": str(preset)}, mesh={"data": 1, "tensor": 1})
+    assert model_dims(cfg) == demo.dims
+    assert tokenizer_path(cfg).endswith("assets/tokenizer/vocabulary.spm")
+    loaded = build_model(cfg, None)
+    assert type(loaded.causal_lm).__name__ == "Gemma3CausalLM" and len(loaded.lora_layers) == 28
+    a = demo.backbone.get_layer("token_embedding").embeddings.numpy()
+    b = loaded.backbone.get_layer("token_embedding").embeddings.numpy()
+    np.testing.assert_array_equal(a, b)
+    with pytest.raises(WorkbenchError, match='is a Keras preset.*backend = "keras"'):
+        check_backend_options(_cfg(model={"source": str(preset), "backend": "gemma"}))
