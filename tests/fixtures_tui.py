@@ -78,9 +78,12 @@ class StaticClient:
         f, t = config["mesh"]["fsdp"], config["mesh"]["tensor"]
         rank = config["lora"]["rank"]
         per = int(60 * 2**20 / max(1, f * max(t, 1))) + rank * 2**20
-        problems = [] if t in (1, -1) and f in (1, 2, 4, 8) else [
-            {"level": "error", "message": "num_kv_heads=1 is not divisible by tensor",
-             "hint": "use tensor=1"}]
+        problems = [] if t in (1, -1) else [
+            {"level": "warning", "message": f"tensor={t} does not divide num_kv_heads=1; the KV "
+             "projection is replicated on the tensor axis", "hint": "to shard it choose tensor=1"}]
+        if config["train"]["batch_size"] % (config["mesh"]["data"] * f):
+            problems.append({"level": "error", "message": "batch_size is not divisible by "
+                             "data×fsdp", "hint": "choose a multiple"})
         return {"estimate": {"trainable_params": 4 * 7 * rank * 512, "total_params": 3_800_000,
                              "devices": [{"name": f"cpu:{i}", "bytes": per,
                                           "capacity": 2 * 2**30} for i in range(8)]},

@@ -57,7 +57,7 @@ class LagProbe:
 
 
 async def test_launch_from_configure_fills_the_train_plot_and_stop_keeps_a_checkpoint(engine):
-    defaults = config_from_dict(demo_run_config(steps=500, checkpoint_every=4))
+    defaults = config_from_dict(demo_run_config(steps=500, checkpoint_every=1000))
     app = WorkbenchApp(engine, mode="configure", defaults=defaults, remember=False)
     probe = LagProbe()
     async with app.run_test(size=SIZE) as pilot:

@@ -49,6 +49,11 @@ async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
         await set_field(pilot, app, "#f-mesh-data", "2")  # 2×1×4 = 8
         assert not launch.disabled, status(app)
 
+        await set_field(pilot, app, "#f-train-batch_size", "3")  # the engine's mesh check
+        assert launch.disabled and "mesh: batch_size is not divisible" in status(app)
+        await set_field(pilot, app, "#f-train-batch_size", "8")
+        assert not launch.disabled, status(app)
+
         await set_field(pilot, app, "#lora-rank", "0")
         assert launch.disabled and "lora.rank is 0" in status(app)
         await set_field(pilot, app, "#lora-rank", "8")

@@ -90,7 +90,9 @@ def terminal(tmp_path: Path):
     term = Terminal(tmp_path / "home")
     yield term
     term.close()
-    subprocess.run([str(EXE), "engine", "stop"], env=term.env, capture_output=True, timeout=60)
+    # the run may still be training: --force checkpoints it and stops the engine
+    subprocess.run([str(EXE), "engine", "stop", "--force"], env=term.env, capture_output=True,
+                   timeout=120)
 
 
 def test_a_run_launched_in_the_tui_survives_quitting_and_is_found_again(terminal, tmp_path):

@@ -89,6 +89,7 @@ class WorkbenchApp(App):
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)
+        self.run_worker(warm_imports, thread=True, group="warm-up", exit_on_error=False)
 
     # ------------------------------------------------------------------ actions
 
@@ -145,6 +146,15 @@ class WorkbenchApp(App):
 
     async def _palette_action(self, namespace: Any, action: str) -> None:
         await self.run_action(action, namespace)
+
+
+def warm_imports() -> None:
+    """After the first frame, import in a thread what later screens need (plotext alone costs
+    ~0.5 s), so that showing the first plot never stalls the UI thread."""
+    import plotext  # noqa: F401
+
+    for name in SCREENS:
+        importlib.import_module(f"workbench.screens.{name}")
 
 
 def run_app(theme: str | None = None) -> int:

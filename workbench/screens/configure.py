@@ -300,6 +300,10 @@ class ConfigureScreen(WorkbenchScreen):
         note = "per device: " + " · ".join(f"{k} {gib(v)}" for k, v in breakdown.items()
                                             if isinstance(v, (int, float))) if breakdown else ""
         self.query_one(MemoryFitBar).set_fits(fits, note if fits else "no per-device estimate")
+        if result["errors"] and self.config is not None:
+            self.query_one("#config-status", Static).update(
+                f"[b red]✗[/] mesh: {escape(result['errors'][0])}")
+            self.query_one("#launch", Button).disabled = True
         trainable = result.get("trainable_params", result.get("trainable"))
         if isinstance(trainable, int):
             self.query_one(LoraForm).set_trainable(
@@ -421,8 +425,10 @@ def problem_text(p: Any) -> str:
 def estimate_view(reply: dict[str, Any]) -> dict[str, Any]:
     """Flatten the estimate route's reply (``{"estimate": {...}, "mesh_problems": [...]}``)."""
     est = dict(reply.get("estimate") or {}) if "estimate" in reply else dict(reply)
-    problems = [problem_text(p) for p in reply.get("mesh_problems") or est.get("problems") or []]
-    est["problems"] = problems
+    raw = reply.get("mesh_problems") or est.get("problems") or []
+    est["problems"] = [problem_text(p) for p in raw]
+    est["errors"] = [problem_text(p) for p in raw
+                     if isinstance(p, dict) and p.get("level") == "error"]
     return est
 
 

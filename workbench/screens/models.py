@@ -15,7 +15,8 @@ from workbench.screens.prompt import PromptScreen
 from workbench.widgets.memory_fit import gib
 from workbench.widgets.nav import NavBar
 
-COLUMNS = ("id", "family", "size", "variant", "format", "params", "bytes", "status")
+COLUMNS = ("id", "status", "family", "size", "params", "bytes", "variant", "format")
+"""Most telling first: at 80 columns the table scrolls sideways past the last ones."""
 
 
 def human_count(n: Any) -> str:
@@ -28,10 +29,11 @@ def human_count(n: Any) -> str:
 
 
 def model_row(m: dict[str, Any]) -> tuple[str, ...]:
-    return (str(m.get("id", "?")), str(m.get("family", "")), str(m.get("size", "")),
-            str(m.get("variant", "")), str(m.get("format", "")), human_count(m.get("params")),
-            gib(m["bytes"]) if isinstance(m.get("bytes"), (int, float)) and m["bytes"] else "—",
-            str(m.get("status", "")))
+    size = m.get("bytes")
+    return (str(m.get("id", "?")), str(m.get("status", "")), str(m.get("family", "")),
+            str(m.get("size", "")), human_count(m.get("params")),
+            gib(size) if isinstance(size, (int, float)) and size else "—",
+            str(m.get("variant", "")), str(m.get("format", "")))
 
 
 def model_detail(m: dict[str, Any]) -> str:
