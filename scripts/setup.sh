@@ -20,13 +20,22 @@ find_python() {
 
 detect_accel() {
   if [ -n "${ACCEL:-}" ]; then echo "$ACCEL"; return; fi
-  if [ -e /dev/accel0 ] || [ -e /dev/vfio/0 ] || [ -n "${TPU_NAME:-}" ] || [ -n "${TPU_ACCELERATOR_TYPE:-}" ]; then echo tpu; return; fi
+  if compgen -G "/dev/accel[0-9]*" >/dev/null || compgen -G "/dev/vfio/[0-9]*" >/dev/null \
+     || [ -n "${TPU_NAME:-}" ] || [ -n "${TPU_ACCELERATOR_TYPE:-}" ]; then echo tpu; return; fi
   if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then echo cuda; return; fi
   echo cpu
 }
 
 accel=$(detect_accel)
 case "$accel" in cpu|cuda|tpu) ;; *) echo "error: ACCEL=$accel; expected cpu, cuda or tpu" >&2; exit 2;; esac
+# `scripts/setup.sh --detect` prints the platform it would install for, and installs nothing.
+if [ "${1:-}" = "--detect" ]; then echo "$accel"; exit 0; fi
+if [ "$accel" = cuda ] && command -v nvidia-smi >/dev/null 2>&1; then
+  driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -1 | cut -d. -f1)
+  if [ -n "$driver" ] && [ "$driver" -lt 525 ] 2>/dev/null; then
+    echo "warning: NVIDIA driver $driver is older than 525, the minimum for jax[cuda12]; upgrade the driver" >&2
+  fi
+fi
 stamp="$VENV/.installed-$accel-$EXTRAS"
 want=$(cat pyproject.toml constraints.txt | sha256sum | cut -c1-16)
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then exit 0; fi

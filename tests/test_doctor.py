@@ -186,9 +186,9 @@ def test_jax_that_cannot_start_is_a_problem():
 
 def _detect(env: dict[str, str]) -> str:
     script = REPO / "scripts" / "setup.sh"
-    code = f'eval "$(sed -n "/^detect_accel()/,/^}}/p" {script})"; detect_accel'
     base = {k: v for k, v in os.environ.items() if k not in ("ACCEL", "TPU_NAME", "TPU_ACCELERATOR_TYPE")}
-    out = subprocess.run(["bash", "-c", code], env={**base, **env}, capture_output=True, text=True, timeout=30)
+    out = subprocess.run(["bash", str(script), "--detect"], env={**base, **env}, capture_output=True,
+                         text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
