@@ -193,6 +193,7 @@ async def stream_run(request: web.Request) -> web.StreamResponse:
         status = await asyncio.to_thread(engine.state_of, run)
         await stream.send("replayed", {"step": last_step})
         await stream.send("status", status)
+        last_status = (status.get("state"), status.get("step"))
         if status.get("state") not in ("queued", "running", "stopping"):
             await stream.send("end", {"state": status.get("state")})
             return stream.response
@@ -207,6 +208,11 @@ async def stream_run(request: web.Request) -> web.StreamResponse:
                 await stream.send("error", {"message": "the client fell behind; reconnect "
                                             "with since_step", "step": last_step})
                 break
+            if kind == "status":  # the loop's state event and the engine may both say it
+                key = (data.get("state"), data.get("step"))
+                if key == last_status:
+                    continue
+                last_status = key
             if kind in ("metrics", "event") and seen:
                 key = (kind, _dumps(data))
                 if key in seen:
