@@ -124,6 +124,7 @@ class Engine:
         self.listen: dict[str, Any] = {}
         self._warm = warm
         self._jax_ready = threading.Event()
+        self._devices_known = threading.Event()
         self._jax_lock = threading.Lock()
         self._jax_error: str | None = None
         self._devices: list[dict[str, Any]] = []
@@ -206,6 +207,7 @@ class Engine:
             devices = jax.devices()
             self._backend = jax.default_backend()
             self._devices = [_device_info(d) for d in devices]
+            self._devices_known.set()
             log.info("JAX ready in %.1f s: backend %s, %d device(s)", time.perf_counter() - t0,
                      self._backend, len(devices))
             _import_heavy()
@@ -214,6 +216,7 @@ class Engine:
             self._jax_error = f"{type(e).__name__}: {e}"
             log.exception("JAX failed to start")
         finally:
+            self._devices_known.set()
             self._jax_ready.set()
 
     # ----------------------------------------------------------------- device thread
@@ -397,14 +400,17 @@ class Engine:
         return handler(cmd)
 
     def cmd_status(self, cmd: C.Status) -> dict[str, Any]:
-        if cmd.wait:
-            self.ensure_jax()
+        if cmd.wait:  # for the devices; the heavy modules may still be importing
+            if self._warm:
+                self._devices_known.wait(300)
+            else:
+                self.ensure_jax()
         with self._cond:
             active = self._active.run.run_id if self._active else None
             queued = [q.run.run_id for q in self._queue]
             jobs = len(self._jobs)
         devices = self._devices
-        jax = sys.modules.get("jax") if self._jax_ready.is_set() else None
+        jax = sys.modules.get("jax") if self._devices_known.is_set() else None
         if jax is not None and devices:
             devices = [_live_memory(d, dev) for d, dev in zip(devices, jax.devices(), strict=False)]
         return {
@@ -413,8 +419,9 @@ class Engine:
             "pid": os.getpid(),
             "started": self.started,
             "uptime_s": round(time.time() - self.started, 3),
-            "jax": {"ready": self._jax_ready.is_set() and self._jax_error is None,
-                    "loading": not self._jax_ready.is_set(), "error": self._jax_error},
+            "jax": {"ready": self._devices_known.is_set() and self._jax_error is None,
+                    "loading": not self._devices_known.is_set(), "error": self._jax_error,
+                    "modules_ready": self._jax_ready.is_set()},
             "backend": self._backend,
             "devices": devices,
             "memory": {"host_bytes": _host_bytes(), "engine_rss_bytes": _rss_bytes()},
