@@ -16,6 +16,8 @@ from typing import Any
 
 from adapters_lib import runs
 from adapters_lib.engine import commands as C
+from adapters_lib.engine.compute import as_json
+from adapters_lib.engine.errors import EngineError
 
 Emit = Callable[[str, dict[str, Any]], bool]
 _CACHE: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
@@ -37,7 +39,7 @@ def _cached(key: tuple, make: Callable[[], Any]) -> Any:
 
 
 def _latest_step(run: runs.RunDir, step: int) -> int | None:
-    from adapters_lib.engine.service import EngineError, checkpoint_steps
+    from adapters_lib.engine.service import checkpoint_steps
 
     steps = checkpoint_steps(run)
     if not steps:
@@ -155,6 +157,4 @@ def export_job(engine: Any, cmd: C.Export, run: runs.RunDir) -> dict[str, Any]:
         kwargs["format"] = cmd.format
     fn = export.export_adapter if cmd.kind == "adapter" else export.export_merged
     result = fn(run.path, **kwargs)
-    from adapters_lib.engine.service import _as_json
-
-    return {"run_id": run.run_id, "kind": cmd.kind, "result": _as_json(result)}
+    return {"run_id": run.run_id, "kind": cmd.kind, "result": as_json(result)}

@@ -22,7 +22,8 @@ from typing import Any, get_type_hints
 from aiohttp import web
 
 from adapters_lib.engine import commands as C
-from adapters_lib.engine.service import Engine, EngineError
+from adapters_lib.engine.errors import EngineError
+from adapters_lib.engine.service import Engine
 from adapters_lib.errors import WorkbenchError
 
 log = logging.getLogger("adapters_lib.engine.server")

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
-import inspect
 import json
 import logging
 import os
@@ -33,6 +31,9 @@ from typing import Any
 from adapters_lib import __version__, paths, runs
 from adapters_lib.config import RunConfig, config_from_dict
 from adapters_lib.engine import commands as C
+from adapters_lib.engine import compute
+from adapters_lib.engine import devices as devices_mod
+from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.hub import Hub
 from adapters_lib.errors import WorkbenchError
 
@@ -44,15 +45,6 @@ TERMINAL_STATES = ("stopped", "completed", "failed", "interrupted")
 IMPORT_FREE = frozenset({"status", "shutdown", "list_runs", "get_run", "stop_run", "resume_run",
                          "delete_run", "create_run", "stream_run"})
 """Commands that import nothing: served at once, even while the engine imports JAX."""
-
-
-class EngineError(WorkbenchError):
-    """A refused request: ``status`` is the HTTP status the API answers with."""
-
-    def __init__(self, message: str, *, status: int = 400, where: str | None = None,
-                 hint: str | None = None):
-        super().__init__(message, where=where, hint=hint)
-        self.status = status
 
 
 @dataclass
@@ -203,14 +195,14 @@ class Engine:
         try:
             import jax
 
-            _enable_compile_cache(jax)
+            devices_mod.enable_compile_cache(jax)
             devices = jax.devices()
             self._backend = jax.default_backend()
-            self._devices = [_device_info(d) for d in devices]
+            self._devices = [devices_mod.device_info(d) for d in devices]
             self._devices_known.set()
             log.info("JAX ready in %.1f s: backend %s, %d device(s)", time.perf_counter() - t0,
                      self._backend, len(devices))
-            _import_heavy()
+            devices_mod.import_heavy()
             log.info("engine modules imported in %.1f s", time.perf_counter() - t0)
         except Exception as e:  # a broken accelerator install: say so in status
             self._jax_error = f"{type(e).__name__}: {e}"
@@ -412,7 +404,7 @@ class Engine:
         devices = self._devices
         jax = sys.modules.get("jax") if self._devices_known.is_set() else None
         if jax is not None and devices:
-            devices = [_live_memory(d, dev) for d, dev in zip(devices, jax.devices(), strict=False)]
+            devices = [devices_mod.live_memory(d, dev) for d, dev in zip(devices, jax.devices(), strict=False)]
         return {
             "version": __version__,
             "api_version": C.API_VERSION,
@@ -424,7 +416,7 @@ class Engine:
                     "modules_ready": self._jax_ready.is_set()},
             "backend": self._backend,
             "devices": devices,
-            "memory": {"host_bytes": _host_bytes(), "engine_rss_bytes": _rss_bytes()},
+            "memory": {"host_bytes": devices_mod.host_bytes(), "engine_rss_bytes": devices_mod.rss_bytes()},
             "busy": active is not None or jobs > 0,
             "active_run": active,
             "queued_runs": queued,
@@ -439,80 +431,17 @@ class Engine:
         return {"stopping": True, "active_run": active}
 
     def cmd_models(self, cmd: C.ListModels) -> dict[str, Any]:
-        from adapters_lib import catalog
-
-        found = catalog.list_models([Path(f).expanduser() for f in cmd.folders])
-        return {"models": [_as_json(m) for m in found]}
+        return compute.models(cmd.folders)
 
     def cmd_data_check(self, cmd: C.CheckData) -> dict[str, Any]:
-        from adapters_lib.data import check_file
-
         cfg = self._config(cmd.config, cmd.config_toml, (), "<data check>")
-        d = cfg.data
-        path = cmd.path or d.path
-        if not path or path == "demo":
-            raise EngineError("data check needs a file or folder path", where="data check request",
-                              hint='send "path" (the demo data needs no check)')
-        fmt = cmd.format if cmd.format != "auto" else d.format
-        kwargs: dict[str, Any] = {}
-        if cmd.limit and "limit" in inspect.signature(check_file).parameters:
-            kwargs["limit"] = cmd.limit
-        report = check_file(path, format=fmt, tokenizer=self._tokenizer_path(cfg),
-                            max_length=d.max_length, loss_on=d.loss_on, truncation=d.truncation,
-                            field_map=d.field_map or None, **kwargs)
-        return {"report": _as_json(report)}
-
-    def _tokenizer_path(self, cfg: RunConfig) -> str | None:
-        """The tokenizer the run would use, without loading weights (None: the demo's)."""
-        if cfg.model.tokenizer:
-            return cfg.model.tokenizer
-        if cfg.model.source == "demo":
-            return None
-        from adapters_lib import catalog
-
-        return catalog.resolve(cfg.model.source).tokenizer
+        return compute.data_check(cfg, cmd.path, cmd.format, cmd.limit)
 
     def cmd_estimate(self, cmd: C.Estimate) -> dict[str, Any]:
         """Memory per device, mesh problems and trainable params: pure compute, no compile."""
         cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<estimate>")
         self.ensure_jax()
-        from adapters_lib import memory, mesh
-
-        model_config = _model_config(cfg)
-        available = len(self._devices)
-        count = cfg.mesh.devices or available
-        problems = []
-        if count > available:
-            problems.append({"level": "error", "message": f"mesh.devices is {count} but there "
-                             f"are {available} devices", "hint": f"use at most {available}"})
-            count = available
-        problems += [p.to_dict() for p in mesh.validate(
-            cfg.mesh, model_config, cfg.train.batch_size, cfg.data.max_length, count,
-            grad_accum=cfg.train.grad_accum)]
-        import jax
-
-        device_bytes = memory.device_memory_bytes(jax.devices()[0])
-        try:
-            est = memory.estimate_run(cfg, model_config, device_count=count,
-                                      device_bytes=device_bytes)
-        except WorkbenchError as e:  # a mesh that cannot be resolved: the problems say why
-            if not any(p["level"] == "error" for p in problems):
-                problems.append({"level": "error", "message": e.message, "hint": e.hint or ""})
-            est = None
-        rows = [{"device": d["id"], "kind": d["kind"], "bytes": est.total,
-                 "capacity_bytes": device_bytes or None, "verdict": est.verdict}
-                for d in self._devices[:count]] if est else []
-        return {
-            "estimate": est.to_dict() if est else None,
-            "devices": rows,
-            "summary": est.summary() if est else None,
-            "trainable_params": est.trainable_params if est else None,
-            "total_params": est.total_params if est else None,
-            "mesh_problems": problems,
-            "ok": not any(p["level"] == "error" for p in problems),
-            "device_count": count,
-            "device_bytes": device_bytes,
-        }
+        return compute.estimate(cfg, self._devices)
 
     def cmd_create_run(self, cmd: C.CreateRun) -> dict[str, Any]:
         cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<run config>")
@@ -670,102 +599,6 @@ class RunLogHandler(logging.Handler):
         super().close()
 
 
-HEAVY_MODULES = (
-    "gemma.gm", "adapters_lib.models.loader", "adapters_lib.models.demo", "adapters_lib.lora",
-    "adapters_lib.catalog", "adapters_lib.data", "adapters_lib.memory", "adapters_lib.mesh",
-    "adapters_lib.train.loop", "adapters_lib.train.checkpoints", "adapters_lib.sample",
-    "adapters_lib.export", "adapters_lib.engine.sampling",
-)
-
-
-def _import_heavy() -> None:
-    import importlib
-
-    for name in HEAVY_MODULES:
-        try:
-            importlib.import_module(name)
-        except ImportError as e:  # an area not in this build: its routes say so when used
-            log.warning("cannot import %s: %s", name, e)
-    try:
-        from gemma import gm
-
-        for sub in ("nn", "text", "ckpts"):  # resolve gemma's lazy sub-packages now
-            getattr(gm, sub)
-    except Exception:  # noqa: BLE001 - reported when a run needs it
-        log.warning("gemma did not import fully", exc_info=True)
-
-
-def _enable_compile_cache(jax: Any) -> None:
-    """Keep compiled programs on disk: a restarted engine (or a resumed run) skips compiling.
-
-    ``GEMMA_WORKBENCH_COMPILE_CACHE``: the folder (default ``<state dir>/compile-cache``);
-    empty turns it off.
-    """
-    folder = os.environ.get("GEMMA_WORKBENCH_COMPILE_CACHE",
-                            str(paths.state_dir() / "compile-cache"))
-    if not folder:
-        return
-    try:
-        paths.ensure_private_dir(Path(folder))
-        jax.config.update("jax_compilation_cache_dir", folder)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    except Exception:  # noqa: BLE001 - a cache is an optimization, never a failure
-        log.warning("compile cache at %s not enabled", folder, exc_info=True)
-
-
-def _model_config(cfg: RunConfig) -> Any:
-    """The model's ``TransformerConfig`` from its catalog entry (no weights loaded)."""
-    if cfg.model.source == "demo":
-        from adapters_lib.models import demo
-
-        return demo.demo_transformer_config()
-    from adapters_lib import catalog
-
-    entry = catalog.resolve(cfg.model.source)
-    if entry.arch is None:
-        raise EngineError(f"cannot read the architecture of {cfg.model.source!r}"
-                          + (f": {entry.reason}" if entry.reason else ""),
-                          where="[model] source", hint="check `gemma-workbench models`")
-    return entry.arch.transformer_config()
-
-
-def _device_info(d: Any) -> dict[str, Any]:
-    memory = None
-    try:
-        stats = d.memory_stats()
-        if stats:
-            memory = stats.get("bytes_limit") or stats.get("bytes_reservable_limit")
-    except Exception:  # noqa: BLE001 - CPU devices have no stats
-        memory = None
-    return {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", d.platform),
-            "process_index": getattr(d, "process_index", 0), "memory_bytes": memory}
-
-
-def _live_memory(info: dict[str, Any], device: Any) -> dict[str, Any]:
-    """The device entry with ``bytes_in_use``/``peak_bytes_in_use`` where the backend says."""
-    try:
-        stats = device.memory_stats() or {}
-    except Exception:  # noqa: BLE001 - CPU devices have none
-        stats = {}
-    return {**info, "bytes_in_use": stats.get("bytes_in_use"),
-            "peak_bytes_in_use": stats.get("peak_bytes_in_use")}
-
-
-def _host_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return None
-
-
-def _rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -774,26 +607,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _as_json(value: Any) -> Any:
-    """A dataclass / object / container from another area → JSON-able data."""
-    if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
-        return _as_json(value.to_dict())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _as_json(getattr(value, f.name)) for f in dataclasses.fields(value)
-                if not f.name.startswith("_")}
-    if isinstance(value, dict):
-        return {str(k): _as_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set)):
-        return [_as_json(v) for v in value]
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays and scalars
-        return value.tolist()
-    return str(value)
 
 
 def _brief(data: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,130 @@
+"""The engine's pure-compute requests: catalog, data check, memory/mesh estimate.
+
+No weights are loaded and nothing is compiled; they run in request threads (after the
+engine's heavy imports, see ``service.Engine._import_jax``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.config import RunConfig
+from adapters_lib.engine.errors import EngineError
+from adapters_lib.errors import WorkbenchError
+
+
+def models(folders: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Every model the catalog finds (the demo, caches, configured and given folders)."""
+    from adapters_lib import catalog
+
+    found = catalog.list_models([Path(f).expanduser() for f in folders])
+    return {"models": [as_json(m) for m in found]}
+
+
+def data_check(cfg: RunConfig, path: str, fmt: str, limit: int = 0) -> dict[str, Any]:
+    """The data area's report for ``path`` with the run config's [data] settings."""
+    from adapters_lib.data import check_file
+
+    d = cfg.data
+    path = path or d.path
+    if not path or path == "demo":
+        raise EngineError("data check needs a file or folder path", where="data check request",
+                          hint='send "path" (the demo data needs no check)')
+    fmt = fmt if fmt != "auto" else d.format
+    kwargs: dict[str, Any] = {}
+    if limit and "limit" in inspect.signature(check_file).parameters:
+        kwargs["limit"] = limit
+    report = check_file(path, format=fmt, tokenizer=tokenizer_path(cfg),
+                        max_length=d.max_length, loss_on=d.loss_on, truncation=d.truncation,
+                        field_map=d.field_map or None, **kwargs)
+    return {"report": as_json(report)}
+
+
+def tokenizer_path(cfg: RunConfig) -> str | None:
+    """The tokenizer the run would use, without loading weights (None: the demo's)."""
+    if cfg.model.tokenizer:
+        return cfg.model.tokenizer
+    if cfg.model.source == "demo":
+        return None
+    from adapters_lib import catalog
+
+    return catalog.resolve(cfg.model.source).tokenizer
+
+
+def model_config(cfg: RunConfig) -> Any:
+    """The model's ``TransformerConfig`` from its catalog entry (no weights loaded)."""
+    if cfg.model.source == "demo":
+        from adapters_lib.models import demo
+
+        return demo.demo_transformer_config()
+    from adapters_lib import catalog
+
+    entry = catalog.resolve(cfg.model.source)
+    if entry.arch is None:
+        raise EngineError(f"cannot read the architecture of {cfg.model.source!r}"
+                          + (f": {entry.reason}" if entry.reason else ""),
+                          where="[model] source", hint="check `gemma-workbench models`")
+    return entry.arch.transformer_config()
+
+
+def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
+    """Memory per device, mesh problems in words, trainable params (``devices``: status rows)."""
+    import jax
+
+    from adapters_lib import memory, mesh
+
+    config = model_config(cfg)
+    available = len(devices)
+    count = cfg.mesh.devices or available
+    problems: list[dict[str, Any]] = []
+    if count > available:
+        problems.append({"level": "error", "message": f"mesh.devices is {count} but there "
+                         f"are {available} devices", "hint": f"use at most {available}"})
+        count = available
+    problems += [p.to_dict() for p in mesh.validate(
+        cfg.mesh, config, cfg.train.batch_size, cfg.data.max_length, count,
+        grad_accum=cfg.train.grad_accum)]
+    device_bytes = memory.device_memory_bytes(jax.devices()[0])
+    try:
+        est = memory.estimate_run(cfg, config, device_count=count, device_bytes=device_bytes)
+    except WorkbenchError as e:  # a mesh that cannot be resolved: the problems say why
+        if not any(p["level"] == "error" for p in problems):
+            problems.append({"level": "error", "message": e.message, "hint": e.hint or ""})
+        est = None
+    rows = [{"device": d["id"], "kind": d["kind"], "bytes": est.total,
+             "capacity_bytes": device_bytes or None, "verdict": est.verdict}
+            for d in devices[:count]] if est else []
+    return {
+        "estimate": est.to_dict() if est else None,
+        "devices": rows,
+        "summary": est.summary() if est else None,
+        "trainable_params": est.trainable_params if est else None,
+        "total_params": est.total_params if est else None,
+        "mesh_problems": problems,
+        "ok": not any(p["level"] == "error" for p in problems),
+        "device_count": count,
+        "device_bytes": device_bytes,
+    }
+
+
+def as_json(value: Any) -> Any:
+    """A dataclass / object / container from another area → JSON-able data."""
+    if hasattr(value, "to_dict") and callable(value.to_dict) and not isinstance(value, type):
+        return as_json(value.to_dict())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: as_json(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not f.name.startswith("_")}
+    if isinstance(value, dict):
+        return {str(k): as_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [as_json(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays and scalars
+        return value.tolist()
+    return str(value)
