@@ -50,7 +50,7 @@ def test_remat_chunking_and_bf16_each_lower_the_estimate():
     big_vocab = dict(DEMO, num_embed=262_144)
     chunked = memory.estimate(big_vocab, batch_size=4, seq_len=1024)
     full = memory.estimate(big_vocab, batch_size=4, seq_len=1024, chunked_ce=False)
-    assert chunked.logits <= 3 * 128 * 2**20 < full.logits
+    assert chunked.logits <= memory.LOGITS_COPIES_SCAN * 128 * 2**20 < full.logits / 10
 
 
 def test_real_gemma3_sizes_come_from_their_configs():
