@@ -163,39 +163,28 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-class Sampler:
-    """Generation for one base model; adapters are passed per call (a *variant*).
+class _Program:
+    """The compiled device functions for one (model, LoRA spec, stop tokens, dtype).
 
-    ``spec`` is the LoRA spec the adapters were trained with (None: base model only).
+    Holds no weights: params and adapters are arguments, so one program (and its compiled
+    executables) serves every Sampler of the same model, e.g. each checkpoint of a run.
     """
 
-    def __init__(self, model: Any, params: Any, tokenizer: Any, spec: LoraSpec | None = None):
+    def __init__(self, model: Any, spec: LoraSpec | None, end_tokens: tuple[int, ...],
+                 forbidden: tuple[int, ...], cache_dtype: str):
         import jax
+
         from adapters_lib import lora as lora_lib
 
         self.model = model
-        self.params = params
-        self.tokenizer = tokenizer
-        self.spec = spec if spec is not None and spec.enabled else None
-        self.net = lora_lib.wrap(model, self.spec) if self.spec else model
-        self.vocab = int(model.config.num_embed)
-        st = tokenizer.special_tokens
-        ends = {int(st.EOS), int(st.END_OF_TURN)}
-        tool = getattr(st, "BEGIN_OF_TOOL_RESPONSE", None)
-        if tool is not None and int(tool) < self.vocab:
-            ends.add(int(tool))  # gm.text.Sampler stops on it too
-        self.end_tokens = tuple(sorted(ends))
-        self.forbidden = tuple(int(t) for t in getattr(tokenizer, "FORBIDDEN_TOKENS", ()) if int(t) < self.vocab)
-        self.cache_dtype = jax.tree.leaves(params)[0].dtype
+        self.net = lora_lib.wrap(model, spec) if spec else model
+        self.end_tokens = end_tokens
+        self.forbidden = forbidden
+        self.cache_dtype = cache_dtype
         self.traces: dict[str, int] = {"prefill": 0, "decode": 0}
-        self._prefill = jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy"))
-        self._decode = jax.jit(self._decode_impl, static_argnames=("chunk", "greedy"), donate_argnums=(2,))
+        self.prefill = jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy"))
+        self.decode = jax.jit(self._decode_impl, static_argnames=("chunk", "greedy"), donate_argnums=(2,))
 
-    @classmethod
-    def from_loaded(cls, loaded: Any, spec: LoraSpec | None = None) -> Sampler:
-        return cls(loaded.model, loaded.params, loaded.tokenizer, spec)
-
-    # ---------------------------------------------------------------- device functions
 
     def _forward(self, base, lora, tokens, positions, mask, cache, last_only):
         from adapters_lib import lora as lora_lib
@@ -313,6 +302,49 @@ class Sampler:
         out = jnp.full((chunk, variants, b), -1, jnp.int32)
         _, state, out = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, out))
         return state, out
+
+
+
+@functools.lru_cache(maxsize=8)
+def _program(model: Any, spec: LoraSpec | None, end_tokens: tuple[int, ...], forbidden: tuple[int, ...],
+             cache_dtype: str) -> _Program:
+    return _Program(model, spec, end_tokens, forbidden, cache_dtype)
+
+
+class Sampler:
+    """Generation for one base model; adapters are passed per call (a *variant*).
+
+    ``spec`` is the LoRA spec the adapters were trained with (None: base model only).
+    """
+
+    def __init__(self, model: Any, params: Any, tokenizer: Any, spec: LoraSpec | None = None):
+        import jax
+
+        self.model = model
+        self.params = params
+        self.tokenizer = tokenizer
+        self.spec = spec if spec is not None and spec.enabled else None
+        vocab = int(model.config.num_embed)
+        st = tokenizer.special_tokens
+        ends = {int(st.EOS), int(st.END_OF_TURN)}
+        tool = getattr(st, "BEGIN_OF_TOOL_RESPONSE", None)
+        if tool is not None and int(tool) < vocab:
+            ends.add(int(tool))  # gm.text.Sampler stops on it too
+        self.end_tokens = tuple(sorted(ends))
+        forbidden = tuple(int(t) for t in getattr(tokenizer, "FORBIDDEN_TOKENS", ()) if int(t) < vocab)
+        dtype = str(jax.tree.leaves(params)[0].dtype)
+        self._program = _program(model, self.spec, self.end_tokens, forbidden, dtype)
+        self._prefill = self._program.prefill
+        self._decode = self._program.decode
+
+    @property
+    def traces(self) -> dict[str, int]:
+        """How often the device functions were traced (compiled), for tests and logs."""
+        return self._program.traces
+
+    @classmethod
+    def from_loaded(cls, loaded: Any, spec: LoraSpec | None = None) -> Sampler:
+        return cls(loaded.model, loaded.params, loaded.tokenizer, spec)
 
     # ---------------------------------------------------------------- host side
 
