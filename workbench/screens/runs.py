@@ -13,6 +13,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
+from textual.worker import get_current_worker
 
 from adapters_lib.config import LORA_TARGETS, config_from_dict
 from adapters_lib.errors import WorkbenchError
@@ -127,7 +128,8 @@ class RunsScreen(WorkbenchScreen):
             elif rid not in self.configs:
                 record = self.engine(self.client.get_run, rid, metrics=False, events=False)
                 self.configs[rid] = (record or {}).get("config") or {}
-        self.ui(self.show_runs, runs)
+        if not get_current_worker().is_cancelled:  # a newer list is on its way
+            self.ui(self.show_runs, runs)
 
     def run_id(self, r: dict[str, Any]) -> str:
         return str(r.get("id", r.get("run_id")))
@@ -176,6 +178,7 @@ class RunsScreen(WorkbenchScreen):
     @work(thread=True, exclusive=True, group="runs-curves")
     def load_curves(self, run_ids: list[str]) -> None:
         views = {}
+        worker = get_current_worker()
         for rid in run_ids:
             record = self.engine(self.client.get_run, rid)
             if record is None:
@@ -183,7 +186,8 @@ class RunsScreen(WorkbenchScreen):
             view = RunView(rid)
             view.apply_record(record)
             views[rid] = view
-        self.ui(self.show_overlay, views)
+        if not worker.is_cancelled:
+            self.ui(self.show_overlay, views)
 
     def show_overlay(self, views: dict[str, RunView]) -> None:
         self.curves = views
@@ -221,7 +225,7 @@ class RunsScreen(WorkbenchScreen):
         result = self.engine(call, run_id)
         if result is not None:
             self.ui(self.notify, f"{name}: {run_id} {where_written(result)}".strip(), timeout=6)
-            self.load()
+            self.ui(self.load)
 
     def action_stop(self) -> None:
         self._act("stop", self.client.stop_run)
@@ -268,7 +272,8 @@ class RunsScreen(WorkbenchScreen):
         if record is None:
             return
         try:
-            config = dict(record.get("config") or {})
+            config = {k: v for k, v in (record.get("config") or {}).items()
+                      if isinstance(v, dict)}
             lora = parse_sweep(text, config.get("lora") or {})
             config["lora"] = lora
             name = (config.get("run") or {}).get("name") or "demo"
@@ -282,9 +287,11 @@ class RunsScreen(WorkbenchScreen):
             return
         child = str(run.get("id", run.get("run_id")))
         self.parents[child] = parent
+        self.ui(self.show_sweep, parent, child, lora.get("rank"))
+
+    def show_sweep(self, parent: str, child: str, rank: Any) -> None:
         self.marked = [parent, child]
-        self.ui(self.notify, f"sweep {child} (rank {lora.get('rank')}) launched; "
-                "overlaid on its parent", timeout=5)
+        self.notify(f"sweep {child} (rank {rank}) launched; overlaid on its parent", timeout=5)
         self.load()
 
 

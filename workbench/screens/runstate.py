@@ -51,8 +51,9 @@ class RunView:
         self.state = str(status.get("state", self.state))
         self.step = int(status.get("step", self.step) or 0)
         self.total_steps = int(status.get("total_steps", self.total_steps) or 0)
-        if status.get("error"):
-            self.error = str(status["error"])
+        err = status.get("error")
+        if err:
+            self.error = str(err.get("message", err)) if isinstance(err, dict) else str(err)
         if isinstance(record.get("config"), dict):
             self.config = record["config"]
         if not self.total_steps:
