@@ -2,7 +2,8 @@
 
 ``trained_demo_run`` → the ``Path`` of a completed run directory (config.toml, metrics.jsonl,
 events.jsonl, status.json, checkpoints at steps 20 and 40) for the sample, export, engine and
-TUI tests to reuse. One device, 40 steps, max_length 64: about 20 s on 2 cores.
+TUI tests to reuse. One device, 40 steps, max_length 64: ~45 s on a busy 2-core machine
+(most of it model load, adapter init and compile, which the first use in a session pays).
 ``demo_overrides()`` gives the same settings as ``--set`` strings, for tests that need a run
 with the same data order and loss curve (the resume test).
 """
