@@ -17,7 +17,7 @@ def perturbed_lora(loaded, spec, seed: int = 1, scale: float = 0.05):
     tree = lora.init_lora(loaded.model, spec, loaded.params, jax.random.key(seed))
     leaves, treedef = jax.tree.flatten(tree)
     keys = jax.random.split(jax.random.key(seed + 1), len(leaves))
-    leaves = [x + scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys)]
+    leaves = [x + scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys, strict=True)]
     return jax.tree.unflatten(treedef, leaves)
 
 

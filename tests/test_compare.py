@@ -29,8 +29,8 @@ def test_compare_shows_the_tuned_model_answering_eval_prompts_the_base_fails(
     results = json.loads(capsys.readouterr().out)
     assert [r["prompt"] for r in results] == [e["messages"][0]["content"] for e in parity_evals]
     answers = [e["messages"][1]["content"] for e in parity_evals]
-    base = sum(exact_match_text(r["base"], a) for r, a in zip(results, answers))
-    tuned = sum(exact_match_text(r["tuned"], a) for r, a in zip(results, answers))
+    base = sum(exact_match_text(r["base"], a) for r, a in zip(results, answers, strict=True))
+    tuned = sum(exact_match_text(r["tuned"], a) for r, a in zip(results, answers, strict=True))
     assert tuned > base, (base, tuned, results[:3])
     saved = sorted((trained_demo_run / "compare").glob("*.jsonl"))
     assert saved

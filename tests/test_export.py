@@ -31,11 +31,11 @@ def _qkv_model():
 def test_fused_weights_give_the_logits_of_base_plus_adapters(demo_loaded, targets):
     import jax
     import jax.numpy as jnp
+    from fixtures_generation import perturbed_lora
 
     from adapters_lib import lora
     from adapters_lib.config import LoraSpec
     from adapters_lib.export import merged_params
-    from fixtures_generation import perturbed_lora
 
     if targets == "qkv-model":
         model = _qkv_model()
@@ -84,8 +84,15 @@ def test_peft_tensors_are_the_update_hf_applies_to_its_weights(demo_lora):
     fused = merged_params(loaded, adapters, spec)
     import jax
 
-    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(fused)[0], jax.tree.leaves(back)):
+    for (path, x), y in zip(jax.tree_util.tree_flatten_with_path(fused)[0], jax.tree.leaves(back), strict=True):
         np.testing.assert_allclose(np.asarray(y), np.asarray(x), atol=1e-5, err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.fixture(scope="module")
+def tuned_run(trained_demo_run):
+    from adapters_lib import runs
+
+    return runs.load_tuned(trained_demo_run)  # (cfg, loaded, adapters, step)
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +106,14 @@ def exports(trained_demo_run, tmp_path_factory):
 def test_exported_adapter_reloads_and_reproduces_the_runs_tuned_output(trained_demo_run, exports):
     import jax
 
-    from adapters_lib import runs, sample
+    from adapters_lib import sample
     from adapters_lib.sample import SamplingSettings
 
-    _, _, trainable, step = runs.load_tuned(trained_demo_run)
     from_run = sample.load_run(str(trained_demo_run))
+    trainable, step = from_run.adapters, from_run.step
     from_dir = sample.load_adapter_dir(str(exports["adapter"]))
     assert jax.tree.structure(from_dir.adapters) == jax.tree.structure(trainable)
-    assert all(bool((a == b).all()) for a, b in zip(jax.tree.leaves(from_dir.adapters), jax.tree.leaves(trainable)))
+    assert all(bool((a == b).all()) for a, b in zip(jax.tree.leaves(from_dir.adapters), jax.tree.leaves(trainable), strict=True))
     assert from_dir.sampler.spec == from_run.sampler.spec
     prompts = ["Is 133 even or odd?", "Say the first word: piano river stone"]
     settings = SamplingSettings(max_new_tokens=8)
@@ -116,13 +123,13 @@ def test_exported_adapter_reloads_and_reproduces_the_runs_tuned_output(trained_d
     assert config["base_model_name_or_path"] == "demo" and step == 40
 
 
-def test_gemma_export_loads_with_gm_load_params_and_gives_the_same_logits(trained_demo_run, exports):
+def test_gemma_export_loads_with_gm_load_params_and_gives_the_same_logits(tuned_run, exports):
     import jax.numpy as jnp
     from gemma import gm
 
-    from adapters_lib import lora, runs
+    from adapters_lib import lora
 
-    cfg, loaded, trainable, _ = runs.load_tuned(trained_demo_run)
+    cfg, loaded, trainable, _ = tuned_run
     params = gm.ckpts.load_params(exports["gemma"])
     tokens = jnp.asarray(TOKENS)
     want = lora.wrap(loaded.model, cfg.lora).apply({"params": lora.merge_lora(loaded.params, trainable)},
@@ -131,14 +138,13 @@ def test_gemma_export_loads_with_gm_load_params_and_gives_the_same_logits(traine
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=0)
 
 
-def test_hf_export_writes_safetensors_and_a_config_that_convert_back(trained_demo_run, exports):
+def test_hf_export_writes_safetensors_and_a_config_that_convert_back(tuned_run, exports):
     import jax
 
-    from adapters_lib import runs
     from adapters_lib.export import merged_params
     from adapters_lib.models import hf_convert
 
-    cfg, loaded, trainable, _ = runs.load_tuned(trained_demo_run)
+    cfg, loaded, trainable, _ = tuned_run
     config = json.loads((exports["hf"] / "config.json").read_text())
     assert config["model_type"] == "gemma3_text" and config["num_hidden_layers"] == 4
     assert (exports["hf"] / "tokenizer.model").is_file()
@@ -148,7 +154,7 @@ def test_hf_export_writes_safetensors_and_a_config_that_convert_back(trained_dem
     arch = hf_convert.arch_from_transformer_config(loaded.config, "gemma3")
     back = hf_convert.hf_to_gemma(tensors, arch)
     fused = merged_params(loaded, trainable, cfg.lora)
-    for x, y in zip(jax.tree.leaves(fused), jax.tree.leaves(back)):
+    for x, y in zip(jax.tree.leaves(fused), jax.tree.leaves(back), strict=True):
         np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
 
 

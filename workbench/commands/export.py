@@ -26,7 +26,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from adapters_lib import export
-
     from workbench.commands._generation_args import quiet_engine_logs
 
     quiet_engine_logs()
