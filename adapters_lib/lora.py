@@ -106,35 +106,40 @@ class TargetedLoRAEinsum(nn.Module):
         y = self.wrapped(eqn, x)
         shape = tuple(self.wrapped.shape)
         slots = _EINSUM_TARGETS[self.kind]
+        deltas: dict[int | None, jax.Array] = {}
         for target in self.targets:
-            idx = slots[target]
             if self.kind == "gating_einsum":
-                f = y.shape[-1]
-                fin, fout = x.shape[-1], f
+                fin, fout = x.shape[-1], y.shape[-1]
             else:
                 fin, fout, _ = _slice_in_out(self.kind, shape)
             a = self.param(f"{target}_a", nn.initializers.kaiming_uniform(), (fin, self.rank), self.dtype)
             b = self.param(f"{target}_b", nn.initializers.zeros_init(), (self.rank, fout), self.dtype)
-            delta = self._delta(x, a, b)
-            y = self._add(y, delta, idx)
-        return y
+            deltas[slots[target]] = self._delta(x, a, b)
+        return self._add(y, deltas)
 
     def _delta(self, x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
         shape = tuple(self.wrapped.shape)
         if self.kind == "attn_vec_einsum":  # x: [..., N, H]
             x = x.reshape(*x.shape[:-2], shape[0] * shape[1])
         dt = x.dtype
-        return ((x @ a.astype(dt)) @ b.astype(dt)) * jnp.asarray(self.scale, dt)
+        # scale the rank-r intermediate, not the (much wider) output
+        return ((x @ a.astype(dt)) * jnp.asarray(self.scale, dt)) @ b.astype(dt)
 
-    def _add(self, y: jax.Array, delta: jax.Array, idx: int | None) -> jax.Array:
+    def _add(self, y: jax.Array, deltas: dict[int | None, jax.Array]) -> jax.Array:
+        """``y`` plus every slot's delta, in one elementwise add (no scatter into ``y``)."""
         shape = tuple(self.wrapped.shape)
         if self.kind == "q_einsum":  # y: B T N H
-            return y + delta.reshape(*delta.shape[:-1], shape[0], shape[2])
+            (delta,) = deltas.values()
+            return y + delta.reshape(*delta.shape[:-1], shape[0], shape[2]).astype(y.dtype)
         if self.kind in ("kv_einsum", "qkv_einsum"):  # y: C B T K H
-            part = delta.reshape(*delta.shape[:-1], shape[1], shape[3])
-            return y.at[idx].add(part.astype(y.dtype))
+            parts = {i: d.reshape(*d.shape[:-1], shape[1], shape[3]).astype(y.dtype) for i, d in deltas.items()}
+            zero = jnp.zeros(y.shape[1:], y.dtype)
+            return y + jnp.stack([parts.get(i, zero) for i in range(y.shape[0])], axis=0)
         if self.kind == "gating_einsum":  # y: ... 2 F
-            return y.at[..., idx, :].add(delta.astype(y.dtype))
+            zero = jnp.zeros((*y.shape[:-2], y.shape[-1]), y.dtype)
+            full = jnp.stack([deltas[i].astype(y.dtype) if i in deltas else zero for i in range(2)], axis=-2)
+            return y + full
+        (delta,) = deltas.values()
         return y + delta.astype(y.dtype)  # attn_vec_einsum, linear: ... D
 
 
@@ -362,15 +367,15 @@ class AdapterTensor:
 def iter_adapters(lora: Mapping[str, Any]) -> list[AdapterTensor]:
     """Every (layer, target) adapter in a LoRA tree, in layer then target order."""
     found: list[AdapterTensor] = []
-    for layer_key, layer in lora.items():
-        if not layer_key.startswith("layer_"):
-            continue
-        idx = int(layer_key.split("_")[1])
-        for block in layer.values():
-            for node in block.values():
-                for name in node:
-                    if name.endswith("_a"):
-                        t = name[:-2]
-                        found.append(AdapterTensor(idx, t, np.asarray(node[name]), np.asarray(node[f"{t}_b"])))
+
+    def walk(node: Mapping[str, Any], layer: int | None) -> None:
+        for key, value in node.items():
+            if isinstance(value, Mapping):
+                walk(value, int(key.split("_")[1]) if key.startswith("layer_") else layer)
+            elif key.endswith("_a") and key[:-2] in LORA_TARGETS and layer is not None:
+                t = key[:-2]
+                found.append(AdapterTensor(layer, t, np.asarray(value), np.asarray(node[f"{t}_b"])))
+
+    walk(lora, None)
     order = {t: i for i, t in enumerate(LORA_TARGETS)}
     return sorted(found, key=lambda x: (x.layer, order[x.target]))
