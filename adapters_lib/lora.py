@@ -257,21 +257,43 @@ def init_lora(model: nn.Module, spec: LoraSpec, base_params: Mapping[str, Any], 
     Only the adapter params are created (the base weights are traced abstractly), so
     this is cheap even for big models.
     """
-    wrapped = wrap(model, dataclasses.replace(spec, enabled=True))
-    tokens = example_tokens if example_tokens is not None else jnp.zeros((1, 4), jnp.int32)
-    abstract = jax.eval_shape(lambda r: wrapped.init(r, tokens)["params"], rng)
-    _, lora_shapes = split_lora(abstract)
+    del base_params, example_tokens
+    return _adapter_init(model, dataclasses.replace(spec, enabled=True))(rng)
 
+
+@functools.lru_cache(maxsize=32)
+def _adapter_init(model: nn.Module, spec: LoraSpec):
+    """A jitted ``rng -> adapters`` for (model, spec), made once.
+
+    The wrapped model is traced abstractly for the adapter shapes (no base weights made),
+    then each adapter is initialised directly: A as flax's kaiming-uniform, B zeros (so
+    step 0 equals the base model); one key per adapter, in path order.
+    """
+    leaves, tree = _adapter_shapes(model, spec)
+    a_init = nn.initializers.kaiming_uniform()
+    dtype = jnp.dtype(spec.dtype)
+
+    @jax.jit
     def init(r):
-        full = wrapped.init(r, tokens)["params"]
-        return split_lora(full)[1]
+        out = []
+        for i, (path, leaf) in enumerate(leaves):
+            name = str(getattr(path[-1], "key", path[-1]))
+            if name.endswith("_b"):
+                out.append(jnp.zeros(leaf.shape, dtype))
+            else:
+                out.append(a_init(jax.random.fold_in(r, i), leaf.shape, jnp.float32).astype(dtype))
+        return jax.tree.unflatten(tree, out)
 
-    # Initialising the whole model then dropping the base is simplest and exact; under jit
-    # the base initialisers are dead code and are pruned.
-    lora = jax.jit(init)(rng)
-    assert jax.tree.structure(lora) == jax.tree.structure(lora_shapes)
-    # gemma's Transformer initialises every param in its own dtype: cast to the LoRA dtype.
-    return jax.tree.map(lambda x: x.astype(spec.dtype), lora)
+    return init
+
+
+@functools.lru_cache(maxsize=32)
+def _adapter_shapes(model: nn.Module, spec: LoraSpec):
+    wrapped = wrap(model, spec)
+    tokens = jnp.zeros((1, 4), jnp.int32)
+    abstract = jax.eval_shape(lambda r: wrapped.init(r, tokens)["params"], jax.random.key(0))
+    _, shapes = split_lora(abstract)
+    return jax.tree_util.tree_flatten_with_path(shapes)
 
 
 def count_params(tree: Any) -> int:

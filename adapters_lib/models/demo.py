@@ -85,14 +85,42 @@ def demo_model(dtype: str = "float32"):
     return demo_model_class()(dtype=jnp.dtype(dtype))
 
 
+DEMO_EMBED_STD = 0.3
+"""Std of the demo embedding table. gemma's default init (std 0.01) ties input and output
+embeddings so small that the output logits of a random model span about ±2.6 nats, which caps
+what a short LoRA run can learn; 0.3 gives logits of a useful range."""
+
+
 def demo_params(seed: int = DEMO_SEED, dtype: str = "float32"):
-    """Deterministic demo parameters (the base model)."""
+    """Deterministic demo parameters (the base model), on the default device.
+
+    The host copy is made once per process (initialising compiles the whole model).
+    """
+    import jax
+
+    return jax.tree.map(jax.numpy.asarray, _demo_params_host(seed, dtype))
+
+
+@cache
+def _demo_params_host(seed: int, dtype: str):
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
     model = demo_model(dtype)
     tokens = jnp.zeros((1, 8), jnp.int32)
-    return jax.jit(lambda rng: model.init(rng, tokens)["params"])(jax.random.key(seed))
+
+    def init(rng):
+        params = model.init(rng, tokens)["params"]
+        table = params["embedder"]["input_embedding"]
+        rescaled = table.astype(jnp.float32) * (DEMO_EMBED_STD / jnp.std(table.astype(jnp.float32)))
+        params["embedder"]["input_embedding"] = rescaled.astype(table.dtype)
+        return params
+
+    params = jax.device_get(jax.jit(init)(jax.random.key(seed)))
+    for leaf in jax.tree.leaves(params):
+        np.asarray(leaf).setflags(write=False)
+    return params
 
 
 # --------------------------------------------------------------------------- tokenizer
