@@ -368,7 +368,12 @@ def config_from_dict(
                 f"unknown section [{name}]", where=where(name), hint=_closest(name, list(SECTIONS))
             )
         sections[name] = _build_section(name, value, where)
-    return _check(RunConfig(**sections), where)
+    cfg = _check(RunConfig(**sections), where)
+    # options one backend has and the other lacks (pure; keras is not imported)
+    from adapters_lib.keras_route.options import check_backend_options
+
+    check_backend_options(cfg)
+    return cfg
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:

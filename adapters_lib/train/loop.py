@@ -124,6 +124,10 @@ def run_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any =
     ``failed`` with the same one-line cause), ``TrainingDiverged`` for a NaN/inf loss.
     A ``KeyboardInterrupt`` is taken as a stop: checkpoint, ``stopped``, and the result.
     """
+    if cfg.model.backend == "keras":
+        from adapters_lib.keras_route import run_keras_training
+
+        return run_keras_training(cfg, run_dir, control=control, resume=resume)
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
     r = _Run(cfg, run, control or NullControl())
     r.state("running", step=run.status().get("step", 0), total_steps=cfg.train.steps,
