@@ -5,7 +5,7 @@ the run under the cursor with a new rank and overlays the child on its parent.
 
 from __future__ import annotations
 
-import threading
+import time
 from typing import Any
 
 from textual import work
@@ -23,6 +23,7 @@ from workbench.screens.runstate import RunView
 from workbench.widgets.nav import NavBar
 from workbench.widgets.plot import PlotView, Series
 
+REFRESH_S = 2.0
 COLUMNS = ("✓", "run", "state", "step", "loss", "rank", "targets")
 
 
@@ -89,7 +90,11 @@ class RunsScreen(WorkbenchScreen):
         self.curves: dict[str, RunView] = {}
         self.configs: dict[str, dict[str, Any]] = {}
         """Run configs by id (the list route carries none; a config never changes)."""
-        self._lock = threading.Lock()
+        self._seq = 0
+        """Numbers the list and curve requests; a reply older than the one shown is dropped."""
+        self._shown_seq = 0
+        self._watching = False
+        self._curves_seq = 0
 
     def compose(self) -> ComposeResult:
         yield NavBar("runs")
@@ -105,19 +110,40 @@ class RunsScreen(WorkbenchScreen):
         table = self.query_one(DataTable)
         for col in COLUMNS:
             table.add_column(col, key=col)
-        self.set_interval(3.0, self._auto_refresh)
 
     def on_screen_resume(self) -> None:
         """Shown (the first time too): refresh the list."""
         self.load()
 
-    def _auto_refresh(self) -> None:
-        if any(record_state(r).get("state") in ("queued", "running", "stopping")
-               for r in self.runs):
-            self.load()
+    @work(thread=True, exclusive=True, group="runs-watch")
+    def watch_active(self) -> None:
+        """While a run is active, refresh the list every few seconds (one request at a time:
+        an engine busy compiling can answer slowly, and refreshes must not pile up)."""
+        worker = get_current_worker()
+        try:
+            while not worker.is_cancelled and self.any_active():
+                time.sleep(REFRESH_S)
+                if not worker.is_cancelled:
+                    self._seq += 1
+                    self._fetch(self._seq)
+        finally:
+            self._watching = False
 
-    @work(thread=True, exclusive=True, group="runs-list")
+    def any_active(self) -> bool:
+        return any(record_state(r).get("state") in ("queued", "running", "stopping")
+                   for r in self.runs)
+
     def load(self) -> None:
+        """Fetch the list (worker); replies are applied in the order they were asked for."""
+        self._seq += 1
+        self._load(self._seq)
+
+    @work(thread=True, group="runs-list")
+    def _load(self, seq: int) -> None:
+        self._fetch(seq)
+
+    def _fetch(self, seq: int) -> None:
+        """(In a worker thread) the list, each run's config once, then the table."""
         runs = self.engine(self.client.list_runs)
         if runs is None:
             return
@@ -128,13 +154,15 @@ class RunsScreen(WorkbenchScreen):
             elif rid not in self.configs:
                 record = self.engine(self.client.get_run, rid, metrics=False, events=False)
                 self.configs[rid] = (record or {}).get("config") or {}
-        if not get_current_worker().is_cancelled:  # a newer list is on its way
-            self.ui(self.show_runs, runs)
+        self.ui(self.show_runs, runs, seq)
 
     def run_id(self, r: dict[str, Any]) -> str:
         return str(r.get("id", r.get("run_id")))
 
-    def show_runs(self, runs: list[dict[str, Any]]) -> None:
+    def show_runs(self, runs: list[dict[str, Any]], seq: int = 0) -> None:
+        if seq < self._shown_seq:  # an older reply than the one on screen
+            return
+        self._shown_seq = seq
         self.runs = sorted(runs, key=self.run_id, reverse=True)
         table = self.query_one(DataTable)
         cursor = table.cursor_row
@@ -153,6 +181,9 @@ class RunsScreen(WorkbenchScreen):
             table.move_cursor(row=min(cursor, len(self.runs) - 1))
         self.marked = [m for m in self.marked if any(self.run_id(r) == m for r in self.runs)]
         self.load_curves(list(self.marked))
+        if self.any_active() and not self._watching:
+            self._watching = True
+            self.watch_active()
 
     def current(self) -> dict[str, Any] | None:
         table = self.query_one(DataTable)
@@ -175,10 +206,13 @@ class RunsScreen(WorkbenchScreen):
         table.update_cell(rid, "✓", "✓" if rid in self.marked else " ")
         self.load_curves(list(self.marked))
 
-    @work(thread=True, exclusive=True, group="runs-curves")
     def load_curves(self, run_ids: list[str]) -> None:
+        self._seq += 1
+        self._load_curves(run_ids, self._seq)
+
+    @work(thread=True, group="runs-curves")
+    def _load_curves(self, run_ids: list[str], seq: int) -> None:
         views = {}
-        worker = get_current_worker()
         for rid in run_ids:
             record = self.engine(self.client.get_run, rid)
             if record is None:
@@ -186,10 +220,12 @@ class RunsScreen(WorkbenchScreen):
             view = RunView(rid)
             view.apply_record(record)
             views[rid] = view
-        if not worker.is_cancelled:
-            self.ui(self.show_overlay, views)
+        self.ui(self.show_overlay, views, seq)
 
-    def show_overlay(self, views: dict[str, RunView]) -> None:
+    def show_overlay(self, views: dict[str, RunView], seq: int = 0) -> None:
+        if seq < self._curves_seq:
+            return
+        self._curves_seq = seq
         self.curves = views
         plot = self.query_one("#runs-plot", PlotView)
         plot.set_series([Series(short(rid), *v.series("loss")) for rid, v in views.items()])
