@@ -640,8 +640,10 @@ def measure_ab_speed(loaded: Any, spec: LoraSpec, lora: Any, prompts: Sequence[s
     settings = SamplingSettings(max_new_tokens=max_new_tokens)
     ours = Sampler.from_loaded(loaded, spec)
     texts = [format_chat([{"role": "user", "content": p}]) for p in prompts]  # the reference's input
+    # pad_length=None: the reference prefills the prompt unpadded (its strongest setting here;
+    # the default pads every prompt to 256 tokens)
     ref_kwargs = dict(tokenizer=loaded.tokenizer, cache_length=ref_cache_length,
-                      max_out_length=max_new_tokens, stop_tokens=None)
+                      max_out_length=max_new_tokens, pad_length=None)
     ref_base = gm.text.Sampler(model=loaded.model, params=loaded.params, **ref_kwargs)
     ref_tuned = gm.text.Sampler(model=lora_lib.wrap(loaded.model, spec),
                                 params=lora_lib.merge_lora(loaded.params, lora), **ref_kwargs)
