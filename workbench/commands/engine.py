@@ -30,6 +30,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--tcp", metavar="HOST:PORT",
                        help="also listen on TCP (token still required); use with care")
     start.add_argument("--json", action="store_true", help="print one JSON object")
+    start.add_argument("--multihost", action="store_true",
+                       help="one engine per host of a multi-host job (jax.distributed; stays in "
+                            "the foreground); process 0 serves the API (docs/multihost.md)")
+    start.add_argument("--coordinator", metavar="HOST:PORT",
+                       help="--multihost off TPU VMs: process 0's address and a free port")
+    start.add_argument("--num-processes", type=int, metavar="N", help="--multihost: processes")
+    start.add_argument("--process-id", type=int, metavar="I", help="--multihost: this one's rank")
     start.set_defaults(handler=run_start)
     stop = actions.add_parser("stop", help="stop the engine")
     stop.add_argument("--force", action="store_true",
@@ -69,6 +76,19 @@ def render_status(s: dict[str, Any]) -> str:
 def run_start(args: argparse.Namespace) -> int:
     from workbench.client import EngineClient, engine_files, spawn_engine
 
+    if args.multihost:
+        from adapters_lib.engine.multihost import main as multihost_main
+
+        argv = ["--foreground"] if args.foreground else []
+        for flag, value in (("--tcp", args.tcp), ("--coordinator", args.coordinator),
+                            ("--num-processes", args.num_processes),
+                            ("--process-id", args.process_id)):
+            if value is not None:
+                argv += [flag, str(value)]
+        return multihost_main(argv)
+    if args.coordinator or args.num_processes is not None or args.process_id is not None:
+        raise WorkbenchError("--coordinator, --num-processes and --process-id need --multihost",
+                             where="engine start")
     if args.foreground:
         from adapters_lib.engine.daemon import main as engine_main
 
