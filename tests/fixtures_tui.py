@@ -84,10 +84,13 @@ class StaticClient:
         if config["train"]["batch_size"] % (config["mesh"]["data"] * f):
             problems.append({"level": "error", "message": "batch_size is not divisible by "
                              "data×fsdp", "hint": "choose a multiple"})
-        return {"estimate": {"trainable_params": 4 * 7 * rank * 512, "total_params": 3_800_000,
-                             "devices": [{"name": f"cpu:{i}", "bytes": per,
-                                          "capacity": 2 * 2**30} for i in range(8)]},
-                "mesh_problems": problems}
+        return {"estimate": {"weights": per // 2, "adapters": rank * 2**20, "verdict": "fits",
+                             "trainable_params": 4 * 7 * rank * 512, "total_params": 3_800_000},
+                "devices": [{"device": i, "kind": "cpu", "bytes": per,
+                             "capacity_bytes": 2 * 2**30, "verdict": "fits"} for i in range(8)],
+                "summary": f"{per / 2**20:.2f} MiB per device of 2.00 GiB (fits)",
+                "trainable_params": 4 * 7 * rank * 512, "total_params": 3_800_000,
+                "mesh_problems": problems, "ok": not any(p["level"] == "error" for p in problems)}
 
     def create_run(self, config: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
         return {"id": "20260101-140000-demo", "state": "queued"}

@@ -42,7 +42,7 @@ from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.prompt import PromptScreen
 from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
-from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate, gib
+from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate
 from workbench.widgets.nav import NavBar
 
 # (section, key, label, kind) of the plain input fields, in tab order.
@@ -296,9 +296,7 @@ class ConfigureScreen(WorkbenchScreen):
     def show_estimate(self, result: dict[str, Any]) -> None:
         self.estimate_result = result
         fits = fits_from_estimate(result)
-        breakdown = result.get("breakdown") if isinstance(result.get("breakdown"), dict) else {}
-        note = "per device: " + " · ".join(f"{k} {gib(v)}" for k, v in breakdown.items()
-                                            if isinstance(v, (int, float))) if breakdown else ""
+        note = str(result.get("summary") or "")
         self.query_one(MemoryFitBar).set_fits(fits, note if fits else "no per-device estimate")
         if result["errors"] and self.config is not None:
             self.query_one("#config-status", Static).update(
@@ -424,7 +422,7 @@ def problem_text(p: Any) -> str:
 
 def estimate_view(reply: dict[str, Any]) -> dict[str, Any]:
     """Flatten the estimate route's reply (``{"estimate": {...}, "mesh_problems": [...]}``)."""
-    est = dict(reply.get("estimate") or {}) if "estimate" in reply else dict(reply)
+    est = {**(reply.get("estimate") or {}), **{k: v for k, v in reply.items() if k != "estimate"}}
     raw = reply.get("mesh_problems") or est.get("problems") or []
     est["problems"] = [problem_text(p) for p in raw]
     est["errors"] = [problem_text(p) for p in raw

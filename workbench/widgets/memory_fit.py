@@ -56,7 +56,9 @@ def fits_from_estimate(estimate: dict[str, Any]) -> list[DeviceFit]:
     for i, row in enumerate(rows):
         used = row.get("bytes", row.get("total_bytes", row.get("used_bytes", 0))) or 0
         cap = row.get("capacity", row.get("capacity_bytes", row.get("memory_bytes")))
-        out.append(DeviceFit(str(row.get("name", row.get("device", i))), int(used),
+        name = row.get("name") or (f"{row['kind']}:{row['device']}" if "kind" in row and
+                                   "device" in row else row.get("device", i))
+        out.append(DeviceFit(str(name), int(used),
                              int(cap) if cap else None, str(row.get("verdict", ""))))
     return out
 
