@@ -60,7 +60,14 @@ class CheckpointStore:
         return sorted(self.manager.all_steps())
 
     def save(self, step: int, trainable: Any, opt_state: Any, meta: dict[str, Any]) -> None:
-        """Start an asynchronous save (orbax copies device arrays before returning)."""
+        """Start an asynchronous save (orbax copies device arrays before returning).
+
+        A step that is already saved (a stop right after a periodic checkpoint) is kept as is:
+        the params of one step are the same whoever saves them.
+        """
+        self.manager.wait_until_finished()  # orbax would wait here anyway; then all_steps is final
+        if step in self.manager.all_steps():
+            return
         self.manager.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(trainable),
             opt_state=ocp.args.StandardSave(opt_state),
