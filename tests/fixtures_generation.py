@@ -26,7 +26,17 @@ def demo_loaded():
     from adapters_lib.config import ModelSpec
     from adapters_lib.models.loader import load_model
 
-    return load_model(ModelSpec())
+    import dataclasses
+
+    import jax
+
+    loaded = load_model(ModelSpec())
+    # The demo base (embedding std 0.3) greedily emits one token over and over; a smaller
+    # embedding (gemma's own init scale, std 0.01) gives varied text, which the sampler
+    # tests need to tell streams, seeds and variants apart.
+    params = jax.tree.map(lambda x: x, loaded.params)
+    params["embedder"] = {"input_embedding": params["embedder"]["input_embedding"] / 30.0}
+    return dataclasses.replace(loaded, params=params)
 
 
 @pytest.fixture(scope="session")
