@@ -199,9 +199,8 @@ def test_layout_plan_says_what_does_not_divide():
 ])
 def test_gemma_only_options_with_the_keras_backend_give_one_line_cause(section, values, words):
     extra = {"lora": {"dtype": "bfloat16"}} if values.get("param_dtype") == "bfloat16" else {}
-    cfg = _cfg(**{section: values}, **extra)
-    with pytest.raises(WorkbenchError) as err:
-        check_backend_options(cfg)
+    with pytest.raises(WorkbenchError) as err:  # refused when the config is parsed
+        check_backend_options(_cfg(**{section: values}, **extra))
     text = str(err.value)
     assert words in text and 'backend = "keras"' in text and "\n" not in text
 
@@ -215,9 +214,8 @@ def test_keras_options_pass_for_the_demo_config_and_mixed_precision():
 def test_a_keras_preset_with_the_gemma_backend_gives_one_line_cause(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"class_name": "Gemma3Backbone", "config": {}}))
     (tmp_path / "model.weights.h5").write_bytes(b"")
-    cfg = config_from_dict({"model": {"source": str(tmp_path), "backend": "gemma"}})
     with pytest.raises(WorkbenchError, match='is a Keras preset.*set \\[model\\] backend = "keras"') as err:
-        check_backend_options(cfg)
+        check_backend_options(config_from_dict({"model": {"source": str(tmp_path), "backend": "gemma"}}))
     assert "\n" not in str(err.value)
 
 
