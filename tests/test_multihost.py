@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parent.parent
 STEPS = 6
 OVERRIDES = [f"train.steps={STEPS}", "train.checkpoint_every=3", "train.log_every=1",
              "train.eval_every=3", "train.eval_batches=2", "train.eval_exact_match=0",
-             "train.warmup_steps=1", "mesh.data=2", "mesh.fsdp=4", "mesh.tensor=1"]
+             "train.warmup_steps=1", "train.learning_rate=1e-3", "mesh.data=2", "mesh.fsdp=4",
+             "mesh.tensor=1"]
 
 
 def _free_port() -> int:
