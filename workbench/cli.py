@@ -16,6 +16,8 @@ from adapters_lib.errors import WorkbenchError
 from workbench import __version__
 
 COMMANDS = ("doctor", "train", "data", "models", "sample", "compare", "export", "engine", "runs")
+# commands that compute in this process (JAX, gemma): their native start-up lines are silenced
+COMPUTING = ("train", "sample", "compare", "export", "doctor")
 
 
 def quiet_native_logs() -> None:
@@ -53,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
             from workbench.app import run_app
 
             return run_app(theme=args.theme)
+        if args.command in COMPUTING and not getattr(args, "detach", False):
+            from adapters_lib.native_logs import preimport_quietly
+
+            preimport_quietly()
         return int(args.handler(args) or 0)
     except WorkbenchError as err:
         print(f"error: {err}", file=sys.stderr)

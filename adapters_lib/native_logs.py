@@ -1,0 +1,38 @@
+"""Keep native libraries' start-up lines off the user's terminal.
+
+TensorFlow (imported by gemma through kauldron, and by keras-hub) writes absl lines such as
+"oneDNN custom operations are on" and "Could not find cuda drivers" straight to fd 2 when its
+shared libraries load, before any Python logging is set up. A CLI command that computes in the
+foreground imports the stack once with fd 2 pointed at /dev/null, then restores it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def fd2_silenced() -> Iterator[None]:
+    """Point fd 2 at /dev/null inside the block (Python exceptions still surface after it)."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def preimport_quietly() -> None:
+    """Import TensorFlow, tensorflow-text and JAX with their load-time lines silenced."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with fd2_silenced():
+        import jax  # noqa: F401
+        import tensorflow  # noqa: F401
+
+        with contextlib.suppress(ImportError):
+            import tensorflow_text  # noqa: F401
