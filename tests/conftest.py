@@ -17,6 +17,7 @@ import pytest
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("KAGGLEHUB_CACHE", "/nonexistent-kagglehub-cache")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
