@@ -550,12 +550,37 @@ def load_run(run: str, step: int | None = None) -> Tuned:
     from adapters_lib import runs
 
     run_dir = runs.find_run(run)
+    if run_dir.config().model.backend == "keras":
+        return KerasRunTuned(run_dir.path, step)
     cfg, loaded, trainable, got = runs.load_tuned(run_dir.path, step)
     if cfg.lora.enabled:
         return Tuned(Sampler.from_loaded(loaded, cfg.lora), trainable, step=got, run_path=run_dir.path,
                      source=cfg.model.source)
     return Tuned(Sampler.from_loaded(loaded), None, Sampler(loaded.model, trainable, loaded.tokenizer),
                  step=got, run_path=run_dir.path, source=cfg.model.source)
+
+
+class KerasRunTuned:
+    """A/B for a Keras-route run: the same ``compare`` as ``Tuned``, through keras-hub's
+    generation (greedy; the Keras model toggles its LoRA off for the base answers)."""
+
+    def __init__(self, run_path: Any, step: int | None):
+        from adapters_lib.keras_route import load_keras_tuned
+
+        self.keras = load_keras_tuned(run_path, step)
+        self.step = self.keras.step
+        self.run_path = run_path
+        self.source = self.keras.cfg.model.source
+
+    def compare(self, prompts: Sequence[Prompt], settings: SamplingSettings, *, chat: bool = True
+                ) -> list[dict[str, Any]]:
+        n = settings.max_new_tokens
+        base = self.keras.answers(list(prompts), tuned=False, max_new_tokens=n)
+        tuned = self.keras.answers(list(prompts), tuned=True, max_new_tokens=n)
+        return [{"prompt": p if isinstance(p, str) else list(p), "base": b, "tuned": t,
+                 "settings": {**settings.to_dict(), "backend": "keras", "decoding": "greedy"},
+                 "step": self.step}
+                for p, b, t in zip(prompts, base, tuned, strict=True)]
 
 
 def load_adapter_dir(directory: str, model: str = "") -> Tuned:

@@ -280,3 +280,17 @@ def test_keras_preset_folder_loads_with_its_tokenizer_and_lora(tmp_path):
     np.testing.assert_array_equal(a, b)
     with pytest.raises(WorkbenchError, match='is a Keras preset.*backend = "keras"'):
         check_backend_options(_cfg(model={"source": str(preset), "backend": "gemma"}))
+
+
+def test_compare_cli_works_on_a_keras_run(keras_demo_run, capsys):
+    from workbench.cli import main
+
+    run, _ = keras_demo_run
+    prompts = ["Is 17 even or odd?", "What is 3 plus 4?"]
+    code = main(["compare", "--run", str(run.path), "--prompt", prompts[0], "--json", "--max-new-tokens", "8"])
+    assert code == 0
+    [result] = json.loads(capsys.readouterr().out)
+    assert result["prompt"] == prompts[0]
+    assert isinstance(result["base"], str) and isinstance(result["tuned"], str)
+    assert result["settings"]["backend"] == "keras" and result["step"] == 30
+    assert any(run.path.glob("compare/*.jsonl"))  # saved beside the run, as for gemma runs
