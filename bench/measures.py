@@ -375,10 +375,11 @@ def _tmux_first_frame(home: str, marker: str = "Models", timeout: float = 20.0) 
     if not shutil.which("tmux"):
         raise RuntimeError("tmux not found")
     exe = str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "gemma-workbench")
-    sock = f"wb-bench-{os.getpid()}"
+    sock = f"wb-bench-{os.getpid()}-{time.monotonic_ns()}"  # a fresh server each time
     env_cmd = f"env GEMMA_WORKBENCH_HOME={home} {exe}"
     t0 = time.perf_counter()
-    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "80", "-y", "24", env_cmd], check=True)
+    subprocess.run(["tmux", "-L", sock, "new-session", "-d", "-x", "80", "-y", "24", env_cmd], check=True,
+                   capture_output=True)
     try:
         while time.perf_counter() - t0 < timeout:
             screen = subprocess.run(["tmux", "-L", sock, "capture-pane", "-p"], capture_output=True,
