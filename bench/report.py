@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
@@ -92,4 +93,7 @@ def render_markdown(meta: dict, results: dict[str, dict]) -> str:
             f"{r.get('target', '')} | {met} | {r.get('note', '')} |"
         )
     lines.append("")
+    analysis = Path(__file__).with_name("analysis.md")
+    if analysis.is_file():  # the hand-written reading of the numbers, kept across regenerations
+        lines += ["", analysis.read_text().rstrip(), ""]
     return "\n".join(lines) + "\n"
