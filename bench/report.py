@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from pathlib import Path
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 
 @dataclass

@@ -53,7 +53,6 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
 
 
 def _load_demo(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
-    import jax
     from gemma import gm
 
     from adapters_lib.models import demo
@@ -64,7 +63,6 @@ def _load_demo(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
         params = place(params, sharding)
     tok_path = spec.tokenizer or str(demo.ensure_demo_tokenizer())
     tokenizer = gm.text.Gemma3Tokenizer(path=tok_path)
-    del jax
     return LoadedModel(model=model, params=params, tokenizer=tokenizer, source="demo",
                        family="gemma3", tokenizer_path=tok_path)
 
