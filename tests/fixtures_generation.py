@@ -23,12 +23,12 @@ def perturbed_lora(loaded, spec, seed: int = 1, scale: float = 0.05):
 
 @pytest.fixture(scope="session")
 def demo_loaded():
-    from adapters_lib.config import ModelSpec
-    from adapters_lib.models.loader import load_model
-
     import dataclasses
 
     import jax
+
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models.loader import load_model
 
     loaded = load_model(ModelSpec())
     # The demo base (embedding std 0.3) greedily emits one token over and over; a smaller
