@@ -28,22 +28,9 @@ from adapters_lib.errors import WorkbenchError
 from adapters_lib.keras_route import checkpoints
 from adapters_lib.keras_route.options import check_backend_options
 from adapters_lib.runs import RunDir
+from adapters_lib.train.loop import NullControl
 
 log = logging.getLogger(__name__)
-
-
-class _NullControl:
-    def should_stop(self) -> bool:
-        return False
-
-    def on_metrics(self, record: dict[str, Any]) -> None:
-        pass
-
-    def on_event(self, record: dict[str, Any]) -> None:
-        pass
-
-    def between_steps(self) -> None:
-        pass
 
 
 def _keras_batch(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
@@ -90,7 +77,7 @@ def make_optimizer(keras: Any, spec: Any):
 
 class _Trainer:
     def __init__(self, cfg: RunConfig, run: RunDir, control: Any):
-        self.cfg, self.run, self.control = cfg, run, control or _NullControl()
+        self.cfg, self.run, self.control = cfg, run, control or NullControl()
         self.losses: dict[int, float] = {}
 
     # ---------------------------------------------------------------- records
