@@ -29,12 +29,11 @@ import logging
 import os
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any
 
 from adapters_lib import multihost, paths
-from adapters_lib.engine.service import Engine, QueuedRun, RunControl, RunLogHandler
+from adapters_lib.engine.service import Engine, QueuedRun, RunControl
 from adapters_lib.errors import WorkbenchError
 
 log = logging.getLogger("adapters_lib.engine")
@@ -96,48 +95,26 @@ class LeaderEngine(Engine):
         return out
 
     def _train(self, item: QueuedRun) -> None:
-        """``Engine._train`` with the run broadcast first and a ``SyncedControl``."""
-        run = item.run
-        self.bus.send({"command": "train", "run_dir": str(run.path.resolve()),
+        """``Engine._train`` with the run broadcast to every process first."""
+        self.bus.send({"command": "train", "run_dir": str(item.run.path.resolve()),
                        "resume": item.resume, "stop": item.stop.is_set()})
-        log.info("run %s: %s on %d processes", run.run_id,
-                 "resuming" if item.resume else "starting", multihost.process_count())
-        handler = RunLogHandler(self, run, threading.get_ident())
-        logging.getLogger().addHandler(handler)
-        try:
-            if item.stop.is_set():
-                run.set_state("stopped", "stopped before it started")
-                return
-            from adapters_lib.train.loop import run_training
+        log.info("run %s on %d processes", item.run.run_id, multihost.process_count())
+        super()._train(item)
 
-            cfg = run.config()
-            run.write_status("running", pid=os.getpid(), processes=multihost.process_count())
-            control = multihost.SyncedControl(self.bus, RunControl(self, item))
-            try:
-                run_training(cfg, run.path, control=control, resume=item.resume)
-            except Exception as e:
-                if multihost.lost_peer(e):
-                    multihost.mark_interrupted(run, f"{type(e).__name__}", force=True)
-                    return
-                raise
-        except WorkbenchError as e:
-            log.error("run %s failed: %s", run.run_id, e)
-            if run.state != "failed":
-                run.set_state("failed", str(e), error=e.to_dict())
+    def _run_training(self, item: QueuedRun) -> None:
+        """Every process leaves the loop at the same step; a lost peer means ``interrupted``."""
+        from adapters_lib.train.loop import run_training
+
+        run = item.run
+        run.write_status("running", pid=os.getpid(), processes=multihost.process_count())
+        control = multihost.SyncedControl(self.bus, RunControl(self, item))
+        try:
+            run_training(run.config(), run.path, control=control, resume=item.resume)
         except Exception as e:
-            log.exception("run %s failed", run.run_id)
-            if run.state != "failed":
-                run.set_state("failed", f"{type(e).__name__}: {e}",
-                              error={"message": f"{type(e).__name__}: {e}", "where": None,
-                                     "hint": "see the engine log",
-                                     "traceback": traceback.format_exc(limit=20)})
-        finally:
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-            if run.state in ("running", "stopping", "queued"):
-                run.set_state("stopped" if item.stop.is_set() else "completed")
-            log.info("run %s: %s", run.run_id, run.state)
-            self.publish_status(run, end=True)
+            if multihost.lost_peer(e):
+                multihost.mark_interrupted(run, f"{type(e).__name__}", force=True)
+                return
+            raise
 
     def shutdown(self, timeout: float = 120.0) -> None:
         self._beat_stop.set()

@@ -275,6 +275,14 @@ class Engine:
             self._cond.notify_all()
         return job.future
 
+    def _run_training(self, item: QueuedRun) -> None:
+        """Run ``item`` on this process's devices (the multi-host leader overrides this)."""
+        from adapters_lib.train.loop import run_training
+
+        run = item.run
+        run.write_status("running", pid=os.getpid())
+        run_training(run.config(), run.path, control=RunControl(self, item), resume=item.resume)
+
     def _train(self, item: QueuedRun) -> None:
         run = item.run
         log.info("run %s: %s", run.run_id, "resuming" if item.resume else "starting")
@@ -284,11 +292,7 @@ class Engine:
             if item.stop.is_set():
                 run.set_state("stopped", "stopped before it started")
                 return
-            from adapters_lib.train.loop import run_training
-
-            cfg = run.config()
-            run.write_status("running", pid=os.getpid())
-            run_training(cfg, run.path, control=RunControl(self, item), resume=item.resume)
+            self._run_training(item)
         except WorkbenchError as e:  # run_training has marked the run failed already
             log.error("run %s failed: %s", run.run_id, e)
             if run.state != "failed":
