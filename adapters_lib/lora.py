@@ -105,42 +105,83 @@ class TargetedLoRAEinsum(nn.Module):
     def __call__(self, eqn: str, x: jax.Array) -> jax.Array:
         y = self.wrapped(eqn, x)
         shape = tuple(self.wrapped.shape)
-        slots = _EINSUM_TARGETS[self.kind]
-        deltas: dict[int | None, jax.Array] = {}
+        if self.kind == "gating_einsum":
+            fin, fout = x.shape[-1], y.shape[-1]
+        else:
+            fin, fout, _ = _slice_in_out(self.kind, shape)
+        pairs = []
         for target in self.targets:
-            if self.kind == "gating_einsum":
-                fin, fout = x.shape[-1], y.shape[-1]
-            else:
-                fin, fout, _ = _slice_in_out(self.kind, shape)
             a = self.param(f"{target}_a", nn.initializers.kaiming_uniform(), (fin, self.rank), self.dtype)
             b = self.param(f"{target}_b", nn.initializers.zeros_init(), (self.rank, fout), self.dtype)
-            deltas[slots[target]] = self._delta(x, a, b)
-        return self._add(y, deltas)
-
-    def _delta(self, x: jax.Array, a: jax.Array, b: jax.Array) -> jax.Array:
-        shape = tuple(self.wrapped.shape)
-        if self.kind == "attn_vec_einsum":  # x: [..., N, H]
+            pairs.append((_EINSUM_TARGETS[self.kind][target], a, b))
+        if self.kind == "attn_vec_einsum":  # x: [..., N, H] → [..., N·H]
             x = x.reshape(*x.shape[:-2], shape[0] * shape[1])
-        dt = x.dtype
-        # scale the rank-r intermediate, not the (much wider) output
-        return ((x @ a.astype(dt)) * jnp.asarray(self.scale, dt)) @ b.astype(dt)
+        return self._add(y, self._delta(x, pairs))
 
-    def _add(self, y: jax.Array, deltas: dict[int | None, jax.Array]) -> jax.Array:
-        """``y`` plus every slot's delta, in one elementwise add (no scatter into ``y``)."""
+    def _delta(self, x: jax.Array, pairs: list[tuple[int | None, jax.Array, jax.Array]]) -> jax.Array:
+        """Every target's update in one low-rank product: ``[..., slots·out]``.
+
+        Targets that share an einsum (k/v, gate/up) share one pass over ``x``: their A
+        matrices are concatenated (``in × n·r``) and their B matrices placed block-diagonally
+        in their output slots (``n·r × slots·out``), so the update lands in ``y``'s own
+        layout with no stack or slice of the wide activations.
+        """
+        dt = x.dtype
+        if len(pairs) == 1 and pairs[0][0] is None:
+            _, a, b = pairs[0]
+            return lora_matmul(x, a.astype(dt), b.astype(dt), self.scale)
+        slots = _EINSUM_TARGETS[self.kind]
+        n_slots = len(set(slots.values()))
+        a_cat = jnp.concatenate([a.astype(dt) for _, a, _ in pairs], axis=1)
+        rows = []
+        for slot, _, b in pairs:
+            zero = jnp.zeros(b.shape, dt)
+            rows.append(jnp.concatenate([b.astype(dt) if s == slot else zero for s in range(n_slots)], axis=1))
+        return lora_matmul(x, a_cat, jnp.concatenate(rows, axis=0), self.scale)
+
+    def _add(self, y: jax.Array, delta: jax.Array) -> jax.Array:
+        """``y`` plus the update, reshaped to ``y``'s layout (one elementwise add)."""
         shape = tuple(self.wrapped.shape)
+        lead = delta.shape[:-1]
         if self.kind == "q_einsum":  # y: B T N H
-            (delta,) = deltas.values()
-            return y + delta.reshape(*delta.shape[:-1], shape[0], shape[2]).astype(y.dtype)
+            return y + delta.reshape(*lead, shape[0], shape[2]).astype(y.dtype)
         if self.kind in ("kv_einsum", "qkv_einsum"):  # y: C B T K H
-            parts = {i: d.reshape(*d.shape[:-1], shape[1], shape[3]).astype(y.dtype) for i, d in deltas.items()}
-            zero = jnp.zeros(y.shape[1:], y.dtype)
-            return y + jnp.stack([parts.get(i, zero) for i in range(y.shape[0])], axis=0)
-        if self.kind == "gating_einsum":  # y: ... 2 F
-            zero = jnp.zeros((*y.shape[:-2], y.shape[-1]), y.dtype)
-            full = jnp.stack([deltas[i].astype(y.dtype) if i in deltas else zero for i in range(2)], axis=-2)
-            return y + full
-        (delta,) = deltas.values()
+            d = delta.reshape(*lead, shape[0], shape[1], shape[3])
+            return y + jnp.moveaxis(d, -3, 0).astype(y.dtype)
+        if self.kind == "gating_einsum":  # y: ... C F
+            return y + delta.reshape(*lead, y.shape[-2], y.shape[-1]).astype(y.dtype)
         return y + delta.astype(y.dtype)  # attn_vec_einsum, linear: ... D
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def lora_matmul(x: jax.Array, a: jax.Array, b: jax.Array, scale: float) -> jax.Array:
+    """``scale · (x @ a) @ b`` over the last axis of ``x`` (``a: in × r``, ``b: r × out``).
+
+    Autodiff of ``x @ a`` computes ``∂a = xᵀ · ∂u``, and XLA then transposes the whole
+    activation ``x`` into a copy before the matmul; the backward here transposes only the
+    rank-r sides (``∂a = (∂uᵀ · x)ᵀ``, ``∂b = uᵀ · ∂y``), so no activation is copied.
+    """
+    return _lora_matmul_fwd(x, a, b, scale)[0]
+
+
+def _lora_matmul_fwd(x, a, b, scale):
+    u = jnp.dot(x, a) * jnp.asarray(scale, x.dtype)  # scale the rank-r intermediate, not the output
+    return jnp.dot(u, b), (x, a, b, u)
+
+
+def _lora_matmul_bwd(scale, res, g):
+    x, a, b, u = res
+    x2 = x.reshape(-1, x.shape[-1])
+    u2 = u.reshape(-1, u.shape[-1])
+    g2 = g.reshape(-1, g.shape[-1])
+    db = jnp.dot(u2.T, g2)
+    gu = jnp.dot(g2, b.T) * jnp.asarray(scale, g.dtype)
+    da = jnp.dot(gu.T, x2).T
+    dx = jnp.dot(gu, a.T).reshape(x.shape)
+    return dx.astype(x.dtype), da.astype(a.dtype), db.astype(b.dtype)
+
+
+lora_matmul.defvjp(_lora_matmul_fwd, _lora_matmul_bwd)
 
 
 def _wrapper_name(module: _layers.Einsum) -> str:
