@@ -276,15 +276,17 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
 
 
 def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int = 0,
-                 seq_len: int | None = None) -> MemoryEstimate:
-    """``estimate`` for a ``RunConfig`` on ``device_count`` devices."""
+                 seq_len: int | None = None, ce_chunk_bytes: int = 128 * 2**20) -> MemoryEstimate:
+    """``estimate`` for a ``RunConfig`` on ``device_count`` devices (``ce_chunk_bytes``: the
+    train step's budget, ``train.loss.ce_chunk_budget`` of the device)."""
     spec = mesh_lib.resolve(cfg.mesh, device_count)
     return estimate(
         config, batch_size=cfg.train.batch_size, seq_len=seq_len or cfg.data.max_length,
         mesh_shape=spec.shape, lora_enabled=cfg.lora.enabled, lora_rank=cfg.lora.rank,
         lora_targets=tuple(cfg.lora.targets), lora_dtype=cfg.lora.dtype,
         param_dtype=cfg.train.param_dtype, compute_dtype=cfg.train.compute_dtype,
-        remat=cfg.train.remat, grad_accum=cfg.train.grad_accum, device_bytes=device_bytes)
+        remat=cfg.train.remat, grad_accum=cfg.train.grad_accum, device_bytes=device_bytes,
+        ce_chunk_bytes=ce_chunk_bytes)
 
 
 def host_memory_bytes() -> int:

@@ -35,6 +35,12 @@ def machine() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("BENCH_STUB_MISSING") == "1":
+        from bench import import_stubs
+
+        stood_in = import_stubs.install()
+        if stood_in:
+            print(f"[bench] standing in for missing packages: {', '.join(stood_in)}", file=sys.stderr)
     from bench import measures, report
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
@@ -43,7 +49,12 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"run only these: {', '.join(measures.MEASURES)}")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
     parser.add_argument("--json", default=str(ROOT / "bench" / "results" / "latest.json"))
+    parser.add_argument("--merge", nargs="+", default=None, metavar="FILE",
+                        help="add the rows of results files measured elsewhere (e.g. bench/gpu_run.sh on a GPU "
+                             "machine) to --json and rewrite --out; runs nothing")
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, Path(args.json), Path(args.out))
 
     names = args.only or list(measures.MEASURES)
     unknown = [n for n in names if n not in measures.MEASURES]
@@ -52,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 
     previous = _load(Path(args.json))
     results = dict(previous.get("results", {})) if args.only else {}
+    elsewhere = {k: v for k, v in previous.get("results", {}).items() if v.get("machine")}
     started = time.time()
     for name in names:
         print(f"[bench] {name} …", file=sys.stderr, flush=True)
@@ -66,6 +78,10 @@ def main(argv: list[str] | None = None) -> int:
             results[row.measure] = row.to_dict()
             print(f"[bench]   {row.line()}", file=sys.stderr, flush=True)
 
+    for name, row in elsewhere.items():  # rows measured on another machine stay until measured here
+        if results.get(name, {}).get("ours") is None:
+            results[name] = row
+
     command = "python -m bench" + (" --quick" if args.quick else "") + (
         f" --only {' '.join(args.only)}" if args.only else "")
     meta = {
@@ -78,6 +94,27 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
     Path(args.out).write_text(report.render_markdown(meta, results))
     print(f"[bench] wrote {args.out} and {args.json} in {meta['wall_s']} s", file=sys.stderr)
+    return 0
+
+
+def merge(files: list[str], json_path: Path, out: Path) -> int:
+    """Add rows measured on another machine; each keeps that machine and date."""
+    from bench import report
+
+    current = _load(json_path)
+    results = dict(current.get("results", {}))
+    for name in files:
+        other = _load(Path(name))
+        if not other.get("results"):
+            print(f"[bench] {name}: no results in it", file=sys.stderr)
+            return 2
+        meta = other.get("meta", {})
+        for key, row in other["results"].items():
+            results[key] = {**row, "machine": meta.get("machine"), "date": meta.get("date"),
+                            "command": meta.get("command")}
+            print(f"[bench] merged {key} ({meta.get('machine')}, {meta.get('date')})", file=sys.stderr)
+    json_path.write_text(json.dumps({"meta": current.get("meta", {}), "results": results}, indent=2) + "\n")
+    out.write_text(report.render_markdown(current.get("meta", {}), results))
     return 0
 
 

@@ -88,9 +88,10 @@ def render_markdown(meta: dict, results: dict[str, dict]) -> str:
         met = {True: "yes", False: "**no**", None: "–"}[r.get("met")]
         ratio = f"{r['ratio']:.3g}×" if r.get("ratio") is not None else "–"
         ref = f"{f(r.get('reference'))} ({r.get('ref_name')})" if r.get("ref_name") else f(r.get("reference"))
+        where = f"[{r['machine']}, {r.get('date')}] " if r.get("machine") else ""  # measured elsewhere
         lines.append(
             f"| {r['measure']} | {f(r.get('ours'))} | {ref} | {r.get('unit', '')} | {ratio} | "
-            f"{r.get('target', '')} | {met} | {r.get('note', '')} |"
+            f"{r.get('target', '')} | {met} | {where}{r.get('note', '')} |"
         )
     lines.append("")
     analysis = Path(__file__).with_name("analysis.md")

@@ -77,6 +77,41 @@ def test_chunked_cross_entropy_equals_full_cross_entropy(softcap):
     _tree_close(g_chunk, g_full, rtol=1e-5, atol=1e-6)
 
 
+def _dot_input_dtypes(jaxpr) -> set[tuple[str, ...]]:
+    found = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.add(tuple(str(v.aval.dtype) for v in eqn.invars))
+        for sub in jax.core.subjaxprs(eqn) if hasattr(jax.core, "subjaxprs") else ():
+            found |= _dot_input_dtypes(sub)
+        for p in eqn.params.values():
+            inner = getattr(p, "jaxpr", p)
+            if hasattr(inner, "eqns"):
+                found |= _dot_input_dtypes(inner)
+    return found
+
+
+def test_bf16_cross_entropy_backward_multiplies_in_bf16():
+    # an f32 cotangent times the bf16 table would run as an f32 matmul over the vocabulary
+    k1, k2, k3 = jax.random.split(jax.random.key(1), 3)
+    hidden = jax.random.normal(k1, (2, 32, 16), jnp.float32)
+    table = jax.random.normal(k2, (64, 16), jnp.float32)
+    targets = jax.random.randint(k3, (2, 32), 0, 64)
+    mask = jnp.ones((2, 32), jnp.float32)
+
+    def loss(h, t):
+        return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8)
+
+    grad = jax.grad(loss, argnums=(0, 1))
+    lo = grad(hidden.astype(jnp.bfloat16), table.astype(jnp.bfloat16))
+    hi = grad(hidden, table)
+    assert lo[0].dtype == jnp.bfloat16 and lo[1].dtype == jnp.bfloat16
+    for a, b in zip(lo, hi, strict=True):
+        np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b), rtol=5e-2, atol=5e-2)
+    dots = _dot_input_dtypes(jax.make_jaxpr(grad)(hidden.astype(jnp.bfloat16), table.astype(jnp.bfloat16)).jaxpr)
+    assert dots and all(set(d) == {"bfloat16"} for d in dots), dots
+
+
 def test_lora_at_step_zero_scores_like_the_base_model(demo, one_mesh, make_batch):
     model, base = demo
     cfg = _cfg()

@@ -75,6 +75,7 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
     import jax
 
     from adapters_lib import memory, mesh
+    from adapters_lib.train.loss import ce_chunk_budget
 
     config = model_config(cfg)
     available = len(devices)
@@ -89,7 +90,8 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
         grad_accum=cfg.train.grad_accum)]
     device_bytes = memory.device_memory_bytes(jax.devices()[0])
     try:
-        est = memory.estimate_run(cfg, config, device_count=count, device_bytes=device_bytes)
+        est = memory.estimate_run(cfg, config, device_count=count, device_bytes=device_bytes,
+                                  ce_chunk_bytes=ce_chunk_budget(jax.devices()[0]))
     except WorkbenchError as e:  # a mesh that cannot be resolved: the problems say why
         if not any(p["level"] == "error" for p in problems):
             problems.append({"level": "error", "message": e.message, "hint": e.hint or ""})

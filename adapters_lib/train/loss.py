@@ -12,6 +12,8 @@ Pure functions of their inputs (no params are created here):
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -44,14 +46,61 @@ def full_ce_sum(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> 
     return _ce_terms(logits.astype(jnp.float32), targets, loss_mask)
 
 
+CE_CHUNK_BYTES = 128 * 2**20
+"""f32 logits per cross-entropy chunk on a CPU (and the least on an accelerator)."""
+
+
+def ce_chunk_budget(device: Any = None) -> int:
+    """Bytes of f32 logits per cross-entropy chunk on ``device``.
+
+    128 MiB on a CPU; on an accelerator 1/64 of its memory, at least 128 MiB. Every chunk
+    reads the whole ``[V, D]`` embedding table (forward, recompute, backward), so narrow
+    chunks on a GPU are bound by that read, not by the matmul (BENCHMARKS.md, GPU MFU).
+    """
+    if device is None or getattr(device, "platform", "cpu") == "cpu":
+        return CE_CHUNK_BYTES
+    try:
+        limit = int((device.memory_stats() or {}).get("bytes_limit", 0))
+    except Exception:  # noqa: BLE001 - a backend without memory stats keeps the CPU budget
+        limit = 0
+    return max(CE_CHUNK_BYTES, limit // 64)
+
+
 def chunk_length(seq_len: int, rows_per_device: int, vocab_per_device: int,
-                 budget_bytes: int = 128 * 2**20) -> int:
+                 budget_bytes: int = CE_CHUNK_BYTES) -> int:
     """The longest divisor of ``seq_len`` whose f32 logits chunk per device fits the budget."""
     best = 1
     for c in range(1, seq_len + 1):
         if seq_len % c == 0 and rows_per_device * c * vocab_per_device * 4 <= budget_bytes:
             best = c
     return best
+
+
+@jax.custom_vjp
+def chunk_logits(hidden: jax.Array, table: jax.Array) -> jax.Array:
+    """``hidden · tableᵀ`` accumulated and returned in f32 (``[B, L, D] × [V, D] → [B, L, V]``).
+
+    The backward casts the f32 cotangent to the compute dtype before its two matmuls.
+    Autodiff would multiply the f32 cotangent by the bf16 table, which XLA runs as an f32
+    (TF32) matmul over the whole vocabulary: on an H200 that one product took 41 of 149 ms
+    of a Gemma-3-1B LoRA step (BENCHMARKS.md). With f32 compute nothing changes.
+    """
+    return jnp.einsum("bld,vd->blv", hidden, table, preferred_element_type=jnp.float32)
+
+
+def _chunk_logits_fwd(hidden, table):
+    return chunk_logits(hidden, table), (hidden, table)
+
+
+def _chunk_logits_bwd(res, g):
+    hidden, table = res
+    g = g.astype(hidden.dtype)
+    d_hidden = jnp.einsum("blv,vd->bld", g, table, preferred_element_type=jnp.float32)
+    d_table = jnp.einsum("blv,bld->vd", g, hidden, preferred_element_type=jnp.float32)
+    return d_hidden.astype(hidden.dtype), d_table.astype(table.dtype)
+
+
+chunk_logits.defvjp(_chunk_logits_fwd, _chunk_logits_bwd)
 
 
 def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss_mask: jax.Array,
@@ -69,8 +118,7 @@ def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss
             return _one(h, t, m)
 
     def _one(h, t, m):
-        logits = jnp.einsum("bld,vd->blv", h, table.astype(h.dtype),
-                            preferred_element_type=jnp.float32)
+        logits = chunk_logits(h, table.astype(h.dtype))
         return _ce_terms(_softcap(logits, softcap), t, m)
 
     n = length // chunk

@@ -180,7 +180,7 @@ def _batch(batch: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTransformation, mesh: Any,
                 base_params: Any, trainable_params: Any, *, ce_chunk: int | None = None,
-                ce_chunk_bytes: int = 128 * 2**20, seq_len: int | None = None) -> Steps:
+                ce_chunk_bytes: int | None = None, seq_len: int | None = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -188,7 +188,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     (``lora.init_lora``) or the full params; arrays or ShapeDtypeStructs (only shapes are used).
     ``ce_chunk``: positions per cross-entropy chunk (default: the longest divisor of the
     sequence length whose per-device f32 logits fit ``ce_chunk_bytes``; needs ``seq_len``,
-    else ``data.max_length``).
+    else ``data.max_length``). ``ce_chunk_bytes``: default ``loss.ce_chunk_budget`` of the
+    mesh's devices (128 MiB on CPU, 1/64 of an accelerator's memory).
     """
     t = cfg.train
     full_ft = not cfg.lora.enabled
@@ -204,6 +205,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     dp = sizes["data"] * sizes["fsdp"]
     length = seq_len or cfg.data.max_length
     if ce_chunk is None:
+        if ce_chunk_bytes is None:
+            ce_chunk_bytes = loss_lib.ce_chunk_budget(mesh.devices.flat[0])
         micro_rows = max(1, t.batch_size // accum // dp)
         vocab = config.num_embed
         if vocab % sizes["tensor"] == 0:
