@@ -198,6 +198,28 @@ LOGITS_COPIES_SCAN = 6.9
 FSDP_GATHER_COPIES = 3.3
 
 
+ATTENTION_GLOBAL_BLOCK = 128
+"""Query block of the train step's block-sparse attention on global layers (``attention.py``)."""
+
+
+def scored_keys(seq_len: int, window: int | None = None, global_block: int = ATTENTION_GLOBAL_BLOCK) -> float:
+    """Mean keys scored per query by the train step's attention (``attention.block_sparse_attention``).
+
+    A sliding-window layer scores ``2·window`` keys; a causal layer in blocks of ``global_block``
+    about half of them; a sequence that does not split evenly scores all ``seq_len``.
+    """
+    if window is not None and window < seq_len and seq_len % window == 0:
+        return float(2 * window)
+    if seq_len > global_block and seq_len % global_block == 0:
+        n = seq_len // global_block
+        return seq_len * (n + 1) / (2 * n)
+    return float(seq_len)
+
+
+def _is_local(attention_type: Any) -> bool:
+    return str(getattr(attention_type, "name", attention_type)).upper().endswith("LOCAL_SLIDING")
+
+
 def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[int, int, int] = (1, 1, 1),
              lora_enabled: bool = True, lora_rank: int = 8,
              lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down"),
@@ -248,11 +270,13 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
         lora_out = sum(outs[t] for t in lora_targets)
     per_layer = cb * tokens * (ACT_D * d + ACT_QKV * (n_loc + 2 * k_loc) * h + ACT_F * f_loc
                                + ACT_LORA * lora_out)
-    per_layer += cb * ACT_S * rows * n_loc * seq_len * seq_len
+    window = _cfg(config, "sliding_window_size")
+    scores = [cb * ACT_S * rows * n_loc * seq_len * scored_keys(seq_len, window if _is_local(t) else None)
+              for t in (_cfg(config, "attention_types") or ())] or [cb * ACT_S * rows * n_loc * seq_len**2] * layers
     if remat:
-        activations = layers * cb * tokens * d + REMAT_LAYER * per_layer
+        activations = layers * cb * tokens * d + REMAT_LAYER * (per_layer + max(scores))
     else:
-        activations = layers * per_layer
+        activations = layers * per_layer + sum(scores)
 
     if not lora_enabled and fsdp > 1:  # gathered weights and gradients, see FSDP_GATHER_COPIES
         activations += FSDP_GATHER_COPIES * base_dev * fsdp * pb

@@ -7,6 +7,8 @@
   ``[B, L, V]`` logits are never materialised;
 - the attention mask comes from ``segment_ids`` (causal, same packed example), positions
   from the batch;
+- the attention scores are computed in blocks that skip the masked-out ones (causal and
+  sliding-window; ``attention.py``), the same values as gemma's dense scores;
 - ``train.remat`` rematerialises every transformer block in the backward pass;
 - ``train.compute_dtype = "bfloat16"`` casts params (base and trainable) inside the step;
   gradients, optimizer state and the trainable params stay in their own dtype;
@@ -35,7 +37,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from adapters_lib import lora
+from adapters_lib import attention, lora
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
 from adapters_lib.train import loss as loss_lib
@@ -85,6 +87,33 @@ def with_remat(model: nn.Module) -> nn.Module:
                     "training without remat", type(model).__name__)
         return model
     cls = _remat_class(type(model))
+    kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+              if f.init and f.name not in ("parent", "name")}
+    return cls(**kwargs)
+
+
+@functools.cache
+def _blocked_class(cls: type) -> type:
+    def _apply_attention(self, inputs, cache):
+        if cache is not None:  # sampling: gemma's own attention
+            return super(new_cls, self)._apply_attention(inputs, cache)
+        with attention.blocked():
+            return super(new_cls, self)._apply_attention(inputs, cache)
+
+    new_cls = type(f"{cls.__name__}Blocked", (cls,), {
+        "_apply_attention": _apply_attention, "__module__": cls.__module__})
+    return new_cls
+
+
+def with_blocked_attention(model: nn.Module) -> nn.Module:
+    """The same gemma Transformer with block-sparse attention scores (``attention.py``).
+
+    A subclass, not a context around ``apply``: gemma's ``Transformer.__call__`` is an
+    ``nn.jit`` keyed on the module, so an equal module would reuse a dense trace.
+    """
+    if not hasattr(type(model), "_apply_attention"):
+        return model
+    cls = _blocked_class(type(model))
     kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
               if f.init and f.name not in ("parent", "name")}
     return cls(**kwargs)
@@ -199,7 +228,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     softcap = config.final_logit_softcap
 
     run_model = with_remat(model) if t.remat else model
-    run_model = lora.wrap(run_model, cfg.lora)
+    run_model = lora.wrap(with_blocked_attention(run_model), cfg.lora)
 
     sizes = mesh_lib.mesh_sizes(mesh)
     dp = sizes["data"] * sizes["fsdp"]
