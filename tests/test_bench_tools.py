@@ -1,0 +1,47 @@
+"""The benchmark harness's own tools (no timing: benchmarks are not tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_import_stand_ins_cover_only_missing_packages():
+    code = textwrap.dedent("""
+        import sys
+        from bench import import_stubs
+        print(import_stubs.install(("wb_surely_missing_pkg", "json")))
+        import json
+        from wb_surely_missing_pkg.sub import Writer
+        class Mine(Writer):  # gemma's imports subclass such names
+            pass
+        assert json.dumps([1]) == "[1]"  # the installed package is untouched
+        assert Writer()() is Writer and not Writer
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['wb_surely_missing_pkg']"
+
+
+def test_merge_keeps_rows_from_another_machine(tmp_path):
+    gpu = tmp_path / "gpu.json"
+    gpu.write_text(json.dumps({"meta": {"machine": "gpu:H200", "date": "2026-11-29"},
+                               "results": {"MFU": {"measure": "MFU", "ours": 28.0, "unit": "%"}}}))
+    latest = tmp_path / "latest.json"
+    latest.write_text(json.dumps({"meta": {"machine": "cpu"}, "results": {
+        "speed": {"measure": "speed", "ours": 2.0, "reference": 1.0, "ratio": 2.0}}}))
+    out = tmp_path / "BENCHMARKS.md"
+    run = subprocess.run([sys.executable, "-m", "bench", "--merge", str(gpu), "--json", str(latest),
+                          "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    merged = json.loads(latest.read_text())["results"]
+    assert set(merged) == {"speed", "MFU"} and merged["MFU"]["machine"] == "gpu:H200"
+    assert "| MFU | 28 |" in out.read_text() and "[gpu:H200, 2026-11-29]" in out.read_text()
+    bad = subprocess.run([sys.executable, "-m", "bench", "--merge", str(tmp_path / "none.json"), "--json",
+                          str(latest), "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "no results" in bad.stderr
