@@ -25,9 +25,14 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from adapters_lib import __version__, paths
+
+if TYPE_CHECKING:
+    from adapters_lib.engine.service import Engine
 
 log = logging.getLogger("adapters_lib.engine")
 
@@ -107,7 +112,10 @@ async def _exit_when_idle(engine, stop: asyncio.Event, idle_exit: float) -> None
             stop.set()
 
 
-async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: float = 0) -> int:
+async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: float = 0,
+                engine_factory: Callable[..., Engine] | None = None) -> int:
+    """Serve the API until asked to stop. ``engine_factory(warm=...)`` makes the engine
+    (default ``service.Engine``; the multi-host leader passes its ``LeaderEngine``)."""
     from aiohttp import web
 
     from adapters_lib.engine.server import STOP_KEY, make_app
@@ -115,7 +123,7 @@ async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: flo
 
     t0 = time.perf_counter()
     f = files()
-    engine = Engine(warm=warm)
+    engine = (engine_factory or Engine)(warm=warm)
     token = secrets.token_urlsafe(32)
     write_private(f["token"], token + "\n")
     app = make_app(engine, token)

@@ -8,8 +8,10 @@ runs an engine; the mesh of a run spans every global device.
   SPMD program to the others through ``multihost.Bus`` *before* running it: ``train`` (run
   dir, resume) when a run starts, then one ``step`` message a step (the stop decision, so
   every process leaves the loop at the same step), ``heartbeat`` every few seconds while
-  idle, ``shutdown`` at the end. Sampling and export run on process 0's own first device
-  (process-local programs), so they need no broadcast.
+  idle, ``shutdown`` at the end. Base-model sampling runs on process 0's own first device
+  (a process-local program), so it needs no broadcast; sampling or exporting a run's
+  checkpoint is refused (orbax's restore waits on every process: it would hang).
+  ``daemon.serve`` builds this engine through its ``engine_factory`` argument.
 - Processes ≠ 0 run ``run_follower``: no API; they execute each message with the same code
   (``multihost.train_one``), writing no metrics, events or status (``FollowerRunDir``), and
   call orbax's save/restore on the shared ``checkpoints/`` with process 0.
@@ -30,9 +32,10 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from adapters_lib import multihost, paths
+from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.service import Engine, QueuedRun, RunControl
 from adapters_lib.errors import WorkbenchError
 
@@ -94,18 +97,48 @@ class LeaderEngine(Engine):
             out["summary"] = f"{out['summary']}; {out['hosts']['line']}"
         return out
 
-    def _train(self, item: QueuedRun) -> None:
-        """``Engine._train`` with the run broadcast to every process first."""
-        self.bus.send({"command": "train", "run_dir": str(item.run.path.resolve()),
-                       "resume": item.resume, "stop": item.stop.is_set()})
-        log.info("run %s on %d processes", item.run.run_id, multihost.process_count())
-        super()._train(item)
+    def prepare_generation(self, cmd: Any) -> Any:
+        """Sampling the base model works; a run's checkpoint is refused (see ``_refuse_restore``)."""
+        run = super().prepare_generation(cmd)
+        if run is not None:
+            self._refuse_restore(f"{cmd.name} of a run")
+        return run
+
+    def cmd_export(self, cmd: Any) -> dict[str, Any]:
+        self.find_run(cmd.run_id)  # a missing run is still a 404
+        self._refuse_restore("export")
+
+    @staticmethod
+    def _refuse_restore(what: str) -> NoReturn:
+        """Restoring a run's adapters on process 0 alone would hang the engine: orbax's
+        restore ends in a barrier over every process of the job (``sync_global_processes``)
+        while the others wait on the ``Bus``. Refuse in words instead (HTTP 501)."""
+        raise EngineError(
+            f"{what} is not available on a multi-host engine: restoring a checkpoint on "
+            "process 0 alone would wait for the other processes forever",
+            status=501, where="engine start --multihost",
+            hint="use `gemma-workbench sample --run ID` or `gemma-workbench export ID` (they run "
+                 "in a process of their own) where the run directory is visible and devices are "
+                 "free, or a single-host engine")
 
     def _run_training(self, item: QueuedRun) -> None:
-        """Every process leaves the loop at the same step; a lost peer means ``interrupted``."""
+        """The run broadcast to every process, then trained on all of them: every process
+        leaves the loop at the same step; a lost peer means ``interrupted``.
+
+        The ``train`` message goes out here (inside ``Engine._train``, after its own checks)
+        and its ``stop`` is the decision process 0 acts on, so process 0 and the others
+        always agree on whether the run starts.
+        """
         from adapters_lib.train.loop import run_training
 
         run = item.run
+        stop = item.stop.is_set()
+        self.bus.send({"command": "train", "run_dir": str(run.path.resolve()),
+                       "resume": item.resume, "stop": stop})
+        if stop:  # the others skip it too
+            run.set_state("stopped", "stopped before it started")
+            return
+        log.info("run %s on %d processes", run.run_id, multihost.process_count())
         run.write_status("running", pid=os.getpid(), processes=multihost.process_count())
         control = multihost.SyncedControl(self.bus, RunControl(self, item))
         try:
@@ -179,9 +212,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve_leader(args: argparse.Namespace, daemon: Any) -> int:
-    """``daemon.main`` for process 0, with a ``LeaderEngine``."""
-    from adapters_lib.engine import service
-
+    """``daemon.main`` for process 0, serving a ``LeaderEngine`` (``engine_factory``)."""
     f = daemon.files()
     paths.ensure_private_dir(f["socket"].parent)
     lock = daemon._lock(f["lock"])
@@ -190,15 +221,14 @@ def _serve_leader(args: argparse.Namespace, daemon: Any) -> int:
                              hint="stop it (`gemma-workbench engine stop`) first")
     daemon._setup_logging(f["log"], args.foreground)
     daemon.write_private(f["pid"], f"{os.getpid()}\n")
-    # daemon.serve builds ``service.Engine(warm=...)``: hand it the leader instead.
-    service.Engine = functools.partial(LeaderEngine, bus=multihost.Bus())  # type: ignore[misc]
+    factory = functools.partial(LeaderEngine, bus=multihost.Bus())
     try:
-        return asyncio.run(daemon.serve(foreground=args.foreground, tcp=args.tcp, warm=True))
+        return asyncio.run(daemon.serve(foreground=args.foreground, tcp=args.tcp, warm=True,
+                                        engine_factory=factory))
     except Exception:
         log.exception("engine crashed")
         return 1
     finally:
-        service.Engine = Engine  # type: ignore[misc]
         os.close(lock)
 
 
