@@ -8,9 +8,10 @@ runs an engine; the mesh of a run spans every global device.
   SPMD program to the others through ``multihost.Bus`` *before* running it: ``train`` (run
   dir, resume) when a run starts, then one ``step`` message a step (the stop decision, so
   every process leaves the loop at the same step), ``heartbeat`` every few seconds while
-  idle, ``shutdown`` at the end. Base-model sampling runs on process 0's own first device
-  (a process-local program), so it needs no broadcast; sampling or exporting a run's
-  checkpoint is refused (orbax's restore waits on every process: it would hang).
+  idle, ``shutdown`` at the end. Sampling (base model, or a run's checkpoint restored by
+  process 0 alone: ``checkpoints.restore_params`` is process-local) runs on process 0's own
+  first device, so it needs no broadcast; export is refused (its restore paths wait on every
+  process: it would hang).
   ``daemon.serve`` builds this engine through its ``engine_factory`` argument.
 - Processes ≠ 0 run ``run_follower``: no API; they execute each message with the same code
   (``multihost.train_one``), writing no metrics, events or status (``FollowerRunDir``), and
@@ -97,29 +98,21 @@ class LeaderEngine(Engine):
             out["summary"] = f"{out['summary']}; {out['hosts']['line']}"
         return out
 
-    def prepare_generation(self, cmd: Any) -> Any:
-        """Sampling the base model works; a run's checkpoint is refused (see ``_refuse_restore``)."""
-        run = super().prepare_generation(cmd)
-        if run is not None:
-            self._refuse_restore(f"{cmd.name} of a run")
-        return run
-
     def cmd_export(self, cmd: Any) -> dict[str, Any]:
         self.find_run(cmd.run_id)  # a missing run is still a 404
         self._refuse_restore("export")
 
     @staticmethod
     def _refuse_restore(what: str) -> NoReturn:
-        """Restoring a run's adapters on process 0 alone would hang the engine: orbax's
-        restore ends in a barrier over every process of the job (``sync_global_processes``)
-        while the others wait on the ``Bus``. Refuse in words instead (HTTP 501)."""
+        """Export restores through paths (merged weights, orbax catalog loaders) that end in a
+        barrier over every process of the job while the others wait on the ``Bus``: it would
+        hang the engine. Refuse in words instead (HTTP 501)."""
         raise EngineError(
-            f"{what} is not available on a multi-host engine: restoring a checkpoint on "
+            f"{what} is not available on a multi-host engine: its checkpoint restore on "
             "process 0 alone would wait for the other processes forever",
             status=501, where="engine start --multihost",
-            hint="use `gemma-workbench sample --run ID` or `gemma-workbench export ID` (they run "
-                 "in a process of their own) where the run directory is visible and devices are "
-                 "free, or a single-host engine")
+            hint="use `gemma-workbench export ID` (it runs in a process of its own) where the run "
+                 "directory is visible and devices are free, or a single-host engine")
 
     def _run_training(self, item: QueuedRun) -> None:
         """The run broadcast to every process, then trained on all of them: every process

@@ -97,9 +97,19 @@ class CheckpointStore:
 
 
 def restore_params(directory: str | Path, step: int, abstract_trainable: Any) -> Any:
-    """Only the trainable params of one checkpoint (for sampling and export); reads nothing else."""
+    """Only the trainable params of one checkpoint (for sampling and export); reads nothing else.
+
+    Process-local: in a multi-host job only the calling process reads (the target's shardings
+    are on its own devices), so it does not wait in orbax's all-process barrier for processes
+    that are busy elsewhere (the multi-host engine samples on process 0 alone).
+    """
     path = Path(directory).absolute() / str(step) / "params"
-    with ocp.StandardCheckpointer() as checkpointer:
+    options = {}
+    if jax.process_count() > 1:
+        me = jax.process_index()
+        options["multiprocessing_options"] = ocp.options.MultiprocessingOptions(
+            primary_host=me, active_processes={me}, barrier_sync_key_prefix=f"restore-p{me}")
+    with ocp.StandardCheckpointer(**options) as checkpointer:
         return checkpointer.restore(path, abstract_trainable)
 
 
