@@ -9,6 +9,15 @@
 # lacks travel as wheels in .whl/ (installed with --target, ahead of its own); gemma's
 # TensorFlow-only imports are stood in for when TensorFlow is absent (bench/import_stubs.py).
 # Results: $OUT/gpu.json (raw rows, merge with `python -m bench --merge`), $OUT/gpu.log.
+#
+# The wheels (.whl/ is git-ignored; ~9 MB; what an image with JAX 0.11 + flax/optax/orbax but
+# no gemma, kauldron or TensorFlow lacks), fetched here with the project's pinned versions:
+#   .venv/bin/python -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#     --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+#     --platform manylinux2014_x86_64 -d .whl gemma==4.0.1 kauldron==1.4.4 grain==0.2.18 \
+#     array_record==0.8.6 dialog==1.1.0 immutabledict==4.3.1 ipython==9.18.1 lark==1.3.1 \
+#     mediapy==1.2.7 ml_collections==1.1.0 portpicker==1.6.0 traitlets==5.16.1 typeguard==4.6.1 \
+#     flax==0.12.12 optax==0.2.8 etils==1.15.0 orbax-checkpoint==0.12.8 chex==0.1.92 treescope==0.1.10
 set -euo pipefail
 OUT=${OUT:-/tmp/bench-gpu}
 PY=${PYTHON:-python3}
