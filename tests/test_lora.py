@@ -138,3 +138,22 @@ def test_adapter_gradients_through_the_model_equal_plain_autodiff(base, monkeypa
     for (path, g), p in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(plain), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(p), rtol=2e-4, atol=2e-4,
                                    err_msg=jax.tree_util.keystr(path))
+
+
+@pytest.mark.parametrize("targets", [("q",), ("v",), ("q", "k", "v"), ("k", "o", "up")], ids="+".join)
+def test_fused_slots_on_a_qkv_einsum_model_match_fused_weights(targets):
+    # num_kv_heads == num_heads: gemma uses one qkv_einsum (3 slots); the shared-A product must
+    # put each target's update in its own slot
+    import dataclasses
+
+    config = dataclasses.replace(demo.demo_transformer_config(), num_kv_heads=4)
+    model = demo.demo_model_class()(config=config, dtype=jnp.float32)
+    tokens = jnp.asarray(np.random.RandomState(0).randint(4, 1000, (2, 16)), jnp.int32)
+    params = model.init(jax.random.key(0), tokens)["params"]
+    spec = LoraSpec(rank=4, alpha=8.0, targets=targets)
+    moved = lora.merge_lora(params, _perturbed(lora.init_lora(model, spec, params, jax.random.key(1))))
+    tuned = lora.wrap(model, spec).apply({"params": moved}, tokens).logits
+    fused = model.apply({"params": lora.fuse_lora(jax.device_get(moved), spec)}, tokens).logits
+    base = model.apply({"params": params}, tokens).logits
+    assert float(jnp.max(jnp.abs(tuned - base))) > 1e-3
+    np.testing.assert_allclose(np.asarray(fused), np.asarray(tuned), rtol=1e-5, atol=1e-5)
