@@ -86,7 +86,11 @@ def with_remat(model: nn.Module) -> nn.Module:
         log.warning("remat: %s has no _apply_attention (not a gm.nn.Transformer); "
                     "training without remat", type(model).__name__)
         return model
-    cls = _remat_class(type(model))
+    return _rebuild_as(model, _remat_class(type(model)))
+
+
+def _rebuild_as(model: nn.Module, cls: type) -> nn.Module:
+    """``model``'s fields in a (subclass) ``cls``: a module that traces apart from ``model``."""
     kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
               if f.init and f.name not in ("parent", "name")}
     return cls(**kwargs)
@@ -113,10 +117,7 @@ def with_blocked_attention(model: nn.Module) -> nn.Module:
     """
     if not hasattr(type(model), "_apply_attention"):
         return model
-    cls = _blocked_class(type(model))
-    kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
-              if f.init and f.name not in ("parent", "name")}
-    return cls(**kwargs)
+    return _rebuild_as(model, _blocked_class(type(model)))
 
 
 # --------------------------------------------------------------------------- the steps
