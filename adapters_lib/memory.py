@@ -198,6 +198,10 @@ LOGITS_COPIES_SCAN = 6.9
 FSDP_GATHER_COPIES = 3.3
 
 
+CE_CHUNK_BYTES = 128 * 2**20
+"""f32 logits per cross-entropy chunk on a CPU, and the least on an accelerator
+(``train.loss.ce_chunk_budget``; here because this module imports no JAX)."""
+
 ATTENTION_GLOBAL_BLOCK = 128
 """Query block of the train step's block-sparse attention on global layers (``attention.py``)."""
 
@@ -225,7 +229,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
              lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down"),
              lora_dtype: str = "float32", param_dtype: str = "float32", compute_dtype: str = "float32",
              remat: bool = False, grad_accum: int = 1, chunked_ce: bool = True,
-             ce_chunk_bytes: int = 128 * 2**20, device_bytes: int = 0) -> MemoryEstimate:
+             ce_chunk_bytes: int = CE_CHUNK_BYTES, device_bytes: int = 0) -> MemoryEstimate:
     """Bytes per device of one train step of ``config`` (see the module docstring).
 
     ``batch_size`` is the global batch of one optimizer step; ``grad_accum`` splits it;
@@ -300,7 +304,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
 
 
 def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int = 0,
-                 seq_len: int | None = None, ce_chunk_bytes: int = 128 * 2**20) -> MemoryEstimate:
+                 seq_len: int | None = None, ce_chunk_bytes: int = CE_CHUNK_BYTES) -> MemoryEstimate:
     """``estimate`` for a ``RunConfig`` on ``device_count`` devices (``ce_chunk_bytes``: the
     train step's budget, ``train.loss.ce_chunk_budget`` of the device)."""
     spec = mesh_lib.resolve(cfg.mesh, device_count)

@@ -572,10 +572,15 @@ def _profile_top_ops(run_step, logdir: str, n_steps: int = 3, top: int = 30) -> 
         return []
     trace = json.load(gzip.open(files[-1]))
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    # on an accelerator count only its own timelines (kernels); on CPU the XLA thunks are host
+    # events, so drop Python frames and the executor's own spans instead
+    devices = {e.get("pid") for e in events if e.get("ph") == "M" and e.get("name") == "process_name"
+               and "/device:" in str(e.get("args", {}).get("name", ""))}
     total: collections.Counter = collections.Counter()
     for e in events:
         name = e.get("name", "")
-        if e.get("ph") != "X" or name.startswith(("$", "Thunk", "Pjit", "Slinky")):
+        if e.get("ph") != "X" or (e.get("pid") not in devices if devices else
+                                  name.startswith(("$", "Thunk", "Pjit", "Slinky", "CommonPjRt"))):
             continue
         total[name] += e.get("dur", 0)
     return [(name, us / n_steps / 1000) for name, us in total.most_common(top)]
@@ -604,6 +609,8 @@ def gpu_mfu(quick: bool = False) -> list[Row]:
     import jax
     import jax.numpy as jnp
     from gemma import gm
+
+    from adapters_lib.memory import CE_CHUNK_BYTES
 
     name = "LoRA MFU, Gemma-3-1B shape, seq 2048, bf16 (GPU)"
     dev = jax.devices()[0]
@@ -646,7 +653,7 @@ def gpu_mfu(quick: bool = False) -> list[Row]:
         for op, ms in main["top_ops"]:
             print(f"[bench]   {ms:9.3f}  {op[:120]}", file=sys.stderr)
     if not headline_only and (not quick or os.environ.get("BENCH_MFU_VARIANTS")):
-        for label, kw in (("CE chunk budget 128 MiB, the CPU default", {"ce_chunk_bytes": 128 * 2**20}),
+        for label, kw in (("CE chunk budget 128 MiB, the CPU default", {"ce_chunk_bytes": CE_CHUNK_BYTES}),
                           ("batch 4", {"batch": 4})):
             args = {"batch": b, "seq": seq, "steps": n, **kw}
             v = mfu_point(model, **args)

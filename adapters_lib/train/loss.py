@@ -17,6 +17,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from adapters_lib.memory import CE_CHUNK_BYTES
+
 
 def attention_mask(segment_ids: jax.Array) -> jax.Array:
     """``mask[b,i,j] = seg[b,i]==seg[b,j] & seg[b,i]!=0 & j<=i`` (bool ``[B, L, L]``)."""
@@ -46,8 +48,6 @@ def full_ce_sum(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> 
     return _ce_terms(logits.astype(jnp.float32), targets, loss_mask)
 
 
-CE_CHUNK_BYTES = 128 * 2**20
-"""f32 logits per cross-entropy chunk on a CPU (and the least on an accelerator)."""
 
 
 def ce_chunk_budget(device: Any = None) -> int:
@@ -85,11 +85,15 @@ def chunk_logits(hidden: jax.Array, table: jax.Array) -> jax.Array:
     (TF32) matmul over the whole vocabulary: on an H200 that one product took 41 of 149 ms
     of a Gemma-3-1B LoRA step (BENCHMARKS.md). With f32 compute nothing changes.
     """
+    return _logits(hidden, table)
+
+
+def _logits(hidden, table):
     return jnp.einsum("bld,vd->blv", hidden, table, preferred_element_type=jnp.float32)
 
 
 def _chunk_logits_fwd(hidden, table):
-    return chunk_logits(hidden, table), (hidden, table)
+    return _logits(hidden, table), (hidden, table)
 
 
 def _chunk_logits_bwd(res, g):
