@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -219,31 +220,94 @@ def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) 
 
 
 def list_runs(root: Path | None = None) -> list[RunDir]:
-    """Run directories under ``root`` (default: the runs dir), newest first."""
+    """Run directories under ``root`` (default: the runs dir), newest first.
+
+    A symbolic link in a runs folder is never a run: the workbench does not follow links there
+    (deleting "a run" must never delete what a link points at).
+    """
     parent = root or runs_root()
     if not parent.is_dir():
         return []
-    runs = [RunDir(p) for p in parent.iterdir() if p.is_dir() and (p / "config.toml").is_file()]
+    runs = [RunDir(p) for p in parent.iterdir()
+            if not p.is_symlink() and p.is_dir() and (p / "config.toml").is_file()]
     return sorted(runs, key=lambda r: r.run_id, reverse=True)
 
 
-def find_run(run_id: str, root: Path | None = None) -> RunDir:
-    """A run by id, by a unique prefix of its id, or by path."""
-    as_path = Path(run_id).expanduser()
-    if (as_path / "config.toml").is_file():
-        return RunDir(as_path)
-    runs = list_runs(root)
+class NoSuchRun(WorkbenchError):
+    """No run has this id or id prefix (the engine answers 404)."""
+
+
+class AmbiguousRun(WorkbenchError):
+    """More than one run starts with this prefix (the engine answers 400)."""
+
+
+class LinkedRun(WorkbenchError):
+    """The id names a symbolic link in a runs folder: never followed (the engine answers 409)."""
+
+
+def select_run(run_id: str, runs: list[RunDir], roots: list[Path]) -> RunDir:
+    """The run ``run_id`` names among ``runs`` (the runs of ``roots``).
+
+    An exact id, or a unique **prefix** of one; never a suffix (``delete ta`` must not find
+    ``…-zeta``). A name that is a symbolic link in one of ``roots`` is refused in words.
+    """
     exact = [r for r in runs if r.run_id == run_id]
     if exact:
         return exact[0]
-    matches = [r for r in runs if r.run_id.startswith(run_id) or r.run_id.endswith(run_id)]
+    for root in roots:
+        link = root / run_id
+        if run_id and "/" not in run_id and link.is_symlink():
+            raise LinkedRun(f"{link} is a symbolic link, not a run directory",
+                            where=str(root),
+                            hint="the workbench never follows links in a runs folder; remove the "
+                                 "link yourself, or set [run] dir to the folder it points at")
+    matches = [r for r in runs if run_id and r.run_id.startswith(run_id)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise WorkbenchError(f"no run {run_id!r}", where=str(root or runs_root()),
-                             hint="list runs with `gemma-workbench runs`")
-    raise WorkbenchError(f"run id {run_id!r} is ambiguous ({len(matches)} runs match)",
-                         hint="give more of the id")
+        raise NoSuchRun(f"no run {run_id!r}",
+                        hint="give the run id or the start of it; list runs with `gemma-workbench runs`")
+    names = ", ".join(r.run_id for r in matches[:5]) + (", …" if len(matches) > 5 else "")
+    raise AmbiguousRun(f"run id {run_id!r} is ambiguous ({len(matches)} runs start with it: {names})",
+                       hint="give more of the id")
+
+
+def find_run(run_id: str, root: Path | None = None) -> RunDir:
+    """A run by id, by a unique prefix of its id, or by path (a path that is a link is refused)."""
+    as_path = Path(run_id).expanduser()
+    if ("/" in run_id or run_id.startswith(".")) and as_path.is_symlink():
+        raise LinkedRun(f"{as_path} is a symbolic link, not a run directory",
+                        hint="give the run directory itself")
+    if (as_path / "config.toml").is_file() and not as_path.is_symlink():
+        return RunDir(as_path)
+    parent = root or runs_root()
+    return select_run(run_id, list_runs(parent), [parent])
+
+
+def delete_run_dir(run: RunDir, roots: list[Path]) -> None:
+    """Delete a run directory, and nothing else.
+
+    Refused (``WorkbenchError``) unless ``run.path`` is a real directory (not a symbolic link)
+    holding a ``config.toml``, directly inside one of ``roots``. ``shutil.rmtree`` removes
+    links inside the run as links; it never deletes what they point at.
+    """
+    path = run.path
+    if path.is_symlink():
+        raise LinkedRun(f"{path} is a symbolic link, not a run directory",
+                        hint="the workbench never deletes through a link; remove the link yourself")
+    if not path.is_dir() or not (path / "config.toml").is_file():
+        raise WorkbenchError(f"{path} is not a run directory (no config.toml)",
+                             hint="nothing was deleted")
+    parent = path.parent.resolve()
+    if not any(parent == Path(r).resolve() for r in roots):
+        raise WorkbenchError(f"{path} is not in a runs folder the workbench knows",
+                             hint="nothing was deleted")
+    try:
+        shutil.rmtree(path)
+    except OSError as e:
+        raise WorkbenchError(f"could not delete {path}: {e.strerror or e}",
+                             hint="check the folder's permissions; what remains is listed by "
+                                  "`gemma-workbench runs`") from None
 
 
 def mark_interrupted(root: Path | None = None) -> list[RunDir]:

@@ -17,7 +17,6 @@ import concurrent.futures
 import json
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -318,26 +317,26 @@ class Engine:
 
     def all_runs(self) -> list[runs.RunDir]:
         found: dict[Path, runs.RunDir] = {}
-        for root in [self.runs_root or runs.runs_root(), *_extra_roots()]:
+        for root in self.roots():
             for run in runs.list_runs(root):
                 found.setdefault(run.path.resolve(), run)
         return sorted(found.values(), key=lambda r: r.run_id, reverse=True)
 
+    def roots(self) -> list[Path]:
+        return [self.runs_root or runs.runs_root(), *_extra_roots()]
+
     def find_run(self, run_id: str) -> runs.RunDir:
+        """An exact id or a unique prefix (never a suffix); a symbolic link is refused."""
         if not run_id or "/" in run_id or run_id.startswith("."):
             raise EngineError(f"bad run id {run_id!r}", status=400)
-        runs_list = self.all_runs()
-        exact = [r for r in runs_list if r.run_id == run_id]
-        if exact:
-            return exact[0]
-        matches = [r for r in runs_list if r.run_id.startswith(run_id) or r.run_id.endswith(run_id)]
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise EngineError(f"no run {run_id!r}", status=404,
-                              hint="list runs with `gemma-workbench runs`")
-        raise EngineError(f"run id {run_id!r} is ambiguous ({len(matches)} runs match)",
-                          status=400, hint="give more of the id")
+        try:
+            return runs.select_run(run_id, self.all_runs(), self.roots())
+        except runs.NoSuchRun as e:
+            raise EngineError(e.message, status=404, where=e.where, hint=e.hint) from None
+        except runs.LinkedRun as e:
+            raise EngineError(e.message, status=409, where=e.where, hint=e.hint) from None
+        except runs.AmbiguousRun as e:
+            raise EngineError(e.message, status=400, where=e.where, hint=e.hint) from None
 
     def state_of(self, run: runs.RunDir) -> dict[str, Any]:
         status = run.status()
@@ -519,7 +518,10 @@ class Engine:
         if busy or state in runs.ACTIVE_STATES:
             raise EngineError(f"run {run.run_id} is {state}; stop it before deleting it",
                               status=409, hint="gemma-workbench runs stop " + run.run_id)
-        shutil.rmtree(run.path)
+        try:
+            runs.delete_run_dir(run, self.roots())
+        except WorkbenchError as e:
+            raise EngineError(e.message, status=409, where=e.where, hint=e.hint) from None
         log.info("run %s deleted", run.run_id)
         return {"id": run.run_id, "deleted": True}
 
