@@ -333,8 +333,10 @@ class EngineClient:
         return self._stream("POST", "/compare", json_body=body)
 
     def export(self, run_id: str, *, kind: str = "adapter", out: str = "", step: int = -1,
-               format: str = "") -> dict[str, Any]:
+               format: str = "", force: bool = False) -> dict[str, Any]:
         body = {"run_id": run_id, "kind": kind, "out": out, "step": step, "format": format}
+        if force:  # only when asked: an older engine refuses the key
+            body["force"] = True
         return self._request("POST", "/export", json_body=body, timeout=3600)
 
 

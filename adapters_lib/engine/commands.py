@@ -177,6 +177,8 @@ class Export(Command):
     step: int = -1
     format: str = ""
     """Output format for the export area ("" = its default)."""
+    force: bool = False
+    """Replace ``out`` when it holds an earlier export of this tool (never anything else)."""
 
 
 COMMANDS: dict[str, type[Command]] = {

@@ -150,7 +150,7 @@ def export_job(engine: Any, cmd: C.Export, run: runs.RunDir) -> dict[str, Any]:
     from adapters_lib import export
 
     step = None if cmd.step < 0 else cmd.step
-    kwargs: dict[str, Any] = {"step": step}
+    kwargs: dict[str, Any] = {"step": step, "force": cmd.force}
     if cmd.out:
         kwargs["out"] = cmd.out
     if cmd.format:

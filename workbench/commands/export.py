@@ -20,6 +20,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="adapter (PEFT), gemma (merged, orbax) or hf (merged, safetensors)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: <run>/adapter, <run>/merged, "
                                                 "<run>/merged-hf)")
+    p.add_argument("--force", action="store_true",
+                   help="replace --out when it holds an earlier export of gemma-workbench "
+                        "(anything else is never replaced)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=run)
 
@@ -29,7 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from workbench.commands._generation_args import quiet_engine_logs
 
     quiet_engine_logs()
-    result = export.export_run(args.run, args.format, step=args.step, out=args.out)
+    result = export.export_run(args.run, args.format, step=args.step, out=args.out,
+                               force=args.force)
     if args.json:
         print(json.dumps(result))
     else:

@@ -37,6 +37,8 @@ PEFT_MODULES = {
     "o": "self_attn.o_proj", "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
 }
 PEFT_PREFIX = "base_model.model.model.layers"
+HF_SHARD_BYTES = 5 * 2**30
+"""Largest safetensors file of an ``hf`` export; above it the weights are sharded + indexed."""
 
 
 def peft_name(layer: int, target: str, which: str) -> str:
@@ -216,12 +218,13 @@ def merged_params(loaded: Any, trainable: Any, spec: LoraSpec) -> dict:
 
 
 def save_gemma(out: str | Path, params: Mapping[str, Any]) -> Path:
-    """An orbax checkpoint that ``gm.ckpts.load_params(out)`` loads."""
+    """An orbax checkpoint that ``gm.ckpts.load_params(out)`` loads (``out`` must not exist)."""
     from gemma import gm
 
     out = Path(out).absolute()
-    if out.exists():
-        shutil.rmtree(out)
+    if out.exists():  # never delete a folder here: write_export stages into a fresh one
+        raise WorkbenchError(f"{out} already exists", where="save_gemma",
+                             hint="save into a new folder (export_run stages and swaps)")
     out.parent.mkdir(parents=True, exist_ok=True)
     gm.ckpts.save_params(dict(params), out, wait_until_finished=True)
     return out
@@ -239,7 +242,7 @@ def save_hf(out: str | Path, params: Mapping[str, Any], loaded: Any) -> Path:
     tensors = hf_convert.gemma_to_hf(params, arch=arch)
     dtype = str(next(iter(tensors.values())).dtype)
     hf_convert.save_hf(out, tensors, families.hf_config_for(arch, dtype=dtype),
-                       max_shard_bytes=5 * 2**30)
+                       max_shard_bytes=HF_SHARD_BYTES)
     return out
 
 
@@ -257,42 +260,55 @@ def default_out(run_path: Path, fmt: str) -> Path:
 
 
 def export_run(run: str | Path, fmt: str = "adapter", *, step: int | None = None,
-               out: str | Path | None = None) -> dict[str, Any]:
-    """Export a run's checkpoint (latest when ``step`` is None) in ``fmt``; returns a summary."""
+               out: str | Path | None = None, force: bool = False) -> dict[str, Any]:
+    """Export a run's checkpoint (latest when ``step`` is None) in ``fmt``; returns a summary.
+
+    The export is staged beside ``out`` and swapped into place (``export.target``): a
+    non-empty ``out`` is refused unless ``force`` is given and it is an earlier export of
+    this tool. The run's own default folder (``<run>/adapter``...) is replaced without
+    ``force`` when it holds an earlier export.
+    """
     from adapters_lib import runs
+    from adapters_lib.export.target import resolve_target, write_export
 
     if fmt not in FORMATS:
         raise WorkbenchError(f"export format {fmt!r}", where="--format", hint=f"use one of {', '.join(FORMATS)}")
     run_dir = runs.find_run(str(run))
+    owned = not out
+    target = resolve_target(out or default_out(run_dir.path, fmt), force=force, owned=owned)
     cfg, loaded, trainable, got = runs.load_tuned(run_dir.path, step)
-    target = Path(out) if out else default_out(run_dir.path, fmt)
-    if fmt == "adapter":
-        if not cfg.lora.enabled:
-            raise WorkbenchError(f"run {run_dir.run_id} is a full fine-tune: it has no adapter",
-                                 where="--format adapter", hint="export --format gemma or hf")
-        save_adapter(target, trainable, cfg.lora, cfg.model.source,
-                     extra={"run_id": run_dir.run_id, "step": got})
-    else:
-        params = merged_params(loaded, trainable, cfg.lora)
-        if fmt == "gemma":
-            save_gemma(target, params)
+    if fmt == "adapter" and not cfg.lora.enabled:
+        raise WorkbenchError(f"run {run_dir.run_id} is a full fine-tune: it has no adapter",
+                             where="--format adapter", hint="export --format gemma or hf")
+
+    def write(stage: Path) -> None:
+        if fmt == "adapter":
+            save_adapter(stage, trainable, cfg.lora, cfg.model.source,
+                         extra={"run_id": run_dir.run_id, "step": got})
         else:
-            save_hf(target, params, loaded)
-    if fmt != "gemma":
-        _copy_tokenizer(loaded, target)
+            params = merged_params(loaded, trainable, cfg.lora)
+            if fmt == "gemma":
+                save_gemma(stage, params)
+            else:
+                save_hf(stage, params, loaded)
+        if fmt != "gemma":
+            _copy_tokenizer(loaded, stage)
+
+    info = {"format": fmt, "run_id": run_dir.run_id, "step": got, "base_model": cfg.model.source}
+    write_export(target, write, info, force=force, owned=owned)
     log.info("exported %s step %d as %s to %s", run_dir.run_id, got, fmt, target)
     return {"run_id": run_dir.run_id, "step": got, "format": fmt, "out": str(target)}
 
 
 def export_adapter(run: str | Path, *, step: int | None = None, out: str | Path | None = None,
-                   format: str = "adapter") -> dict[str, Any]:  # noqa: A002 - the engine's keyword
+                   format: str = "adapter", force: bool = False) -> dict[str, Any]:  # noqa: A002
     """The adapter of a run (``format`` is accepted for symmetry; only "adapter")."""
-    return export_run(run, format or "adapter", step=step, out=out)
+    return export_run(run, format or "adapter", step=step, out=out, force=force)
 
 
 def export_merged(run: str | Path, *, step: int | None = None, out: str | Path | None = None,
-                  format: str = "gemma") -> dict[str, Any]:  # noqa: A002 - the engine's keyword
+                  format: str = "gemma", force: bool = False) -> dict[str, Any]:  # noqa: A002
     """Merged full weights of a run: ``format`` "gemma" (orbax) or "hf" (safetensors)."""
     if format not in ("gemma", "hf", ""):
         raise WorkbenchError(f"merged export format {format!r}", where="--format", hint="use gemma or hf")
-    return export_run(run, format or "gemma", step=step, out=out)
+    return export_run(run, format or "gemma", step=step, out=out, force=force)
