@@ -1,4 +1,4 @@
-"""Load catalog entries (orbax checkpoints, HF safetensors) into gemma params on the mesh.
+"""Load catalog entries (orbax checkpoints, HF safetensors, GGUF) into gemma params on the mesh.
 
 ``load_from_source(spec, param_dtype=, sharding=)`` is what ``loader.load_model`` calls for
 every non-demo source. Params are placed on devices as they are read:
@@ -7,7 +7,10 @@ every non-demo source. Params are placed on devices as they are read:
   ``jax.ShapeDtypeStruct(shape, dtype, sharding=…)``, with ``donate=False`` — never with
   ``sharding=`` (a dict tree of shardings fails there, see STACK-NOTES);
 - safetensors: tensor by tensor (memory-mapped), converted with ``hf_convert.leaf_plan``,
-  cast and ``device_put`` with its sharding, so the host holds one tensor at a time.
+  cast and ``device_put`` with its sharding, so the host holds one tensor at a time;
+- GGUF: tensor by tensor too, dequantized by the ``gguf`` package in row blocks, llama.cpp's
+  Gemma conventions undone (``gguf_weights``); the tokenizer is rebuilt from the file's
+  vocabulary (``gguf_tokenizer``). The starter model is assembled at its first load.
 
 ``sharding`` is None (first device), a ``jax.sharding.Sharding`` for every leaf, or a
 callable ``(path, ShapeDtypeStruct) -> Sharding`` where ``path`` is the key path that
@@ -21,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adapters_lib.catalog import ModelEntry, resolve
+from adapters_lib.catalog import ModelEntry, ensure_tokenizer, resolve
 from adapters_lib.config import ModelSpec
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.models import families
@@ -41,11 +44,13 @@ def load_from_source(spec: ModelSpec, *, param_dtype: str = "float32",
 def check_loadable(entry: ModelEntry, tokenizer: str = "") -> None:
     """Raise the entry's own reason when it cannot be loaded by the gemma route."""
     where = f"[model] source = {entry.id!r}"
+    if entry.format == "gguf" and entry.status == "ok" and not tokenizer:
+        ensure_tokenizer(entry)
     if entry.format == "keras-preset":
         raise WorkbenchError("a Keras preset loads through the Keras route", where=where,
                              hint='set [model] backend = "keras"')
     missing_tok_only = entry.status == "incomplete" and entry.tokenizer is None and \
-        entry.reason.startswith("no tokenizer.model")
+        (entry.reason.startswith("no tokenizer.model") or "no tokenizer vocabulary" in entry.reason)
     if entry.status != "ok" and not (missing_tok_only and tokenizer):
         raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where,
                              hint=_hint(entry))
@@ -77,7 +82,9 @@ def load_entry(entry: ModelEntry, *, tokenizer: str = "", param_dtype: str = "fl
     start = time.perf_counter()
     model = families.model_class(arch)(dtype=jnp.dtype(param_dtype))
     try:
-        if entry.format == "hf-safetensors":
+        if entry.format == "gguf":
+            params = load_gguf(entry, arch, param_dtype, sharding)
+        elif entry.format == "hf-safetensors":
             params = load_hf_params(Path(entry.path), arch, param_dtype, sharding)
         else:
             params = load_orbax_params(Path(entry.checkpoint or entry.path), arch, param_dtype,
@@ -133,6 +140,27 @@ def abstract_params(arch: families.Arch, param_dtype: str, sharding: Any = None)
 
 
 # --------------------------------------------------------------------------- loaders
+
+
+def gguf_info(entry: ModelEntry) -> Any:
+    """The ``GGUFInfo`` of a GGUF entry (the starter model is assembled here, once)."""
+    from adapters_lib.models import starter
+    from adapters_lib.models.gguf_file import read_info
+
+    path = starter.ensure_starter() if entry.source == "starter" else Path(entry.path)
+    return read_info(path)
+
+
+def load_gguf(entry: ModelEntry, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
+    """Dequantize a GGUF tensor by tensor straight onto the shardings (``gguf_weights``)."""
+    from adapters_lib.models.gguf_file import GGUFError
+    from adapters_lib.models.gguf_weights import load_gguf_params
+
+    try:
+        return load_gguf_params(gguf_info(entry), arch, param_dtype, _sharding_fn(sharding))
+    except GGUFError as e:
+        raise WorkbenchError(f"{e.status}: {e.reason}", where=f"[model] source = {entry.id!r}",
+                             hint=_hint(entry)) from None
 
 
 def load_orbax_params(ckpt: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:

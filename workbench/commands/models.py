@@ -1,9 +1,11 @@
 """``gemma-workbench models [--json] [--path DIR …]``: the Gemma weights on this machine.
 
-Lists the demo model, the kagglehub cache, the Hugging Face cache, the folders in
+Lists the demo model, the starter model (Gemma 3 270M GGUF), the kagglehub cache, the
+Hugging Face cache, Ollama's and LM Studio's stores, the folders in
 ``<config dir>/models.toml`` and ``--path`` folders, as a table or (``--json``) one JSON list
 of entries (id, family, size, variant, format, path, tokenizer, bytes, params, status,
-reason, source). No weights are read and no JAX is imported.
+reason, source, quant, vocab_rows, tokenizer_pieces, tokenizer_mismatch, note). No weights
+are read and no JAX is imported.
 
 ``gemma-workbench models download HANDLE`` fetches weights (``adapters_lib.download``) and
 prints the catalog entry of what arrived.
@@ -19,7 +21,8 @@ import sys
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("models", help="list the Gemma weights on disk (or download some)",
                        description="List Gemma weights found in the kagglehub cache, the "
-                                   "Hugging Face cache, configured folders and --path folders.")
+                                   "Hugging Face cache, Ollama, LM Studio, the starter "
+                                   "package, configured folders and --path folders.")
     p.add_argument("--json", action="store_true", help="print a JSON list of entries")
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help="also look in DIR (repeatable)")
@@ -55,15 +58,18 @@ def _human_count(n: int | None) -> str:
 
 def render_table(entries: list[dict]) -> str:
     """Plain aligned columns; a non-ok entry's reason follows on its own indented line."""
-    head = ("ID", "FAMILY", "SIZE", "VARIANT", "FORMAT", "PARAMS", "ON DISK", "STATUS")
-    rows = [(e["id"], e["family"], e["size"], e["variant"], e["format"], _human_count(e["params"]),
-             _human_bytes(e["bytes"]) if e["bytes"] else "-", e["status"]) for e in entries]
+    head = ("ID", "FAMILY", "SIZE", "VARIANT", "FORMAT", "QUANT", "PARAMS", "ON DISK", "STATUS")
+    rows = [(e["id"], e["family"], e["size"], e["variant"], e["format"], e.get("quant") or "-",
+             _human_count(e["params"]), _human_bytes(e["bytes"]) if e["bytes"] else "-",
+             e["status"]) for e in entries]
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(head, widths, strict=False)).rstrip()]
     for entry, row in zip(entries, rows, strict=False):
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=False)).rstrip())
         if entry["status"] != "ok":
             lines.append(f"    └ {entry['reason']}")
+        elif entry.get("tokenizer_mismatch"):
+            lines.append(f"    └ warning: {entry['tokenizer_mismatch']}")
     return "\n".join(lines)
 
 
