@@ -51,20 +51,27 @@ class StaticClient:
 
     def status(self, *, wait: bool = False) -> dict[str, Any]:
         return {"api_version": 1, "backend": "cpu", "busy": False, "active_run": None,
+                "jax": {"ready": True, "loading": False, "error": None, "modules_ready": True},
+                "memory": {"host_bytes": 24 * 2**30, "engine_rss_bytes": 1536 * 2**20},
                 "devices": [{"id": i, "platform": "cpu", "kind": "cpu", "process_index": 0,
-                             "memory_bytes": None} for i in range(8)]}
+                             "memory_bytes": None, "bytes_in_use": None,
+                             "peak_bytes_in_use": None} for i in range(8)]}
 
     def models(self, folders: Any = ()) -> list[dict[str, Any]]:
+        """Entries with the keys of the engine's catalog reply (``ModelEntry.to_dict``)."""
         return [
-            {"id": "demo", "family": "gemma3", "size": "tiny", "variant": "pt", "format": "demo",
-             "params": 3_800_000, "bytes": 15_200_000, "status": "ready", "path": "(built in)",
-             "tokenizer": "demo sentencepiece (1024)",
-             "config": {"num_layers": 4, "embed_dim": 256, "num_heads": 4, "num_kv_heads": 1},
-             "problems": []},
+            {"id": "demo", "family": "gemma3", "size": "custom", "variant": "pt",
+             "format": "demo", "path": "", "tokenizer": None, "bytes": 0, "params": 4_068_096,
+             "status": "ok", "source": "builtin",
+             "reason": "built-in tiny Gemma 3 (vocab 1024); tokenizer made at first use"},
+            {"id": "starter:gemma-3-270m", "family": "gemma3", "size": "270m", "variant": "pt",
+             "format": "gguf", "quant": "Q4_K_M", "path": "/venv/gemma3_270m/model.gguf",
+             "tokenizer": "(from the GGUF vocabulary)", "bytes": 253_115_968,
+             "params": 268_098_176, "status": "ok", "reason": "", "source": "starter"},
             {"id": "hf:google/gemma-3-1b-it", "family": "gemma3", "size": "1b", "variant": "it",
-             "format": "safetensors", "params": 999_885_952, "bytes": 1_999_811_208,
-             "status": "incomplete", "path": "/data/hf/models--google--gemma-3-1b-it",
-             "tokenizer": "", "config": {}, "problems": ["tokenizer.model not found"]},
+             "format": "safetensors", "path": "/data/hf/models--google--gemma-3-1b-it",
+             "tokenizer": None, "bytes": 1_999_811_208, "params": None, "status": "unreadable",
+             "reason": "config.json is not valid JSON (line 1)", "source": "huggingface"},
         ]
 
     def data_check(self, path: str = "", **_: Any) -> dict[str, Any]:

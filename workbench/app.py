@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from collections.abc import Iterable
 from functools import partial
 from typing import Any
@@ -22,8 +23,9 @@ from textual.screen import Screen
 
 import themes
 from adapters_lib.config import RunConfig
-from workbench.screens.base import EngineClient
+from workbench.screens.base import EngineClient, EnginePhase, error_text, phase_of
 from workbench.settings import Settings, load_settings, save_settings
+from workbench.widgets.waits import Wait
 
 SCREENS = ("models", "configure", "train", "compare", "runs", "help")
 
@@ -44,24 +46,32 @@ class WorkbenchApp(App):
     MODES = {name: _screen_factory(name) for name in SCREENS}
     DEFAULT_MODE = "models"
     ENABLE_COMMAND_PALETTE = True
+    # The screen keys are on the nav strip at the top; the footer keeps its room for the
+    # keys of the screen (at 80 columns it has no space for both).
     BINDINGS = [
-        Binding("1", "show('models')", "Models", id="app.models"),
-        Binding("2", "show('configure')", "Configure", id="app.configure"),
-        Binding("3", "show('train')", "Train", id="app.train"),
-        Binding("4", "show('compare')", "Compare", id="app.compare"),
-        Binding("5", "show('runs')", "Runs", id="app.runs"),
+        Binding("1", "show('models')", "Models", id="app.models", show=False),
+        Binding("2", "show('configure')", "Configure", id="app.configure", show=False),
+        Binding("3", "show('train')", "Train", id="app.train", show=False),
+        Binding("4", "show('compare')", "Compare", id="app.compare", show=False),
+        Binding("5", "show('runs')", "Runs", id="app.runs", show=False),
         Binding("question_mark,f1", "show('help')", "Help", key_display="?", id="app.help"),
-        Binding("ctrl+t", "toggle_theme", "Theme", id="app.theme"),
+        Binding("ctrl+t", "toggle_theme", "Theme", id="app.theme", show=False),
         Binding("q", "quit", "Quit", id="app.quit"),
     ]
 
     def __init__(self, client: EngineClient | None = None, *, theme: str | None = None,
                  mode: str = "models", run_id: str | None = None,
-                 defaults: RunConfig | None = None, remember: bool = True) -> None:
+                 defaults: RunConfig | None = None, remember: bool = True,
+                 local_catalog: bool | None = None) -> None:
         """``client``: an engine client (default: connect, starting the engine on first use);
         ``defaults``: the config the Configure form starts from; ``remember``: read and write
-        settings.toml (tests turn it off)."""
+        settings.toml (tests turn it off); ``local_catalog``: let the Models screen scan the
+        weights on this machine while the engine starts (default: when the app makes its own
+        client of the local engine; the engine's answer replaces it)."""
         super().__init__()
+        self.local_catalog = client is None if local_catalog is None else local_catalog
+        self.engine_phase = EnginePhase(Wait("engine connecting"))
+        """What the engine is doing (starting, importing JAX, ready), shown on the nav strip."""
         self.config_defaults = defaults
         self.model_choice: str | None = None
         self._client = client
@@ -89,7 +99,39 @@ class WorkbenchApp(App):
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)
+        self.run_worker(self.watch_engine, thread=True, group="engine", exit_on_error=False)
         self.run_worker(warm_imports, thread=True, group="warm-up", exit_on_error=False)
+
+    # ------------------------------------------------------------------ the engine's state
+
+    def watch_engine(self) -> None:
+        """(Thread worker) connect — starting the engine when none answers — then follow its
+        JAX start-up until it is ready, so that every screen can say what it waits for."""
+        if self._client is None:
+            from workbench.client import engine_files
+
+            if not engine_files()["socket"].exists():
+                self.engine_phase = EnginePhase(Wait("engine starting"))
+        try:
+            client = self.client
+        except Exception as err:  # noqa: BLE001 - shown on the nav strip and as a notice
+            self.engine_phase = EnginePhase(error=error_text(err))
+            self.call_from_thread(self.notify, error_text(err), title="engine",
+                                  severity="error", timeout=10)
+            return
+        while True:
+            try:
+                phase = phase_of(client.status(), self.engine_phase)
+            except Exception as err:  # noqa: BLE001
+                phase = EnginePhase(error=error_text(err))
+            self.engine_phase = phase
+            if phase.wait is None:
+                return
+            time.sleep(0.25)
+
+    def engine_note(self) -> str:
+        """The nav strip's right side: the engine's wait with its time, or its state."""
+        return self.engine_phase.markup()
 
     # ------------------------------------------------------------------ actions
 

@@ -10,11 +10,16 @@ inside thread workers; ``WorkbenchScreen.engine`` wraps a call so that a user mi
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+from rich.markup import escape
+from textual.binding import Binding
 from textual.screen import Screen
+from textual.widgets import Input, TextArea
 
 from adapters_lib.errors import WorkbenchError
+from workbench.widgets.waits import Wait
 
 T = TypeVar("T")
 
@@ -49,8 +54,65 @@ def error_text(err: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
+@dataclass(frozen=True)
+class EnginePhase:
+    """What the engine is doing: waiting for something (``wait``), ready, or broken."""
+
+    wait: Wait | None = None
+    ready: str = ""
+    error: str = ""
+
+    def markup(self) -> str:
+        if self.error:
+            return f"[b red]engine: {escape(self.error[:60])}[/]"
+        if self.wait is not None:
+            return f"[yellow]{escape(self.wait.what)} {self.wait.elapsed:.1f}s[/]"
+        return f"[dim]{escape(self.ready)}[/]"
+
+
+def phase_of(status: dict[str, Any], before: EnginePhase | None = None) -> EnginePhase:
+    """The phase an engine ``status`` reply tells (its JAX start-up, then ready).
+
+    A wait that goes on keeps its start time (``before``), so the elapsed time keeps counting.
+    """
+    jax = status.get("jax") or {}
+    if jax.get("error"):
+        return EnginePhase(error=f"JAX failed: {jax['error']}")
+    what = ("importing JAX" if jax.get("loading")
+            else "importing gemma" if jax and not jax.get("modules_ready") else "")
+    if what:
+        if before is not None and before.wait is not None and before.wait.what == what:
+            return before
+        return EnginePhase(Wait(what))
+    devices = status.get("devices") or []
+    backend = status.get("backend") or (devices[0].get("platform") if devices else "")
+    return EnginePhase(ready=f"engine ✓ {backend}×{len(devices)}" if devices else "engine ✓")
+
+
+def is_text_field(widget: Any) -> bool:
+    return isinstance(widget, (Input, TextArea))
+
+
 class WorkbenchScreen(Screen):
-    """A screen that talks to the engine only from workers."""
+    """A screen that talks to the engine only from workers.
+
+    Keys: while a text field has the focus, every printable key goes into it (digits, ``?``,
+    ``q`` included); ``escape`` leaves the field (the footer says so while one has the focus).
+    """
+
+    BINDINGS = [Binding("escape", "leave_field", "Leave field", id="screen.leave_field")]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "leave_field":
+            return is_text_field(self.focused)
+        return True
+
+    def action_leave_field(self) -> None:
+        self.leave_field()
+
+    def leave_field(self) -> None:
+        """Where escape takes the focus from a text field (a screen may pick a better place)."""
+        self.set_focus(None)
 
     @property
     def client(self) -> EngineClient:

@@ -4,6 +4,12 @@ Pick the run and one of its checkpoints, set the decoding (temperature, max toke
 type a prompt and press enter (ctrl+r also sends: some terminals cannot send ctrl+enter).
 Tokens arrive from ``client.compare(...)`` in a thread worker and are appended to the pane
 of their side. Up/down in the prompt walk the prompt history (remembered in settings.toml).
+
+Arriving here puts the focus in the prompt (digits and ``?`` go into it); ``escape`` leaves
+it and ``enter`` comes back. A line over the prompt says that both sides get the same seed
+and settings; each pane's frame says what that side made (tokens, tokens/s, why it stopped).
+Earlier compares of the run (``<run>/compare/*.jsonl``) are listed under the panes: ``[`` and
+``]`` walk them when the prompt does not have the focus.
 """
 
 from __future__ import annotations
@@ -18,10 +24,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
-from workbench.screens.base import WorkbenchScreen, error_text
+from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
+from workbench.screens.compare_history import earlier_compares, side_stats
 from workbench.screens.runstate import RunView
 from workbench.widgets.lora_form import parse_number
 from workbench.widgets.nav import NavBar
+from workbench.widgets.waits import WaitNote
 
 LATEST = -1
 
@@ -42,12 +50,18 @@ def token_side(ev: dict[str, Any]) -> tuple[str, str]:
 
 
 class CompareScreen(WorkbenchScreen):
+    AUTO_FOCUS = "#compare-prompt"
     BINDINGS = [
-        Binding("ctrl+r", "send", "Send prompt", id="compare.send"),
-        Binding("ctrl+x", "cancel", "Cancel", id="compare.cancel"),
+        Binding("ctrl+r", "send", "Send", id="compare.send"),
+        # priority: the prompt's own ctrl+x (cut) must not swallow it while tokens stream
+        Binding("ctrl+x", "cancel", "Cancel", id="compare.cancel", priority=True),
+        Binding("enter", "focus_prompt", "Type a prompt", id="compare.focus_prompt"),
         Binding("up", "history(1)", "Older prompt", id="compare.history_older", show=False),
         Binding("down", "history(-1)", "Newer prompt", id="compare.history_newer", show=False),
-        Binding("escape", "blur", "Leave field", id="compare.blur", show=False),
+        Binding("left_square_bracket", "earlier(1)", "Earlier compare", key_display="[",
+                id="compare.earlier"),
+        Binding("right_square_bracket", "earlier(-1)", "Later compare", key_display="]",
+                id="compare.later", show=False),
     ]
 
     def __init__(self) -> None:
@@ -57,6 +71,10 @@ class CompareScreen(WorkbenchScreen):
         self.texts = {"base": "", "tuned": ""}
         self.summary: dict[str, Any] | None = None
         """The ``done`` item of the last generation (token counts, seconds), once it ends."""
+        self.generating = False
+        self.earlier: list[dict[str, Any]] = []
+        """Earlier compares of the run, newest first; ``earlier_pos`` is the one shown."""
+        self.earlier_pos = -1
 
     def compose(self) -> ComposeResult:
         yield NavBar("compare")
@@ -73,21 +91,53 @@ class CompareScreen(WorkbenchScreen):
             yield Input("64", id="compare-max-tokens", type="integer", classes="tiny", compact=True)
             yield Label("seed", classes="label-short")
             yield Input("0", id="compare-seed", type="integer", classes="tiny", compact=True)
-        yield Input(placeholder="prompt — enter sends, ↑/↓ history", id="compare-prompt", compact=True)
+        yield Static("", id="compare-same", classes="note")
+        yield Input(placeholder="type a prompt · enter sends · ↑/↓ history",
+                    id="compare-prompt")
         with Horizontal(id="compare-panes"):
-            with Vertical(classes="pane"):
-                yield Label("base", classes="pane-title")
+            with Vertical(classes="pane", id="pane-base"):
                 with VerticalScroll():
                     yield Static("", id="out-base", classes="out")
-            with Vertical(classes="pane"):
-                yield Label("tuned", classes="pane-title", id="tuned-title")
+            with Vertical(classes="pane", id="pane-tuned"):
                 with VerticalScroll():
                     yield Static("", id="out-tuned", classes="out")
+        yield WaitNote("", id="compare-wait")
         yield Footer()
 
+    def on_mount(self) -> None:
+        self.query_one("#pane-base").border_title = "base"
+        self.query_one("#pane-tuned").border_title = "tuned"
+        self.show_same()
+
+    @on(Input.Changed, "#compare-temperature, #compare-max-tokens, #compare-seed")
+    def show_same(self) -> None:
+        """The line that says both sides decode alike (what the A/B is fair about)."""
+        temp = self.query_one("#compare-temperature", Input).value or "0"
+        max_tokens = self.query_one("#compare-max-tokens", Input).value or "64"
+        seed = self.query_one("#compare-seed", Input).value or "0"
+        self.query_one("#compare-same", Static).update(
+            f"same seed, same settings on both sides: seed {escape(seed)} · temperature "
+            f"{escape(temp)} · max {escape(max_tokens)} tokens · chat template")
+
     def on_screen_resume(self) -> None:
-        """Shown (the first time too): refresh the run list."""
+        """Shown (the first time too): refresh the run list (and its checkpoints); the
+        focus goes to the prompt unless another field has it."""
         self.load_runs()
+        if not is_text_field(self.focused):
+            self.action_focus_prompt()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "cancel":
+            return self.generating
+        if action in ("history", "focus_prompt"):
+            return self.focused is not self.query_one("#compare-prompt") if \
+                action == "focus_prompt" else self.focused is self.query_one("#compare-prompt")
+        if action == "earlier":
+            return not is_text_field(self.focused) and bool(self.earlier)
+        return super().check_action(action, parameters)
+
+    def action_focus_prompt(self) -> None:
+        self.query_one("#compare-prompt", Input).focus()
 
     def attach(self, run_id: str) -> None:
         self.app.current_run = run_id  # type: ignore[attr-defined]
@@ -105,6 +155,8 @@ class CompareScreen(WorkbenchScreen):
         current = getattr(self.app, "current_run", None)
         picker.set_options([(i, i) for i in ids])
         if current in ids:
+            if picker.value == current:  # no Changed event: refresh its checkpoints here
+                self.load_checkpoints(current)
             picker.value = current
         elif ids and picker.value is Select.NULL:
             picker.value = ids[0]
@@ -122,15 +174,31 @@ class CompareScreen(WorkbenchScreen):
             return
         view = RunView(run_id)
         view.apply_record({k: v for k, v in record.items() if k not in ("metrics", "events")})
-        self.ui(self.show_checkpoints, view)
+        self.ui(self.show_checkpoints, view, earlier_compares(record))
 
-    def show_checkpoints(self, view: RunView) -> None:
+    def show_checkpoints(self, view: RunView, earlier: list[dict[str, Any]]) -> None:
+        """Every checkpoint of the run in the picker (newest first); the choice is kept when
+        the list grows."""
+        same_run = self.view is not None and self.view.run_id == view.run_id
         self.view = view
         picker = self.query_one("#compare-step", Select)
-        picker.set_options([("latest", LATEST)] + [(f"step {s}", s) for s in
-                                                   reversed(view.checkpoints)])
-        picker.value = LATEST
-        self.query_one("#tuned-title", Label).update(f"tuned · {view.run_id}")
+        keep = picker.value if same_run and picker.value in view.checkpoints else LATEST
+        latest = f"latest ({view.checkpoints[-1]})" if view.checkpoints else "latest"
+        picker.set_options([(latest, LATEST)] + [(f"step {s}", s) for s in
+                                                 reversed(view.checkpoints)])
+        picker.value = keep
+        self.query_one("#pane-tuned").border_title = f"tuned · {escape(view.run_id)}"
+        model = (view.config.get("model") or {}).get("source", "")
+        self.query_one("#pane-base").border_title = f"base · {escape(str(model))}" if model \
+            else "base"
+        self.earlier, self.earlier_pos = earlier, -1
+        if not self.generating and self.summary is None:
+            count = len(earlier)
+            self.query_one("#compare-wait", WaitNote).done(
+                f"[dim]{count} earlier compare{'s' if count != 1 else ''} of this run: "
+                "escape, then [ and ] walk them[/]" if count else
+                f"[dim]{len(view.checkpoints)} checkpoint(s) · the tuned side uses the one "
+                "picked above[/]")
 
     # ------------------------------------------------------------------ sending
 
@@ -170,13 +238,22 @@ class CompareScreen(WorkbenchScreen):
         self.history_pos = -1
         self.texts = {"base": "", "tuned": ""}
         self.summary = None
+        self.generating = True
+        self.refresh_bindings()
         self.query_one("#out-base", Static).update("[dim]…[/]")
         self.query_one("#out-tuned", Static).update("[dim]…[/]")
+        for side in ("base", "tuned"):
+            self.query_one(f"#pane-{side}").border_subtitle = ""
+        step = "the latest checkpoint" if req["step"] == LATEST else f"step {req['step']}"
+        self.query_one("#compare-wait", WaitNote).start(
+            f"loading {step} (restore + compile the first time), then generating",
+            hint="ctrl+x cancels")
         self.stream(req)
 
     @work(thread=True, exclusive=True, group="compare-stream")
     def stream(self, req: dict[str, Any]) -> None:
         worker = get_current_worker()
+        first = True
         try:
             for ev in self.client.compare(**req):
                 if worker.is_cancelled:
@@ -185,35 +262,70 @@ class CompareScreen(WorkbenchScreen):
                 if side == "done":
                     data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
                     self.ui(self.finish, data)
-                    break
+                    return
                 if side == "error":
-                    self.ui(self.notify, text, title="compare", severity="error")
-                    break
+                    self.ui(self.failed, text)
+                    return
                 if side in self.texts and text:
+                    if first:
+                        first = False
+                        self.ui(self.query_one("#compare-wait", WaitNote).start,
+                                "generating", "ctrl+x cancels")
                     self.ui(self.append, side, text)
         except Exception as err:  # noqa: BLE001
-            self.ui(self.notify, error_text(err), title="compare", severity="error", timeout=8)
+            if not worker.is_cancelled:
+                self.ui(self.failed, error_text(err))
+            return
+        if not worker.is_cancelled:
+            self.ui(self.failed, "the engine closed the stream before the end")
+
+    def failed(self, text: str) -> None:
+        self.generating = False
+        self.refresh_bindings()
+        self.query_one("#compare-wait", WaitNote).done(f"[b red]✗[/] {escape(text)}")
+        self.notify(text, title="compare", severity="error", timeout=8)
 
     def append(self, side: str, text: str) -> None:
         self.texts[side] += text
         self.query_one(f"#out-{side}", Static).update(escape(self.texts[side]))
 
     def finish(self, summary: dict[str, Any]) -> None:
-        """Both sides are done: say how many tokens each made (an empty answer shows)."""
+        """Both sides are done: each pane's frame says what its side made and why it stopped
+        (an empty answer says so)."""
         self.summary = summary
-        tokens = summary.get("tokens") if isinstance(summary.get("tokens"), dict) else {}
+        self.generating = False
+        self.refresh_bindings()
         for side in ("base", "tuned"):
             if not self.texts[side]:
                 self.query_one(f"#out-{side}", Static).update(
                     "[dim](no text: the model ended its turn at once)[/]")
+            self.query_one(f"#pane-{side}").border_subtitle = side_stats(summary, side)
         seconds = summary.get("seconds")
-        self.notify(" · ".join(f"{s} {tokens.get(s, '?')} tokens" for s in ("base", "tuned"))
-                    + (f" · {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""),
-                    title="compare done", timeout=4)
+        took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
+        step = summary.get("step")
+        at = f" · tuned at step {step}" if isinstance(step, int) else ""
+        self.query_one("#compare-wait", WaitNote).done(f"[green]✓[/] done{took}{at}")
 
     def action_cancel(self) -> None:
         self.workers.cancel_group(self, "compare-stream")
+        self.generating = False
+        self.refresh_bindings()
+        self.query_one("#compare-wait", WaitNote).done("[yellow]cancelled[/]")
         self.notify("cancelled", timeout=2)
+
+    def action_earlier(self, delta: int) -> None:
+        """Show an earlier compare of the run (``[`` older, ``]`` newer) in the panes."""
+        if not self.earlier:
+            return
+        self.earlier_pos = max(0, min(len(self.earlier) - 1, self.earlier_pos + delta))
+        item = self.earlier[self.earlier_pos]
+        for side in ("base", "tuned"):
+            self.query_one(f"#out-{side}", Static).update(escape(str(item.get(side, ""))))
+            self.query_one(f"#pane-{side}").border_subtitle = side_stats(item, side)
+        self.query_one("#compare-wait", WaitNote).done(
+            f"earlier compare {self.earlier_pos + 1}/{len(self.earlier)} · "
+            f"{escape(str(item.get('when', '')))} · prompt: "
+            f"{escape(str(item.get('prompt', ''))[:60])}")
 
     def action_history(self, delta: int) -> None:
         prompt = self.query_one("#compare-prompt", Input)
@@ -223,9 +335,6 @@ class CompareScreen(WorkbenchScreen):
         self.history_pos = max(-1, min(len(history) - 1, self.history_pos + delta))
         prompt.value = history[self.history_pos] if self.history_pos >= 0 else ""
         prompt.cursor_position = len(prompt.value)
-
-    def action_blur(self) -> None:
-        self.set_focus(None)
 
 
 SCREEN = CompareScreen

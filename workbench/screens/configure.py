@@ -5,6 +5,10 @@ Every change re-validates the whole config with ``adapters_lib.config.config_fro
 would print. A valid config is sent to the engine's estimate route (a worker, at most one in
 flight, debounced) which fills the memory-fit bar, the trainable-parameter count and the
 sharding problems. Launch sends it to ``create_run`` and opens the Train screen on the run.
+
+Keys: arriving here puts the focus in the first field of the page; ``escape`` leaves a field
+for the tab strip (``←`` ``→`` switch pages, ``tab`` goes back into the page). From ~120
+columns the equivalent TOML stands beside the form, live.
 """
 
 from __future__ import annotations
@@ -22,71 +26,45 @@ from textual.widgets import (
     Checkbox,
     Footer,
     Input,
-    Label,
     Select,
     Static,
     TabbedContent,
-    TabPane,
+    Tabs,
 )
 
 from adapters_lib.config import (
-    DATA_FORMATS,
-    SCHEDULES,
     MeshSpec,
     RunConfig,
     config_from_dict,
     load_config,
 )
 from adapters_lib.errors import WorkbenchError
-from workbench.screens.base import WorkbenchScreen, error_text
+from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
+from workbench.screens.configure_form import (
+    DATA_FIELDS,
+    MESH_FIELDS,
+    TRAIN_FIELDS,
+    field_id,
+    form_pages,
+)
+from workbench.screens.configure_text import data_report_text, device_info, estimate_view
 from workbench.screens.prompt import PromptScreen
 from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
 from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate
 from workbench.widgets.nav import NavBar
 
-# (section, key, label, kind) of the plain input fields, in tab order.
-MESH_FIELDS = (("mesh", "data", "data", int), ("mesh", "fsdp", "fsdp", int),
-               ("mesh", "tensor", "tensor", int), ("mesh", "devices", "devices", int))
-DATA_FIELDS = (("data", "path", "path", str), ("data", "max_length", "max length", int),
-               ("data", "eval_fraction", "eval fraction", float))
-TRAIN_FIELDS = (("model", "source", "model", str), ("run", "name", "run name", str),
-                ("train", "steps", "steps", int), ("train", "batch_size", "batch size", int),
-                ("train", "learning_rate", "learning rate", float),
-                ("train", "warmup_steps", "warmup steps", int),
-                ("train", "eval_every", "eval every", int),
-                ("train", "checkpoint_every", "ckpt every", int),
-                ("train", "seed", "seed", int))
 DEBOUNCE_S = 0.3
 
 
-class FormScroll(VerticalScroll, can_focus=False):
-    """A scrolling form page that tab skips (focus goes straight to its first field)."""
-
-
-def device_info(status: dict[str, Any]) -> tuple[int, str]:
-    """(device count, kind) from the engine status (tolerant of its exact shape)."""
-    devices = status.get("devices")
-    count = status.get("device_count")
-    if count is None and isinstance(devices, list):
-        count = len(devices)
-    kind = status.get("platform") or status.get("device_kind") or ""
-    if not kind and isinstance(devices, list) and devices and isinstance(devices[0], dict):
-        kind = devices[0].get("platform", devices[0].get("kind", ""))
-    return int(count or 0), str(kind)
-
-
-def field_id(section: str, key: str) -> str:
-    return f"f-{section}-{key}"
-
-
 class ConfigureScreen(WorkbenchScreen):
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", id="configure.launch"),
         Binding("ctrl+s", "save_toml", "Save TOML", id="configure.save"),
-        Binding("ctrl+o", "open_toml", "Open TOML", id="configure.open"),
-        Binding("ctrl+d", "check_data", "Check data", id="configure.check_data"),
-        Binding("escape", "blur", "Leave field", id="configure.blur", show=False),
+        Binding("ctrl+o", "open_toml", "Open TOML", id="configure.open", show=False),
+        # priority: a field's own ctrl+d (delete right) must not swallow it
+        Binding("ctrl+d", "check_data", "Check data", id="configure.check_data", priority=True),
     ]
 
     def __init__(self) -> None:
@@ -101,16 +79,6 @@ class ConfigureScreen(WorkbenchScreen):
 
     # ------------------------------------------------------------------ layout
 
-    def _fields(self, spec: tuple, defaults: dict[str, dict[str, Any]]) -> ComposeResult:
-        for section, key, label, kind in spec:
-            value = defaults[section][key]
-            with Horizontal(classes="row"):
-                yield Label(label, classes="label")
-                yield Input(f"{value:g}" if kind is float else str(value),
-                            id=field_id(section, key),
-                            type={int: "integer", float: "number"}.get(kind, "text"),
-                            classes="short" if kind is not str else "long", compact=True)
-
     def compose(self) -> ComposeResult:
         base: RunConfig = getattr(self.app, "config_defaults", None) or RunConfig()
         choice = getattr(self.app, "model_choice", None)
@@ -118,44 +86,13 @@ class ConfigureScreen(WorkbenchScreen):
             base = base.replace(model=type(base.model)(source=choice))
         d = base.to_dict()
         yield NavBar("configure")
-        with TabbedContent(id="configure-tabs"):
-            with TabPane("Mesh", id="tab-mesh"):
-                with FormScroll():
-                    with Horizontal(classes="row"):
-                        for section, key, label, _ in MESH_FIELDS:
-                            yield Label(label, classes="label-short")
-                            yield Input(str(d[section][key]), id=field_id(section, key),
-                                        type="integer", classes="tiny", compact=True)
-                    yield Static("", id="mesh-note", classes="note")
-                    yield DeviceGrid(id="device-grid")
-            with TabPane("LoRA", id="tab-lora"):
-                with FormScroll():
-                    yield LoraForm(base.lora, id="lora-form")
-            with TabPane("Data", id="tab-data"):
-                with FormScroll():
-                    yield from self._fields(DATA_FIELDS[:1], d)
-                    with Horizontal(classes="row"):
-                        yield Label("format", classes="label")
-                        yield Select([(f, f) for f in DATA_FORMATS], value=base.data.format,
-                                     allow_blank=False, id=field_id("data", "format"),
-                                     compact=True)
-                        yield Checkbox("packing", value=base.data.packing,
-                                       id=field_id("data", "packing"), compact=True)
-                    yield from self._fields(DATA_FIELDS[1:], d)
-                    with Horizontal(classes="row"):
-                        yield Button("Check data (ctrl+d)", id="check-data", compact=True)
-                    yield Static("", id="data-report", classes="report")
-            with TabPane("Train", id="tab-train"):
-                with FormScroll():
-                    yield from self._fields(TRAIN_FIELDS, d)
-                    with Horizontal(classes="row"):
-                        yield Label("schedule", classes="label")
-                        yield Select([(s, s) for s in SCHEDULES], value=base.train.schedule,
-                                     allow_blank=False, id=field_id("train", "schedule"),
-                                     compact=True)
-            with TabPane("TOML", id="tab-toml"):
-                with FormScroll():
-                    yield Static("", id="toml-preview", classes="toml")
+        with Horizontal(id="configure-main"):
+            with TabbedContent(id="configure-tabs"):
+                yield from form_pages(base, d)
+            with VerticalScroll(id="configure-side", classes="detail"):
+                yield Static("[b]run.toml[/b] [dim]what Launch sends (ctrl+s saves it)[/]",
+                             classes="side-title")
+                yield Static("", id="toml-side", classes="toml", markup=False)
         with Vertical(id="configure-bottom"):
             yield MemoryFitBar(id="memory-fit")
             with Horizontal(classes="launch-row"):
@@ -167,6 +104,25 @@ class ConfigureScreen(WorkbenchScreen):
         self.base_config: RunConfig = getattr(self.app, "config_defaults", None) or RunConfig()
         self.load_devices()
         self.revalidate()
+
+    def on_screen_resume(self) -> None:
+        """Arriving: the focus goes to the first field of the page (unless a field has it)."""
+        if not is_text_field(self.focused):
+            self.call_after_refresh(self.focus_first_field)
+
+    def focus_first_field(self) -> None:
+        pane = self.query_one(TabbedContent).active_pane
+        if pane is None:
+            return
+        for widget in pane.query("Input, Select, Checkbox"):
+            if widget.focusable:
+                widget.focus()
+                return
+        self.query_one(TabbedContent).query_one(Tabs).focus()  # a page with no field (TOML)
+
+    def leave_field(self) -> None:
+        """escape: from a field to the tab strip, where ← → switch pages."""
+        self.query_one(TabbedContent).query_one(Tabs).focus()
 
     # ------------------------------------------------------------------ reading the form
 
@@ -229,7 +185,9 @@ class ConfigureScreen(WorkbenchScreen):
         self.error = ""
         status.update("[b green]✓[/] config valid")
         self.query_one("#launch", Button).disabled = False
-        self.query_one("#toml-preview", Static).update(self.config.to_toml())
+        toml = self.config.to_toml()
+        self.query_one("#toml-preview", Static).update(toml)
+        self.query_one("#toml-side", Static).update(toml)
         self.show_trainable()
         self.estimate(self.config)
 
@@ -317,9 +275,6 @@ class ConfigureScreen(WorkbenchScreen):
 
     def use_model(self, source: str) -> None:
         self.query_one(f"#{field_id('model', 'source')}", Input).value = source
-
-    def action_blur(self) -> None:
-        self.set_focus(None)
 
     @on(Button.Pressed, "#launch")
     def _launch_pressed(self) -> None:
@@ -411,56 +366,6 @@ class ConfigureScreen(WorkbenchScreen):
 
         self.app.push_screen(PromptScreen("Save the config as TOML", "path.toml",
                                           str(Path.cwd() / "run.toml")), save)
-
-
-def problem_text(p: Any) -> str:
-    if isinstance(p, dict):
-        hint = f" — {p['hint']}" if p.get("hint") else ""
-        return f"{p.get('message', p)}{hint}"
-    return str(p)
-
-
-def estimate_view(reply: dict[str, Any]) -> dict[str, Any]:
-    """Flatten the estimate route's reply (``{"estimate": {...}, "mesh_problems": [...]}``)."""
-    est = {**(reply.get("estimate") or {}), **{k: v for k, v in reply.items() if k != "estimate"}}
-    raw = reply.get("mesh_problems") or est.get("problems") or []
-    est["problems"] = [problem_text(p) for p in raw]
-    est["errors"] = [problem_text(p) for p in raw
-                     if isinstance(p, dict) and p.get("level") == "error"]
-    return est
-
-
-def issue_text(issue: Any) -> str:
-    if isinstance(issue, dict):
-        where = f"{issue['where']}: " if issue.get("where") else ""
-        return f"{where}{issue.get('message', issue)}"
-    return str(issue)
-
-
-def data_report_text(report: dict[str, Any]) -> str:
-    """The data area's report (``Report.to_dict``) as a few lines of markup."""
-    ok = report.get("ok", not report.get("fatal"))
-    lines = ["[b green]✓ data looks good[/]" if ok else
-             f"[b red]✗ {report.get('fatal') or 'data has problems'}[/]"]
-    counts = [f"{key.replace('_', ' ')} {report[key]}" for key in
-              ("format", "records", "examples", "dropped", "sequences", "tokens", "truncated",
-               "mean_tokens", "max_tokens") if report.get(key) not in (None, "", [], {})]
-    if counts:
-        lines.append("  " + " · ".join(counts))
-    for severity, style in (("errors", "red"), ("warnings", "yellow")):
-        issues = report.get(severity) or []
-        for issue in issues[:5]:
-            lines.append(f"  [{style}]⚠ {escape(issue_text(issue))}[/]")
-        more = int(report.get(f"{severity[:-1]}_count", len(issues)) or 0) - min(len(issues), 5)
-        if more > 0:
-            lines.append(f"  [{style}]… {more} more {severity}[/]")
-    preview = report.get("preview") or []
-    if preview:
-        lines.append("[b]preview[/b] (as the model sees it)")
-        for ex in preview[:3]:
-            text = ex if isinstance(ex, str) else ex.get("text") or str(ex)
-            lines.append("  " + escape(text.replace("\n", "⏎ ")[:400]))
-    return "\n".join(lines)
 
 
 SCREEN = ConfigureScreen

@@ -13,18 +13,22 @@ from workbench.widgets.nav import NavBar
 FLOW = """[b]Main flow[/b]
   2  Configure → check the mesh and LoRA fields → ctrl+l launches the run
   3  Train: live loss, learning rate, grad norm, tokens/s · s stops (a checkpoint is kept)
-  4  Compare: type a prompt, enter (or ctrl+r) streams base | tuned side by side
+  4  Compare: the prompt has the focus: type, enter (or ctrl+r) streams base | tuned
+     side by side; \\[ and ] (outside the prompt) walk earlier compares of the run
   5  Runs: space marks runs to overlay, w then enter relaunches with twice the rank
   q  quits the TUI; runs keep going in the engine, reopen to reattach
-  ctrl+p opens the command palette (every action); escape leaves a text field
+  ctrl+p opens the command palette (every action)
+  In a text field every key types (digits, ?, q too); escape leaves the field
 """
 
 
 def binding_table() -> str:
     from workbench.app import WorkbenchApp
     from workbench.screens import compare, configure, models, runs, train
+    from workbench.screens.base import WorkbenchScreen
 
-    sections = [("app (everywhere)", WorkbenchApp.BINDINGS)]
+    sections = [("app (everywhere)", WorkbenchApp.BINDINGS),
+                ("text fields (every screen)", WorkbenchScreen.BINDINGS)]
     for module in (models, configure, train, compare, runs):
         sections.append((module.SCREEN.__name__.removesuffix("Screen"), module.SCREEN.BINDINGS))
     lines = []
@@ -33,7 +37,8 @@ def binding_table() -> str:
         for b in bindings:
             if isinstance(b, Binding):
                 key = b.key_display or b.key.replace(",", " / ")
-                lines.append(f"  {key:<18} {b.description:<18} [dim]{b.id}[/]")
+                cells = f"{key:<18} {b.description:<18}".replace("[", r"\[")
+                lines.append(f"  {cells} [dim]{b.id}[/]")
     return "\n".join(lines)
 
 

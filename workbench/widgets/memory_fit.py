@@ -91,7 +91,7 @@ class MemoryFitBar(Widget):
 
     def render(self) -> Text:
         width = max(self.content_size.width, 30)
-        text = Text(no_wrap=True, overflow="ellipsis")
+        text = Text(overflow="fold")  # the note wraps (at 80 columns it takes two lines)
         groups = self.groups()
         if not groups:
             text.append(f"memory fit: {self.note}", style="dim")

@@ -22,6 +22,10 @@ class Series:
     label: str
     xs: tuple[float, ...]
     ys: tuple[float, ...]
+    marker: str | None = None
+    """A marker for each point (``"◆"``); None: plotext's default."""
+    lines: bool = True
+    """Join the points (False: points only, for a sparse series such as eval loss)."""
 
 
 def _finite(xs, ys) -> tuple[list[float], list[float]]:
@@ -52,8 +56,9 @@ def render_plot(series: list[Series], width: int, height: int, title: str = "") 
         xs, ys = _finite(s.xs, s.ys)
         if not xs:
             continue
-        sig = fig.signal(list(xs), list(ys))
-        if len(xs) > 1:
+        sig = fig.signal(list(xs), list(ys), marker=s.marker) if s.marker else \
+            fig.signal(list(xs), list(ys))
+        if len(xs) > 1 and s.lines:
             sig.lines()
         if len(series) > 1:
             sig.label(s.label)

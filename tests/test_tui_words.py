@@ -1,0 +1,105 @@
+"""What the screens say, as functions of engine replies (no terminal): the Models detail of
+an entry that is not ok, the Train header and memory line, the Compare per-side figures."""
+
+from __future__ import annotations
+
+from workbench.screens.base import EnginePhase, phase_of
+from workbench.screens.compare_history import earlier_compares, side_stats
+from workbench.screens.models import model_detail, model_row
+from workbench.screens.runstate import RunView
+from workbench.screens.train_text import checkpoints_text, header_text, memory_text
+from workbench.widgets.waits import Wait
+
+UNREADABLE = {"id": "hf:google/gemma-3-1b-it", "family": "gemma3", "size": "1b",
+              "format": "safetensors", "status": "unreadable", "source": "huggingface",
+              "reason": "config.json is not valid JSON (line 1)", "path": "/hf/x"}
+
+
+def test_an_entry_that_is_not_ok_says_why_and_what_to_do_never_no_problems():
+    text = model_detail(UNREADABLE)
+    assert "✗ unreadable" in text and "config.json is not valid JSON (line 1)" in text
+    assert "what to do:" in text and "press r" in text
+    assert "no problems" not in text
+    assert "Hugging Face cache" in text
+    assert model_row(UNREADABLE)[1] == "✗ unreadable"
+    with_hint = model_detail({**UNREADABLE, "hint": "re-download it"})
+    assert "what to do:[/] re-download it" in with_hint
+
+
+def test_a_gguf_entry_names_its_quantization_and_its_source():
+    entry = {"id": "starter:gemma-3-270m", "format": "gguf", "quant": "Q4_K_M",
+             "status": "ok", "source": "starter"}
+    assert model_row(entry)[3] == "gguf Q4_K_M"
+    text = model_detail(entry)
+    assert "Q4_K_M" in text and "starter package" in text and "✓ ok" in text
+
+
+def test_train_header_has_eval_loss_step_time_and_eta():
+    view = RunView("r", state="running", step=20, total_steps=40,
+                   metrics=[{"step": 10, "loss": 2.5, "eval_loss": 2.75, "step_time_s": 0.5},
+                            {"step": 20, "loss": 2.0, "step_time_s": 0.5}])
+    text = header_text(view, "r", "green")
+    assert "loss 2.000" in text and "eval 2.750[/]@10" in text
+    assert "0.50s/step" in text and "ETA 10s" in text
+
+
+def test_before_the_first_step_the_header_says_what_the_run_waits_for():
+    view = RunView("r", state="running")
+    view.add_event({"time": 1000.0, "kind": "state", "state": "running"})
+    assert "setting up" in header_text(view, "r", "green", now=1012.0)
+    assert "12s" in header_text(view, "r", "green", now=1012.0)
+    view.add_event({"time": 1030.0, "kind": "log", "message": "set-up 30.0s: mesh 1×1×1"})
+    assert "compiling the train step" in header_text(view, "r", "green", now=1040.0)
+
+
+def test_memory_line_reads_device_use_against_capacity_or_the_host():
+    gpu = {"devices": [{"id": 0, "kind": "H200", "bytes_in_use": 30 * 2**30,
+                        "memory_bytes": 120 * 2**30}]}
+    assert "30.0 GiB / 120.0 GiB (25%)" in memory_text(gpu)
+    two = {"devices": [{"id": 0, "kind": "TPU v5 lite", "bytes_in_use": 2**30,
+                        "memory_bytes": 16 * 2**30},
+                       {"id": 1, "kind": "TPU v5 lite", "bytes_in_use": 4 * 2**30,
+                        "memory_bytes": 16 * 2**30}]}
+    line = memory_text(two)
+    assert "2×TPU v5 lite" in line and "max 4.0 GiB / 16.0 GiB (25%) on #1" in line
+    cpu = {"devices": [{"id": 0, "kind": "cpu", "bytes_in_use": None, "memory_bytes": None}],
+           "memory": {"engine_rss_bytes": 3 * 2**30, "host_bytes": 24 * 2**30}}
+    assert "engine 3.0 GiB / 24.0 GiB" in memory_text(cpu)
+
+
+def test_checkpoints_grow_from_the_stream():
+    view = RunView("r", state="running", checkpoints=[10])
+    view.apply_stream({"type": "event", "data": {"time": 1.0, "kind": "checkpoint", "step": 20}})
+    assert view.checkpoints == [10, 20]
+    assert checkpoints_text(view.checkpoints) == "ckpts (2) 10 20"
+    assert checkpoints_text(list(range(10, 80, 10))) == "ckpts (7) … 30 40 50 60 70"
+
+
+def test_compare_sides_say_tokens_speed_and_stop_reason(tmp_path):
+    done = {"tokens": {"base": 12, "tuned": 9}, "tokens_per_s": {"base": 41.5, "tuned": 40.0},
+            "stop_reason": {"base": "end_of_turn", "tuned": "max_tokens"}}
+    assert side_stats(done, "base") == "12 tokens · 41.5 tok/s · stop: end of turn"
+    assert side_stats({"tokens": {"base": 3}}, "base") == "3 tokens"
+    folder = tmp_path / "compare"
+    folder.mkdir()
+    (folder / "20260101-120000.jsonl").write_text(
+        '{"prompt": "a", "base": "x", "tuned": "y"}\n', encoding="utf-8")
+    (folder / "20260102-120000.jsonl").write_text(
+        '{"prompt": "b", "base": "x2", "tuned": "y2"}\nnot json\n', encoding="utf-8")
+    earlier = earlier_compares({"dir": str(tmp_path)})
+    assert [e["prompt"] for e in earlier] == ["b", "a"]
+    assert earlier[0]["when"] == "20260102-120000"
+
+
+def test_engine_phase_follows_the_jax_start_up_and_keeps_its_clock():
+    loading = {"jax": {"loading": True, "ready": False, "modules_ready": False}}
+    first = phase_of(loading)
+    assert first.wait is not None and first.wait.what == "importing JAX"
+    assert phase_of(loading, first) is first  # the same wait: the clock keeps counting
+    gemma = phase_of({"jax": {"loading": False, "ready": True, "modules_ready": False}}, first)
+    assert gemma.wait.what == "importing gemma"
+    ready = phase_of({"jax": {"ready": True, "modules_ready": True}, "backend": "cpu",
+                      "devices": [{"platform": "cpu"}] * 2})
+    assert ready.wait is None and ready.ready == "engine ✓ cpu×2"
+    assert "JAX failed" in phase_of({"jax": {"error": "boom"}}).error
+    assert "s" in EnginePhase(Wait("engine starting", started=0.0)).markup()

@@ -1,0 +1,62 @@
+"""What the Compare screen reads besides the token stream: earlier compares of a run and
+the per-side figures of a finished one.
+
+Earlier compares are the run's ``compare/*.jsonl`` files (one object per prompt: ``prompt``,
+``base``, ``tuned``, ``settings``; written by ``gemma-workbench compare`` and by the engine).
+An engine that lists them in the run record (``compares``) is read first; otherwise the
+files are read where the run directory is on this machine (a remote engine's are not).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+MAX_EARLIER = 200
+
+
+def earlier_compares(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's earlier compares, newest first, each with ``when`` (its file's stamp)."""
+    listed = record.get("compares")
+    if isinstance(listed, list):
+        return [c for c in listed if isinstance(c, dict)][:MAX_EARLIER]
+    folder = Path(str(record.get("dir") or "")) / "compare"
+    if not record.get("dir") or not folder.is_dir():
+        return []
+    out: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl"), reverse=True):
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict) and ("base" in item or "tuned" in item):
+                out.append({**item, "when": path.stem})
+        if len(out) >= MAX_EARLIER:
+            break
+    return out[:MAX_EARLIER]
+
+
+def side_stats(summary: dict[str, Any], side: str) -> str:
+    """``"12 tokens · 41.5 tok/s · stop: end of turn"`` for one side of a finished compare."""
+    parts = []
+    tokens = _per_side(summary, "tokens", side)
+    if isinstance(tokens, int):
+        parts.append(f"{tokens} tokens")
+    speed = _per_side(summary, "tokens_per_s", side)
+    if isinstance(speed, (int, float)):
+        parts.append(f"{speed:.1f} tok/s")
+    reason = _per_side(summary, "stop_reason", side)
+    if reason:
+        parts.append(f"stop: {str(reason).replace('_', ' ')}")
+    return " · ".join(parts)
+
+
+def _per_side(summary: dict[str, Any], key: str, side: str) -> Any:
+    value = summary.get(key)
+    return value.get(side) if isinstance(value, dict) else None

@@ -1,0 +1,111 @@
+"""The Train screen's words: the header (state, step, losses, step time, ETA, or what the run
+waits for), device memory against capacity, and the checkpoints so far.
+
+Pure functions of a ``RunView`` and an engine ``status`` reply, tested without a terminal.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime
+from typing import Any
+
+from rich.markup import escape
+
+from workbench.screens.runstate import RunView, fmt_duration
+from workbench.widgets.memory_fit import gib
+
+BAR_W = 10
+SHOWN_CKPTS = 5
+
+
+def epoch(t: Any) -> float | None:
+    """An event time (epoch seconds or an ISO string) as epoch seconds."""
+    if isinstance(t, (int, float)):
+        return float(t)
+    try:
+        return datetime.fromisoformat(str(t).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def waiting_for(view: RunView, now: float | None = None) -> str:
+    """Until the first step: what the run waits for and since when (``"compiling · 12 s"``)."""
+    now = time.time() if now is None else now
+    since = None
+    for e in view.events:
+        if e.get("kind") == "state" and e.get("state") in ("queued", "running"):
+            since = epoch(e.get("time")) or since
+    if view.state == "queued":
+        what = "queued: waiting for the device"
+    elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("set-up")
+             for e in view.events):
+        what = "compiling the train step (first step)"
+    elif view.state == "stopping":
+        what = "stopping: writing a checkpoint"
+    else:
+        what = "setting up: model, data, mesh"
+    took = f" · {fmt_duration(max(0.0, now - since))}" if since is not None else ""
+    return f"{what}{took}"
+
+
+def header_text(view: RunView, name: str, state_style: str, now: float | None = None) -> str:
+    v = view
+    parts = [f"[b]{escape(name)}[/b] [{state_style}]{v.state}[/] {v.step}/{v.total_steps or '?'}"]
+    last = v.metrics[-1] if v.metrics else {}
+    if isinstance(last.get("loss"), (int, float)):
+        parts.append(f"loss {last['loss']:.3f}")
+    evals = [m for m in v.metrics if isinstance(m.get("eval_loss"), (int, float))]
+    if evals:
+        parts.append(f"[b magenta]eval {evals[-1]['eval_loss']:.3f}[/]@{evals[-1].get('step')}")
+    times = [m["step_time_s"] for m in v.metrics[-20:]
+             if isinstance(m.get("step_time_s"), (int, float))]
+    if times:
+        parts.append(f"{sum(times) / len(times):.2f}s/step")
+    eta = v.eta_seconds()
+    if eta is not None:
+        parts.append(f"ETA {fmt_duration(eta)}")
+    if v.active and not v.metrics:
+        parts.append(f"[yellow]{escape(waiting_for(v, now))}[/]")
+    text = " ".join(parts)
+    return text + (f" [red]{escape(v.error)}[/]" if v.error else "")
+
+
+def bar(fraction: float, width: int = BAR_W) -> str:
+    filled = max(0, min(width, round(width * fraction)))
+    style = "green" if fraction < 0.85 else "yellow" if fraction <= 1 else "red"
+    return f"[{style}]{'█' * filled}[/][dim]{'░' * (width - filled)}[/]"
+
+
+def memory_text(status: dict[str, Any]) -> str:
+    """Device memory in use against capacity (the engine's live figures); on devices that
+    report none (CPU), the engine process against the host's memory."""
+    devices = [d for d in status.get("devices") or [] if isinstance(d, dict)]
+    known = [d for d in devices if isinstance(d.get("bytes_in_use"), int)
+             and isinstance(d.get("memory_bytes"), int) and d["memory_bytes"] > 0]
+    if known:
+        worst = max(known, key=lambda d: d["bytes_in_use"] / d["memory_bytes"])
+        frac = worst["bytes_in_use"] / worst["memory_bytes"]
+        kind = worst.get("kind") or worst.get("platform") or "device"
+        if len(known) == 1:
+            return (f"mem {escape(str(kind))}:{worst.get('id', 0)} {bar(frac)} "
+                    f"{gib(worst['bytes_in_use'])} / {gib(worst['memory_bytes'])} "
+                    f"({frac:.0%})")
+        low = min(d["bytes_in_use"] for d in known)
+        return (f"mem {len(known)}×{escape(str(kind))} {bar(frac)} max "
+                f"{gib(worst['bytes_in_use'])} / {gib(worst['memory_bytes'])} ({frac:.0%}) "
+                f"on #{worst.get('id')} · min {gib(low)}")
+    host = status.get("memory") or {}
+    rss, total = host.get("engine_rss_bytes"), host.get("host_bytes")
+    if isinstance(rss, int) and isinstance(total, int) and total > 0:
+        return (f"mem host {bar(rss / total)} engine {gib(rss)} / {gib(total)} "
+                "[dim](no per-device figures here)[/]")
+    return "[dim]memory: waiting for the engine[/]" if not status else "[dim]memory: —[/]"
+
+
+def checkpoints_text(steps: list[int]) -> str:
+    if not steps:
+        return "[dim]no checkpoint yet[/]"
+    shown = " ".join(str(s) for s in steps[-SHOWN_CKPTS:])
+    more = "… " if len(steps) > SHOWN_CKPTS else ""
+    return f"ckpts ({len(steps)}) {more}{shown}"
