@@ -1,21 +1,27 @@
 """The run config (contract): TOML in, frozen validated specs out.
 
 Parse at the edge, once: ``load_config(path, overrides)`` reads TOML, applies ``--set``
-overrides, checks every key (an unknown key names the closest valid one) and every value,
-and returns a ``RunConfig``. Inside the engine, functions take these specs, never dicts.
-Errors cite ``file:line`` and the config key.
+overrides, checks every key (an unknown key names the closest valid one) and every value
+(types, ranges, finite numbers), makes every path absolute (a file's paths against its
+folder, ``--set`` paths against the current directory, ``~`` expanded) and returns a
+``RunConfig``. Inside the engine, functions take these specs, never dicts. Errors cite
+``file:line`` and the config key. ``RunConfig.to_toml()`` writes with ``tomli_w`` and what it
+writes loads back to the same config.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, get_type_hints
+from typing import Any
 
+import tomli_w
+
+from adapters_lib import config_checks as checks
 from adapters_lib.errors import WorkbenchError
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -179,164 +185,13 @@ def _plain(value: Any) -> Any:
 # --------------------------------------------------------------------------- parsing
 
 
-def _closest(name: str, options: list[str]) -> str:
-    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
-    return f"did you mean {match[0]!r}?" if match else f"valid keys: {', '.join(options)}"
-
-
-def _line_index(text: str) -> dict[tuple[str, str], int]:
-    """Map (section, key) to the 1-based line where the key is set in TOML text."""
-    index: dict[tuple[str, str], int] = {}
-    section = ""
-    for n, line in enumerate(text.splitlines(), 1):
-        stripped = line.strip()
-        header = re.match(r"^\[\s*([A-Za-z0-9_.\-]+)\s*\]", stripped)
-        if header:
-            section = header.group(1)
-            index.setdefault((section, ""), n)
-            continue
-        key = re.match(r"^([A-Za-z0-9_\-\"']+(?:\.[A-Za-z0-9_\-]+)?)\s*=", stripped)
-        if key:
-            name = key.group(1).strip("\"'")
-            if "." in name and not section:
-                sec, name = name.split(".", 1)
-                index.setdefault((sec, name), n)
-            else:
-                index.setdefault((section, name), n)
-    return index
-
-
-class _Where:
-    def __init__(self, source: str, lines: dict[tuple[str, str], int]):
-        self.source = source
-        self.lines = lines
-        self.overrides: set[tuple[str, str]] = set()
-
-    def __call__(self, section: str, key: str = "") -> str:
-        if (section, key) in self.overrides:
-            return f"--set {section}.{key}" if key else f"--set {section}"
-        line = self.lines.get((section, key)) or self.lines.get((section, ""))
-        loc = f"{self.source}:{line}" if line else self.source
-        return f"{loc} [{section}]" + (f" {key}" if key else "")
-
-
-def _coerce(value: Any, typ: Any, where: str, key: str) -> Any:
-    origin = getattr(typ, "__origin__", None)
-    if typ is bool:
-        if isinstance(value, bool):
-            return value
-        raise WorkbenchError(f"{key} must be true or false, got {value!r}", where=where)
-    if typ is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WorkbenchError(f"{key} must be an integer, got {value!r}", where=where)
-        return value
-    if typ is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise WorkbenchError(f"{key} must be a number, got {value!r}", where=where)
-        return float(value)
-    if typ is str:
-        if not isinstance(value, str):
-            raise WorkbenchError(f"{key} must be a string, got {value!r}", where=where)
-        return value
-    if origin is tuple:
-        if isinstance(value, str):
-            value = [value]
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise WorkbenchError(f"{key} must be a list of strings, got {value!r}", where=where)
-        return tuple(value)
-    if origin is dict:
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
-            raise WorkbenchError(f"{key} must be a table of strings, got {value!r}", where=where)
-        return dict(value)
-    raise AssertionError(f"unhandled type {typ}")
-
-
-def _build_section(name: str, raw: Any, where: _Where) -> Any:
-    cls = SECTIONS[name]
-    if not isinstance(raw, dict):
-        raise WorkbenchError(f"[{name}] must be a table", where=where(name))
-    hints = get_type_hints(cls)
-    valid = [f.name for f in fields(cls)]
-    values: dict[str, Any] = {}
-    for key, value in raw.items():
-        if key not in valid:
-            raise WorkbenchError(
-                f"unknown key {name}.{key}", where=where(name, key), hint=_closest(key, valid)
-            )
-        values[key] = _coerce(value, hints[key], where(name, key), f"{name}.{key}")
-    return cls(**values)
-
-
-def _check(cfg: RunConfig, where: _Where) -> RunConfig:
-    def fail(section: str, key: str, message: str, hint: str | None = None) -> None:
-        raise WorkbenchError(message, where=where(section, key), hint=hint)
-
-    m, d, lo, me, t = cfg.model, cfg.data, cfg.lora, cfg.mesh, cfg.train
-    if not m.source.strip():
-        fail("model", "source", "model.source is empty", 'use "demo", a catalog id or a path')
-    if m.backend not in BACKENDS:
-        fail("model", "backend", f"model.backend is {m.backend!r}", f"expected one of {', '.join(BACKENDS)}")
-    if d.format not in DATA_FORMATS:
-        fail("data", "format", f"data.format is {d.format!r}", _closest(d.format, list(DATA_FORMATS)))
-    if d.max_length < 8:
-        fail("data", "max_length", f"data.max_length is {d.max_length}", "use at least 8 tokens")
-    if not 0.0 <= d.eval_fraction < 1.0:
-        fail("data", "eval_fraction", f"data.eval_fraction is {d.eval_fraction}", "use a fraction in [0, 1)")
-    if d.loss_on not in ("model", "all"):
-        fail("data", "loss_on", f"data.loss_on is {d.loss_on!r}", 'expected "model" or "all"')
-    if d.truncation not in ("right", "drop"):
-        fail("data", "truncation", f"data.truncation is {d.truncation!r}", 'expected "right" or "drop"')
-    targets = lo.targets
-    if targets == ("all",):
-        targets = LORA_TARGETS
-    for tname in targets:
-        if tname not in LORA_TARGETS:
-            fail("lora", "targets", f"unknown LoRA target {tname!r}",
-                 f"{_closest(tname, list(LORA_TARGETS))} (targets are {' '.join(LORA_TARGETS)} or \"all\")")
-    if lo.enabled and not targets:
-        fail("lora", "targets", "lora.targets is empty", "name at least one of q k v o gate up down")
-    if lo.rank < 1:
-        fail("lora", "rank", f"lora.rank is {lo.rank}", "use a positive rank such as 8")
-    if lo.alpha <= 0:
-        fail("lora", "alpha", f"lora.alpha is {lo.alpha}", "use a positive alpha such as 2×rank")
-    for key, value in (("dtype", lo.dtype),):
-        if value not in DTYPES:
-            fail("lora", key, f"lora.{key} is {value!r}", f"expected one of {', '.join(DTYPES)}")
-    for key in ("data", "fsdp", "tensor"):
-        v = getattr(me, key)
-        if v == 0 or v < -1:
-            fail("mesh", key, f"mesh.{key} is {v}", "use a positive size, or -1 to fill")
-    if me.devices < 0:
-        fail("mesh", "devices", f"mesh.devices is {me.devices}", "use 0 (all devices) or a positive count")
-    if sum(1 for v in me.shape if v == -1) > 1:
-        fail("mesh", "", "more than one mesh axis is -1", "at most one axis may fill")
-    positive = ("steps", "batch_size", "grad_accum", "eval_every", "checkpoint_every", "log_every",
-                "keep_checkpoints", "eval_batches")
-    for key in positive:
-        if getattr(t, key) < 1:
-            fail("train", key, f"train.{key} is {getattr(t, key)}", "use a positive integer")
-    if t.learning_rate <= 0:
-        fail("train", "learning_rate", f"train.learning_rate is {t.learning_rate}", "use a positive rate such as 1e-3")
-    if t.schedule not in SCHEDULES:
-        fail("train", "schedule", f"train.schedule is {t.schedule!r}", _closest(t.schedule, list(SCHEDULES)))
-    if t.warmup_steps < 0:
-        fail("train", "warmup_steps", f"train.warmup_steps is {t.warmup_steps}", "use 0 or more")
-    if t.clip_norm < 0 or t.weight_decay < 0:
-        fail("train", "clip_norm", "train.clip_norm and train.weight_decay must be ≥ 0")
-    for key in ("param_dtype", "compute_dtype"):
-        value = getattr(t, key)
-        if value not in DTYPES:
-            fail("train", key, f"train.{key} is {value!r}", f"expected one of {', '.join(DTYPES)}")
-    return cfg.replace(lora=dataclasses.replace(lo, targets=tuple(targets)))
-
-
 def parse_override(item: str) -> tuple[str, str, Any]:
     """``"train.steps=20"`` → ("train", "steps", 20). Values are TOML; bare words are strings."""
     if "=" not in item:
         raise WorkbenchError(f"--set {item!r} has no '='", where="--set", hint="use --set section.key=value")
     dotted, text = item.split("=", 1)
     dotted = dotted.strip()
-    if dotted.count(".") != 1:
+    if dotted.count(".") != 1 or not all(dotted.split(".")):
         raise WorkbenchError(
             f"--set {dotted!r} is not section.key", where="--set",
             hint=f"sections are {', '.join(SECTIONS)}; e.g. --set train.steps=20",
@@ -352,8 +207,17 @@ def parse_override(item: str) -> tuple[str, str, Any]:
 def config_from_dict(
     raw: dict[str, Any], *, source: str = "<config>", text: str = "",
     overrides: list[str] | tuple[str, ...] = (),
+    base_dir: str | Path | None = None, overrides_dir: str | Path | None = None,
 ) -> RunConfig:
-    where = _Where(source, _line_index(text) if text else {})
+    """Validate a config given as a dict (a parsed TOML table, a JSON body, the TUI's form).
+
+    ``base_dir``: the folder the dict's relative paths are relative to (a config file's
+    folder); ``overrides_dir``: the same for ``overrides`` (the current directory of the
+    command line). Left None, a relative path is refused (the engine cannot know it).
+    """
+    where = checks.Where(source, checks.line_index(text) if text else {})
+    if not isinstance(raw, dict):
+        raise WorkbenchError("a config must be a table of sections", where=source)
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
     for item in overrides:
         section, key, value = parse_override(item)
@@ -364,11 +228,18 @@ def config_from_dict(
     sections: dict[str, Any] = {}
     for name, value in raw.items():
         if name not in SECTIONS:
+            if not isinstance(value, dict):
+                raise WorkbenchError(f"key {name!r} is outside any section", where=where(name),
+                                     hint=f"put it under its section, e.g. [train] {name} = …")
             raise WorkbenchError(
-                f"unknown section [{name}]", where=where(name), hint=_closest(name, list(SECTIONS))
+                f"unknown section [{name}]", where=where(name), hint=checks.closest(name, list(SECTIONS))
             )
-        sections[name] = _build_section(name, value, where)
-    cfg = _check(RunConfig(**sections), where)
+        sections[name] = checks.build_section(SECTIONS[name], name, value, where)
+    cfg = checks.check_values(RunConfig(**sections), where, lora_targets=LORA_TARGETS,
+                              schedules=SCHEDULES, dtypes=DTYPES, backends=BACKENDS,
+                              data_formats=DATA_FORMATS)
+    cfg = checks.resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,
+                               overrides_dir=Path(overrides_dir) if overrides_dir else None)
     # options one backend has and the other lacks (pure; keras is not imported)
     from adapters_lib.keras_route.options import check_backend_options
 
@@ -376,18 +247,29 @@ def config_from_dict(
     return cfg
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
-    """Read a TOML run config (or the defaults when ``path`` is None) and validate it."""
-    if path is None:
-        return config_from_dict({}, source="<defaults>", overrides=overrides)
+def read_toml(path: str | Path) -> tuple[dict[str, Any], str]:
+    """A TOML file's table and text; a missing, unreadable or invalid file is one clear error."""
     p = Path(path)
+    if p.is_dir():
+        raise WorkbenchError(f"{str(p)!r} is a folder, not a config file", where=str(p),
+                             hint="pass the path of a .toml run config")
     if not p.is_file():
-        raise WorkbenchError(f"config file {str(p)!r} not found", where=str(p),
+        what = "not found" if not p.exists() else "not a regular file"
+        raise WorkbenchError(f"config file {str(p)!r} {what}", where=str(p),
                              hint="pass the path of a .toml run config")
     try:
-        text = p.read_text(encoding="utf-8")
+        data = p.read_bytes()
+    except OSError as e:
+        raise WorkbenchError(f"cannot read the config: {e.strerror or e}", where=str(p)) from None
+    if b"\0" in data:
+        raise WorkbenchError("config is a binary file, not TOML text", where=str(p),
+                             hint="pass the path of a .toml run config")
+    try:
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        raise WorkbenchError(f"config is not UTF-8 text ({e.reason})", where=str(p)) from None
+        line = data[:e.start].count(b"\n") + 1
+        raise WorkbenchError(f"config is not UTF-8 text (byte 0x{data[e.start]:02x})",
+                             where=f"{p}:{line}", hint="save the file as UTF-8") from None
     try:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -397,31 +279,30 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         msg = getattr(e, "msg", None) or (str(e)[:at.start()] if at else str(e))
         raise WorkbenchError(f"invalid TOML: {msg}", where=f"{p}:{line}" if line else str(p),
                              hint="fix the syntax at that line") from None
-    return config_from_dict(raw, source=str(p), text=text, overrides=overrides)
+    except RecursionError:
+        raise WorkbenchError("invalid TOML: nested too deeply", where=str(p)) from None
+    return raw, text
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
+    """Read a TOML run config (or the defaults when ``path`` is None) and validate it.
+
+    The file's relative paths resolve against its folder; ``overrides`` (``--set``) against
+    the current directory.
+    """
+    here = checks.cwd()
+    if path is None:
+        return config_from_dict({}, source="<defaults>", overrides=overrides, overrides_dir=here)
+    p = Path(path).expanduser()
+    raw, text = read_toml(p)
+    folder = Path(os.path.abspath(p)).parent  # the folder as named (a symlinked file's own)
+    return config_from_dict(raw, source=str(path), text=text, overrides=overrides,
+                            base_dir=folder, overrides_dir=here)
 
 
 # --------------------------------------------------------------------------- writing
 
 
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-        return f'"{escaped}"'
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + "}"
-    raise TypeError(f"cannot write {type(value).__name__} to TOML")
-
-
 def dumps_toml(data: dict[str, dict[str, Any]]) -> str:
-    """Write a two-level table (sections of scalars) as TOML."""
-    chunks = []
-    for section, values in data.items():
-        lines = [f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in values.items()]
-        chunks.append("\n".join(lines))
-    return "\n\n".join(chunks) + "\n"
+    """Write a table of sections as TOML (``tomli_w``: every string and key escaped)."""
+    return tomli_w.dumps(data)

@@ -2,16 +2,71 @@
 
 Every directory can be moved with an environment variable (tests use them):
 ``GEMMA_WORKBENCH_HOME`` moves data, state, config and runtime under one root.
+
+``check_environment()`` (called once by the CLI, before anything else) checks every
+``GEMMA_WORKBENCH_*`` variable: a number that is not one, or a folder variable naming a file,
+is a one-line ``WorkbenchError``; relative folders are made absolute, so that an engine the
+client starts (anywhere) sees the same folders.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
 import platformdirs
 
+from adapters_lib.errors import WorkbenchError
+
 APP = "gemma-workbench"
+
+NUMERIC_ENV = {
+    "GEMMA_WORKBENCH_ENGINE_IDLE_EXIT": (1800.0, 0.0, "seconds an engine started on demand "
+                                                      "waits idle before it exits (0 = never)"),
+    "GEMMA_WORKBENCH_SSE_PING_S": (10.0, 0.01, "seconds between keep-alive pings on a stream"),
+    "GEMMA_WORKBENCH_MULTIHOST_TIMEOUT": (30.0, 0.01, "seconds a multi-host follower waits for "
+                                                      "the leader"),
+}
+"""name → (default, smallest allowed value, meaning)."""
+FOLDER_ENV = ("GEMMA_WORKBENCH_HOME", "GEMMA_WORKBENCH_RUNS", "GEMMA_WORKBENCH_COMPILE_CACHE")
+
+
+def env_number(name: str) -> float:
+    """A numeric ``GEMMA_WORKBENCH_*`` variable (its default when unset or empty)."""
+    default, lowest, meaning = NUMERIC_ENV[name]
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < lowest:
+        raise WorkbenchError(f"{text!r} is not a number ≥ {lowest:g}", where=name,
+                             hint=f"it is the {meaning}; unset it for the default {default:g}")
+    return value
+
+
+def check_environment() -> None:
+    """Check (and make absolute) every ``GEMMA_WORKBENCH_*`` variable; see the module doc."""
+    for name in NUMERIC_ENV:
+        env_number(name)
+    for name in FOLDER_ENV:
+        text = os.environ.get(name, "")
+        if not text:
+            continue
+        if "\0" in text:
+            raise WorkbenchError(f"{name} holds a NUL character", where=name)
+        try:
+            folder = Path(text).expanduser()
+        except RuntimeError:
+            raise WorkbenchError(f"{text!r}: cannot expand ~ (no such user)", where=name) from None
+        if folder.exists() and not folder.is_dir():
+            raise WorkbenchError(f"{text!r} is a file, not a folder", where=name,
+                                 hint="point it at a folder (made when missing), or unset it")
+        if not folder.is_absolute():
+            os.environ[name] = os.path.abspath(folder)
 
 
 def _home() -> Path | None:

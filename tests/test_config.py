@@ -215,3 +215,174 @@ def test_cli_reports_a_config_mistake_in_one_line(tmp_path, capsys):
     assert err.count("\n") == 0
     assert err.startswith(f"error: {src}:3 [lora] targets: unknown LoRA target 'upp'")
     assert "'up'" in err
+
+
+# --------------------------------------------------------------------------- #17: input, paths
+
+
+@pytest.mark.parametrize("override, needle", [
+    ("train.learning_rate=nan", "train.learning_rate is nan; it must be a finite number"),
+    ("lora.alpha=inf", "lora.alpha is inf"),
+    ("train.clip_norm=nan", "train.clip_norm is nan"),
+    ("train.weight_decay=-inf", "train.weight_decay is -inf"),
+    ("data.eval_fraction=nan", "data.eval_fraction is nan"),
+    ("train.seed=-1", "train.seed is -1; use an integer from 0 to 4294967295"),
+    ("train.seed=4294967296", "train.seed is 4294967296"),
+    ("train.eval_exact_match=-2", "train.eval_exact_match is -2"),
+    ("train.eval_batches=0", "train.eval_batches is 0"),
+    ("train.steps=3000000000", "train.steps is 3000000000; use at most 2147483647"),
+    ("train.steps=99999999999999999999999", "more than 64 bits"),
+    ("train.steps=10.0", "write it without a decimal point"),
+    ("data.max_length=9999999999", "data.max_length is 9999999999"),
+    ("model.source=' demo'", "model.source ' demo' starts or ends with a space; did you mean 'demo'?"),
+    ("data.path='notes.jsonl '", "starts or ends with a space"),
+    ('run.name="a\\u0007b"', "run.name holds a control character"),
+    ('lora.targets=["q", "q"]', "names a target twice"),
+    ("data.path=''", "data.path is empty"),
+])
+def test_non_finite_and_out_of_range_values_are_refused_at_parse_time(override, needle):
+    with pytest.raises(WorkbenchError) as err:
+        load_config(None, [override])
+    assert needle in str(err.value)
+    assert str(err.value).startswith("--set " + override.split("=")[0])
+
+
+def test_a_non_finite_value_in_a_file_cites_its_line_and_key(tmp_path):
+    path = _write(tmp_path, """
+        [train]
+        steps = 3
+        learning_rate = nan
+    """)
+    with pytest.raises(WorkbenchError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}:4 [train] learning_rate: train.learning_rate is nan")
+
+
+def test_relative_paths_resolve_against_the_config_files_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "project" / "configs"
+    folder.mkdir(parents=True)
+    (folder / "weights").mkdir()
+    path = folder / "run.toml"
+    path.write_text(textwrap.dedent("""
+        [model]
+        source = "weights"
+        tokenizer = "../tok/tokenizer.model"
+        [data]
+        path = "data/train.jsonl"
+        eval_path = "~/eval.jsonl"
+        [run]
+        dir = "./runs"
+    """), encoding="utf-8")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the working directory plays no part
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    cfg = load_config(path)
+    assert cfg.model.source == str(folder / "weights")
+    assert cfg.model.tokenizer == str(tmp_path / "project" / "tok" / "tokenizer.model")
+    assert cfg.data.path == str(folder / "data" / "train.jsonl")
+    assert cfg.data.eval_path == str(tmp_path / "home" / "eval.jsonl")
+    assert cfg.run.dir == str(folder / "runs")
+    # the same file named by a relative path from another folder: same config
+    monkeypatch.chdir(tmp_path)
+    assert load_config(Path("project/configs/run.toml")) == cfg
+    # what a run records (config.toml) is absolute, so it loads back the same from anywhere
+    again = tmp_path / "elsewhere" / "config.toml"
+    again.write_text(cfg.to_toml(), encoding="utf-8")
+    assert load_config(again) == cfg
+
+
+def test_set_paths_resolve_against_the_current_directory(tmp_path, monkeypatch):
+    path = _write(tmp_path, """
+        [data]
+        path = "in-file.jsonl"
+    """)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
+    cfg = load_config(path, ["data.eval_path=ev.jsonl"])
+    assert cfg.data.path == str(tmp_path / "in-file.jsonl")
+    assert cfg.data.eval_path == str(cwd / "ev.jsonl")
+
+
+def test_catalog_ids_and_the_demo_are_not_paths(tmp_path):
+    path = _write(tmp_path, """
+        [model]
+        source = "gemma-3-270m"
+        [data]
+        path = "demo"
+    """)
+    cfg = load_config(path)
+    assert cfg.model.source == "gemma-3-270m" and cfg.data.path == "demo"
+    (tmp_path / "gemma-3-270m").mkdir()  # a folder of that name beside the config: the path wins
+    assert load_config(path).model.source == str(tmp_path / "gemma-3-270m")
+    cfg = config_from_dict({"model": {"source": "local:~/w"}}, base_dir=tmp_path)
+    assert cfg.model.source == "local:" + str(Path("~/w").expanduser())
+
+
+def test_a_relative_path_without_a_known_folder_is_refused(tmp_path):
+    """The engine parses configs sent by clients: its own directory means nothing to them."""
+    with pytest.raises(WorkbenchError) as err:
+        config_from_dict({"data": {"path": "train.jsonl"}}, source="create_run request")
+    assert "data.path 'train.jsonl' is a relative path" in str(err.value)
+    assert str(err.value).startswith("create_run request [data] path")
+    absolute = config_from_dict({"data": {"path": str(tmp_path / "t.jsonl")}})
+    assert absolute.data.path == str(tmp_path / "t.jsonl")
+
+
+def _random_text(rng, *, alphabet: str, n: int) -> str:
+    return "".join(rng.choice(alphabet) for _ in range(rng.randint(1, n)))
+
+
+AWKWARD = "abc XYZ_-./\\\"'=#[]{}é漢\U0001f600\u00a0\u2028"
+
+
+def _random_config(rng, tmp_path: Path) -> dict:
+    """A config drawn at random from the space of valid values (awkward strings included)."""
+    cfg: dict = {"model": {}, "data": {}, "lora": {}, "mesh": {}, "train": {}, "run": {}}
+    if rng.random() < 0.5:
+        cfg["model"]["tokenizer"] = str(tmp_path / _random_text(rng, alphabet="abc é漢_-", n=8).strip() or "t")
+    cfg["data"]["path"] = rng.choice(["demo", str(tmp_path / "d ata" / "x.jsonl")])
+    cfg["data"]["format"] = rng.choice(["auto", "text", "prompt_response", "alpaca", "chat", "qa"])
+    cfg["data"]["max_length"] = rng.randint(8, 1 << 20)
+    cfg["data"]["eval_fraction"] = rng.choice([0.0, 0.5, rng.random() * 0.99, 1e-300])
+    cfg["data"]["packing"] = rng.random() < 0.5
+    cfg["data"]["field_map"] = {
+        _random_text(rng, alphabet=AWKWARD, n=6).strip() or "k": _random_text(rng, alphabet=AWKWARD, n=6).strip() or "v"
+        for _ in range(rng.randint(0, 3))}
+    k = rng.randint(1, len(LORA_TARGETS))
+    cfg["lora"] = {"enabled": rng.random() < 0.8, "rank": rng.randint(1, 1 << 16),
+                   "alpha": rng.choice([1e-12, 0.5, 16.0, 1e300, float(rng.randint(1, 10**6))]),
+                   "targets": rng.sample(LORA_TARGETS, k), "dtype": "float32"}
+    axis = rng.choice(["data", "fsdp", "tensor"])
+    cfg["mesh"] = {a: (-1 if a == axis else rng.randint(1, 64)) for a in ("data", "fsdp", "tensor")}
+    cfg["mesh"]["devices"] = rng.randint(0, 4096)
+    cfg["train"] = {"steps": rng.randint(1, 2**31 - 1), "seed": rng.randint(0, 2**32 - 1),
+                    "learning_rate": rng.choice([1e-300, 3e-4, 1e30, rng.random() + 1e-9]),
+                    "warmup_steps": rng.randint(0, 10**6), "clip_norm": rng.random() * 10,
+                    "weight_decay": rng.choice([0.0, 0.01, 1e-320]),
+                    "schedule": rng.choice(["constant", "linear", "cosine"]),
+                    "eval_exact_match": rng.randint(-1, 1000), "remat": rng.random() < 0.5}
+    cfg["run"] = {"name": _random_text(rng, alphabet=AWKWARD, n=20).strip() or "n",
+                  "dir": str(tmp_path / _random_text(rng, alphabet="ab é漢[]#=\"'", n=10).strip())}
+    return cfg
+
+
+def test_every_accepted_config_round_trips_through_its_toml(tmp_path):
+    """Property: for random valid configs, to_toml() → load_config gives the same config."""
+    import random
+
+    rng = random.Random(17)
+    checked = 0
+    for _ in range(300):
+        raw = _random_config(rng, tmp_path)
+        try:
+            cfg = config_from_dict(raw, base_dir=tmp_path)
+        except WorkbenchError:  # a random draw may be refused (e.g. a name made of spaces): fine
+            continue
+        text = cfg.to_toml()
+        path = tmp_path / "again.toml"
+        path.write_text(text, encoding="utf-8")
+        assert load_config(path) == cfg, text
+        checked += 1
+    assert checked > 250  # the draws are mostly valid: the property was really exercised

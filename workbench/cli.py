@@ -2,7 +2,8 @@
 
 With no sub-command it opens the TUI. Each sub-command lives in ``workbench/commands/<name>.py``
 with ``register(subparsers)``; handlers take the parsed args and return an exit code. A
-``WorkbenchError`` is printed as one line (``error: where: what; hint``), exit status 2.
+``WorkbenchError`` is printed as one line (``error: where: what; hint``), exit status 2; so is a
+usage mistake argparse finds, and a bad ``GEMMA_WORKBENCH_*`` variable.
 """
 
 from __future__ import annotations
@@ -11,7 +12,9 @@ import argparse
 import importlib
 import os
 import sys
+from typing import NoReturn
 
+from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
 from workbench import __version__
 
@@ -27,8 +30,16 @@ def quiet_native_logs() -> None:
     os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line (``error: PROG: what; see PROG --help``), exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {message}; see `{self.prog} --help`", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="gemma-workbench",
         description="Fine-tune Gemma with LoRA on JAX: a TUI plus a headless engine.",
     )
@@ -51,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        paths.check_environment()
         if args.command is None:
             from workbench.app import run_app
 

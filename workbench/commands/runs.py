@@ -2,17 +2,25 @@
 
 All through the engine (started on demand): ``runs [--json]``, ``runs show ID``,
 ``runs stop ID``, ``runs resume ID``, ``runs attach ID`` (follows the metrics here until the
-run ends; Ctrl-C detaches — the run goes on), ``runs delete ID``. An id may be abbreviated
-to a unique prefix or suffix.
+run ends; Ctrl-C detaches — the run goes on), ``runs delete ID [--yes]``. The engine finds
+the run (an exact id or a unique prefix of one).
+
+``runs delete`` shows what it will delete (id, state, size, folder) and asks on a terminal;
+``--yes`` deletes without asking (scripts). Without a terminal and without ``--yes`` it
+refuses, before anything is looked up. It then deletes by the exact id the engine found.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+from adapters_lib.errors import WorkbenchError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -34,9 +42,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         a.add_argument("run_id", metavar="ID")
         a.add_argument("--json", action="store_true", help="print JSON")
         a.set_defaults(handler=handler)
+        if name == "delete":
+            a.add_argument("-y", "--yes", action="store_true",
+                           help="delete without asking (for scripts; needed without a terminal)")
         if name == "attach":
-            a.add_argument("--since", type=int, default=0, metavar="STEP",
+            a.add_argument("--since", type=_step, default=0, metavar="STEP",
                            help="replay metrics after STEP (default: all)")
+
+
+def _step(text: str) -> int:
+    """argparse type: a step number, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; steps count from 0")
+    return value
 
 
 def _client():
@@ -108,8 +130,6 @@ def _action(args: argparse.Namespace, method: str, verb: str) -> int:
         r = getattr(c, method)(args.run_id)
     if args.json:
         print(json.dumps(r))
-    elif method == "delete_run":
-        print(f"run {r['id']} deleted")
     else:
         print(f"run {r['id']}: {r['state']} ({verb})")
     return 0
@@ -123,8 +143,70 @@ def run_resume(args: argparse.Namespace) -> int:
     return _action(args, "resume_run", "queued to continue from its last checkpoint")
 
 
+def folder_size(folder: str | Path) -> tuple[int, int] | None:
+    """(bytes, files) under ``folder``, symlinks counted as links, never followed;
+    None when the folder is not on this machine (a remote engine's run)."""
+    root = Path(folder)
+    if not root.is_dir() or root.is_symlink():
+        return None
+    total = files = 0
+    for here, _dirs, names in os.walk(root, followlinks=False):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(here, name)).st_size
+                files += 1
+            except OSError:
+                continue
+    return total, files
+
+
+def _size_text(size: tuple[int, int] | None) -> str:
+    if size is None:
+        return "size unknown (not on this machine)"
+    n, files = size
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            amount = f"{n:.0f}" if unit == "bytes" else f"{n:.1f}"
+            return f"{amount} {unit} in {files} file{'s' if files != 1 else ''}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _confirm(question: str) -> bool:
+    """Ask on the terminal (the question on stderr: stdout stays for --json)."""
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    if not answer:  # end of input
+        sys.stderr.write("\n")
+    return answer.strip().lower() in ("y", "yes")
+
+
 def run_delete(args: argparse.Namespace) -> int:
-    return _action(args, "delete_run", "deleted")
+    if not args.yes and not sys.stdin.isatty():
+        raise WorkbenchError(f"not deleting run {args.run_id!r} without asking, and there is no "
+                             "terminal to ask on", where="runs delete",
+                             hint=f"add --yes to delete it from a script: "
+                                  f"gemma-workbench runs delete {args.run_id} --yes")
+    with _client() as c:
+        r = c.get_run(args.run_id, metrics=False, events=False)
+        checkpoints = len(r.get("checkpoints") or [])
+        what = (f"run {r['id']}  {r['state']}  step {r.get('step', 0)}/{r.get('total_steps', 0)}  "
+                f"{checkpoints} checkpoint{'s' if checkpoints != 1 else ''}  "
+                f"{_size_text(folder_size(r['dir']))}\n  {r['dir']}")
+        if not args.yes:
+            print(what, file=sys.stderr)
+            if not _confirm("delete it?"):
+                print("not deleted", file=sys.stderr)
+                return 1
+        result = c.delete_run(r["id"])  # the exact id found above, never the text typed
+    if args.json:
+        print(json.dumps(result))
+    else:
+        if args.yes:
+            print(what, file=sys.stderr)
+        print(f"run {result['id']} deleted")
+    return 0
 
 
 def format_item(item: dict[str, Any]) -> str | None:

@@ -139,12 +139,9 @@ def _detach(args: argparse.Namespace, cfg: Any) -> int:
     except ImportError:
         raise WorkbenchError("--detach needs the engine service, not in this build",
                              where="train --detach", hint="train in the foreground instead") from None
-    if args.config:
-        with open(args.config, encoding="utf-8") as f:
-            text, source = f.read(), args.config
-    else:
-        text, source = cfg.to_toml(), "<demo defaults>"
-    run_id = submit_run(text, list(args.overrides), source=source)
+    # the resolved config: its paths are absolute here (the engine's directory is not ours)
+    source = args.config or "<demo defaults>"
+    run_id = submit_run(cfg.to_toml(), [], source=source)
     print(run_id)
     print(f"follow with: gemma-workbench runs attach {run_id}", file=sys.stderr)
     return 0

@@ -146,7 +146,7 @@ class ConfigureScreen(WorkbenchScreen):
                 if value is None:
                     raise WorkbenchError(f"{section}.{key} is empty", where=f"[{section}]",
                                          hint="type a value")
-        cfg = config_from_dict(raw, source="form")
+        cfg = config_from_dict(raw, source="form", base_dir=Path.cwd())  # typed paths: ours
         if self.device_count:
             if cfg.mesh.devices > self.device_count:
                 raise WorkbenchError(f"mesh.devices is {cfg.mesh.devices}, but the engine has "

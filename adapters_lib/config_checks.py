@@ -1,0 +1,273 @@
+"""The run config's checks: where a key was set, value ranges, and path resolution.
+
+Used by ``adapters_lib.config`` only (the public API lives there). Every failure is a
+``WorkbenchError`` whose ``where`` is ``file:line [section] key`` (or the ``--set`` item).
+
+Paths (``[model] source`` when it is a path, ``tokenizer``, ``[data] path``, ``eval_path``,
+``[run] dir``) are made absolute here, before anything reaches the engine: a value from the
+config file resolves against the file's folder, a ``--set`` value against the current
+directory, ``~`` is expanded. Where neither folder is known (the engine, any API client) a
+relative path is refused: the engine's working directory is not the user's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+import re
+from dataclasses import fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+from adapters_lib.errors import WorkbenchError
+from adapters_lib.typed_values import check_line_text, coerce
+
+INT32_MAX = 2**31 - 1
+SEED_MAX = 2**32 - 1
+MAX_LENGTH_MAX = 1 << 20
+"""A million tokens per row is far beyond any Gemma context; a bigger value is a typo."""
+
+PATH_KEYS = (("model", "tokenizer"), ("data", "path"), ("data", "eval_path"), ("run", "dir"))
+"""Keys that always hold a path ("" = unset, data.path "demo" = the built-in data)."""
+LINE_KEYS = (("model", "source"), ("model", "backend"), ("run", "name")) + PATH_KEYS
+"""Keys whose value is one line of text: control characters are refused."""
+
+
+def closest(name: str, options: list[str]) -> str:
+    match = difflib.get_close_matches(name, options, n=1, cutoff=0.5)
+    return f"did you mean {match[0]!r}?" if match else f"valid keys: {', '.join(options)}"
+
+
+_KEY = r'(?:[A-Za-z0-9_\-]+|"[^"\n]*"|\'[^\'\n]*\')'
+
+
+def _unquote(part: str) -> str:
+    part = part.strip()
+    return part[1:-1] if len(part) >= 2 and part[0] == part[-1] and part[0] in "\"'" else part
+
+
+def _split_dotted(text: str) -> list[str]:
+    return [_unquote(p) for p in re.findall(_KEY, text)]
+
+
+def line_index(text: str) -> dict[tuple[str, str], int]:
+    """Map (section, key) to the 1-based line where the key is set in TOML text.
+
+    ``[data.field_map]`` and ``data.field_map = {…}`` both index as ("data", "field_map").
+    """
+    index: dict[tuple[str, str], int] = {}
+    section: list[str] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        stripped = line.strip()
+        header = re.match(rf"^\[\[?\s*({_KEY}(?:\s*\.\s*{_KEY})*)\s*\]", stripped)
+        if header:
+            section = _split_dotted(header.group(1))
+            index.setdefault((section[0], ""), n)
+            if len(section) > 1:
+                index.setdefault((section[0], section[1]), n)
+            continue
+        key = re.match(rf"^({_KEY}(?:\s*\.\s*{_KEY})*)\s*=", stripped)
+        if key:
+            path = section + _split_dotted(key.group(1))
+            if len(path) == 1:
+                index.setdefault((path[0], ""), n)
+            else:
+                index.setdefault((path[0], path[1]), n)
+    return index
+
+
+class Where:
+    """Renders where a key was set: ``file:line [section] key`` or ``--set section.key``."""
+
+    def __init__(self, source: str, lines: dict[tuple[str, str], int]):
+        self.source = source
+        self.lines = lines
+        self.overrides: set[tuple[str, str]] = set()
+
+    def __call__(self, section: str, key: str = "") -> str:
+        if (section, key) in self.overrides:
+            return f"--set {section}.{key}" if key else f"--set {section}"
+        line = self.lines.get((section, key)) or self.lines.get((section, ""))
+        loc = f"{self.source}:{line}" if line else self.source
+        return f"{loc} [{section}]" + (f" {key}" if key else "")
+
+
+def build_section(cls: type, name: str, raw: Any, where: Where) -> Any:
+    """One section's dataclass from its TOML table, every key and type checked."""
+    if not isinstance(raw, dict):
+        raise WorkbenchError(f"[{name}] must be a table, got {type(raw).__name__}",
+                             where=where(name), hint=f"write it as a [{name}] section")
+    hints = get_type_hints(cls)
+    valid = [f.name for f in fields(cls)]
+    values: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in valid:
+            raise WorkbenchError(f"unknown key {name}.{key}", where=where(name, key),
+                                 hint=closest(key, valid))
+        if (name, key) == ("lora", "targets") and isinstance(value, str):
+            value = value.split() if value.strip() != "all" else ["all"]
+        values[key] = coerce(value, hints[key], key=f"{name}.{key}", where=where(name, key))
+    return cls(**values)
+
+
+# --------------------------------------------------------------------------- values
+
+_POSITIVE = ("steps", "batch_size", "grad_accum", "eval_every", "checkpoint_every", "log_every",
+             "keep_checkpoints", "eval_batches")
+
+
+def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], schedules: tuple[str, ...],
+                 dtypes: tuple[str, ...], backends: tuple[str, ...], data_formats: tuple[str, ...]) -> Any:
+    """Every value in range; returns ``cfg`` with ``lora.targets = "all"`` expanded."""
+    def fail(section: str, key: str, message: str, hint: str | None = None) -> None:
+        raise WorkbenchError(message, where=where(section, key), hint=hint)
+
+    for section, key in LINE_KEYS:
+        value = getattr(getattr(cfg, section), key)
+        check_line_text(value, key=f"{section}.{key}", where=where(section, key))
+        if value != value.strip():
+            fail(section, key, f"{section}.{key} {value!r} starts or ends with a space",
+                 f"did you mean {value.strip()!r}?")
+    for key, value in cfg.data.field_map.items():
+        check_line_text(key, key="data.field_map key", where=where("data", "field_map"))
+        check_line_text(value, key=f"data.field_map.{key}", where=where("data", "field_map"))
+        if not key.strip() or not value.strip():
+            fail("data", "field_map", f"data.field_map has an empty name ({key!r} = {value!r})",
+                 'write it as {prompt = "question"}')
+    for sec in fields(cfg):
+        section = getattr(cfg, sec.name)
+        for f in fields(section):
+            value = getattr(section, f.name)
+            if (isinstance(value, int) and not isinstance(value, bool) and abs(value) > INT32_MAX
+                    and (sec.name, f.name) != ("train", "seed")):
+                fail(sec.name, f.name, f"{sec.name}.{f.name} is {value}",
+                     f"use at most {INT32_MAX}")
+
+    m, d, lo, me, t = cfg.model, cfg.data, cfg.lora, cfg.mesh, cfg.train
+    if not m.source:
+        fail("model", "source", "model.source is empty", 'use "demo", a catalog id or a path')
+    if m.backend not in backends:
+        fail("model", "backend", f"model.backend is {m.backend!r}", f"expected one of {', '.join(backends)}")
+    if not d.path:
+        fail("data", "path", "data.path is empty", 'use "demo" or a data file or folder')
+    if d.format not in data_formats:
+        fail("data", "format", f"data.format is {d.format!r}", closest(d.format, list(data_formats)))
+    if not 8 <= d.max_length <= MAX_LENGTH_MAX:
+        fail("data", "max_length", f"data.max_length is {d.max_length}",
+             f"use between 8 and {MAX_LENGTH_MAX} tokens")
+    if not 0.0 <= d.eval_fraction < 1.0:
+        fail("data", "eval_fraction", f"data.eval_fraction is {d.eval_fraction}", "use a fraction in [0, 1)")
+    if d.loss_on not in ("model", "all"):
+        fail("data", "loss_on", f"data.loss_on is {d.loss_on!r}", 'expected "model" or "all"')
+    if d.truncation not in ("right", "drop"):
+        fail("data", "truncation", f"data.truncation is {d.truncation!r}", 'expected "right" or "drop"')
+    targets = lo.targets
+    if targets == ("all",):
+        targets = lora_targets
+    for tname in targets:
+        if tname not in lora_targets:
+            fail("lora", "targets", f"unknown LoRA target {tname!r}",
+                 f"{closest(tname, list(lora_targets))} (targets are {' '.join(lora_targets)} or \"all\")")
+    if len(set(targets)) != len(targets):
+        fail("lora", "targets", f"lora.targets names a target twice ({' '.join(targets)})",
+             "name each target once")
+    if lo.enabled and not targets:
+        fail("lora", "targets", "lora.targets is empty", "name at least one of q k v o gate up down")
+    if lo.rank < 1:
+        fail("lora", "rank", f"lora.rank is {lo.rank}", "use a positive rank such as 8")
+    if lo.alpha <= 0:
+        fail("lora", "alpha", f"lora.alpha is {lo.alpha}", "use a positive alpha such as 2×rank")
+    if lo.dtype not in dtypes:
+        fail("lora", "dtype", f"lora.dtype is {lo.dtype!r}", f"expected one of {', '.join(dtypes)}")
+    for key in ("data", "fsdp", "tensor"):
+        v = getattr(me, key)
+        if v == 0 or v < -1:
+            fail("mesh", key, f"mesh.{key} is {v}", "use a positive size, or -1 to fill")
+    if me.devices < 0:
+        fail("mesh", "devices", f"mesh.devices is {me.devices}", "use 0 (all devices) or a positive count")
+    if sum(1 for v in me.shape if v == -1) > 1:
+        fail("mesh", "", "more than one mesh axis is -1", "at most one axis may fill")
+    for key in _POSITIVE:
+        if getattr(t, key) < 1:
+            fail("train", key, f"train.{key} is {getattr(t, key)}", "use a positive integer")
+    if t.learning_rate <= 0:
+        fail("train", "learning_rate", f"train.learning_rate is {t.learning_rate}",
+             "use a positive rate such as 1e-3")
+    if t.schedule not in schedules:
+        fail("train", "schedule", f"train.schedule is {t.schedule!r}", closest(t.schedule, list(schedules)))
+    if t.warmup_steps < 0:
+        fail("train", "warmup_steps", f"train.warmup_steps is {t.warmup_steps}", "use 0 or more")
+    if t.clip_norm < 0:
+        fail("train", "clip_norm", f"train.clip_norm is {t.clip_norm}", "use 0 (off) or a positive norm")
+    if t.weight_decay < 0:
+        fail("train", "weight_decay", f"train.weight_decay is {t.weight_decay}", "use 0 or more")
+    if not 0 <= t.seed <= SEED_MAX:
+        fail("train", "seed", f"train.seed is {t.seed}", f"use an integer from 0 to {SEED_MAX}")
+    if t.eval_exact_match < -1:
+        fail("train", "eval_exact_match", f"train.eval_exact_match is {t.eval_exact_match}",
+             "use -1 (all on the demo data), 0 (off) or a positive count")
+    for key in ("param_dtype", "compute_dtype"):
+        value = getattr(t, key)
+        if value not in dtypes:
+            fail("train", key, f"train.{key} is {value!r}", f"expected one of {', '.join(dtypes)}")
+    return dataclasses.replace(cfg, lora=dataclasses.replace(lo, targets=tuple(targets)))
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.startswith(("/", "~", "./", "../")) or source in (".", "..")
+
+
+def resolve_path(value: str, base: Path | None, *, key: str, where: str) -> str:
+    """``value`` made absolute: ``~`` expanded, relative to ``base`` (None: refused)."""
+    try:
+        p = Path(value).expanduser()
+    except RuntimeError:  # ~user with no such user
+        raise WorkbenchError(f"{key} {value!r}: cannot expand {value.split('/')[0]!r} "
+                             "(no such user)", where=where) from None
+    if not p.is_absolute():
+        if base is None:
+            raise WorkbenchError(
+                f"{key} {value!r} is a relative path, and it is not known what it is "
+                "relative to here", where=where,
+                hint="give an absolute path (the CLI and the TUI resolve a config file's "
+                     "paths against its folder)")
+        p = base / p
+    return str(p.resolve())
+
+
+def resolve_paths(cfg: Any, where: Where, *, base_dir: Path | None,
+                  overrides_dir: Path | None) -> Any:
+    """``cfg`` with every path key absolute (see the module doc)."""
+    def base_of(section: str, key: str) -> Path | None:
+        return overrides_dir if (section, key) in where.overrides else base_dir
+
+    changed: dict[str, dict[str, str]] = {}
+    for section, key in PATH_KEYS:
+        value = getattr(getattr(cfg, section), key)
+        if not value or (section, key) == ("data", "path") and value == "demo":
+            continue
+        changed.setdefault(section, {})[key] = resolve_path(
+            value, base_of(section, key), key=f"{section}.{key}", where=where(section, key))
+    source = cfg.model.source
+    if source != "demo":
+        bare = source.removeprefix("local:")
+        base = base_of("model", "source")
+        explicit = source.startswith("local:") or _looks_like_path(bare)
+        if explicit or (base is not None and (base / bare).exists()):
+            path = resolve_path(bare, base, key="model.source", where=where("model", "source"))
+            changed.setdefault("model", {})["source"] = ("local:" if bare != source else "") + path
+    sections = {name: dataclasses.replace(getattr(cfg, name), **values)
+                for name, values in changed.items()}
+    return dataclasses.replace(cfg, **sections) if sections else cfg
+
+
+def cwd() -> Path | None:
+    """The current directory, or None when it was deleted under this process."""
+    try:
+        return Path(os.getcwd())
+    except OSError:
+        return None
