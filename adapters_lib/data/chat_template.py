@@ -45,23 +45,34 @@ def fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
     return msgs
 
 
-def segments(messages: Sequence[dict[str, str]], loss_on: str = "model", *,
-             markers: tuple[str, str] = GEMMA3_MARKERS) -> list[tuple[str, bool]]:
-    """The conversation as (text, trained) pieces, in order (BOS not included)."""
+def pieces(messages: Sequence[dict[str, str]], loss_on: str = "model", *,
+           markers: tuple[str, str] = GEMMA3_MARKERS) -> list[tuple[str, bool, bool]]:
+    """The conversation as (text, trained, is_content) pieces, in order (BOS not included).
+
+    ``is_content`` marks the user's text: it is encoded as text (a marker string inside it
+    never becomes a control token, ``TokenCodec.encode_batch``), whatever it holds, even
+    when it equals a template piece. The other pieces are the template's own.
+    """
     start, end = markers
-    out: list[tuple[str, bool]] = []
+    out: list[tuple[str, bool, bool]] = []
     every = loss_on == "all"
     for m in fold_system(messages):
         role = ROLE_NAME[m["role"]]
-        out.append((f"{start}{role}\n", every))
+        out.append((f"{start}{role}\n", every, False))
         if role == "model":
-            out.append((m["content"], True))
-            out.append((end, True))
-            out.append(("\n", every))
+            out.append((m["content"], True, True))
+            out.append((end, True, False))
+            out.append(("\n", every, False))
         else:
-            out.append((m["content"], every))
-            out.append((f"{end}\n", every))
+            out.append((m["content"], every, True))
+            out.append((f"{end}\n", every, False))
     return out
+
+
+def segments(messages: Sequence[dict[str, str]], loss_on: str = "model", *,
+             markers: tuple[str, str] = GEMMA3_MARKERS) -> list[tuple[str, bool]]:
+    """The conversation as (text, trained) pieces, in order (BOS not included)."""
+    return [(text, trained) for text, trained, _ in pieces(messages, loss_on, markers=markers)]
 
 
 def marker_pieces(markers: tuple[str, str] = GEMMA3_MARKERS) -> set[str]:

@@ -179,12 +179,21 @@ def _read_jsonl(p: Path, name: str, out: ReadResult) -> None:
             except json.JSONDecodeError as e:
                 out.issues.append(DataIssue(where, f"invalid JSON: {e.msg} at column {e.colno}"))
                 continue
+            except (RecursionError, ValueError) as e:  # nested too deeply; a 5000-digit number
+                out.issues.append(DataIssue(where, f"unreadable JSON: {_why(e)}"))
+                continue
             if not isinstance(obj, dict):
                 out.issues.append(DataIssue(where, f"record is a JSON {_json_type(obj)}; expected an object"))
                 continue
             out.records.append(Record(obj, where))
     if not any_text:
         out.issues.append(DataIssue(Where(name), "file is empty", severity="warning"))
+
+
+def _why(e: Exception) -> str:
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    return "a number too long to read" if "digits" in str(e) else str(e).splitlines()[0][:120]
 
 
 def _json_type(obj: Any) -> str:
@@ -212,6 +221,9 @@ def _read_json(text: str, name: str, out: ReadResult) -> None:
         except json.JSONDecodeError as e:
             out.issues.append(DataIssue(Where(name, e.lineno), f"invalid JSON: {e.msg} at column {e.colno}"))
             return
+        except (RecursionError, ValueError) as e:
+            out.issues.append(DataIssue(Where(name, 1), f"unreadable JSON: {_why(e)}"))
+            return
         if isinstance(obj, dict):
             lists = [k for k, v in obj.items() if isinstance(v, list)]
             hint = f" (records under key {lists[0]!r}? save that list alone, or use .jsonl)" if lists else ""
@@ -228,6 +240,9 @@ def _read_json(text: str, name: str, out: ReadResult) -> None:
         except json.JSONDecodeError as e:
             out.issues.append(DataIssue(Where(name, e.lineno), f"invalid JSON: {e.msg} at column {e.colno}; "
                                         f"records after item {index} not read"))
+            return
+        except (RecursionError, ValueError) as e:
+            out.issues.append(DataIssue(where, f"unreadable JSON: {_why(e)}; records after item {index} not read"))
             return
         if end - pos > MAX_RECORD_BYTES:
             out.issues.append(DataIssue(where, _too_long(end - pos)))

@@ -9,6 +9,14 @@
   ``max_length`` is cut into windows of ``max_length`` tokens, each starting with BOS
   (chunked, never truncated).
 
+Text in data is text: a marker string inside user content (``<start_of_turn>``,
+``<end_of_turn>``, ``<start_of_image>``, ``[multimodal]``, ``<unused0>``, Gemma 4's ``<|turn>`` …)
+is encoded as ordinary pieces (``<`` then the rest), never as the control token; only the
+chat template inserts the real ids. A "marker" is a piece the tokenizer matches whole from
+text (user-defined) that is not ordinary text: its name holds ``_`` or ``|``, it is in
+``[…]``, or it is one of ``<mask> <pad> <bos> <eos> <unk> <unusedN>``. Gemma's HTML pieces
+(``<table>``, ``<h1>`` …) and whitespace runs stay whole: they are text.
+
 Encoding goes through the SentencePiece processor in batches (C++, threaded), numpy only:
 no JAX here.
 """
@@ -16,8 +24,10 @@ no JAX here.
 from __future__ import annotations
 
 import os
+import re
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +35,37 @@ import numpy as np
 from adapters_lib.data import chat_template
 from adapters_lib.data.formats import Example
 from adapters_lib.data.readers import DataIssue
+from adapters_lib.errors import WorkbenchError
+
+MARKER_CANDIDATE = re.compile(r"<[^<>\s]{1,64}>|\[[^\[\]\s]{1,64}\]")
+_SPECIAL_NAMES = re.compile(r"<(?:mask|pad|bos|eos|unk|unused\d+)>")
+
+
+def _is_marker_name(piece: str) -> bool:
+    return ("_" in piece or "|" in piece or piece.startswith("[")
+            or _SPECIAL_NAMES.fullmatch(piece) is not None)
+
+
+def load_sentencepiece(path: str | os.PathLike, *, where: str | None = None) -> Any:
+    """A SentencePiece processor from ``path``; a missing, wrong or unreadable file is one
+    ``WorkbenchError`` (sentencepiece itself raises OSError/RuntimeError with C++ text)."""
+    import sentencepiece as spm
+
+    p = Path(path).expanduser()
+    where = where or str(p)
+    hint = "point at a SentencePiece tokenizer.model (e.g. the one beside the weights)"
+    if p.is_dir():
+        found = sorted(p.glob("*.model")) + sorted(p.glob("*.spm"))
+        raise WorkbenchError(f"tokenizer {str(p)!r} is a folder", where=where,
+                             hint=f"did you mean {str(found[0])!r}?" if found else hint)
+    if not p.is_file():
+        raise WorkbenchError(f"tokenizer {str(p)!r} not found", where=where, hint=hint)
+    try:
+        return spm.SentencePieceProcessor(model_file=str(p))
+    except (OSError, RuntimeError, ValueError) as e:
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise WorkbenchError(f"{p.name} is not a SentencePiece model ({first[:120]})",
+                             where=where, hint=hint) from None
 
 
 class TokenCodec:
@@ -35,14 +76,17 @@ class TokenCodec:
         self.bos, self.eos, self.pad = int(bos), int(eos), int(pad)
         self.name = name
         self._cache: dict[str, list[int]] = {}
+        self._is_marker: dict[str, bool] = {}
         self.markers = chat_template.GEMMA3_MARKERS
         unk = sp.unk_id()
         if sp.piece_to_id(chat_template.START) == unk and sp.piece_to_id(chat_template.GEMMA4_MARKERS[0]) != unk:
             self.markers = chat_template.GEMMA4_MARKERS
 
     @classmethod
-    def from_any(cls, tokenizer: Any = None) -> TokenCodec:
-        """From a ``gm.text.Tokenizer``, a SentencePiece processor, a .model path, or None (demo)."""
+    def from_any(cls, tokenizer: Any = None, *, where: str | None = None) -> TokenCodec:
+        """From a ``gm.text.Tokenizer``, a SentencePiece processor, a .model path, or None (demo).
+
+        ``where``: how a bad path is cited (``--tokenizer``, ``[model] tokenizer``)."""
         if isinstance(tokenizer, TokenCodec):
             return tokenizer
         if tokenizer is None:
@@ -53,9 +97,7 @@ class TokenCodec:
         else:
             name = ""
         if isinstance(tokenizer, (str, os.PathLike)):
-            import sentencepiece as spm
-
-            sp = spm.SentencePieceProcessor(model_file=str(tokenizer))
+            sp = load_sentencepiece(tokenizer, where=where)
             return cls(sp, bos=sp.bos_id(), eos=sp.eos_id(), pad=max(sp.pad_id(), 0),
                        name=name or os.path.basename(str(tokenizer)))
         if hasattr(tokenizer, "special_tokens") and hasattr(tokenizer, "_sp"):  # gm.text.Tokenizer
@@ -67,10 +109,42 @@ class TokenCodec:
                        pad=max(tokenizer.pad_id(), 0), name="sentencepiece")
         raise TypeError(f"unsupported tokenizer {type(tokenizer).__name__}")
 
+    def is_marker(self, piece: str) -> bool:
+        """True when the tokenizer would turn ``piece`` (met in text) into a special token."""
+        known = self._is_marker.get(piece)
+        if known is None:
+            # matched whole from text (user-defined pieces are; sentencepiece's Python API
+            # does not say which pieces are user-defined, so ask the encoder itself)
+            known = self._is_marker[piece] = bool(
+                _is_marker_name(piece) and len(self.sp.encode(piece, out_type=int)) == 1)
+        return known
+
+    def _text_parts(self, text: str) -> list[str] | None:
+        """``text`` cut so that no part holds a marker whole (None: nothing to cut)."""
+        if "<" not in text and "[" not in text:
+            return None
+        parts: list[str] = []
+        at = 0
+        for m in MARKER_CANDIDATE.finditer(text):
+            if self.is_marker(m.group()):
+                parts += [text[at:m.start()], m.group()[:1], m.group()[1:]]
+                at = m.end()
+        if not parts:
+            return None
+        parts.append(text[at:])
+        return [p for p in parts if p]
+
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """Encode user text (see the module doc: marker strings stay text)."""
         if not texts:
             return []
-        return self.sp.encode(texts, out_type=int, num_threads=min(os.cpu_count() or 1, 8))
+        threads = min(os.cpu_count() or 1, 8)
+        out = self.sp.encode(texts, out_type=int, num_threads=threads)
+        for i, text in enumerate(texts):
+            parts = self._text_parts(text)
+            if parts is not None:
+                out[i] = [t for ids in self.sp.encode(parts, out_type=int) for t in ids]
+        return out
 
     def encode_fixed(self, text: str) -> list[int]:
         """Encode a template piece (cached)."""
@@ -114,10 +188,11 @@ class TokenizedSet:
 
 
 def example_pieces(ex: Example, loss_on: str, markers: tuple[str, str] = chat_template.GEMMA3_MARKERS,
-                   ) -> list[tuple[str, bool]]:
+                   ) -> list[tuple[str, bool, bool]]:
+    """(text, trained, is_content) pieces: content is user text, the rest the template's."""
     if ex.kind == "text":
-        return [(ex.text, True)]
-    return chat_template.segments(ex.messages, loss_on, markers=markers)
+        return [(ex.text, True, True)]
+    return chat_template.pieces(ex.messages, loss_on, markers=markers)
 
 
 def tokenize_examples(
@@ -126,9 +201,7 @@ def tokenize_examples(
 ) -> TokenizedSet:
     """Tokenize, then truncate (chat) or chunk (text) to ``max_length``."""
     pieces = [example_pieces(ex, loss_on, codec.markers) for ex in examples]
-    fixed_markers = chat_template.marker_pieces(codec.markers)
-    free_texts = [t for ps, ex in zip(pieces, examples, strict=True) for t, _ in ps
-                  if ex.kind == "text" or t not in fixed_markers]
+    free_texts = [t for ps in pieces for t, _, content in ps if content]
     encoded = iter(codec.encode_batch(free_texts))
 
     tokens = array("i")
@@ -140,8 +213,8 @@ def tokenize_examples(
     truncated = chunked = 0
     for i, (ex, ps) in enumerate(zip(examples, pieces, strict=True)):
         ids, flags = [codec.bos], [0]
-        for text, is_trained in ps:
-            piece = next(encoded) if ex.kind == "text" or text not in fixed_markers else codec.encode_fixed(text)
+        for text, is_trained, content in ps:
+            piece = next(encoded) if content else codec.encode_fixed(text)
             ids.extend(piece)
             flags.extend([int(is_trained)] * len(piece))
         if ex.kind == "text":

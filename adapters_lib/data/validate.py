@@ -107,7 +107,7 @@ class Report:
                 break
             if kept is not None and i not in kept:
                 continue
-            pieces = [("<bos>", False)] + [(t, bool(f)) for t, f in example_pieces(ex, "model", self._markers)]
+            pieces = [("<bos>", False)] + [(t, bool(f)) for t, f, _ in example_pieces(ex, "model", self._markers)]
             if ex.kind == "text":
                 pieces.append(("<eos>", True))
             item: dict[str, Any] = {"where": str(ex.where), "format": ex.format,

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 FORMAT_CHOICES = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="check datasets", description="Dataset tools.")
-    data_sub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND")
+    data_sub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     c = data_sub.add_parser(
         "check", help="validate a data file or folder and print its report",
         description="Read FILE (.jsonl .json .csv .parquet .txt or a folder), detect its format, "
@@ -34,7 +35,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="field map, e.g. --field prompt=question (repeatable)")
     c.add_argument("--preview", type=int, default=0, metavar="N", help="also show the first N examples")
     c.set_defaults(handler=run_check)
-    p.set_defaults(handler=lambda args: (p.print_help(), 2)[1])
 
 
 def _field_map(items: list[str]) -> dict[str, str]:
@@ -46,6 +46,9 @@ def _field_map(items: list[str]) -> dict[str, str]:
             raise WorkbenchError(f"--field {item!r} has no '='", where="--field",
                                  hint="use --field NAME=SOURCE, e.g. --field prompt=question")
         k, v = item.split("=", 1)
+        if not k.strip() or not v.strip():
+            raise WorkbenchError(f"--field {item!r} has an empty name", where="--field",
+                                 hint="use --field NAME=SOURCE, e.g. --field prompt=question")
         out[k.strip()] = v.strip()
     return out
 
@@ -58,7 +61,15 @@ def run_check(args: argparse.Namespace) -> int:
         if args.max_length < 8:
             raise WorkbenchError(f"--max-length is {args.max_length}", where="--max-length",
                                  hint="use at least 8 tokens")
-        report = check_file(args.file, format=args.format, tokenizer=args.tokenizer,
+        if args.preview < 0:
+            raise WorkbenchError(f"--preview is {args.preview}", where="--preview",
+                                 hint="use 0 (none) or a number of examples")
+        tokenizer = None
+        if args.tokenizer:
+            from adapters_lib.data.tokenize import TokenCodec
+
+            tokenizer = TokenCodec.from_any(args.tokenizer, where="--tokenizer")
+        report = check_file(args.file, format=args.format, tokenizer=tokenizer,
                             max_length=args.max_length, loss_on=args.loss_on,
                             truncation=args.truncation, field_map=_field_map(args.field))
     except WorkbenchError as err:
@@ -74,5 +85,8 @@ def run_check(args: argparse.Namespace) -> int:
         for item in report.preview(args.preview) if args.preview else []:
             print(f"\n--- {item['where']} ({item['tokens']} tokens)\n{item['text']}")
     if report.fatal:
+        if not args.json:  # the verdict on stderr too, as every unusable input is (exit 2)
+            fatal = report.fatal if report.fatal.startswith(args.file) else f"{args.file}: {report.fatal}"
+            print(f"error: {fatal}; see the report above", file=sys.stderr)
         return 2
     return 1 if report.errors else 0
