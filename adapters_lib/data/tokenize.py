@@ -51,21 +51,27 @@ def load_sentencepiece(path: str | os.PathLike, *, where: str | None = None) -> 
     ``WorkbenchError`` (sentencepiece itself raises OSError/RuntimeError with C++ text)."""
     import sentencepiece as spm
 
+    return _loaded(path, lambda p: spm.SentencePieceProcessor(model_file=str(p)), where)
+
+
+_TOKENIZER_HINT = "point at a SentencePiece tokenizer.model (e.g. the one beside the weights)"
+
+
+def _loaded(path: str | os.PathLike, load: Any, where: str | None) -> Any:
     p = Path(path).expanduser()
     where = where or str(p)
-    hint = "point at a SentencePiece tokenizer.model (e.g. the one beside the weights)"
     if p.is_dir():
         found = sorted(p.glob("*.model")) + sorted(p.glob("*.spm"))
         raise WorkbenchError(f"tokenizer {str(p)!r} is a folder", where=where,
-                             hint=f"did you mean {str(found[0])!r}?" if found else hint)
+                             hint=f"did you mean {str(found[0])!r}?" if found else _TOKENIZER_HINT)
     if not p.is_file():
-        raise WorkbenchError(f"tokenizer {str(p)!r} not found", where=where, hint=hint)
+        raise WorkbenchError(f"tokenizer {str(p)!r} not found", where=where, hint=_TOKENIZER_HINT)
     try:
-        return spm.SentencePieceProcessor(model_file=str(p))
+        return load(p)
     except (OSError, RuntimeError, ValueError) as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise WorkbenchError(f"{p.name} is not a SentencePiece model ({first[:120]})",
-                             where=where, hint=hint) from None
+                             where=where, hint=_TOKENIZER_HINT) from None
 
 
 class TokenCodec:
@@ -100,9 +106,15 @@ class TokenCodec:
             sp = load_sentencepiece(tokenizer, where=where)
             return cls(sp, bos=sp.bos_id(), eos=sp.eos_id(), pad=max(sp.pad_id(), 0),
                        name=name or os.path.basename(str(tokenizer)))
-        if hasattr(tokenizer, "special_tokens") and hasattr(tokenizer, "_sp"):  # gm.text.Tokenizer
+        if hasattr(tokenizer, "special_tokens") and hasattr(type(tokenizer), "_sp"):  # gm.text.Tokenizer
             st = tokenizer.special_tokens
-            return cls(tokenizer._sp, bos=st.BOS, eos=st.EOS, pad=st.PAD,
+            path = getattr(tokenizer, "path", None)
+            if isinstance(path, (str, os.PathLike)) and "://" not in str(path):
+                # gm reads the file at first use, and a bad one is a raw traceback there
+                sp = _loaded(path, lambda _: tokenizer._sp, where or "[model] tokenizer")
+            else:
+                sp = tokenizer._sp
+            return cls(sp, bos=st.BOS, eos=st.EOS, pad=st.PAD,
                        name=f"{type(tokenizer).__name__}({os.path.basename(str(tokenizer.path))})")
         if hasattr(tokenizer, "encode") and hasattr(tokenizer, "bos_id"):  # SentencePieceProcessor
             return cls(tokenizer, bos=tokenizer.bos_id(), eos=tokenizer.eos_id(),
