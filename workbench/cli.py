@@ -18,7 +18,8 @@ from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
 from workbench import __version__
 
-COMMANDS = ("doctor", "train", "data", "models", "sample", "compare", "export", "engine", "runs")
+COMMANDS = ("doctor", "train", "data", "models", "sample", "compare", "export", "engine", "runs",
+            "web")
 # commands that compute in this process (JAX, gemma): their native start-up lines are silenced
 COMPUTING = ("train", "sample", "compare", "export", "doctor")
 

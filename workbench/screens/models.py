@@ -152,8 +152,8 @@ class ModelsScreen(WorkbenchScreen):
             catalog = scan_here(tuple(self.folders))
         except Exception:  # noqa: BLE001 - the engine's answer will say what is wrong
             return
-        self.ui(self.show_catalog, catalog, f"scanned here in {time.monotonic() - t0:.1f} s; "
-                "the engine will confirm", False)
+        self.ui(self.show_catalog, catalog, f"scanned here in {time.monotonic() - t0:.1f} s",
+                False)
 
     @work(thread=True, exclusive=True, group="models")
     def load(self, rescan: bool = False) -> None:
@@ -187,7 +187,7 @@ class ModelsScreen(WorkbenchScreen):
         if from_engine:
             wait.done(f"[dim]{count} · {escape(how)}[/]")
         else:  # the engine's answer is still on its way: keep its wait ticking
-            wait.update(f"[dim]{count} · {escape(how)}[/]")
+            wait.relabel(f"{count} · {how} · the engine confirms")
         if not self.catalog:
             self.query_one("#models-detail-text", Static).update(
                 "No weights found. Press [b]a[/b] to add a folder, or use the demo model.")

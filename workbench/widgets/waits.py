@@ -60,6 +60,12 @@ class WaitNote(Static):
         if self._timer is not None:
             self._timer.resume()
 
+    def relabel(self, what: str) -> None:
+        """Say something new about the same wait (its clock keeps running)."""
+        if self.wait is not None:
+            self.wait = Wait(what, started=self.wait.started, hint=self.wait.hint)
+            self.tick()
+
     def done(self, text: str = "") -> None:
         self.wait = None
         if self._timer is not None:
