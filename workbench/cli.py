@@ -4,6 +4,11 @@ With no sub-command it opens the TUI. Each sub-command lives in ``workbench/comm
 with ``register(subparsers)``; handlers take the parsed args and return an exit code. A
 ``WorkbenchError`` is printed as one line (``error: where: what; hint``), exit status 2; so is a
 usage mistake argparse finds, and a bad ``GEMMA_WORKBENCH_*`` variable.
+
+``--remote [user@]host`` (top level or after any sub-command; else ``GEMMA_WORKBENCH_REMOTE``,
+else ``remote`` in settings.toml) uses the engine on that machine over ssh
+(``workbench/remote``): the TUI and the engine's clients reach it through the forwarded
+socket; the commands about that machine's own files run there (``remote_route``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ COMMANDS = ("doctor", "train", "data", "models", "sample", "compare", "export", 
             "web")
 # commands that compute in this process (JAX, gemma): their native start-up lines are silenced
 COMPUTING = ("train", "sample", "compare", "export", "doctor")
+# under --remote: commands about the engine machine's own files and processes run there
+REMOTE_RELAYED = ("engine", "doctor", "data", "models")
 
 
 def quiet_native_logs() -> None:
@@ -55,19 +62,93 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    _add_remote_options(parser, top=True)
     return parser
+
+
+def _add_remote_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--remote``/``--remote-command`` on ``parser`` and every sub-command below it (after a
+    sub-command they only override: ``SUPPRESS`` keeps the top-level value otherwise)."""
+    default = None if top else argparse.SUPPRESS
+    names = {s for a in parser._actions for s in a.option_strings}
+    if "--remote" not in names:
+        parser.add_argument("--remote", metavar="[USER@]HOST", default=default,
+                            help="use the engine on HOST over ssh (started there if needed); "
+                                 "'' = this machine (default: $GEMMA_WORKBENCH_REMOTE)")
+        parser.add_argument("--remote-command", metavar="CMD", default=default,
+                            help="how to run gemma-workbench on HOST (default: gemma-workbench "
+                                 "on its PATH, then ~/.local/bin, ~/gemma-workbench/.venv/bin)")
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _add_remote_options(child)
+
+
+def remote_route(args: argparse.Namespace) -> str:
+    """Under ``--remote``: ``"tunnel"`` (a client of the remote engine, here), ``"relay"``
+    (run the command there) or ``"here"`` (nothing remote about it)."""
+    from adapters_lib.errors import WorkbenchError
+
+    if getattr(args, "in_process", False):
+        raise WorkbenchError("--in-process computes on this machine, --remote on the engine's",
+                             where="--in-process", hint="drop one of the two")
+    command = args.command
+    if command is None or command == "runs":
+        return "tunnel"
+    if command in REMOTE_RELAYED:
+        return "relay"
+    if command == "train":
+        if args.print_config and not args.upload:
+            return "here"
+        if args.detach or hasattr(args, "in_process"):
+            return "tunnel"
+        raise WorkbenchError("train --remote hands the run to the engine there",
+                             where="train --remote",
+                             hint="add --detach, then follow it with `gemma-workbench --remote "
+                                  "HOST runs attach ID` (resume: `runs resume ID`)")
+    # the computing commands go through the engine once they have --in-process; until
+    # then they run on the remote machine itself
+    return "tunnel" if hasattr(args, "in_process") else "relay"
+
+
+def _strip_remote_options(argv: list[str]) -> list[str]:
+    out, skip = [], False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in ("--remote", "--remote-command"):
+            skip = True
+        elif not word.startswith(("--remote=", "--remote-command=")):
+            out.append(word)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
     quiet_native_logs()
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     try:
         paths.check_environment()
+
+        from workbench import remote
+
+        spec = remote.resolve(args.remote, args.remote_command)
+        route = remote_route(args) if spec is not None else "here"
+        if route == "relay":
+            from workbench.remote.relay import relay
+
+            return relay(spec, _strip_remote_options(argv))
+        if route == "tunnel":
+            remote.select(spec, listener=remote.print_events if args.command else None)
         if args.command is None:
             from workbench.app import run_app
 
+            if spec is not None:  # connect before the TUI owns the terminal (ssh may ask)
+                remote.connect(spec).close()
             return run_app(theme=args.theme)
+        if route == "tunnel":
+            return int(args.handler(args) or 0)
         if args.command in COMPUTING and not getattr(args, "detach", False):
             from adapters_lib.native_logs import preimport_quietly
 

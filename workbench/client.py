@@ -7,6 +7,12 @@ refused request raises ``EngineRequestError`` (a ``WorkbenchError``) with the en
 message, where and hint. Streams (``stream_run``, ``sample``, ``compare``) are iterators of
 ``{"type": ..., "data": {...}}``; closing one (or Ctrl-C) only detaches this client.
 
+A remote engine (``--remote HOST``, ``workbench/remote``) is the same client over a socket
+that ssh forwards here, with a ``link`` (``remote.RemoteLink``) that supplies the token and
+restores the connection when it drops: requests go through ``link.call``, run streams through
+``link.follow`` (resumed with ``since_step``). ``client.where`` names the engine's machine
+(``"local"`` or the ssh destination); ``client.on_link(callback)`` hears the link's events.
+
 This module never imports JAX: it is safe in the TUI process.
 """
 
@@ -17,14 +23,17 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from workbench.remote.link import LinkEvent, RemoteLink
 
 API_VERSION = 1
 API = f"/v{API_VERSION}"
@@ -94,8 +103,11 @@ class EngineClient:
     """A connection to one engine. Thread-safe for independent calls (httpx.Client is)."""
 
     def __init__(self, *, socket_path: str | Path | None = None, token: str | None = None,
-                 url: str | None = None, token_path: Path | None = None, timeout: float = 60.0):
+                 url: str | None = None, token_path: Path | None = None, timeout: float = 60.0,
+                 link: RemoteLink | None = None):
         files = engine_files()
+        self.link = link
+        self.where = link.where if link is not None else "local"
         self.socket_path = None if url else Path(socket_path or files["socket"])
         self._token = token
         self._token_path = token_path or files["token"]
@@ -109,7 +121,16 @@ class EngineClient:
     @classmethod
     def connect(cls, *, start: bool = True, timeout: float = START_TIMEOUT_S,
                 **kwargs: Any) -> EngineClient:
-        """A client of the running engine; start one (detached) if none answers."""
+        """A client of the running engine; start one (detached) if none answers.
+
+        With a remote engine selected (``--remote``, ``workbench.remote.select``) and no
+        explicit socket/url: a client of that engine (started there if needed)."""
+        if not kwargs:
+            from workbench import remote
+
+            spec = remote.selected()
+            if spec is not None:
+                return remote.connect(spec)
         client = cls(**kwargs)
         if client.ping():
             client.check_version()
@@ -163,6 +184,12 @@ class EngineClient:
     def close(self) -> None:
         self._http.close()
 
+    def on_link(self, callback: Callable[[LinkEvent], Any]) -> None:
+        """Call ``callback(event)`` when the link to a remote engine drops, reconnects, is back
+        or gives up (from the thread that noticed; nothing happens for a local engine)."""
+        if self.link is not None:
+            self.link.listeners.append(callback)
+
     def __enter__(self) -> EngineClient:
         return self
 
@@ -172,19 +199,24 @@ class EngineClient:
     # ----------------------------------------------------------------- plumbing
 
     def _headers(self) -> dict[str, str]:
+        if self.link is not None:
+            return {"Authorization": f"Bearer {self.link.token}"}
         if self._token is None:
             self._token = read_token(self._token_path)
         return {"Authorization": f"Bearer {self._token}"}
 
     def _request(self, method: str, path: str, *, json_body: Any = None,
                  params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
-        kwargs: dict[str, Any] = {"headers": self._headers(), "params": params}
-        if json_body is not None:
-            kwargs["content"] = json.dumps(json_body).encode()
-            kwargs["headers"]["Content-Type"] = "application/json"
-        if timeout is not None:
-            kwargs["timeout"] = timeout
-        response = self._http.request(method, API + path, **kwargs)
+        def send() -> httpx.Response:
+            kwargs: dict[str, Any] = {"headers": self._headers(), "params": params}
+            if json_body is not None:
+                kwargs["content"] = json.dumps(json_body).encode()
+                kwargs["headers"]["Content-Type"] = "application/json"
+            if timeout is not None:
+                kwargs["timeout"] = timeout
+            return self._http.request(method, API + path, **kwargs)
+
+        response = self.link.call(send, method, path) if self.link is not None else send()
         return self._result(response)
 
     @staticmethod
@@ -299,7 +331,12 @@ class EngineClient:
         Item types: ``metrics``, ``event``, ``log``, ``status``, ``replayed`` (the replay is
         over), ``end`` (the run reached a final state; the stream closes), ``error``.
         """
-        return self._stream("GET", f"/runs/{run_id}/stream", params={"since_step": since_step})
+        def open_stream(since: int) -> Iterator[dict[str, Any]]:
+            return self._stream("GET", f"/runs/{run_id}/stream", params={"since_step": since})
+
+        if self.link is not None:
+            return self.link.follow(open_stream, since_step)
+        return open_stream(since_step)
 
     def wait_run(self, run_id: str, timeout: float = 600.0,
                  states: tuple[str, ...] = ("stopped", "completed", "failed", "interrupted"),
@@ -322,6 +359,9 @@ class EngineClient:
         """Streamed tokens: ``token`` items ({"text", "token", "done"}), then ``done``."""
         body = {"prompt": prompt, "run_id": run_id, "model": model, "step": step,
                 "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "chat": chat}
+        if self.link is not None:
+            return self.link.guard(lambda: self._stream("POST", "/sample", json_body=body),
+                                   "sample")
         return self._stream("POST", "/sample", json_body=body)
 
     def compare(self, prompt: str, run_id: str, *, step: int = -1, max_tokens: int = 128,
@@ -330,6 +370,9 @@ class EngineClient:
         """Base vs tuned: ``token`` items carry ``side`` ("base" or "tuned"), then ``done``."""
         body = {"prompt": prompt, "run_id": run_id, "step": step, "max_tokens": max_tokens,
                 "temperature": temperature, "seed": seed, "chat": chat}
+        if self.link is not None:
+            return self.link.guard(lambda: self._stream("POST", "/compare", json_body=body),
+                                   "compare")
         return self._stream("POST", "/compare", json_body=body)
 
     def export(self, run_id: str, *, kind: str = "adapter", out: str = "", step: int = -1,

@@ -17,6 +17,7 @@ import concurrent.futures
 import json
 import logging
 import os
+import platform
 import sys
 import threading
 import time
@@ -426,6 +427,9 @@ class Engine:
             "pending_jobs": jobs,
             "runs_dir": str(self.runs_root or runs.runs_root()),
             "listen": self.listen,
+            # for remote clients (#18): where `train --upload` puts data, which machine this is
+            "data_dir": str(paths.data_dir()),
+            "host": platform.node(),
         }
 
     def cmd_shutdown(self, cmd: C.Shutdown) -> dict[str, Any]:

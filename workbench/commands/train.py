@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     mode.add_argument("--resume", metavar="RUN",
                       help="resume a stopped/failed/interrupted run (id, id prefix or path) here")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--upload", metavar="DATAFILE",
+                   help="with --remote: copy this local dataset into the remote engine's data "
+                        "dir first and train on it (sets data.path)")
     p.set_defaults(handler=run)
 
 
@@ -78,6 +81,9 @@ def _precheck_mesh(cfg: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from adapters_lib.config import load_config
+
+    if getattr(args, "upload", None):
+        args.overrides = [*args.overrides, _upload(args.upload)]
 
     if args.resume:
         if args.config or args.overrides or args.print_config:
@@ -130,6 +136,18 @@ def _resume(args: argparse.Namespace) -> int:
     print(run_dir.path, flush=True)
     with _progress_logging(args.quiet):
         return _train(cfg, run_dir, resume=True)
+
+
+def _upload(path: str) -> str:
+    """``--upload``: copy the dataset to the remote engine; the override pointing at it."""
+    from workbench import remote
+    from workbench.remote.relay import data_path_override, upload
+
+    spec = remote.selected()
+    if spec is None:
+        raise WorkbenchError("--upload copies a dataset to a remote engine", where="--upload",
+                             hint="add --remote HOST; on this machine use --set data.path=FILE")
+    return data_path_override(upload(spec, path))
 
 
 def _detach(args: argparse.Namespace, cfg: Any) -> int:
