@@ -246,6 +246,13 @@ def test_remote_flow_detach_attach_cut_reconnect_compare(server, laptop, tmp_pat
     assert copy.read_bytes() == data.read_bytes()
     assert f'path = "{copy}"' in (run_dir / "config.toml").read_text()
 
+    # a remote config's paths are the engine machine's: a relative one is refused there
+    rel = _config(tmp_path / "relative.toml", 2)
+    rel.write_text(rel.read_text().replace("[data]\n", '[data]\npath = "sums.jsonl"\n'))
+    r = gw(server, laptop, "train", str(rel), "--detach", "--remote", host)
+    assert r.returncode == 2 and "relative path" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
     # runs attach --remote, and the client API (what the TUI uses), both follow the run
     attach = subprocess.Popen([*GW, "--remote", host, "runs", "attach", run_id],
                               env=server.client_env(laptop), stdout=subprocess.PIPE,

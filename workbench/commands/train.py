@@ -14,6 +14,7 @@ import contextlib
 import logging
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
@@ -157,9 +158,16 @@ def _detach(args: argparse.Namespace, cfg: Any) -> int:
     except ImportError:
         raise WorkbenchError("--detach needs the engine service, not in this build",
                              where="train --detach", hint="train in the foreground instead") from None
-    # the resolved config: its paths are absolute here (the engine's directory is not ours)
+    from workbench import remote
+
     source = args.config or "<demo defaults>"
-    run_id = submit_run(cfg.to_toml(), [], source=source)
+    if remote.selected() is not None:
+        # a remote config's paths are the engine machine's: it resolves them (#18), not us
+        text = Path(args.config).read_text(encoding="utf-8") if args.config else ""
+        run_id = submit_run(text, list(args.overrides), source=source)
+    else:
+        # the resolved config: its paths are absolute here (the engine's directory is not ours)
+        run_id = submit_run(cfg.to_toml(), [], source=source)
     print(run_id)
     print(f"follow with: gemma-workbench runs attach {run_id}", file=sys.stderr)
     return 0
