@@ -98,6 +98,7 @@ def test_which_commands_reach_the_engine_and_which_run_over_there():
         return cli.remote_route(parser.parse_args(list(argv)))
 
     assert route("runs", "attach", "X") == "tunnel"
+    assert route("web") == "tunnel"
     assert route("train", "c.toml", "--detach") == "tunnel"
     assert route("train", "--print-config") == "here"
     for argv in (["engine", "start"], ["doctor"], ["data", "check", "f"], ["models"]):

@@ -93,7 +93,7 @@ def remote_route(args: argparse.Namespace) -> str:
         raise WorkbenchError("--in-process computes on this machine, --remote on the engine's",
                              where="--in-process", hint="drop one of the two")
     command = args.command
-    if command is None or command == "runs":
+    if command in (None, "runs", "web"):  # web: each browser tab's TUI inherits the remote
         return "tunnel"
     if command in REMOTE_RELAYED:
         return "relay"
@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             return relay(spec, _strip_remote_options(argv))
         if route == "tunnel":
             remote.select(spec, listener=remote.print_events if args.command else None)
+            remote.export_choice(spec)  # processes started from here use the same engine
         if args.command is None:
             from workbench.app import run_app
 

@@ -17,6 +17,7 @@ to hear ``LinkEvent``s (``down``, ``reconnecting``, ``up``, ``failed``).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -47,6 +48,16 @@ def select(spec: RemoteSpec | None, *, listener: Callable[[LinkEvent], Any] | No
 
 def selected() -> RemoteSpec | None:
     return _selected
+
+
+def export_choice(spec: RemoteSpec) -> None:
+    """Put the choice in this process's environment, for the processes it starts (``web``
+    runs one TUI per browser tab)."""
+    from workbench.remote.spec import ENV_COMMAND, ENV_REMOTE
+
+    os.environ[ENV_REMOTE] = spec.host
+    if spec.command:
+        os.environ[ENV_COMMAND] = spec.command
 
 
 def link_for(spec: RemoteSpec) -> RemoteLink:
