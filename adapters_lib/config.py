@@ -221,6 +221,8 @@ def config_from_dict(
     raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in raw.items()}
     for item in overrides:
         section, key, value = parse_override(item)
+        if section not in raw:
+            where.overrides.add((section, ""))  # a section only --set names: blame the --set
         raw.setdefault(section, {})
         if isinstance(raw[section], dict):
             raw[section][key] = value

@@ -260,6 +260,11 @@ def resolve_paths(cfg: Any, where: Where, *, base_dir: Path | None,
         if explicit or (base is not None and (base / bare).exists()):
             path = resolve_path(bare, base, key="model.source", where=where("model", "source"))
             changed.setdefault("model", {})["source"] = ("local:" if bare != source else "") + path
+    run_dir = changed.get("run", {}).get("dir")
+    if run_dir and os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise WorkbenchError(f"run.dir {run_dir!r} is a file; it must be a folder (made when "
+                             "missing)", where=where("run", "dir"),
+                             hint="name a folder for the run directories, or leave it empty")
     sections = {name: dataclasses.replace(getattr(cfg, name), **values)
                 for name, values in changed.items()}
     return dataclasses.replace(cfg, **sections) if sections else cfg

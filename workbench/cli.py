@@ -3,7 +3,8 @@
 With no sub-command it opens the TUI. Each sub-command lives in ``workbench/commands/<name>.py``
 with ``register(subparsers)``; handlers take the parsed args and return an exit code. A
 ``WorkbenchError`` is printed as one line (``error: where: what; hint``), exit status 2; so is a
-usage mistake argparse finds, and a bad ``GEMMA_WORKBENCH_*`` variable.
+usage mistake argparse finds, a bad ``GEMMA_WORKBENCH_*`` variable, and an ``OSError`` (a file
+where a folder belongs, no permission, a full disk: ``GEMMA_WORKBENCH_DEBUG=1`` re-raises it).
 
 ``--remote [user@]host`` (top level or after any sub-command; else ``GEMMA_WORKBENCH_REMOTE``,
 else ``remote`` in settings.toml) uses the engine on that machine over ssh
@@ -150,13 +151,21 @@ def main(argv: list[str] | None = None) -> int:
             return run_app(theme=args.theme)
         if route == "tunnel":
             return int(args.handler(args) or 0)
-        if args.command in COMPUTING and not getattr(args, "detach", False):
+        if (args.command in COMPUTING and not getattr(args, "detach", False)
+                and not getattr(args, "print_config", False)):  # printing a config needs no JAX
             from adapters_lib.native_logs import preimport_quietly
 
             preimport_quietly()
         return int(args.handler(args) or 0)
     except WorkbenchError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a folder that is a file, no permission, a full disk: the user's to fix
+        if os.environ.get("GEMMA_WORKBENCH_DEBUG"):
+            raise
+        where = f"{err.filename}: " if err.filename else ""
+        print(f"error: {where}{err.strerror or err}; check the path, its permissions and the free "
+              "space (GEMMA_WORKBENCH_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

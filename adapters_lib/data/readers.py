@@ -121,6 +121,12 @@ def _read_file(p: Path, out: ReadResult) -> None:
         out.issues.append(DataIssue(Where(name), "file is empty", severity="warning"))
         return
     suffix = p.suffix.lower()
+    nul = raw.find(b"\0")
+    if nul >= 0:  # valid UTF-8, but no text file holds NUL: a binary file with a text name
+        line = raw.count(b"\n", 0, nul) + 1
+        out.issues.append(DataIssue(Where(name, line), f"binary file (a NUL byte at offset {nul}); "
+                                    f"not {suffix[1:].upper()} text, skipped"))
+        return
     text = _decode(raw, name, out)
     if suffix == ".json":
         _read_json(text, name, out)
