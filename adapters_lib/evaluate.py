@@ -9,6 +9,7 @@ change. Generation of a row ends at ``<end_of_turn>`` or EOS.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -100,6 +101,8 @@ def greedy_answers(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequence
     width = -(-width // 8) * 8  # a multiple of 8: fewer distinct shapes across calls
     stop = _stop_ids(tokenizer)
     next_tokens = _next_tokens_fn(apply_fn)
+    pieces = getattr(tokenizer, "vocab_size", 0)  # ids beyond it cannot be decoded
+    pieces = int((pieces() if callable(pieces) else pieces) or 0)
 
     answers: list[str] = []
     for start in range(0, len(encoded), batch_size):
@@ -115,7 +118,8 @@ def greedy_answers(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequence
         done[len(chunk):] = True
         out: list[list[int]] = [[] for _ in range(rows)]
         for _ in range(max_new_tokens):
-            nxt = np.asarray(next_tokens(params, jnp.asarray(tokens), jnp.asarray(lengths)))
+            nxt = np.asarray(next_tokens(params, jnp.asarray(tokens), jnp.asarray(lengths),
+                                         limit=pieces))
             for i in range(rows):
                 if done[i]:
                     continue
@@ -138,13 +142,15 @@ def _next_tokens_fn(apply_fn: Any) -> Any:
     if cached is not None:
         return cached
 
-    @jax.jit
-    def next_tokens(p, tokens, lengths):
+    @functools.partial(jax.jit, static_argnames=("limit",))
+    def next_tokens(p, tokens, lengths, limit=0):
         n, width = tokens.shape
         positions = jnp.broadcast_to(jnp.arange(width, dtype=jnp.int32), (n, width))
         mask = jnp.broadcast_to(jnp.tril(jnp.ones((width, width), jnp.bool_)), (n, width, width))
         logits = apply_fn(p, tokens, positions, mask)
         last = jnp.take_along_axis(logits, (lengths - 1)[:, None, None], axis=1)[:, 0]
+        if 0 < limit < last.shape[-1]:  # embedding rows beyond the tokenizer: never chosen
+            last = jnp.where(jnp.arange(last.shape[-1]) < limit, last, -jnp.inf)
         return jnp.argmax(last, axis=-1).astype(jnp.int32)
 
     try:

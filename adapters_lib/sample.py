@@ -171,7 +171,7 @@ class _Program:
     """
 
     def __init__(self, model: Any, spec: LoraSpec | None, end_tokens: tuple[int, ...],
-                 forbidden: tuple[int, ...], cache_dtype: str):
+                 forbidden: tuple[int, ...], cache_dtype: str, decodable: int = 0):
         import jax
 
         from adapters_lib import lora as lora_lib
@@ -180,6 +180,8 @@ class _Program:
         self.net = lora_lib.wrap(model, spec) if spec else model
         self.end_tokens = end_tokens
         self.forbidden = forbidden
+        self.decodable = decodable
+        """Ids from here on have embedding rows but no tokenizer piece: never emitted (0 = all)."""
         self.cache_dtype = cache_dtype
         self.traces: dict[str, int] = {"prefill": 0, "decode": 0}
         self.prefill = jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy"))
@@ -219,6 +221,9 @@ class _Program:
         logits = logits.astype(jnp.float32)
         if self.forbidden:
             logits = logits.at[..., list(self.forbidden)].set(-jnp.inf)
+        if self.decodable:
+            ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+            logits = jnp.where(ids < self.decodable, logits, -jnp.inf)
         if greedy:
             return jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
@@ -307,8 +312,8 @@ class _Program:
 
 @functools.lru_cache(maxsize=8)
 def _program(model: Any, spec: LoraSpec | None, end_tokens: tuple[int, ...], forbidden: tuple[int, ...],
-             cache_dtype: str) -> _Program:
-    return _Program(model, spec, end_tokens, forbidden, cache_dtype)
+             cache_dtype: str, decodable: int = 0) -> _Program:
+    return _Program(model, spec, end_tokens, forbidden, cache_dtype, decodable)
 
 
 class Sampler:
@@ -333,7 +338,12 @@ class Sampler:
         self.end_tokens = tuple(sorted(ends))
         forbidden = tuple(int(t) for t in getattr(tokenizer, "FORBIDDEN_TOKENS", ()) if int(t) < vocab)
         dtype = str(jax.tree.leaves(params)[0].dtype)
-        self._program = _program(model, self.spec, self.end_tokens, forbidden, dtype)
+        # embedding rows beyond the tokenizer (Gemma 3 HF: 262,208 rows, 262,144 pieces) are
+        # never emitted: decode would fail on them
+        pieces = getattr(tokenizer, "vocab_size", 0)
+        pieces = int((pieces() if callable(pieces) else pieces) or 0)
+        decodable = pieces if 0 < pieces < vocab else 0
+        self._program = _program(model, self.spec, self.end_tokens, forbidden, dtype, decodable)
         self._prefill = self._program.prefill
         self._decode = self._program.decode
 

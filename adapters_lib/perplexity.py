@@ -1,0 +1,212 @@
+"""Loss and perplexity of a model over a data file: what ``gemma-workbench eval`` reports.
+
+``score_tokens(model, params, tset, ...)`` is the computation: the file's sequences (as the
+data pipeline tokenizes them: BOS + text + EOS for text, the Gemma chat template with the
+per-token "trained" flags for chat, so chat files score only the model turns, or every
+token with ``loss_on = "all"``) packed into rows, each row scored by one jitted function
+of (params, batch) — the train step's chunked cross-entropy over the final hidden states,
+so the ``[B, L, V]`` logits never exist. It returns the summed negative log-likelihood and
+the number of scored tokens; ``loss`` is their ratio, ``perplexity = exp(loss)``.
+
+``evaluate_file(...)`` reads and tokenizes a file (``[data]`` rules: format detection,
+``max_length`` windows for long texts, truncation of long chats) and scores it with a base
+model, or a base model plus a run's LoRA adapters (``lora_spec``), or a full fine-tune.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from adapters_lib.config import DataSpec, LoraSpec
+from adapters_lib.errors import WorkbenchError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_LENGTH = 512
+DEFAULT_BATCH = 4
+
+
+@dataclass
+class EvalResult:
+    """The ``eval`` JSON object (contract: ``loss``, ``perplexity``, ``tokens``)."""
+
+    loss: float
+    """Mean negative log-likelihood per scored token (nats)."""
+    perplexity: float
+    tokens: int
+    """Tokens scored (for chat files: the model turns only)."""
+    sequences: int = 0
+    examples: int = 0
+    dropped: int = 0
+    """Examples the data rules dropped (each named in ``issues``)."""
+    format: str = ""
+    loss_on: str = "model"
+    max_length: int = 0
+    seconds: float = 0.0
+    model: str = ""
+    run: str | None = None
+    step: int | None = None
+    data: str = ""
+    issues: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rows(lengths: np.ndarray, max_length: int) -> list[list[int]]:
+    from adapters_lib.data.packing import pack_rows
+
+    return pack_rows(lengths, np.arange(len(lengths)), max_length, packing=True)
+
+
+@functools.lru_cache(maxsize=8)
+def _scorer(model: Any, spec: LoraSpec | None, chunk_budget: int) -> Any:
+    """The jitted ``(base, adapters, batch) -> (nll_sum, count)`` for one model (compiled once
+    per batch shape)."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import lora as lora_lib
+    from adapters_lib.train import loss as loss_lib
+
+    net = lora_lib.wrap(model, spec) if spec is not None else model
+    softcap = model.config.final_logit_softcap
+
+    @jax.jit
+    def score(base, adapters, batch):
+        params = lora_lib.merge_lora(base, adapters) if spec is not None else base
+        mask = loss_lib.attention_mask(batch["segment_ids"])
+        out = net.apply({"params": params}, batch["tokens"], positions=batch["positions"],
+                        attention_mask=mask, return_hidden_states=True)
+        rows, length = batch["tokens"].shape
+        chunk = loss_lib.chunk_length(length, rows, model.config.num_embed, chunk_budget)
+        table = params["embedder"]["input_embedding"]
+        hidden = out.hidden_states.astype(table.dtype)
+        total = loss_lib.chunked_ce_sum(hidden, table, batch["targets"], batch["loss_mask"],
+                                        chunk=chunk, softcap=softcap)
+        return total, jnp.sum(batch["loss_mask"])
+
+    return score
+
+
+def score_tokens(model: Any, params: Any, tset: Any, *, max_length: int,
+                 batch_size: int = DEFAULT_BATCH, adapters: Any = None,
+                 lora_spec: LoraSpec | None = None) -> tuple[float, int]:
+    """(Σ NLL, scored tokens) of a ``TokenizedSet`` (see the module doc)."""
+    import jax
+
+    from adapters_lib.data.packing import assemble
+    from adapters_lib.train.loss import ce_chunk_budget
+
+    if len(tset) == 0:
+        return 0.0, 0
+    spec = lora_spec if adapters is not None and lora_spec is not None else None
+    score = _scorer(model, spec, ce_chunk_budget(jax.devices()[0]))
+    rows = _rows(tset.lengths, max_length)
+    longest = max(sum(int(tset.lengths[i]) for i in row) for row in rows)
+    width = min(max_length, -(-longest // 32) * 32)  # fewer shapes, never past max_length
+    rows_per_batch = min(batch_size, len(rows))
+    total, count = 0.0, 0
+    for start in range(0, len(rows), rows_per_batch):
+        batch = assemble(tset, rows[start:start + rows_per_batch], rows_per_batch, width)
+        nll, n = score(params, adapters if spec is not None else None, batch)
+        total += float(nll)
+        count += int(round(float(n)))
+    return total, count
+
+
+def tokenize_file(path: str, tokenizer: Any, *, fmt: str = "auto", max_length: int,
+                  loss_on: str = "model", field_map: dict[str, str] | None = None) -> Any:
+    """The file's ``Pipeline`` with every usable example in its train split (no eval split)."""
+    from adapters_lib.data.pipeline import build_pipeline
+
+    spec = DataSpec(path=path, format=fmt, max_length=max_length, eval_fraction=0.0,
+                    packing=True, loss_on=loss_on, truncation="right",
+                    field_map=dict(field_map or {}))
+    return build_pipeline(spec, tokenizer, batch_size=1, seed=0)
+
+
+def evaluate_file(model: Any, params: Any, tokenizer: Any, path: str, *, fmt: str = "auto",
+                  max_length: int = DEFAULT_MAX_LENGTH, loss_on: str = "model",
+                  batch_size: int = DEFAULT_BATCH, adapters: Any = None,
+                  lora_spec: LoraSpec | None = None,
+                  field_map: dict[str, str] | None = None) -> EvalResult:
+    """Loss/perplexity/tokens of ``path`` under the model (see the module doc)."""
+    if max_length < 8:
+        raise WorkbenchError(f"max_length is {max_length}", where="--max-length",
+                             hint="use at least 8 tokens (512 is the default)")
+    start = time.perf_counter()
+    pipe = tokenize_file(path, tokenizer, fmt=fmt, max_length=max_length, loss_on=loss_on,
+                         field_map=field_map)
+    total, count = score_tokens(model, params, pipe.train, max_length=max_length,
+                                batch_size=batch_size, adapters=adapters, lora_spec=lora_spec)
+    if count == 0:
+        raise WorkbenchError("no tokens to score in the file", where=path,
+                             hint="a chat file needs model turns (or use --loss-on all)")
+    loss = total / count
+    report = pipe.report
+    issues = [str(i) for i in report.issues][:20]
+    return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), tokens=count,
+                      sequences=len(pipe.train), examples=len(np.unique(pipe.train.example)),
+                      dropped=int(report.dropped), format=str(report.format), loss_on=loss_on,
+                      max_length=max_length, seconds=time.perf_counter() - start, data=path,
+                      issues=issues)
+
+
+def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: str,
+             fmt: str = "auto", max_length: int | None = None, loss_on: str = "model",
+             batch_size: int = DEFAULT_BATCH) -> EvalResult:
+    """``eval`` end to end: load the model (or the run's base + checkpoint) and score ``data``.
+
+    ``max_length`` defaults to the run's ``[data] max_length``, else ``DEFAULT_MAX_LENGTH``.
+    """
+    from pathlib import Path
+
+    if not Path(data).exists():
+        raise WorkbenchError(f"data file {data!r} not found", where="--data",
+                             hint="a .jsonl/.json/.csv/.parquet/.txt file or a folder of them")
+    if loss_on not in ("model", "all"):
+        raise WorkbenchError(f"loss_on is {loss_on!r}", where="--loss-on", hint='use "model" or "all"')
+    if step is not None and not run:
+        raise WorkbenchError("--step needs --run", where="--step",
+                             hint="name the run whose checkpoint to score")
+    if run:
+        from adapters_lib import runs
+
+        run_dir = runs.find_run(run)
+        cfg = run_dir.config()
+        if model and model != cfg.model.source:
+            raise WorkbenchError(f"--model {model!r} with --run: the run's base is "
+                                 f"{cfg.model.source!r}", where="--model", hint="drop --model")
+        if cfg.model.backend == "keras":
+            raise WorkbenchError("eval scores gemma-route runs; this run used the Keras route",
+                                 where="--run", hint=f"export it (gemma-workbench export "
+                                 f"{run_dir.run_id} --format hf) and eval the export with --model")
+        cfg, loaded, trainable, got = runs.load_tuned(run_dir.path, step)
+        length = max_length or cfg.data.max_length
+        if cfg.lora.enabled:
+            result = evaluate_file(loaded.model, loaded.params, loaded.tokenizer, data, fmt=fmt,
+                                   max_length=length, loss_on=loss_on, batch_size=batch_size,
+                                   adapters=trainable, lora_spec=cfg.lora)
+        else:
+            result = evaluate_file(loaded.model, trainable, loaded.tokenizer, data, fmt=fmt,
+                                   max_length=length, loss_on=loss_on, batch_size=batch_size)
+        result.model, result.run, result.step = cfg.model.source, run_dir.run_id, got
+        return result
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models.loader import load_model
+
+    source = model or "demo"
+    loaded = load_model(ModelSpec(source=source))
+    result = evaluate_file(loaded.model, loaded.params, loaded.tokenizer, data, fmt=fmt,
+                           max_length=max_length or DEFAULT_MAX_LENGTH, loss_on=loss_on,
+                           batch_size=batch_size)
+    result.model = source
+    return result
