@@ -27,6 +27,7 @@ NUMERIC_ENV = {
     "GEMMA_WORKBENCH_SSE_PING_S": (10.0, 0.01, "seconds between keep-alive pings on a stream"),
     "GEMMA_WORKBENCH_MULTIHOST_TIMEOUT": (30.0, 0.01, "seconds a multi-host follower waits for "
                                                       "the leader"),
+    "GEMMA_WORKBENCH_RECONNECT_S": (300.0, 0.0, "seconds a dropped --remote link is retried"),
 }
 """name → (default, smallest allowed value, meaning)."""
 FOLDER_ENV = ("GEMMA_WORKBENCH_HOME", "GEMMA_WORKBENCH_RUNS", "GEMMA_WORKBENCH_COMPILE_CACHE")

@@ -238,6 +238,7 @@ ENV_ROWS = [  # (id, variables, needle)
      "GEMMA_WORKBENCH_ENGINE_IDLE_EXIT: 'soon' is not a number"),
     ("negative ping", {"GEMMA_WORKBENCH_SSE_PING_S": "-1"}, "GEMMA_WORKBENCH_SSE_PING_S: '-1' is not a number"),
     ("nan timeout", {"GEMMA_WORKBENCH_MULTIHOST_TIMEOUT": "nan"}, "GEMMA_WORKBENCH_MULTIHOST_TIMEOUT: 'nan'"),
+    ("reconnect not a number", {"GEMMA_WORKBENCH_RECONNECT_S": "5m"}, "GEMMA_WORKBENCH_RECONNECT_S: '5m'"),
     ("home is a file", {"GEMMA_WORKBENCH_HOME": "{d}/data/good.jsonl"}, "GEMMA_WORKBENCH_HOME: "),
     ("runs dir is a file", {"GEMMA_WORKBENCH_RUNS": "{d}/data/good.jsonl"}, "GEMMA_WORKBENCH_RUNS: "),
 ]
