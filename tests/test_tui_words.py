@@ -22,8 +22,12 @@ def test_an_entry_that_is_not_ok_says_why_and_what_to_do_never_no_problems():
     assert "no problems" not in text
     assert "Hugging Face cache" in text
     assert model_row(UNREADABLE)[1] == "✗ unreadable"
-    with_hint = model_detail({**UNREADABLE, "hint": "re-download it"})
+    with_hint = model_detail({**UNREADABLE, "hint": "re-download it",
+                              "problems": [UNREADABLE["reason"], "no tokenizer.model"],
+                              "config": {"num_layers": 26}})
     assert "what to do:[/] re-download it" in with_hint
+    assert "no tokenizer.model" in with_hint and with_hint.count("not valid JSON") == 1
+    assert "num_layers = 26" in with_hint
 
 
 def test_a_gguf_entry_names_its_quantization_and_its_source():
@@ -50,6 +54,10 @@ def test_before_the_first_step_the_header_says_what_the_run_waits_for():
     assert "12s" in header_text(view, "r", "green", now=1012.0)
     view.add_event({"time": 1030.0, "kind": "log", "message": "set-up 30.0s: mesh 1×1×1"})
     assert "compiling the train step" in header_text(view, "r", "green", now=1040.0)
+    view.state = "stopping"
+    view.add_metrics({"step": 3, "loss": 2.0})
+    view.add_event({"time": 1050.0, "kind": "state", "state": "stopping"})
+    assert "stopping: writing a checkpoint · 5s" in header_text(view, "r", "y", now=1055.0)
 
 
 def test_memory_line_reads_device_use_against_capacity_or_the_host():

@@ -10,6 +10,7 @@ files are read where the run directory is on this machine (a remote engine's are
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ def earlier_compares(record: dict[str, Any]) -> list[dict[str, Any]]:
     """The run's earlier compares, newest first, each with ``when`` (its file's stamp)."""
     listed = record.get("compares")
     if isinstance(listed, list):
-        return [c for c in listed if isinstance(c, dict)][:MAX_EARLIER]
+        return [c for c in listed if isinstance(c, Mapping)][:MAX_EARLIER]
     folder = Path(str(record.get("dir") or "")) / "compare"
     if not record.get("dir") or not folder.is_dir():
         return []
@@ -35,7 +36,7 @@ def earlier_compares(record: dict[str, Any]) -> list[dict[str, Any]]:
                 item = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(item, dict) and ("base" in item or "tuned" in item):
+            if isinstance(item, Mapping) and ("base" in item or "tuned" in item):
                 out.append({**item, "when": path.stem})
         if len(out) >= MAX_EARLIER:
             break
@@ -59,4 +60,4 @@ def side_stats(summary: dict[str, Any], side: str) -> str:
 
 def _per_side(summary: dict[str, Any], key: str, side: str) -> Any:
     value = summary.get(key)
-    return value.get(side) if isinstance(value, dict) else None
+    return value.get(side) if isinstance(value, Mapping) else None

@@ -53,6 +53,7 @@ from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
 from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate
 from workbench.widgets.nav import NavBar
+from workbench.widgets.waits import Wait
 
 DEBOUNCE_S = 0.3
 
@@ -102,8 +103,17 @@ class ConfigureScreen(WorkbenchScreen):
 
     def on_mount(self) -> None:
         self.base_config: RunConfig = getattr(self.app, "config_defaults", None) or RunConfig()
+        self.data_wait: Wait | None = None
         self.load_devices()
         self.revalidate()
+        self.set_interval(0.25, self.tick_waits)
+
+    def tick_waits(self) -> None:
+        """The waits of this screen tick: the engine's devices, a data check."""
+        if not self.device_count:
+            self.show_mesh()
+        if self.data_wait is not None:
+            self.query_one("#data-report", Static).update(f"[dim]{self.data_wait.text()}[/]")
 
     def on_screen_resume(self) -> None:
         """Arriving: the focus goes to the first field of the page (unless a field has it)."""
@@ -223,7 +233,8 @@ class ConfigureScreen(WorkbenchScreen):
         self.query_one(DeviceGrid).show(used, shape, self.device_kind,
                                         [str(p) for p in problems][:6])
         if not self.device_count:
-            note.update("[dim]asking the engine for its devices…[/]")
+            note.update(f"[dim]asking the engine for its devices… "
+                        f"{self.app.engine_note()}[/]")  # type: ignore[attr-defined]
         else:
             note.update(f"data × fsdp × tensor must equal {used} (one axis may be -1: it "
                         f"fills) · devices: 0 = all {self.device_count}")
@@ -306,7 +317,8 @@ class ConfigureScreen(WorkbenchScreen):
         except WorkbenchError as err:
             self.notify(str(err), severity="error")
             return
-        self.query_one("#data-report", Static).update("[dim]checking…[/]")
+        self.data_wait = Wait("checking the data (reads and tokenizes up to 2000 records)")
+        self.query_one("#data-report", Static).update(f"[dim]{self.data_wait.what}…[/]")
         self.check_data(raw)
 
     @work(thread=True, exclusive=True, group="data")
@@ -315,9 +327,13 @@ class ConfigureScreen(WorkbenchScreen):
             report = self.client.data_check(raw["data"]["path"], format=raw["data"]["format"],
                                             config=raw, limit=2000)
         except Exception as err:  # noqa: BLE001
-            self.ui(self.query_one("#data-report", Static).update, f"[b red]✗[/] {error_text(err)}")
+            self.ui(self.show_data_report, f"[b red]✗[/] {error_text(err)}")
             return
-        self.ui(self.query_one("#data-report", Static).update, data_report_text(report))
+        self.ui(self.show_data_report, data_report_text(report))
+
+    def show_data_report(self, text: str) -> None:
+        self.data_wait = None
+        self.query_one("#data-report", Static).update(text)
 
     def fill_form(self, cfg: RunConfig) -> None:
         """Show ``cfg`` in the form; keys the form has no field for are kept as they are."""

@@ -3,6 +3,7 @@ route's reply flattened for the memory-fit bar, the data report as a few lines o
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rich.markup import escape
@@ -15,13 +16,13 @@ def device_info(status: dict[str, Any]) -> tuple[int, str]:
     if count is None and isinstance(devices, list):
         count = len(devices)
     kind = status.get("platform") or status.get("device_kind") or ""
-    if not kind and isinstance(devices, list) and devices and isinstance(devices[0], dict):
+    if not kind and isinstance(devices, list) and devices and isinstance(devices[0], Mapping):
         kind = devices[0].get("platform", devices[0].get("kind", ""))
     return int(count or 0), str(kind)
 
 
 def problem_text(p: Any) -> str:
-    if isinstance(p, dict):
+    if isinstance(p, Mapping):
         hint = f" — {p['hint']}" if p.get("hint") else ""
         return f"{p.get('message', p)}{hint}"
     return str(p)
@@ -33,12 +34,12 @@ def estimate_view(reply: dict[str, Any]) -> dict[str, Any]:
     raw = reply.get("mesh_problems") or est.get("problems") or []
     est["problems"] = [problem_text(p) for p in raw]
     est["errors"] = [problem_text(p) for p in raw
-                     if isinstance(p, dict) and p.get("level") == "error"]
+                     if isinstance(p, Mapping) and p.get("level") == "error"]
     return est
 
 
 def issue_text(issue: Any) -> str:
-    if isinstance(issue, dict):
+    if isinstance(issue, Mapping):
         where = f"{issue['where']}: " if issue.get("where") else ""
         return f"{where}{issue.get('message', issue)}"
     return str(issue)

@@ -9,6 +9,7 @@ what to do; a GGUF entry names its quantization; every entry says where it was f
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from rich.markup import escape
@@ -79,8 +80,10 @@ def status_lines(m: dict[str, Any]) -> list[str]:
     else:
         reason = str(m.get("reason") or "no reason given")
         hint = str(m.get("hint") or STATUS_HINTS.get(status, DEFAULT_HINT))
-        lines = [f"[b red]✗ {escape(status)}[/]: {escape(reason)}",
-                 f"[b]what to do:[/] {escape(hint)}"]
+        lines = [f"[b red]✗ {escape(status)}[/]: {escape(reason)}"]
+        lines += [f"  [red]⚠[/] {escape(str(p))}" for p in m.get("problems") or []
+                  if str(p) != reason]
+        lines.append(f"[b]what to do:[/] {escape(hint)}")
     if m.get("tokenizer_mismatch"):
         lines.append(f"[yellow]⚠ tokenizer: {escape(str(m['tokenizer_mismatch']))}[/]")
     return lines
@@ -97,8 +100,8 @@ def model_detail(m: dict[str, Any]) -> str:
     for key in ("path", "checkpoint", "tokenizer", "format"):
         if m.get(key):
             lines.append(f"[dim]{key}:[/] {escape(str(m[key]))}")
-    config = m.get("arch") or {}
-    if isinstance(config, dict) and config:
+    config = m.get("config") or {}
+    if isinstance(config, Mapping) and config:
         lines.append("[b]architecture[/b]")
         lines += [f"  {escape(str(k))} = {escape(str(v))}" for k, v in list(config.items())[:24]]
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from workbench.screens.prompt import PromptScreen
 from workbench.screens.runstate import RunView
 from workbench.widgets.nav import NavBar
 from workbench.widgets.plot import PlotView, Series
+from workbench.widgets.waits import WaitNote
 
 REFRESH_S = 2.0
 COLUMNS = ("✓", "run", "state", "step", "loss", "rank", "targets")
@@ -75,12 +76,12 @@ class RunsScreen(WorkbenchScreen):
     BINDINGS = [
         Binding("space", "mark", "Mark", id="runs.mark"),
         Binding("enter", "open", "Open", id="runs.open"),
-        Binding("w", "sweep", "Rank sweep", id="runs.sweep"),
+        Binding("w", "sweep", "Sweep rank", id="runs.sweep"),
         Binding("s", "stop", "Stop", id="runs.stop"),
         Binding("u", "resume", "Resume", id="runs.resume"),
         Binding("e", "export", "Export", id="runs.export"),
         Binding("x", "delete", "Delete", id="runs.delete"),
-        Binding("r", "refresh", "Refresh", id="runs.refresh"),
+        Binding("r", "refresh", "Refresh", id="runs.refresh", show=False),
     ]
 
     def __init__(self) -> None:
@@ -105,6 +106,7 @@ class RunsScreen(WorkbenchScreen):
                            empty="mark runs with space to overlay their loss")
             with VerticalScroll(id="runs-diff", classes="detail"):
                 yield Static("", id="runs-diff-text")
+        yield WaitNote("", id="runs-wait")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -180,6 +182,12 @@ class RunsScreen(WorkbenchScreen):
                           targets_text(lora.get("targets", [])), key=rid)
         if self.runs and cursor is not None:
             table.move_cursor(row=min(cursor, len(self.runs) - 1))
+        wait = self.query_one("#runs-wait", WaitNote)
+        if wait.wait is None and not str(wait.content).startswith(("[green]", "[red]")):
+            active = sum(1 for r in self.runs if record_state(r).get("state") in
+                         ("queued", "running", "stopping"))
+            wait.done(f"[dim]{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}, "
+                      f"{active} active · space marks runs to overlay and diff[/]")
         self.marked = [m for m in self.marked if any(self.run_id(r) == m for r in self.runs)]
         self.load_curves(list(self.marked))
         if self.any_active() and not self._watching:
@@ -259,10 +267,16 @@ class RunsScreen(WorkbenchScreen):
 
     @work(thread=True, group="runs-action")
     def run_action_worker(self, name: str, call, run_id: str) -> None:
+        wait = self.query_one("#runs-wait", WaitNote)
+        self.ui(wait.start, f"{name} {short(run_id)}")
         result = self.engine(call, run_id)
         if result is not None:
-            self.ui(self.notify, f"{name}: {run_id} {where_written(result)}".strip(), timeout=6)
+            text = f"{name}: {run_id} {where_written(result)}".strip()
+            self.ui(wait.done, f"[green]✓[/] {text}")
+            self.ui(self.notify, text, timeout=6)
             self.ui(self.load)
+        else:
+            self.ui(wait.done, f"[red]✗ {name} {short(run_id)} failed (see the notice)[/]")
 
     def action_stop(self) -> None:
         self._act("stop", self.client.stop_run)

@@ -7,6 +7,7 @@ Pure functions of a ``RunView`` and an engine ``status`` reply, tested without a
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -33,16 +34,17 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
     """Until the first step: what the run waits for and since when (``"compiling · 12 s"``)."""
     now = time.time() if now is None else now
     since = None
+    phases = ("stopping",) if view.state == "stopping" else ("queued", "running")
     for e in view.events:
-        if e.get("kind") == "state" and e.get("state") in ("queued", "running"):
+        if e.get("kind") == "state" and e.get("state") in phases:
             since = epoch(e.get("time")) or since
     if view.state == "queued":
         what = "queued: waiting for the device"
+    elif view.state == "stopping":
+        what = "stopping: writing a checkpoint"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("set-up")
              for e in view.events):
         what = "compiling the train step (first step)"
-    elif view.state == "stopping":
-        what = "stopping: writing a checkpoint"
     else:
         what = "setting up: model, data, mesh"
     took = f" · {fmt_duration(max(0.0, now - since))}" if since is not None else ""
@@ -65,7 +67,7 @@ def header_text(view: RunView, name: str, state_style: str, now: float | None = 
     eta = v.eta_seconds()
     if eta is not None:
         parts.append(f"ETA {fmt_duration(eta)}")
-    if v.active and not v.metrics:
+    if v.active and (not v.metrics or v.state == "stopping"):
         parts.append(f"[yellow]{escape(waiting_for(v, now))}[/]")
     text = " ".join(parts)
     return text + (f" [red]{escape(v.error)}[/]" if v.error else "")
@@ -80,7 +82,7 @@ def bar(fraction: float, width: int = BAR_W) -> str:
 def memory_text(status: dict[str, Any]) -> str:
     """Device memory in use against capacity (the engine's live figures); on devices that
     report none (CPU), the engine process against the host's memory."""
-    devices = [d for d in status.get("devices") or [] if isinstance(d, dict)]
+    devices = [d for d in status.get("devices") or [] if isinstance(d, Mapping)]
     known = [d for d in devices if isinstance(d.get("bytes_in_use"), int)
              and isinstance(d.get("memory_bytes"), int) and d["memory_bytes"] > 0]
     if known:
