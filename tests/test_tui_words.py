@@ -111,3 +111,17 @@ def test_engine_phase_follows_the_jax_start_up_and_keeps_its_clock():
     assert ready.wait is None and ready.ready == "engine ✓ cpu×2"
     assert "JAX failed" in phase_of({"jax": {"error": "boom"}}).error
     assert "s" in EnginePhase(Wait("engine starting", started=0.0)).markup()
+
+
+def test_the_models_screen_scans_this_machine_only_for_a_local_engine():
+    from workbench import remote
+    from workbench.app import WorkbenchApp
+    from workbench.remote.spec import RemoteSpec
+
+    assert WorkbenchApp(remember=False).local_catalog
+    remote.select(RemoteSpec(host="tpu-vm"))
+    try:
+        app = WorkbenchApp(remember=False)
+        assert not app.local_catalog and app.remote.host == "tpu-vm"
+    finally:
+        remote.select(None)

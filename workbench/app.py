@@ -69,7 +69,13 @@ class WorkbenchApp(App):
         weights on this machine while the engine starts (default: when the app makes its own
         client of the local engine; the engine's answer replaces it)."""
         super().__init__()
-        self.local_catalog = client is None if local_catalog is None else local_catalog
+        from workbench import remote
+
+        self.remote = remote.selected() if client is None else None
+        """The remote engine's host (``--remote``), or None for this machine's engine."""
+        if local_catalog is None:  # a remote engine's weights are not on this machine
+            local_catalog = client is None and self.remote is None
+        self.local_catalog = local_catalog
         self.engine_phase = EnginePhase(Wait("engine connecting"))
         """What the engine is doing (starting, importing JAX, ready), shown on the nav strip."""
         self.config_defaults = defaults
@@ -107,7 +113,9 @@ class WorkbenchApp(App):
     def watch_engine(self) -> None:
         """(Thread worker) connect — starting the engine when none answers — then follow its
         JAX start-up until it is ready, so that every screen can say what it waits for."""
-        if self._client is None:
+        if self._client is None and self.remote is not None:
+            self.engine_phase = EnginePhase(Wait(f"ssh {self.remote.host}"))
+        elif self._client is None:
             from workbench.client import engine_files
 
             if not engine_files()["socket"].exists():
@@ -119,6 +127,23 @@ class WorkbenchApp(App):
             self.call_from_thread(self.notify, error_text(err), title="engine",
                                   severity="error", timeout=10)
             return
+        on_link = getattr(client, "on_link", None)
+        if on_link is not None and getattr(client, "where", "local") != "local":
+            on_link(self.link_changed)
+        self.follow_engine(client)
+
+    def link_changed(self, event: Any) -> None:
+        """(Any thread) the ssh link to a remote engine dropped, reconnects or is back."""
+        if event.kind in ("down", "reconnecting"):
+            self.engine_phase = EnginePhase(Wait(f"{event.where}: reconnecting"))
+        elif event.kind == "failed":
+            self.engine_phase = EnginePhase(error=f"{event.where}: {event.message}")
+        elif event.kind == "up":
+            self.run_worker(partial(self.follow_engine, self.client), thread=True,
+                            group="engine", exit_on_error=False)
+
+    def follow_engine(self, client: EngineClient) -> None:
+        """(Thread worker) poll the engine's status until its JAX start-up is done."""
         while True:
             try:
                 phase = phase_of(client.status(), self.engine_phase)
@@ -126,6 +151,9 @@ class WorkbenchApp(App):
                 phase = EnginePhase(error=error_text(err))
             self.engine_phase = phase
             if phase.wait is None:
+                where = getattr(client, "where", "local")
+                if where != "local" and not phase.error:
+                    self.engine_phase = EnginePhase(ready=f"{where} {phase.ready}")
                 return
             time.sleep(0.25)
 
