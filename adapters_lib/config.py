@@ -272,18 +272,23 @@ def read_toml(path: str | Path) -> tuple[dict[str, Any], str]:
         line = data[:e.start].count(b"\n") + 1
         raise WorkbenchError(f"config is not UTF-8 text (byte 0x{data[e.start]:02x})",
                              where=f"{p}:{line}", hint="save the file as UTF-8") from None
+    return parse_toml(text, str(p)), text
+
+
+def parse_toml(text: str, source: str) -> dict[str, Any]:
+    """TOML text → a table; a syntax error cites ``source:line`` (also for the engine's
+    ``config_toml``: nesting too deep is an error here, not a RecursionError)."""
     try:
-        raw = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         # Python 3.14 gives .lineno/.msg; 3.12 only says "(at line N, column M)" in the text.
         at = re.search(r"\s*\(at line (\d+), column \d+\)", str(e))
         line = getattr(e, "lineno", None) or (int(at.group(1)) if at else None)
         msg = getattr(e, "msg", None) or (str(e)[:at.start()] if at else str(e))
-        raise WorkbenchError(f"invalid TOML: {msg}", where=f"{p}:{line}" if line else str(p),
+        raise WorkbenchError(f"invalid TOML: {msg}", where=f"{source}:{line}" if line else source,
                              hint="fix the syntax at that line") from None
     except RecursionError:
-        raise WorkbenchError("invalid TOML: nested too deeply", where=str(p)) from None
-    return raw, text
+        raise WorkbenchError("invalid TOML: nested too deeply", where=source) from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:
