@@ -4,7 +4,7 @@
   settings.toml) and which command runs gemma-workbench there;
 - ``ssh``: one OpenSSH ControlMaster per host, its files in a 0700 directory;
 - ``link``: the handshake (start the engine there, read its token, forward its socket,
-  check the versions) and the reconnects;
+  check the versions); ``resume``: the reconnects (retry, resume streams);
 - ``relay``: commands that look at the remote machine's own files (``engine``, ``doctor``,
   ``data``, ``models``) run there, through the same connection;
 - ``upload``: ``train --upload FILE`` copies a dataset into the engine's data dir.

@@ -13,13 +13,8 @@
 The token lives in memory and in ``link.json`` (0600, in the 0700 control dir) so that the
 next command of this user reuses the link without any ssh round trip.
 
-When a request or a stream fails at the transport (the master was killed, the network
-dropped, the laptop slept), ``reconnect()`` runs the handshake again with backoff for up to
-``GEMMA_WORKBENCH_RECONNECT_S`` seconds (default 300), telling the listeners
-(``LinkEvent``: ``down`` → ``reconnecting`` … → ``up`` or ``failed``). ``follow()`` resumes a
-run stream with ``since_step`` = the last step seen (no step twice, no event twice); GETs are
-retried; a POST cut mid-way is not (it may have been done) and says so. The runs on the
-remote engine are never touched by any of this.
+When the link drops, ``resume.Reconnecting`` (its base) runs the handshake again and
+resumes what was going on.
 """
 
 from __future__ import annotations
@@ -31,19 +26,17 @@ import re
 import shlex
 import subprocess
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from adapters_lib.errors import WorkbenchError
+from workbench.remote.resume import LinkEvent, Reconnecting, VersionMismatch, brief
 from workbench.remote.spec import FALLBACK_COMMANDS, RemoteSpec
 from workbench.remote.ssh import SshControl, last_line
 
-RECONNECT_S = float(os.environ.get("GEMMA_WORKBENCH_RECONNECT_S", "300"))
 PROBE = ("for c in " + " ".join(f'"{c}"' for c in FALLBACK_COMMANDS) + "; do "
          'p=$(command -v "$c" 2>/dev/null) && [ -n "$p" ] && { printf "%s\\n" "$p"; exit 0; }; '
          "done; exit 127")
@@ -53,20 +46,6 @@ THERE = "env GEMMA_WORKBENCH_REMOTE="
 INSTALL_HINT = ("install it there (git clone the repository, then `make setup`), or give its "
                 "path: --remote-command ~/gemma-workbench/.venv/bin/gemma-workbench "
                 "(or remote_command in settings.toml, GEMMA_WORKBENCH_REMOTE_COMMAND)")
-
-
-@dataclass(frozen=True)
-class LinkEvent:
-    """What happened to the link: ``down``, ``reconnecting``, ``up`` or ``failed``."""
-
-    kind: str
-    where: str
-    message: str
-    attempt: int = 0
-
-
-class VersionMismatch(WorkbenchError):
-    """The remote engine speaks another API version (not fixed by reconnecting)."""
 
 
 def version_problem(status: dict[str, Any], host: str, local_api: int,
@@ -86,11 +65,6 @@ def version_problem(status: dict[str, Any], host: str, local_api: int,
         hint=upgrade)
 
 
-def _brief(err: BaseException) -> str:
-    text = str(err).strip() or type(err).__name__
-    return text.splitlines()[0][:200]
-
-
 def _write_private(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -99,7 +73,7 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-class RemoteLink:
+class RemoteLink(Reconnecting):
     """One remote engine reached through ssh; shared by every client of this process."""
 
     def __init__(self, spec: RemoteSpec, *, listeners: list[Callable[[LinkEvent], Any]] | None = None):
@@ -270,7 +244,7 @@ class RemoteLink:
             self.status = self._probe()
         except httpx.HTTPError as e:
             raise WorkbenchError(f"the engine on {self.where} does not answer through the "
-                                 f"forwarded socket ({_brief(e)})", where=self.spec.origin,
+                                 f"forwarded socket ({brief(e)})", where=self.spec.origin,
                                  hint="the ssh server must allow socket forwarding "
                                       "(sshd_config: AllowTcpForwarding and "
                                       "AllowStreamLocalForwarding yes, the defaults)") from None
@@ -283,112 +257,3 @@ class RemoteLink:
                                           or self._start_engine()["listen"]["socket"])
             self.info["token"] = self.token
             _write_private(self.cache_path, json.dumps(self.info) + "\n")
-
-    # ------------------------------------------------------------------ reconnecting
-
-    def reconnect(self, error: BaseException, seen_generation: int) -> None:
-        """Restore the link after ``error`` (unless another thread already did)."""
-        with self._lock:
-            if self.generation != seen_generation:
-                return
-            self.emit("down", f"connection to {self.where} lost ({_brief(error)}); reconnecting…")
-            deadline = time.monotonic() + RECONNECT_S
-            delay, attempt = 0.5, 0
-            while True:
-                attempt += 1
-                try:
-                    if attempt > 2 and self.ssh.master_pid() is not None:
-                        self.ssh.exit_master()  # alive but not passing data: start afresh
-                    self._handshake(interactive=False)
-                except VersionMismatch:
-                    self.emit("failed", f"{self.where}: the engine's version changed")
-                    raise
-                except (WorkbenchError, OSError, subprocess.SubprocessError, httpx.HTTPError) as e:
-                    if time.monotonic() + delay > deadline:
-                        self.emit("failed", f"could not reconnect to {self.where}: {_brief(e)}")
-                        raise WorkbenchError(
-                            f"lost the connection to {self.where} and could not reconnect in "
-                            f"{RECONNECT_S:.0f} s ({_brief(e)})", where=self.spec.origin,
-                            hint=f"the runs go on there; check `ssh {self.where}`, then "
-                                 f"reattach: gemma-workbench --remote {self.where} runs attach ID"
-                        ) from None
-                    self.emit("reconnecting", f"reconnecting to {self.where} "
-                              f"(attempt {attempt}: {_brief(e)})…", attempt)
-                    time.sleep(delay)
-                    delay = min(delay * 2, 10.0)
-                    continue
-                self.generation += 1
-                self.emit("up", f"reconnected to {self.where}", attempt)
-                return
-
-    def call(self, send: Callable[[], httpx.Response], method: str, path: str) -> httpx.Response:
-        """One request through the link: reconnect on a transport error; retry a GET (or
-        anything that never left this machine); refresh the token on a 401."""
-        seen = self.generation
-        try:
-            response = send()
-        except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-            raise  # slow, not lost
-        except httpx.TransportError as e:
-            self.reconnect(e, seen)
-            if method != "GET" and not isinstance(e, httpx.ConnectError):
-                raise WorkbenchError(
-                    f"the connection to {self.where} dropped during {method} {path}; it is "
-                    "back now", where=self.spec.origin,
-                    hint=f"check whether it was done (gemma-workbench --remote {self.where} "
-                         "runs) before trying again") from None
-            response = send()
-        if response.status_code == 401:
-            self.refresh_token()
-            response = send()
-        return response
-
-    def follow(self, open_stream: Callable[[int], Iterator[dict[str, Any]]],
-               since_step: int) -> Iterator[dict[str, Any]]:
-        """A run stream that survives link drops: reopened with ``since_step`` = the last
-        metrics step seen; events, ``replayed`` and unchanged ``status`` not repeated."""
-        last, seen_events, last_status, resumed = since_step, set(), None, False
-        while True:
-            seen = self.generation
-            try:
-                for item in open_stream(last):
-                    kind, data = item.get("type"), item.get("data") or {}
-                    if kind == "metrics" and isinstance(data.get("step"), int):
-                        last = max(last, data["step"])
-                    elif kind == "event":
-                        key = json.dumps(data, sort_keys=True, default=str)
-                        if key in seen_events:
-                            continue
-                        seen_events.add(key)
-                    elif kind == "replayed" and resumed:
-                        continue
-                    elif kind == "status":
-                        key = (data.get("state"), data.get("step"))
-                        if resumed and key == last_status:
-                            continue
-                        last_status = key
-                    yield item
-                    if kind == "end":
-                        return
-                return
-            except httpx.TransportError as e:  # incl. 60 s of silence: the engine pings every 10 s
-                self.reconnect(e, seen)
-                resumed = True
-
-    def guard(self, open_stream: Callable[[], Iterator[dict[str, Any]]],
-              what: str) -> Iterator[dict[str, Any]]:
-        """A generation stream: it cannot resume (the engine stops a generation whose client
-        went away), so a drop mid-way reconnects and says to run it again."""
-        seen, got = self.generation, False
-        try:
-            for item in open_stream():
-                got = True
-                yield item
-            return
-        except httpx.TransportError as e:
-            self.reconnect(e, seen)
-            if got or not isinstance(e, httpx.ConnectError):
-                raise WorkbenchError(f"the connection to {self.where} dropped during {what}; "
-                                     "it is back now", where=self.spec.origin,
-                                     hint="run it again") from None
-        yield from open_stream()
