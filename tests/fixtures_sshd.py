@@ -32,6 +32,7 @@ import pytest
 SSHD = Path("/usr/sbin/sshd")
 REPO = Path(__file__).resolve().parent.parent
 ALIAS = "wb-remote"
+JUMP_ALIAS = "wb-jump"
 
 
 def _install_sshd() -> str | None:
@@ -164,11 +165,14 @@ def start_sshd(root: Path) -> Sshd:
         f"[127.0.0.1]:{port} {(root / 'host_key.pub').read_text().split(' ')[0]} "
         f"{(root / 'host_key.pub').read_text().split(' ')[1]}\n")
     user = pwd.getpwuid(os.getuid()).pw_name
+    common = [f"  IdentityFile {root / 'user_key'}", "  IdentitiesOnly yes",
+              f"  UserKnownHostsFile {root / 'known_hosts'}", "  StrictHostKeyChecking yes",
+              "  BatchMode yes", "  LogLevel ERROR"]
     (root / "ssh_config").write_text("\n".join([
-        f"Host {ALIAS}", "  HostName 127.0.0.1", f"  Port {port}", f"  User {user}",
-        f"  IdentityFile {root / 'user_key'}", "  IdentitiesOnly yes",
-        f"  UserKnownHostsFile {root / 'known_hosts'}", "  StrictHostKeyChecking yes",
-        "  BatchMode yes", "  LogLevel ERROR", ""]))
+        f"Host {ALIAS}", "  HostName 127.0.0.1", f"  Port {port}", f"  User {user}", *common,
+        # the same server again, reached through itself as a jump host (ProxyJump)
+        f"Host {JUMP_ALIAS}", "  HostName 127.0.0.1", f"  Port {port}", f"  User {user}",
+        f"  ProxyJump {ALIAS}", *common, ""]))
     check = subprocess.run([str(SSHD), "-t", "-f", str(root / "sshd_config")],
                            capture_output=True, text=True, timeout=30)
     if check.returncode != 0:
