@@ -55,9 +55,9 @@ def test_plot_draws_every_series_with_a_legend():
 
 
 def test_memory_fit_verdicts_follow_the_fraction_of_capacity():
-    fits = fits_from_estimate({"devices": [{"name": "tpu0", "bytes": 10, "capacity": 100},
-                                           {"name": "tpu1", "bytes": 90, "capacity": 100},
-                                           {"name": "tpu2", "bytes": 120, "capacity": 100}]})
+    fits = fits_from_estimate({"devices": [
+        {"device": i, "kind": "tpu", "bytes": used, "capacity_bytes": 100, "verdict": ""}
+        for i, used in enumerate((10, 90, 120))]})
     assert [f.status for f in fits] == ["fits", "tight", "exceeds"]
     assert DeviceFit("cpu", 10, None).status == "unknown"
 

@@ -24,7 +24,7 @@ def test_an_entry_that_is_not_ok_says_why_and_what_to_do_never_no_problems():
     assert model_row(UNREADABLE)[1] == "✗ unreadable"
     with_hint = model_detail({**UNREADABLE, "hint": "re-download it",
                               "problems": [UNREADABLE["reason"], "no tokenizer.model"],
-                              "config": {"num_layers": 26}})
+                              "arch": {"num_layers": 26}})
     assert "what to do:[/] re-download it" in with_hint
     assert "no tokenizer.model" in with_hint and with_hint.count("not valid JSON") == 1
     assert "num_layers = 26" in with_hint

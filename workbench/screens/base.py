@@ -85,7 +85,7 @@ def phase_of(status: dict[str, Any], before: EnginePhase | None = None) -> Engin
             return before
         return EnginePhase(Wait(what))
     devices = status.get("devices") or []
-    backend = status.get("backend") or (devices[0].get("platform") if devices else "")
+    backend = status.get("backend") or ""
     return EnginePhase(ready=f"engine ✓ {backend}×{len(devices)}" if devices else "engine ✓")
 
 

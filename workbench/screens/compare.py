@@ -150,7 +150,7 @@ class CompareScreen(WorkbenchScreen):
             self.ui(self.show_runs, runs)
 
     def show_runs(self, runs: list[dict[str, Any]]) -> None:
-        ids = sorted((str(r.get("id", r.get("run_id"))) for r in runs), reverse=True)
+        ids = sorted((str(r["id"]) for r in runs), reverse=True)
         picker = self.query_one("#compare-run", Select)
         current = getattr(self.app, "current_run", None)
         picker.set_options([(i, i) for i in ids])

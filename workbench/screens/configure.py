@@ -206,7 +206,7 @@ class ConfigureScreen(WorkbenchScreen):
         if self.config is None:
             return
         model = self.catalog.get(self.config.model.source) or {}
-        arch = model.get("arch") or model.get("config") or {}
+        arch = model.get("arch") or {}
         total = model.get("params") if isinstance(model.get("params"), int) else None
         lora = self.config.lora
         if not lora.enabled:
@@ -271,10 +271,10 @@ class ConfigureScreen(WorkbenchScreen):
             self.query_one("#config-status", Static).update(
                 f"[b red]✗[/] mesh: {escape(result['errors'][0])}")
             self.query_one("#launch", Button).disabled = True
-        trainable = result.get("trainable_params", result.get("trainable"))
+        trainable = result.get("trainable_params")
         if isinstance(trainable, int):
             self.query_one(LoraForm).set_trainable(
-                trainable, result.get("total_params", result.get("params")))
+                trainable, result.get("total_params"))
         self.show_mesh()
 
     # ------------------------------------------------------------------ actions
@@ -308,7 +308,7 @@ class ConfigureScreen(WorkbenchScreen):
     def launch(self, cfg: RunConfig) -> None:
         run = self.engine(self.client.create_run, cfg.to_dict())
         if run is not None:
-            run_id = str(run.get("id") or run.get("run_id"))
+            run_id = str(run["id"])
             self.ui(self.app.open_run, run_id, "train")  # type: ignore[attr-defined]
 
     def action_check_data(self) -> None:

@@ -9,16 +9,11 @@ from typing import Any
 from rich.markup import escape
 
 
-def device_info(status: dict[str, Any]) -> tuple[int, str]:
-    """(device count, kind) from the engine status (tolerant of its exact shape)."""
-    devices = status.get("devices")
-    count = status.get("device_count")
-    if count is None and isinstance(devices, list):
-        count = len(devices)
-    kind = status.get("platform") or status.get("device_kind") or ""
-    if not kind and isinstance(devices, list) and devices and isinstance(devices[0], Mapping):
-        kind = devices[0].get("platform", devices[0].get("kind", ""))
-    return int(count or 0), str(kind)
+def device_info(status: Mapping[str, Any]) -> tuple[int, str]:
+    """(device count, kind) from the engine status: its ``devices`` and their ``kind``."""
+    devices = list(status.get("devices") or [])
+    kind = str(devices[0]["kind"] or devices[0]["platform"]) if devices else ""
+    return len(devices), kind
 
 
 def problem_text(p: Any) -> str:

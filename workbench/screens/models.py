@@ -100,7 +100,7 @@ def model_detail(m: dict[str, Any]) -> str:
     for key in ("path", "checkpoint", "tokenizer", "format"):
         if m.get(key):
             lines.append(f"[dim]{key}:[/] {escape(str(m[key]))}")
-    config = m.get("config") or {}
+    config = m.get("arch") or {}
     if isinstance(config, Mapping) and config:
         lines.append("[b]architecture[/b]")
         lines += [f"  {escape(str(k))} = {escape(str(v))}" for k, v in list(config.items())[:24]]

@@ -160,7 +160,7 @@ class RunsScreen(WorkbenchScreen):
         self.ui(self.show_runs, runs, seq)
 
     def run_id(self, r: dict[str, Any]) -> str:
-        return str(r.get("id", r.get("run_id")))
+        return str(r["id"])
 
     def show_runs(self, runs: list[dict[str, Any]], seq: int = 0) -> None:
         if seq < self._shown_seq:  # an older reply than the one on screen
@@ -336,7 +336,7 @@ class RunsScreen(WorkbenchScreen):
         run = self.engine(self.client.create_run, config)
         if run is None:
             return
-        child = str(run.get("id", run.get("run_id")))
+        child = str(run["id"])
         self.parents[child] = parent
         self.ui(self.show_sweep, parent, child, lora.get("rank"))
 

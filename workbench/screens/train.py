@@ -46,10 +46,10 @@ def newest_run(runs: list[dict[str, Any]]) -> str | None:
         s = r.get("status") if isinstance(r.get("status"), dict) else r
         return str(s.get("state", ""))
 
-    ordered = sorted(runs, key=lambda r: str(r.get("id", r.get("run_id", ""))))
+    ordered = sorted(runs, key=lambda r: str(r["id"]))
     active = [r for r in ordered if state(r) in ("queued", "running", "stopping")]
     pick = (active or ordered)[-1]
-    return str(pick.get("id", pick.get("run_id")))
+    return str(pick["id"])
 
 
 class TrainScreen(WorkbenchScreen):

@@ -88,7 +88,7 @@ def memory_text(status: dict[str, Any]) -> str:
     if known:
         worst = max(known, key=lambda d: d["bytes_in_use"] / d["memory_bytes"])
         frac = worst["bytes_in_use"] / worst["memory_bytes"]
-        kind = worst.get("kind") or worst.get("platform") or "device"
+        kind = worst["kind"] or "device"
         if len(known) == 1:
             return (f"mem {escape(str(kind))}:{worst.get('id', 0)} {bar(frac)} "
                     f"{gib(worst['bytes_in_use'])} / {gib(worst['memory_bytes'])} "

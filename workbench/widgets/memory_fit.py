@@ -50,14 +50,13 @@ def gib(n: float | None) -> str:
 
 
 def fits_from_estimate(estimate: dict[str, Any]) -> list[DeviceFit]:
-    """Read the per-device rows of an engine estimate (tolerant of missing keys)."""
-    rows = estimate.get("devices") or estimate.get("per_device") or []
+    """The per-device rows of an engine estimate (``EstimateReply.devices``: device, kind,
+    bytes, capacity_bytes, verdict)."""
     out = []
-    for i, row in enumerate(rows):
-        used = row.get("bytes", row.get("total_bytes", row.get("used_bytes", 0))) or 0
-        cap = row.get("capacity", row.get("capacity_bytes", row.get("memory_bytes")))
-        name = row.get("name") or (f"{row['kind']}:{row['device']}" if "kind" in row and
-                                   "device" in row else row.get("device", i))
+    for row in estimate.get("devices") or []:
+        used = row["bytes"] or 0
+        cap = row["capacity_bytes"]
+        name = f"{row['kind']}:{row['device']}"
         out.append(DeviceFit(str(name), int(used),
                              int(cap) if cap else None, str(row.get("verdict", ""))))
     return out
