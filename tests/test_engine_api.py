@@ -206,3 +206,54 @@ def test_cli_engine_stop_ends_the_engine_and_removes_its_socket(engine_factory):
     status = subprocess.run([sys.executable, "-m", "workbench", "engine", "status"],
                             env=env, capture_output=True, text=True, timeout=60)
     assert status.returncode == 1 and "not running" in status.stdout
+
+
+def test_replies_are_typed_records_that_still_read_like_dicts(engine):
+    from adapters_lib.engine import api
+
+    s = engine.status(wait=True)
+    assert isinstance(s, api.EngineStatus)
+    assert s.api_version == api.API_VERSION == 1
+    assert s.jax.ready and s.health.device_thread == "alive"
+    dev = s.devices[0]
+    assert isinstance(dev, api.DeviceInfo) and dev.platform == "cpu"
+    assert "bytes_in_use" in dev.to_json()  # null on CPU, but always said
+    assert s["jax"]["ready"] is True and s.get("backend") == "cpu"  # transition: dict reads
+    assert api.EngineStatus.from_json(s.to_json()) == s
+    runs = engine.list_runs()
+    assert isinstance(runs, list) and all(isinstance(r, api.RunSummary) for r in runs)
+
+
+def test_deep_nesting_and_huge_integers_in_a_body_are_400_not_500(engine_process, engine):
+    deep = b'{"config": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    huge = b'{"prompt": "hi", "seed": ' + b"9" * 5000 + b"}"
+    big = b'{"prompt": "hi", "seed": ' + b"9" * 30 + b"}"
+    nan = b'{"prompt": "hi", "temperature": NaN}'
+    with _raw(engine_process) as http:
+        answers = {name: http.post(path, content=body, headers={
+            "Content-Type": "application/json"}) for name, path, body in (
+            ("deep", "/v1/runs", deep), ("huge", "/v1/sample", huge),
+            ("big", "/v1/sample", big), ("nan", "/v1/sample", nan))}
+    for name, r in answers.items():
+        assert r.status_code == 400, (name, r.status_code, r.text[:300])
+        assert r.json()["error"]["message"], name
+    assert "nested too deeply" in answers["deep"].json()["error"]["message"]
+    assert "out of range" in answers["big"].json()["error"]["message"]
+    assert "finite" in answers["nan"].json()["error"]["message"]
+    _still_serving(engine)
+
+
+def test_an_unreadable_model_says_why_and_what_to_do(engine, tmp_path):
+    folder = tmp_path / "weights" / "broken-gemma"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "gemma3_text", "num_hidden_')
+    (folder / "model.safetensors").write_bytes(b"\0" * 64)
+    entries = [m for m in engine.models(folders=[str(tmp_path / "weights")])
+               if m.path.startswith(str(tmp_path))]
+    assert entries, "the catalog did not list the folder"
+    bad = entries[0]
+    assert bad.status != "ok"
+    assert bad.reason and bad.problems == [bad.reason]
+    assert bad.hint
+    demo = [m for m in engine.models() if m.id == "demo"][0]
+    assert demo.problems == [] and demo.config and demo.config["num_layers"] >= 1

@@ -48,3 +48,21 @@ def test_engine_modules_never_import_textual_or_workbench():
     loaded = _modules_after(code)
     bad = [m for m in loaded if m.split(".")[0] in ("textual", "workbench")]
     assert bad == []
+
+
+def test_api_module_imports_no_jax_aiohttp_or_textual():
+    loaded = _modules_after("import adapters_lib.engine.api, adapters_lib.engine.commands")
+    bad = sorted({m.split(".")[0] for m in loaded} & {*HEAVY, "aiohttp", "textual", "numpy"})
+    assert bad == [], f"the API types pulled in {bad}"
+
+
+def test_static_import_contracts_hold():
+    """The import-linter contracts of .importlinter (every code path, not only start-up)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    lint = Path(sys.executable).with_name("lint-imports")
+    out = subprocess.run([str(lint), "--no-cache", "--no-logo", str(root / ".importlinter")],
+                         capture_output=True, text=True, timeout=300, cwd=root)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout

@@ -4,8 +4,11 @@
 starting it detached (its own session, ``python -m adapters_lib.engine``) when no socket
 answers, and waits until it is ready. Methods mirror the v1 API (docs/engine-api.md); a
 refused request raises ``EngineRequestError`` (a ``WorkbenchError``) with the engine's
-message, where and hint. Streams (``stream_run``, ``sample``, ``compare``) are iterators of
-``{"type": ..., "data": {...}}``; closing one (or Ctrl-C) only detaches this client.
+message, where and hint. Replies are the typed records of ``adapters_lib.engine.api``
+(``status().jax.ready``, ``list_runs()[0].state``); for a transition they also read like the
+dicts they replace (``reply["state"]``). Streams (``stream_run``, ``sample``, ``compare``) are
+iterators of ``api.StreamItem`` (``.type``, typed ``.data``); closing one (or Ctrl-C) only
+detaches this client.
 
 A remote engine (``--remote HOST``, ``workbench/remote``) is the same client over a socket
 that ssh forwards here, with a ``link`` (``remote.RemoteLink``) that supplies the token and
@@ -30,13 +33,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from adapters_lib import paths
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 
 if TYPE_CHECKING:
     from workbench.remote.link import LinkEvent, RemoteLink
 
-API_VERSION = 1
-API = f"/v{API_VERSION}"
+API_VERSION = api.API_VERSION
+API = api.PREFIX
 START_TIMEOUT_S = 60.0
 
 
@@ -146,7 +150,7 @@ class EngineClient:
 
     def check_version(self) -> None:
         """Refuse an engine that speaks another API version (left over from an upgrade)."""
-        got = self.status().get("api_version")
+        got = self._request("GET", "/status").get("api_version")  # read untyped: any version
         if got != API_VERSION:
             raise EngineNotRunning(f"the running engine speaks API v{got}, this client v{API_VERSION}",
                                    hint="restart it: `gemma-workbench engine stop --force` "
@@ -260,127 +264,145 @@ class EngineClient:
                 elif line.startswith("data:"):
                     data.append(line[5:].strip())
 
+    # ----------------------------------------------------------------- typed calls
+
+    def call(self, cmd: api.Command, *, timeout: float | None = None) -> Any:
+        """Send one command; its typed reply (``cmd.reply.from_json`` of the answer)."""
+        assert not cmd.streams and cmd.reply is not None, cmd.name
+        data = self._send(cmd, timeout=timeout)
+        return cmd.reply.from_json(data, where=f"{cmd.name} reply")
+
+    def stream(self, cmd: api.Command) -> Iterator[api.StreamItem]:
+        """Send a streaming command; its typed items (``api.StreamItem``) as they arrive.
+
+        Over a remote link a run stream resumes after a dropped connection (``since_step``)
+        and a generation stream is guarded (the link says what happened)."""
+        assert cmd.streams, cmd.name
+
+        def open_stream(c: api.Command) -> Iterator[dict[str, Any]]:
+            method, _, source = c.route
+            path = c.url()[len(api.PREFIX):]
+            if source == "query":
+                return self._stream(method, path, params=_query(c))
+            return self._stream(method, path, json_body=c.payload())
+
+        if self.link is None:
+            items = open_stream(cmd)
+        elif isinstance(cmd, api.StreamRun):
+            items = self.link.follow(lambda since: open_stream(cmd.replace(since_step=since)),
+                                     cmd.since_step)
+        else:
+            items = self.link.guard(lambda: open_stream(cmd), cmd.name)
+        for item in items:
+            yield api.stream_item(item["type"], item["data"], cmd.items)
+
+    def _send(self, cmd: api.Command, *, timeout: float | None = None) -> Any:
+        method, _, source = cmd.route
+        path = cmd.url()[len(api.PREFIX):]
+        if source == "query":
+            return self._request(method, path, params=_query(cmd) or None, timeout=timeout)
+        return self._request(method, path, json_body=cmd.payload(), timeout=timeout)
+
     # ----------------------------------------------------------------- engine
 
-    def status(self, *, wait: bool = False) -> dict[str, Any]:
-        """Version, API version, JAX backend, devices, busy, active run (``wait``: for JAX)."""
-        return self._request("GET", "/status", params={"wait": "1"} if wait else None,
-                             timeout=300 if wait else None)
+    def status(self, *, wait: bool = False) -> api.EngineStatus:
+        """Version, API version, JAX state, devices, health, busy, active run (``wait``: JAX)."""
+        return self.call(api.Status(wait=wait), timeout=300 if wait else None)
 
-    def shutdown(self) -> dict[str, Any]:
-        return self._request("POST", "/shutdown", json_body={})
+    def shutdown(self) -> api.ShutdownReply:
+        return self.call(api.Shutdown())
 
-    def models(self, folders: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]:
-        params = {"folders": list(folders)} if folders else None
-        return self._request("GET", "/models", params=params, timeout=300)["models"]
+    def models(self, folders: list[str] | tuple[str, ...] = ()) -> list[api.ModelInfo]:
+        return self.call(api.ListModels(folders=tuple(folders)), timeout=300).models
 
     def data_check(self, path: str = "", *, format: str = "auto", config: dict | None = None,
-                   config_toml: str = "", limit: int = 0) -> dict[str, Any]:
+                   config_toml: str = "", limit: int = 0) -> api.DataReport:
         """The data report (``Report.to_dict()``: ok, fatal, counts, lengths, errors, ...).
 
         ``limit``: check at most this many records (0 = all) where the data area supports it.
         """
-        body: dict[str, Any] = {"path": path, "format": format, "limit": limit}
-        if config is not None:
-            body["config"] = config
-        if config_toml:
-            body["config_toml"] = config_toml
-        return self._request("POST", "/data/check", json_body=body, timeout=600)["report"]
+        cmd = api.CheckData(path=path, format=format, config=config, config_toml=config_toml,
+                            limit=limit)
+        return self.call(cmd, timeout=600).report
 
     def estimate(self, config: dict | None = None, *, config_toml: str = "",
-                 overrides: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
-        """``{"estimate", "summary", "trainable_params", "mesh_problems", "ok", ...}``."""
-        body: dict[str, Any] = {"overrides": list(overrides)}
-        if config is not None:
-            body["config"] = config
-        if config_toml:
-            body["config_toml"] = config_toml
-        return self._request("POST", "/estimate", json_body=body, timeout=600)
+                 overrides: list[str] | tuple[str, ...] = ()) -> api.EstimateReply:
+        """Memory per device, trainable params, mesh problems (``ok``: none is an error)."""
+        cmd = api.Estimate(config=config, config_toml=config_toml, overrides=tuple(overrides))
+        return self.call(cmd, timeout=600)
 
     # ----------------------------------------------------------------- runs
 
     def create_run(self, config: dict | None = None, *, config_toml: str = "",
-                   overrides: list[str] | tuple[str, ...] = (), source: str = "") -> dict[str, Any]:
+                   overrides: list[str] | tuple[str, ...] = (), source: str = "") -> api.RunSummary:
         """Queue a training run; returns its summary (``id``, ``state``, ``dir``, ...)."""
-        body: dict[str, Any] = {"overrides": list(overrides), "source": source}
-        if config is not None:
-            body["config"] = config
-        if config_toml:
-            body["config_toml"] = config_toml
-        return self._request("POST", "/runs", json_body=body)
+        return self.call(api.CreateRun(config=config, config_toml=config_toml,
+                                       overrides=tuple(overrides), source=source))
 
-    def list_runs(self) -> list[dict[str, Any]]:
-        return self._request("GET", "/runs")["runs"]
+    def list_runs(self) -> list[api.RunSummary]:
+        return self.call(api.ListRuns()).runs
 
-    def get_run(self, run_id: str, *, metrics: bool = True, events: bool = True) -> dict[str, Any]:
-        return self._request("GET", f"/runs/{run_id}",
-                             params={"metrics": int(metrics), "events": int(events)})
+    def get_run(self, run_id: str, *, metrics: bool = True, events: bool = True) -> api.RunDetail:
+        return self.call(api.GetRun(run_id=run_id, metrics=metrics, events=events))
 
-    def stop_run(self, run_id: str) -> dict[str, Any]:
-        return self._request("POST", f"/runs/{run_id}/stop", json_body={})
+    def stop_run(self, run_id: str) -> api.RunSummary:
+        return self.call(api.StopRun(run_id=run_id))
 
-    def resume_run(self, run_id: str) -> dict[str, Any]:
-        return self._request("POST", f"/runs/{run_id}/resume", json_body={})
+    def resume_run(self, run_id: str) -> api.RunSummary:
+        return self.call(api.ResumeRun(run_id=run_id))
 
-    def delete_run(self, run_id: str) -> dict[str, Any]:
-        return self._request("DELETE", f"/runs/{run_id}")
+    def delete_run(self, run_id: str) -> api.DeleteReply:
+        return self.call(api.DeleteRun(run_id=run_id))
 
-    def stream_run(self, run_id: str, since_step: int = 0) -> Iterator[dict[str, Any]]:
+    def stream_run(self, run_id: str, since_step: int = 0) -> Iterator[api.StreamItem]:
         """Metrics/events on disk with step > since_step, then live items until the run ends.
 
         Item types: ``metrics``, ``event``, ``log``, ``status``, ``replayed`` (the replay is
         over), ``end`` (the run reached a final state; the stream closes), ``error``.
         """
-        def open_stream(since: int) -> Iterator[dict[str, Any]]:
-            return self._stream("GET", f"/runs/{run_id}/stream", params={"since_step": since})
-
-        if self.link is not None:
-            return self.link.follow(open_stream, since_step)
-        return open_stream(since_step)
+        return self.stream(api.StreamRun(run_id=run_id, since_step=since_step))
 
     def wait_run(self, run_id: str, timeout: float = 600.0,
                  states: tuple[str, ...] = ("stopped", "completed", "failed", "interrupted"),
-                 ) -> dict[str, Any]:
+                 ) -> api.RunDetail:
         """Poll until the run is in one of ``states``; return its summary."""
         t0 = time.monotonic()
         while True:
             run = self.get_run(run_id, metrics=False, events=False)
-            if run["state"] in states:
+            if run.state in states:
                 return run
             if time.monotonic() - t0 > timeout:
-                raise WorkbenchError(f"run {run_id} still {run['state']} after {timeout:.0f} s")
+                raise WorkbenchError(f"run {run_id} still {run.state} after {timeout:.0f} s")
             time.sleep(0.1)
 
     # ----------------------------------------------------------------- generation, export
 
     def sample(self, prompt: str, *, run_id: str = "", model: str = "demo", step: int = -1,
                max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
-               chat: bool = True) -> Iterator[dict[str, Any]]:
-        """Streamed tokens: ``token`` items ({"text", "token", "done"}), then ``done``."""
-        body = {"prompt": prompt, "run_id": run_id, "model": model, "step": step,
-                "max_tokens": max_tokens, "temperature": temperature, "seed": seed, "chat": chat}
-        if self.link is not None:
-            return self.link.guard(lambda: self._stream("POST", "/sample", json_body=body),
-                                   "sample")
-        return self._stream("POST", "/sample", json_body=body)
+               chat: bool = True) -> Iterator[api.StreamItem]:
+        """Streamed tokens: ``token`` items (``api.TokenChunk``), then ``done`` (``SampleDone``)."""
+        return self.stream(api.Sample(prompt=prompt, run_id=run_id, model=model, step=step,
+                                      max_tokens=max_tokens, temperature=temperature,
+                                      seed=seed, chat=chat))
 
     def compare(self, prompt: str, run_id: str, *, step: int = -1, max_tokens: int = 128,
                 temperature: float = 0.0, seed: int = 0,
-                chat: bool = True) -> Iterator[dict[str, Any]]:
-        """Base vs tuned: ``token`` items carry ``side`` ("base" or "tuned"), then ``done``."""
-        body = {"prompt": prompt, "run_id": run_id, "step": step, "max_tokens": max_tokens,
-                "temperature": temperature, "seed": seed, "chat": chat}
-        if self.link is not None:
-            return self.link.guard(lambda: self._stream("POST", "/compare", json_body=body),
-                                   "compare")
-        return self._stream("POST", "/compare", json_body=body)
+                chat: bool = True) -> Iterator[api.StreamItem]:
+        """Base vs tuned: ``token`` items carry ``side`` ("base"/"tuned"), then ``done``."""
+        return self.stream(api.Compare(prompt=prompt, run_id=run_id, step=step,
+                                       max_tokens=max_tokens, temperature=temperature,
+                                       seed=seed, chat=chat))
 
     def export(self, run_id: str, *, kind: str = "adapter", out: str = "", step: int = -1,
-               format: str = "", force: bool = False) -> dict[str, Any]:
-        body = {"run_id": run_id, "kind": kind, "out": out, "step": step, "format": format}
-        if force:  # only when asked: an older engine refuses the key
-            body["force"] = True
-        return self._request("POST", "/export", json_body=body, timeout=3600)
+               format: str = "", force: bool = False) -> api.ExportReply:
+        return self.call(api.Export(run_id=run_id, kind=kind, out=out, step=step, format=format,
+                                    force=force), timeout=3600)
+
+
+def _query(cmd: api.Command) -> dict[str, Any]:
+    """The command's set values (``payload``) as query parameters."""
+    return {key: ("1" if value else "0") if isinstance(value, bool) else value
+            for key, value in cmd.payload().items()}
 
 
 def connect(*, start: bool = True, timeout: float = START_TIMEOUT_S) -> EngineClient:
@@ -393,4 +415,4 @@ def submit_run(config_toml_text: str, overrides: list[str] | tuple[str, ...] = (
     """Queue a run on the engine (started if needed) and return its id (``train --detach``)."""
     with connect() as client:
         return client.create_run(config_toml=config_toml_text, overrides=overrides,
-                                 source=source)["id"]
+                                 source=source).id

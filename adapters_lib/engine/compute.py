@@ -12,19 +12,40 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.config import RunConfig
+from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.errors import WorkbenchError
 
+HINTS = {
+    "incomplete": "a file is missing: download the model again, or point at the full folder",
+    "unreadable": "check that the files are readable and not truncated",
+    "unsupported": "only Gemma 2, 3 and 4 text models can be trained here",
+}
 
-def models(folders: tuple[str, ...] = ()) -> dict[str, Any]:
+
+def models(folders: tuple[str, ...] = ()) -> api.ModelList:
     """Every model the catalog finds (the demo, caches, configured and given folders)."""
     from adapters_lib import catalog
 
     found = catalog.list_models([Path(f).expanduser() for f in folders])
-    return {"models": [as_json(m) for m in found]}
+    return api.ModelList(models=[model_info(m) for m in found])
 
 
-def data_check(cfg: RunConfig, path: str, fmt: str, limit: int = 0) -> dict[str, Any]:
+def model_info(entry: Any) -> api.ModelInfo:
+    """A catalog entry as the API's model entry: its problems in words, its architecture."""
+    data = as_json(entry)
+    ok = data.get("status", "ok") == "ok"
+    reason = str(data.get("reason") or "")
+    data.setdefault("problems", [] if ok else [reason or data.get("status", "unusable")])
+    data.setdefault("hint", "" if ok else HINTS.get(str(data.get("status")), "see docs/models.md"))
+    arch = getattr(entry, "arch", None)
+    if data.get("config") is None and arch is not None and dataclasses.is_dataclass(arch):
+        data["config"] = {f.name: as_json(getattr(arch, f.name))
+                          for f in dataclasses.fields(arch) if f.name != "attention"}
+    return api.ModelInfo.from_json(data)
+
+
+def data_check(cfg: RunConfig, path: str, fmt: str, limit: int = 0) -> api.DataCheckReply:
     """The data area's report for ``path`` with the run config's [data] settings."""
     from adapters_lib.data import check_file
 
@@ -40,7 +61,7 @@ def data_check(cfg: RunConfig, path: str, fmt: str, limit: int = 0) -> dict[str,
     report = check_file(path, format=fmt, tokenizer=tokenizer_path(cfg),
                         max_length=d.max_length, loss_on=d.loss_on, truncation=d.truncation,
                         field_map=d.field_map or None, **kwargs)
-    return {"report": as_json(report)}
+    return api.DataCheckReply.from_json({"report": as_json(report)})
 
 
 def tokenizer_path(cfg: RunConfig) -> str | None:

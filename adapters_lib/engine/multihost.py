@@ -80,10 +80,9 @@ class LeaderEngine(Engine):
         if active is not None:
             multihost.mark_interrupted(active.run, reason, force=True)
 
-    def cmd_estimate(self, cmd: Any) -> dict[str, Any]:
+    def estimate_json(self, cfg: Any) -> dict[str, Any]:
         """The estimate, plus the hosts: per-host devices and bytes, multi-host mesh problems."""
-        out = super().cmd_estimate(cmd)
-        cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<estimate>")
+        out = super().estimate_json(cfg)
         n, hosts = len(self._devices), multihost.process_count()
         problems = [p.to_dict() for p in multihost.validate_hosts(cfg.mesh, global_devices=n,
                                                                  processes=hosts)]
@@ -98,7 +97,7 @@ class LeaderEngine(Engine):
             out["summary"] = f"{out['summary']}; {out['hosts']['line']}"
         return out
 
-    def cmd_export(self, cmd: Any) -> dict[str, Any]:
+    def cmd_export(self, cmd: Any) -> Any:
         self.find_run(cmd.run_id)  # a missing run is still a 404
         self._refuse_restore("export")
 

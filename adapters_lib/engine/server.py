@@ -21,7 +21,7 @@ from typing import Any, get_type_hints
 
 from aiohttp import web
 
-from adapters_lib.engine import commands as C
+from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.service import Engine
 from adapters_lib.errors import WorkbenchError
@@ -98,12 +98,20 @@ async def _body(request: web.Request) -> Any:
         return {}
     try:
         return json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise WorkbenchError(f"the body is not valid JSON ({e})", where=request.path,
+    except RecursionError:  # nested deeper than the parser goes
+        raise WorkbenchError("the body is nested too deeply", where=request.path,
+                             hint="send a flat JSON object (see docs/engine-api.md)") from None
+    except ValueError as e:  # not JSON, not UTF-8, or an integer of thousands of digits
+        raise WorkbenchError(f"the body is not valid JSON ({_first_line(e)})", where=request.path,
                              hint="send a JSON object with Content-Type: application/json") from None
 
 
-def _query(request: web.Request, cls: type[C.Command]) -> dict[str, Any]:
+def _first_line(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _query(request: web.Request, cls: type[api.Command]) -> dict[str, Any]:
     """Query parameters typed for ``cls`` (``?metrics=0&since_step=5``)."""
     hints = get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
@@ -131,23 +139,23 @@ def _query(request: web.Request, cls: type[C.Command]) -> dict[str, Any]:
     return out
 
 
-async def _run(request: web.Request, cmd: C.Command) -> web.Response:
+async def _run(request: web.Request, cmd: api.Command) -> web.Response:
     engine = request.app[ENGINE_KEY]
     result = await asyncio.to_thread(engine.execute, cmd)
-    return web.json_response(result, dumps=_dumps)
+    return web.json_response(api.to_jsonable(result), dumps=_dumps)
 
 
 def _dumps(data: Any) -> str:
     return json.dumps(data, allow_nan=True, default=str)
 
 
-def route(cls: type[C.Command], source: str = "body", **path_params: str) -> Handler:
+def route(cls: type[api.Command], source: str = "body", **path_params: str) -> Handler:
     """A handler that parses ``cls`` from the body (or the query) plus path params, runs it."""
 
     async def handler(request: web.Request) -> web.Response:
         raw = await _body(request) if source == "body" else _query(request, cls)
         values = {field: request.match_info[name] for field, name in path_params.items()}
-        cmd = C.parse_command(cls, raw, **values)
+        cmd = api.parse_command(cls, raw, **values)
         return await _run(request, cmd)
 
     return handler
@@ -166,7 +174,8 @@ class EventStream:
     async def open(self) -> None:
         await self.response.prepare(self.request)
 
-    async def send(self, kind: str, data: dict[str, Any]) -> None:
+    async def send(self, kind: str, data: Any) -> None:
+        data = api.to_jsonable(data)
         await self.response.write(f"event: {kind}\ndata: {_dumps(data)}\n\n".encode())
 
     async def ping(self) -> None:
@@ -175,7 +184,7 @@ class EventStream:
 
 async def stream_run(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
-    cmd = C.parse_command(C.StreamRun, _query(request, C.StreamRun),
+    cmd = api.parse_command(api.StreamRun, _query(request, api.StreamRun),
                           run_id=request.match_info["run_id"])
     run = await asyncio.to_thread(engine.execute, cmd)  # logs it, finds the run
     sub = engine.hub.subscribe(run.run_id)
@@ -191,7 +200,7 @@ async def stream_run(request: web.Request) -> web.StreamResponse:
             await stream.send(item["type"], item["data"])
             if item["type"] == "metrics":
                 last_step = max(last_step, int(item["data"].get("step", 0)))
-        status = await asyncio.to_thread(engine.state_of, run)
+        status = (await asyncio.to_thread(engine.summary, run)).to_json()
         await stream.send("replayed", {"step": last_step})
         await stream.send("status", status)
         last_status = (status.get("state"), status.get("step"))
@@ -231,8 +240,8 @@ async def stream_run(request: web.Request) -> web.StreamResponse:
 
 async def stream_generation(request: web.Request) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
-    cls = C.Compare if request.path.endswith("/compare") else C.Sample
-    cmd = C.parse_command(cls, await _body(request))
+    cls = api.Compare if request.path.endswith("/compare") else api.Sample
+    cmd = api.parse_command(cls, await _body(request))
     run = await asyncio.to_thread(engine.prepare_generation, cmd)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
@@ -283,9 +292,9 @@ async def stream_generation(request: web.Request) -> web.StreamResponse:
 
 async def shutdown(request: web.Request) -> web.Response:
     engine = request.app[ENGINE_KEY]
-    result = engine.execute(C.parse_command(C.Shutdown, await _body(request)))
+    result = engine.execute(api.parse_command(api.Shutdown, await _body(request)))
     request.app[STOP_KEY].set()
-    return web.json_response(result)
+    return web.json_response(api.to_jsonable(result))
 
 
 async def not_found(request: web.Request) -> web.Response:
@@ -293,26 +302,20 @@ async def not_found(request: web.Request) -> web.Response:
                       hint="see docs/engine-api.md")
 
 
+def _path_fields(path: str) -> list[str]:
+    return [part[1:-1] for part in path.split("/") if part.startswith("{")]
+
+
 def make_app(engine: Engine, token: str) -> web.Application:
     app = web.Application(middlewares=[auth_and_errors], client_max_size=MAX_BODY)
     app[ENGINE_KEY] = engine
     app[TOKEN_KEY] = token
     app[STOP_KEY] = asyncio.Event()
-    v1 = "/v1"
-    app.router.add_get(f"{v1}/status", route(C.Status, "query"))
-    app.router.add_post(f"{v1}/shutdown", shutdown)
-    app.router.add_get(f"{v1}/models", route(C.ListModels, "query"))
-    app.router.add_post(f"{v1}/data/check", route(C.CheckData))
-    app.router.add_post(f"{v1}/estimate", route(C.Estimate))
-    app.router.add_get(f"{v1}/runs", route(C.ListRuns, "query"))
-    app.router.add_post(f"{v1}/runs", route(C.CreateRun))
-    app.router.add_get(f"{v1}/runs/{{run_id}}", route(C.GetRun, "query", run_id="run_id"))
-    app.router.add_delete(f"{v1}/runs/{{run_id}}", route(C.DeleteRun, "query", run_id="run_id"))
-    app.router.add_post(f"{v1}/runs/{{run_id}}/stop", route(C.StopRun, run_id="run_id"))
-    app.router.add_post(f"{v1}/runs/{{run_id}}/resume", route(C.ResumeRun, run_id="run_id"))
-    app.router.add_get(f"{v1}/runs/{{run_id}}/stream", stream_run)
-    app.router.add_post(f"{v1}/sample", stream_generation)
-    app.router.add_post(f"{v1}/compare", stream_generation)
-    app.router.add_post(f"{v1}/export", route(C.Export))
+    special = {api.Shutdown: shutdown, api.StreamRun: stream_run, api.Sample: stream_generation,
+               api.Compare: stream_generation}
+    for cls in api.COMMANDS.values():
+        method, path, source = cls.route
+        handler = special.get(cls) or route(cls, source, **{f: f for f in _path_fields(path)})
+        app.router.add_route(method, api.PREFIX + path, handler)
     app.router.add_route("*", "/{tail:.*}", not_found)
     return app

@@ -30,8 +30,7 @@ from typing import Any
 
 from adapters_lib import __version__, paths, runs
 from adapters_lib.config import RunConfig, config_from_dict
-from adapters_lib.engine import commands as C
-from adapters_lib.engine import compute
+from adapters_lib.engine import api, compute
 from adapters_lib.engine import devices as devices_mod
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.hub import Hub
@@ -127,6 +126,7 @@ class Engine:
         self._active: QueuedRun | None = None
         self._closing = threading.Event()
         self._device_thread: threading.Thread | None = None
+        self._device_error: str | None = None
         self.device_thread_id: int | None = None
         self.last_activity = time.monotonic()
         self.open_streams = 0
@@ -353,14 +353,14 @@ class Engine:
         return status
 
     def publish_status(self, run: runs.RunDir, *, end: bool = False) -> None:
-        status = self.state_of(run)
+        status = self.summary(run).to_json()
         self.hub.publish(run.run_id, "status", status)
         if end:
             self.hub.publish(run.run_id, "end", {"state": status.get("state")})
 
-    def summary(self, run: runs.RunDir) -> dict[str, Any]:
+    def summary(self, run: runs.RunDir) -> api.RunSummary:
         status = self.state_of(run)
-        return {"id": run.run_id, "dir": str(run.path), **status}
+        return api.RunSummary.from_json({"id": run.run_id, "dir": str(run.path), **status})
 
     def _enqueue(self, item: QueuedRun) -> None:
         with self._cond:
@@ -384,7 +384,7 @@ class Engine:
 
     # ----------------------------------------------------------------- commands
 
-    def execute(self, cmd: C.Command) -> Any:
+    def execute(self, cmd: api.Command) -> Any:
         """Run one command and return its JSON-able result (streams return an iterator)."""
         handler = getattr(self, f"cmd_{cmd.name}", None)
         if handler is None:  # pragma: no cover - every command has a handler
@@ -395,7 +395,17 @@ class Engine:
             self.ensure_jax()  # see _import_jax: no import may race gemma's
         return handler(cmd)
 
-    def cmd_status(self, cmd: C.Status) -> dict[str, Any]:
+    def health(self) -> api.Health:
+        thread = self._device_thread
+        if thread is None:
+            return api.Health(device_thread="starting")
+        if thread.is_alive():
+            return api.Health(device_thread="alive")
+        if self._closing.is_set():
+            return api.Health(device_thread="stopped")
+        return api.Health(device_thread="dead", error=self._device_error)
+
+    def cmd_status(self, cmd: api.Status) -> api.EngineStatus:
         if cmd.wait:  # for the devices; the heavy modules may still be importing
             if self._warm:
                 self._devices_known.wait(300)
@@ -404,14 +414,14 @@ class Engine:
         with self._cond:
             active = self._active.run.run_id if self._active else None
             queued = [q.run.run_id for q in self._queue]
-            jobs = len(self._jobs)
+            jobs = sum(1 for j in self._jobs if j.label != "heartbeat")  # internal
         devices = self._devices
         jax = sys.modules.get("jax") if self._devices_known.is_set() else None
         if jax is not None and devices:
             devices = [devices_mod.live_memory(d, dev) for d, dev in zip(devices, jax.devices(), strict=False)]
-        return {
+        return api.EngineStatus.from_json({
             "version": __version__,
-            "api_version": C.API_VERSION,
+            "api_version": api.API_VERSION,
             "pid": os.getpid(),
             "started": self.started,
             "uptime_s": round(time.time() - self.started, 3),
@@ -430,27 +440,31 @@ class Engine:
             # for remote clients (#18): where `train --upload` puts data, which machine this is
             "data_dir": str(paths.data_dir()),
             "host": platform.node(),
-        }
+        }).replace(health=self.health())
 
-    def cmd_shutdown(self, cmd: C.Shutdown) -> dict[str, Any]:
+    def cmd_shutdown(self, cmd: api.Shutdown) -> api.ShutdownReply:
         with self._cond:
             active = self._active.run.run_id if self._active else None
-        return {"stopping": True, "active_run": active}
+        return api.ShutdownReply(stopping=True, active_run=active)
 
-    def cmd_models(self, cmd: C.ListModels) -> dict[str, Any]:
+    def cmd_models(self, cmd: api.ListModels) -> api.ModelList:
         return compute.models(cmd.folders)
 
-    def cmd_data_check(self, cmd: C.CheckData) -> dict[str, Any]:
+    def cmd_data_check(self, cmd: api.CheckData) -> api.DataCheckReply:
         cfg = self._config(cmd.config, cmd.config_toml, (), "<data check>")
         return compute.data_check(cfg, cmd.path, cmd.format, cmd.limit)
 
-    def cmd_estimate(self, cmd: C.Estimate) -> dict[str, Any]:
+    def cmd_estimate(self, cmd: api.Estimate) -> api.EstimateReply:
         """Memory per device, mesh problems and trainable params: pure compute, no compile."""
         cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<estimate>")
         self.ensure_jax()
+        return api.EstimateReply.from_json(self.estimate_json(cfg))
+
+    def estimate_json(self, cfg: RunConfig) -> dict[str, Any]:
+        """The estimate as JSON data (the multi-host leader adds its hosts)."""
         return compute.estimate(cfg, self._devices)
 
-    def cmd_create_run(self, cmd: C.CreateRun) -> dict[str, Any]:
+    def cmd_create_run(self, cmd: api.CreateRun) -> api.RunSummary:
         cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<run config>")
         if self._closing.is_set():
             raise EngineError("the engine is shutting down", status=503)
@@ -462,12 +476,12 @@ class Engine:
         log.info("run %s queued", run.run_id)
         return self.summary(run)
 
-    def cmd_list_runs(self, cmd: C.ListRuns) -> dict[str, Any]:
-        return {"runs": [self.summary(r) for r in self.all_runs()]}
+    def cmd_list_runs(self, cmd: api.ListRuns) -> api.RunList:
+        return api.RunList(runs=[self.summary(r) for r in self.all_runs()])
 
-    def cmd_get_run(self, cmd: C.GetRun) -> dict[str, Any]:
+    def cmd_get_run(self, cmd: api.GetRun) -> api.RunDetail:
         run = self.find_run(cmd.run_id)
-        out = self.summary(run)
+        out = self.summary(run).to_json()
         try:
             out["config"] = tomllib.loads(run.config_path.read_text(encoding="utf-8"))
         except (OSError, tomllib.TOMLDecodeError):
@@ -477,9 +491,9 @@ class Engine:
             out["metrics"] = run.metrics()
         if cmd.events:
             out["events"] = run.events()
-        return out
+        return api.RunDetail.from_json(out)
 
-    def cmd_stop_run(self, cmd: C.StopRun) -> dict[str, Any]:
+    def cmd_stop_run(self, cmd: api.StopRun) -> api.RunSummary:
         run = self.find_run(cmd.run_id)
         with self._cond:
             active = self._active if self._active and self._active.run.path == run.path else None
@@ -501,10 +515,9 @@ class Engine:
                               if state in runs.RESUMABLE_STATES else None)
         return self.summary(run)
 
-    def cmd_resume_run(self, cmd: C.ResumeRun) -> dict[str, Any]:
+    def cmd_resume_run(self, cmd: api.ResumeRun) -> api.RunSummary:
         run = self.find_run(cmd.run_id)
-        summary = self.summary(run)
-        state = summary.get("state")
+        state = self.summary(run).state
         if state not in runs.RESUMABLE_STATES:
             raise EngineError(f"run {run.run_id} is {state}; only a stopped, failed or "
                               "interrupted run can be resumed", status=409)
@@ -513,9 +526,9 @@ class Engine:
         self._enqueue(QueuedRun(run, resume=resume))
         return self.summary(run)
 
-    def cmd_delete_run(self, cmd: C.DeleteRun) -> dict[str, Any]:
+    def cmd_delete_run(self, cmd: api.DeleteRun) -> api.DeleteReply:
         run = self.find_run(cmd.run_id)
-        state = self.summary(run).get("state")
+        state = self.summary(run).state
         with self._cond:
             busy = (self._active is not None and self._active.run.path == run.path) or any(
                 q.run.path == run.path for q in self._queue)
@@ -527,7 +540,7 @@ class Engine:
         except WorkbenchError as e:
             raise EngineError(e.message, status=409, where=e.where, hint=e.hint) from None
         log.info("run %s deleted", run.run_id)
-        return {"id": run.run_id, "deleted": True}
+        return api.DeleteReply(id=run.run_id, deleted=True)
 
     def replay(self, run: runs.RunDir, since_step: int) -> list[dict[str, Any]]:
         """Stream items already on disk: metrics with step > since_step, and every event."""
@@ -538,11 +551,11 @@ class Engine:
 
     # ----------------------------------------------------------------- sampling, export
 
-    def cmd_stream_run(self, cmd: C.StreamRun) -> runs.RunDir:
+    def cmd_stream_run(self, cmd: api.StreamRun) -> runs.RunDir:
         """Find the run to stream (the server does the streaming)."""
         return self.find_run(cmd.run_id)
 
-    def prepare_generation(self, cmd: C.Sample | C.Compare) -> runs.RunDir | None:
+    def prepare_generation(self, cmd: api.Sample | api.Compare) -> runs.RunDir | None:
         """Check a sample/compare request before its stream opens (errors → HTTP status)."""
         self.ensure_jax()
         log.info("command %s", json.dumps(_brief(cmd.to_json())))
@@ -552,12 +565,12 @@ class Engine:
         if cmd.max_tokens < 1:
             raise EngineError("max_tokens must be at least 1", where=f"{cmd.name} request")
         run = self.find_run(cmd.run_id) if cmd.run_id else None
-        if isinstance(cmd, C.Compare) and run is None:
+        if isinstance(cmd, api.Compare) and run is None:
             raise EngineError("compare needs run_id (the tuned model to set beside the base)",
                               where="compare request")
         return run
 
-    def execute_stream(self, cmd: C.Sample | C.Compare, run: runs.RunDir | None,
+    def execute_stream(self, cmd: api.Sample | api.Compare, run: runs.RunDir | None,
                        emit: Callable[[str, dict], bool]) -> dict[str, Any]:
         """Generate on the device thread, calling ``emit(type, data)`` per chunk.
 
@@ -565,11 +578,11 @@ class Engine:
         """
         from adapters_lib.engine import sampling
 
-        fn = sampling.compare_job if isinstance(cmd, C.Compare) else sampling.sample_job
+        fn = sampling.compare_job if isinstance(cmd, api.Compare) else sampling.sample_job
         future = self.on_device(lambda: fn(self, cmd, run, emit), label=cmd.name)
         return future.result()
 
-    def cmd_export(self, cmd: C.Export) -> dict[str, Any]:
+    def cmd_export(self, cmd: api.Export) -> api.ExportReply:
         run = self.find_run(cmd.run_id)
         if cmd.kind not in ("adapter", "merged"):
             raise EngineError(f"export kind {cmd.kind!r}", where="export request",
@@ -577,7 +590,7 @@ class Engine:
         from adapters_lib.engine import sampling
 
         future = self.on_device(lambda: sampling.export_job(self, cmd, run), label="export")
-        return future.result()
+        return api.ExportReply.from_json(future.result())
 
 
 class RunLogHandler(logging.Handler):

@@ -96,7 +96,7 @@ def run_start(args: argparse.Namespace) -> int:
         return engine_main(argv)
     client = EngineClient()
     if client.ping():
-        s = client.status()
+        s = client.status().to_json()
         if args.tcp and "tcp" not in s["listen"]:
             raise WorkbenchError("the engine is already running without TCP",
                                  hint="stop it (`gemma-workbench engine stop`) and start it "
@@ -107,7 +107,7 @@ def run_start(args: argparse.Namespace) -> int:
     proc = spawn_engine(tcp=args.tcp, on_demand=False)
     client.wait_ready(proc=proc)
     seconds = time.monotonic() - t0
-    s = client.status()
+    s = client.status().to_json()
     s["start_seconds"] = round(seconds, 3)
     _print(args, s, f"engine started in {seconds:.1f} s (log: {engine_files()['log']})\n"
            + render_status(s))
@@ -161,7 +161,7 @@ def run_status(args: argparse.Namespace) -> int:
         _print(args, {"running": False}, "engine not running (start it with "
                "`gemma-workbench engine start`)")
         return 1
-    s = client.status(wait=args.wait)
+    s = client.status(wait=args.wait).to_json()
     s["running"] = True
     _print(args, s, render_status(s))
     return 0

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.jsontypes import to_jsonable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -81,7 +82,7 @@ def run_list(args: argparse.Namespace) -> int:
     with _client() as c:
         runs = c.list_runs()
     if args.json:
-        print(json.dumps(runs))
+        print(json.dumps(to_jsonable(runs)))
         return 0
     if not runs:
         print("no runs yet (start one with `gemma-workbench train CONFIG.toml --detach`)")
@@ -121,7 +122,7 @@ def render_run(r: dict[str, Any]) -> str:
 def run_show(args: argparse.Namespace) -> int:
     with _client() as c:
         r = c.get_run(args.run_id)
-    print(json.dumps(r) if args.json else render_run(r))
+    print(json.dumps(to_jsonable(r)) if args.json else render_run(r))
     return 0
 
 
@@ -129,7 +130,7 @@ def _action(args: argparse.Namespace, method: str, verb: str) -> int:
     with _client() as c:
         r = getattr(c, method)(args.run_id)
     if args.json:
-        print(json.dumps(r))
+        print(json.dumps(to_jsonable(r)))
     else:
         print(f"run {r['id']}: {r['state']} ({verb})")
     return 0
@@ -238,7 +239,7 @@ def run_attach(args: argparse.Namespace) -> int:
         try:
             for item in c.stream_run(run["id"], since_step=args.since):
                 if args.json:
-                    print(json.dumps(item), flush=True)
+                    print(json.dumps(to_jsonable(item)), flush=True)
                     continue
                 line = format_item(item)
                 if line:
