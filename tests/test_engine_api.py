@@ -256,4 +256,4 @@ def test_an_unreadable_model_says_why_and_what_to_do(engine, tmp_path):
     assert bad.reason and bad.problems == [bad.reason]
     assert bad.hint
     demo = [m for m in engine.models() if m.id == "demo"][0]
-    assert demo.problems == [] and demo.config and demo.config["num_layers"] >= 1
+    assert demo.problems == [] and demo.arch and demo.arch["num_layers"] >= 1

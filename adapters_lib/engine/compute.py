@@ -35,13 +35,16 @@ def model_info(entry: Any) -> api.ModelInfo:
     """A catalog entry as the API's model entry: its problems in words, its architecture."""
     data = as_json(entry)
     ok = data.get("status", "ok") == "ok"
-    reason = str(data.get("reason") or "")
-    data.setdefault("problems", [] if ok else [reason or data.get("status", "unusable")])
+    problems = [] if ok else [str(data.get("reason") or data.get("status") or "unusable")]
+    if data.get("tokenizer_mismatch"):
+        problems.append(str(data["tokenizer_mismatch"]))
+    data.setdefault("problems", problems)
     data.setdefault("hint", "" if ok else HINTS.get(str(data.get("status")), "see docs/models.md"))
     arch = getattr(entry, "arch", None)
-    if data.get("config") is None and arch is not None and dataclasses.is_dataclass(arch):
-        data["config"] = {f.name: as_json(getattr(arch, f.name))
-                          for f in dataclasses.fields(arch) if f.name != "attention"}
+    if arch is not None and dataclasses.is_dataclass(arch):
+        data["arch"] = {f.name: as_json(getattr(arch, f.name))
+                        for f in dataclasses.fields(arch) if f.name != "attention"}
+    data.setdefault("checkpoint", str(getattr(entry, "checkpoint", "") or ""))
     return api.ModelInfo.from_json(data)
 
 

@@ -166,9 +166,19 @@ class ModelInfo(Record):
     hint: str = ""
     """What to do about the problems."""
     source: str = "folder"
-    """Where it was found: builtin, kaggle, huggingface, folder."""
-    config: dict[str, Any] | None = None
-    """The architecture (layers, widths, heads), when it could be read."""
+    """Where it was found: builtin, kaggle, huggingface, folder, ollama, lmstudio, ..."""
+    arch: dict[str, Any] | None = None
+    """The architecture (layers, widths, heads, vocab), when it could be read."""
+    checkpoint: str = ""
+    """The orbax checkpoint directory (may be a child of ``path``)."""
+    note: str = ""
+    """Something to know about an ``ok`` entry."""
+    # GGUF and tokenizer fields (catalog.ModelEntry)
+    quant: str | None = None
+    """GGUF: the file type as llama.cpp names it (Q4_K_M, Q8_0, F16, ...)."""
+    vocab_rows: int | None = None
+    tokenizer_pieces: int | None = None
+    tokenizer_mismatch: str = ""
 
 
 @record
