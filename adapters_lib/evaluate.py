@@ -4,7 +4,8 @@ A small batched greedy decoder of fixed shape (one compile): prompts are right-p
 ``[N, T]`` buffer, each step runs the model over the whole buffer under a causal mask and
 writes the arg-max token after each row's last token. Answers are short (one word to a few
 words) so re-running the prefix costs less than setting up a KV cache, and the shapes never
-change. Generation of a row ends at ``<end_of_turn>`` or EOS.
+change. Generation of a row ends at the end-of-turn marker or EOS. Prompts are tokenized by
+the one prompt tokenizer (``sample.prompts.prompt_ids``), as sampling and training do.
 """
 
 from __future__ import annotations
@@ -19,30 +20,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from adapters_lib.sample.prompts import codec_of, prompt_ids  # noqa: F401 - the one prompt tokenizer
+
 log = logging.getLogger(__name__)
-
-END_OF_TURN = "<end_of_turn>"
-
-
-def _prompt_pieces(messages: Sequence[dict[str, Any]]) -> list[str]:
-    """The prompt as template pieces, each encoded on its own exactly as training does."""
-    try:
-        from adapters_lib.data.chat_template import segments
-    except ImportError:  # the data area's template; the same Gemma turn format
-        pieces = []
-        for m in messages:
-            role = "model" if m["role"] in ("assistant", "model") else "user"
-            pieces += [f"<start_of_turn>{role}\n", str(m["content"]), "<end_of_turn>\n"]
-        return pieces + ["<start_of_turn>model\n"]
-    return [text for text, _ in segments(list(messages))] + ["<start_of_turn>model\n"]
-
-
-def prompt_ids(tokenizer: Any, messages: Sequence[dict[str, Any]], bos: int = 2) -> list[int]:
-    """BOS + the prompt for the next model turn, tokenized piece by piece."""
-    ids = [bos]
-    for piece in _prompt_pieces(messages):
-        ids.extend(int(t) for t in tokenizer.encode(piece))
-    return ids
 
 
 def _norm(s: str) -> str:
@@ -80,13 +60,12 @@ def split_example(example: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
 
 
 def _stop_ids(tokenizer: Any) -> set[int]:
-    ids = {1}  # EOS in every Gemma layout
-    try:
-        eot = tokenizer.encode(END_OF_TURN)
-        if len(eot) == 1:
-            ids.add(int(eot[0]))
-    except Exception:  # a tokenizer without the turn symbol
-        pass
+    """EOS and the end-of-turn marker of the tokenizer's template (Gemma 2/3 or Gemma 4)."""
+    codec = codec_of(tokenizer)
+    ids = {codec.eos}
+    eot = codec.encode_fixed(codec.markers[1])
+    if len(eot) == 1:
+        ids.add(int(eot[0]))
     return ids
 
 
@@ -96,6 +75,16 @@ def greedy_answers(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequence
 
     ``apply_fn(params, tokens, positions, attention_mask) -> logits`` runs the model.
     """
+    done = greedy_completions(apply_fn, params, tokenizer, encoded, max_new_tokens=max_new_tokens,
+                              batch_size=batch_size, max_length=max_length)
+    return [tokenizer.decode(ids) if ids else "" for ids, _ in done]
+
+
+def greedy_completions(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequence[list[int]], *,
+                       max_new_tokens: int, batch_size: int = 64, max_length: int = 512,
+                       ) -> list[tuple[list[int], bool]]:
+    """``(generated ids, stopped)`` per prompt: ``stopped`` when a stop token ended it (the stop
+    token is not in the ids), False when it ran out of ``max_new_tokens`` or of room."""
     longest = max(len(e) for e in encoded)
     width = min(max_length, longest + max_new_tokens)
     width = -(-width // 8) * 8  # a multiple of 8: fewer distinct shapes across calls
@@ -104,7 +93,7 @@ def greedy_answers(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequence
     pieces = getattr(tokenizer, "vocab_size", 0)  # ids beyond it cannot be decoded
     pieces = int((pieces() if callable(pieces) else pieces) or 0)
 
-    answers: list[str] = []
+    results: list[tuple[list[int], bool]] = []
     for start in range(0, len(encoded), batch_size):
         chunk = encoded[start:start + batch_size]
         rows = batch_size if len(encoded) > batch_size else len(chunk)
@@ -116,6 +105,7 @@ def greedy_answers(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequence
             lengths[i] = len(e)
         done = np.zeros((rows,), bool)
         done[len(chunk):] = True
+        stopped = np.zeros((rows,), bool)
         out: list[list[int]] = [[] for _ in range(rows)]
         for _ in range(max_new_tokens):
             nxt = np.asarray(next_tokens(params, jnp.asarray(tokens), jnp.asarray(lengths),
@@ -126,14 +116,15 @@ def greedy_answers(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequence
                 t = int(nxt[i])
                 if t in stop or lengths[i] >= width:
                     done[i] = True
+                    stopped[i] = t in stop
                     continue
                 out[i].append(t)
                 tokens[i, lengths[i]] = t
                 lengths[i] += 1
             if done.all():
                 break
-        answers.extend(tokenizer.decode(ids) if ids else "" for ids in out[:len(chunk)])
-    return answers
+        results.extend((out[i], bool(stopped[i])) for i in range(len(chunk)))
+    return results
 
 
 def _next_tokens_fn(apply_fn: Any) -> Any:
@@ -179,9 +170,10 @@ def exact_match(model: Any, params: Any, tokenizer: Any, examples: Sequence[dict
     if not examples:
         return ExactMatch(0.0, 0, 0)
     prompts, refs, tasks = [], [], []
+    codec = codec_of(tokenizer)
     for ex in examples:
         messages, ref = split_example(ex)
-        prompts.append(prompt_ids(tokenizer, messages))
+        prompts.append(prompt_ids(codec, messages))
         refs.append(ref)
         tasks.append(str(ex.get("task", "all")))
     longest_ref = max(len(tokenizer.encode(r)) for r in refs)

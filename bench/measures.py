@@ -276,7 +276,7 @@ def ab_pair(quick: bool = False) -> list[Row]:
     from adapters_lib import lora
     from adapters_lib.config import LoraSpec
     from adapters_lib.models.loader import load_model
-    from adapters_lib.sample import measure_ab_speed
+    from bench.ab_speed import measure_ab_speed
 
     cfg = _cfg()
     loaded = load_model(cfg.model, param_dtype="float32")

@@ -90,9 +90,9 @@ def test_peft_tensors_are_the_update_hf_applies_to_its_weights(demo_lora):
 
 @pytest.fixture(scope="module")
 def tuned_run(trained_demo_run):
-    from adapters_lib import runs
+    from adapters_lib.tuned import load_checkpoint
 
-    return runs.load_tuned(trained_demo_run)  # (cfg, loaded, adapters, step)
+    return load_checkpoint(trained_demo_run)  # (cfg, loaded, adapters, step)
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +167,8 @@ def _one_line_error(capsys, argv) -> str:
 
 
 def test_a_missing_checkpoint_names_the_steps_there_are(trained_demo_run, capsys, tmp_path):
-    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--step", "7", "--out", str(tmp_path / "x")])
+    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--step", "7",
+                                   "--out", str(tmp_path / "x")])
     assert "step 7" in err and "20, 40" in err
 
 

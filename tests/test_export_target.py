@@ -137,10 +137,11 @@ def test_a_file_as_target_is_refused(tmp_path):
 def test_export_refuses_a_non_empty_out_and_deletes_nothing(trained_demo_run, capsys, tmp_path, fmt):
     out = tmp_path / "project"
     files = _user_tree(out)
-    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--format", fmt, "--out", str(out)])
+    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--format", fmt,
+                                   "--out", str(out)])
     assert "is not empty" in err and "--force" in err
-    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--format", fmt, "--out", str(out),
-                                   "--force"])
+    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--format", fmt,
+                                   "--out", str(out), "--force"])
     assert "not an export of gemma-workbench" in err
     _intact(out, files)
 
@@ -153,8 +154,8 @@ def test_export_to_the_working_dir_or_home_wipes_nothing(trained_demo_run, capsy
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(home)
     for extra in ([], ["--force"]):
-        _one_line_error(capsys, ["export", str(trained_demo_run), "--format", "gemma", "--out", where,
-                                 *extra])
+        _one_line_error(capsys, ["export", str(trained_demo_run), "--format", "gemma",
+                                 "--out", where, *extra])
     _intact(home, files)
 
 
@@ -162,14 +163,15 @@ def test_a_forced_hf_reexport_leaves_no_stale_shard_or_index(trained_demo_run, t
     """A sharded export, then a single-file one in the same folder: only the new files remain,
     and a reload reads the new weights (the old index would point a loader at the old shards)."""
     from adapters_lib import export
+    from adapters_lib.export import merged
     from adapters_lib.models import hf_convert
 
     out = tmp_path / "hf"
-    monkeypatch.setattr(export, "HF_SHARD_BYTES", 1 << 20)
+    monkeypatch.setattr(merged, "HF_SHARD_BYTES", 1 << 20)
     export.export_run(trained_demo_run, "hf", step=20, out=out)
     first = set(T.files_under(out))
     assert "model.safetensors.index.json" in first and any("-of-" in f for f in first)
-    monkeypatch.setattr(export, "HF_SHARD_BYTES", 5 * 2**30)
+    monkeypatch.setattr(merged, "HF_SHARD_BYTES", 5 * 2**30)
     with pytest.raises(WorkbenchError, match="earlier export"):
         export.export_run(trained_demo_run, "hf", step=40, out=out)
     result = export.export_run(trained_demo_run, "hf", step=40, out=out, force=True)

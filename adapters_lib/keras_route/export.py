@@ -2,13 +2,15 @@
 
 ``export_keras_adapter(run_dir, out, step=None)`` writes ``out/adapter.lora.h5`` (load it with
 ``backbone.enable_lora(rank, target_layer_names=...)`` then ``backbone.load_lora_weights(path)``)
-and ``out/adapter_config.json`` (rank, alpha, targets, the keras layer names, the source).
+and ``out/adapter_config.json`` (rank, alpha, targets, the keras layer names, the source),
+staged beside ``out`` and swapped in (``export.target``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.keras_route.options import KERAS_LORA_LAYERS
@@ -16,12 +18,21 @@ from adapters_lib.keras_route.options import KERAS_LORA_LAYERS
 
 def export_keras_adapter(run_dir: str | Path, out: str | Path, step: int | None = None, *,
                          force: bool = False) -> Path:
-    """Write the adapter (staged and swapped into ``out``, see ``export.target``)."""
-    from adapters_lib.export.target import resolve_target, write_export
+    """Load a Keras run's checkpoint and write its adapter to ``out``."""
+    from adapters_lib.export.target import resolve_target
     from adapters_lib.keras_route.generate import load_keras_tuned
 
-    target = resolve_target(out, force=force)
+    resolve_target(out, force=force)  # refuse before loading
     tuned = load_keras_tuned(run_dir, step)
+    return write_keras_adapter(tuned, out, force=force, run_id=Path(run_dir).name)
+
+
+def write_keras_adapter(tuned: Any, out: str | Path, *, force: bool = False, owned: bool = False,
+                        run_id: str = "") -> Path:
+    """Write a loaded ``KerasTuned``'s adapter (its LoRA kernels) to ``out``."""
+    from adapters_lib.export.target import resolve_target, write_export
+
+    target = resolve_target(out, force=force, owned=owned)
     lora = tuned.cfg.lora
     if not lora.enabled:
         raise WorkbenchError("this Keras run is a full fine-tune: it has no adapter",
@@ -36,6 +47,6 @@ def export_keras_adapter(run_dir: str | Path, out: str | Path, step: int | None 
             "base_model": tuned.cfg.model.source, "step": tuned.step,
         }, indent=1) + "\n")
 
-    return write_export(target, write, {"format": "keras-adapter", "run_id": Path(run_dir).name,
+    return write_export(target, write, {"format": "adapter", "backend": "keras", "run_id": run_id,
                                         "step": tuned.step, "base_model": tuned.cfg.model.source},
-                        force=force)
+                        force=force, owned=owned)

@@ -1,6 +1,7 @@
 """Generation with a Keras run's model: greedy answers from the base or the tuned weights.
 
-The decoder is ``adapters_lib.evaluate``'s (fixed shapes, one compile) over
+The decoder is ``adapters_lib.evaluate``'s (fixed shapes, one compile; prompts tokenized by
+the one prompt tokenizer, ``sample.prompts``) over
 ``CausalLM.stateless_call``; "base" is the same model with the LoRA ``B`` kernels zeroed
 (``W + A·0 = W``), so one model serves both sides of an A/B.
 """
@@ -54,17 +55,26 @@ def exact_match(model: Any, examples: Sequence[dict[str, Any]], *, base: bool):
                                 apply_fn=_apply_fn(model.causal_lm), batch_size=16, max_length=256)
 
 
+def completions(model: Any, prompts: Sequence[str | Sequence[dict[str, str]]], *, base: bool,
+                max_new_tokens: int = 32) -> list[tuple[list[int], bool]]:
+    """Greedy ``(ids, stopped)`` for ``prompts`` (a user message, or a list of chat messages
+    each), tokenized by the one prompt tokenizer (``sample.prompts``)."""
+    from adapters_lib import evaluate
+    from adapters_lib.sample.prompts import as_messages, codec_of, prompt_ids
+
+    sp = _sp(model)
+    codec = codec_of(sp)
+    encoded = [prompt_ids(codec, as_messages(p)) for p in prompts]
+    return evaluate.greedy_completions(_apply_fn(model.causal_lm), params(model, base=base), sp, encoded,
+                                       max_new_tokens=max_new_tokens, batch_size=16, max_length=256)
+
+
 def answers(model: Any, prompts: Sequence[str | Sequence[dict[str, str]]], *, base: bool,
             max_new_tokens: int = 32) -> list[str]:
     """Greedy replies to ``prompts`` (a user message, or a list of chat messages each)."""
-    from adapters_lib import evaluate
-
     sp = _sp(model)
-    encoded = [evaluate.prompt_ids(sp, [{"role": "user", "content": p}] if isinstance(p, str) else list(p),
-                                   bos=sp.bos_id())
-               for p in prompts]
-    return evaluate.greedy_answers(_apply_fn(model.causal_lm), params(model, base=base), sp, encoded,
-                                   max_new_tokens=max_new_tokens, batch_size=16, max_length=256)
+    return [sp.decode(ids) if ids else "" for ids, _ in
+            completions(model, prompts, base=base, max_new_tokens=max_new_tokens)]
 
 
 @dataclass
@@ -74,12 +84,26 @@ class KerasTuned:
     step: int
     distribution: Any
 
+    def _scope(self) -> Any:
+        import contextlib
+
+        return self.distribution.scope() if self.distribution is not None else contextlib.nullcontext()
+
     def answers(self, prompts: Sequence[Any], *, tuned: bool = True, max_new_tokens: int = 32) -> list[str]:
-        scope = self.distribution.scope() if self.distribution is not None else None
-        if scope is None:
+        with self._scope():
             return answers(self.model, prompts, base=not tuned, max_new_tokens=max_new_tokens)
-        with scope:
-            return answers(self.model, prompts, base=not tuned, max_new_tokens=max_new_tokens)
+
+    def completions(self, prompts: Sequence[Any], *, tuned: bool = True,
+                    max_new_tokens: int = 32) -> list[tuple[list[int], bool]]:
+        with self._scope():
+            return completions(self.model, prompts, base=not tuned, max_new_tokens=max_new_tokens)
+
+    def exact_match(self, examples: Sequence[dict[str, Any]], *, tuned: bool = True) -> Any:
+        with self._scope():
+            return exact_match(self.model, examples, base=not tuned)
+
+    def tokenizer(self) -> Any:
+        return _sp(self.model)
 
 
 def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned:
@@ -95,7 +119,7 @@ def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned
     run = RunDir(Path(run_dir))
     cfg = run.config()
     if cfg.model.backend != "keras":
-        raise WorkbenchError(f"run {run.run_id} is a {cfg.model.backend} run", hint="load it with runs.load_tuned")
+        raise WorkbenchError(f"run {run.run_id} is a {cfg.model.backend} run", hint="load it with tuned.load_checkpoint")
     steps = checkpoints.checkpoint_steps(run.checkpoints_dir)
     if not steps:
         raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir))

@@ -1,10 +1,19 @@
-"""Decoding options shared by ``sample`` and ``compare`` (no heavy imports)."""
+"""Options shared by the computing commands (no heavy imports): decoding, engine or in-process.
+
+Every command that computes (``sample``, ``compare``, ``export``, foreground ``train``) runs
+in the engine, which owns the devices (started on demand). ``--in-process`` keeps the old
+path for machines without an engine, and is refused while an engine runs: on a TPU VM only
+one process may hold the devices, and on a GPU a second one doubles the memory.
+"""
 
 from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 from typing import Any
+
+from adapters_lib.errors import WorkbenchError
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
@@ -20,13 +29,75 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
                    help="checkpoint step of the run (default: the latest)")
 
 
+def add_in_process_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--in-process", action="store_true",
+                   help="compute in this process instead of the engine (for machines without an "
+                        "engine; refused while an engine runs)")
+
+
 def settings_from(args: argparse.Namespace) -> Any:
-    from adapters_lib.sample import SamplingSettings
+    """The decoding settings, checked here (a bad value is one line before anything starts)."""
+    from adapters_lib.sample.settings import SamplingSettings
 
     return SamplingSettings(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
                             top_k=args.top_k, top_p=args.top_p, seed=args.seed)
 
 
+def settings_body(settings: Any) -> dict[str, Any]:
+    """The settings as the engine's Sample/Compare fields."""
+    return {"max_tokens": settings.max_new_tokens, "temperature": settings.temperature,
+            "top_k": settings.top_k, "top_p": settings.top_p, "seed": settings.seed}
+
+
 def quiet_engine_logs() -> None:
     for noisy in ("absl", "jax", "orbax", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+
+
+def refuse_beside_engine(command: str) -> None:
+    """``--in-process`` while an engine runs: refused (it holds, or will hold, the devices)."""
+    from workbench.client import EngineClient
+
+    with EngineClient() as client:
+        if not client.ping():
+            return
+        try:
+            pid = client.status().get("pid")
+        except WorkbenchError:
+            pid = None
+    held = f" (pid {pid})" if pid else ""
+    raise WorkbenchError(f"an engine is running{held} and holds the devices", where="--in-process",
+                         hint=f"drop --in-process ({command} then runs in the engine), or stop the "
+                              "engine first: gemma-workbench engine stop")
+
+
+def engine_client() -> Any:
+    """The engine's client, starting the engine when none runs."""
+    from workbench.client import connect
+
+    return connect()
+
+
+def _remote() -> bool:
+    from workbench import remote
+
+    return remote.selected() is not None
+
+
+def run_ref(ref: str) -> str:
+    """A run as the engine should see it: a local run folder as an absolute path, else the id
+    (a remote engine's paths are its own: sent as typed)."""
+    if _remote():
+        return ref
+    path = Path(ref).expanduser()
+    if ("/" in ref or ref.startswith(".") or ref.startswith("~")) and (path / "config.toml").is_file():
+        return str(path.absolute())
+    return ref
+
+
+def local_path(value: str | None) -> str:
+    """A path the user typed, absolute (the engine's working directory is not this one); for a
+    remote engine, as typed (a path on its machine)."""
+    if not value or _remote():
+        return value or ""
+    return str(Path(value).expanduser().absolute())

@@ -1,8 +1,13 @@
-"""``gemma-workbench compare --run RUN [--step N] (--prompt P | --prompts FILE) [--json]``.
+"""``gemma-workbench compare --run RUN [--step N] (--prompt P ... | --prompts FILE) [--json]``.
 
-Base and tuned outputs side by side, both from one batched computation, with the same seed
-and decoding settings. The results are also saved to ``<run>/compare/<timestamp>.jsonl``.
-``--adapter DIR`` compares an exported adapter instead of a run (nothing is saved).
+Base and tuned outputs side by side, with the same seed and decoding settings (one batched
+computation for a LoRA run). ``--prompt`` may be given several times (every one is
+answered). ``--prompts FILE``: ``.txt`` (one prompt a line), or ``.jsonl`` lines of
+``{"prompt": ...}`` or ``{"messages": [...]}`` — a conversation, whose user turns are
+replayed one by one while each side keeps its own history (assistant turns in the file are
+references, never fed to the models). The results are saved to
+``<run>/compare/<timestamp>.jsonl``. ``--adapter DIR`` compares an exported adapter instead
+of a run (nothing is saved).
 """
 
 from __future__ import annotations
@@ -10,50 +15,98 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from adapters_lib.errors import WorkbenchError
-from workbench.commands._generation_args import add_decoding_args, quiet_engine_logs, settings_from
+from workbench.commands._generation_args import (
+    add_decoding_args,
+    quiet_engine_logs,
+    settings_from,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compare", help="A/B: base vs tuned for the same prompts",
+    p = sub.add_parser("compare", help="A/B: base vs tuned for the same prompts or conversations",
                        description="Base vs tuned, same seed and settings, one batched computation.")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--run", metavar="RUN", help="a run id (or prefix) or a run directory")
     src.add_argument("--adapter", metavar="DIR", help="an exported adapter folder")
     p.add_argument("--model", default="", help="base model for --adapter (default: the adapter's)")
     prompts = p.add_mutually_exclusive_group(required=True)
-    prompts.add_argument("--prompt", help="one user message")
-    prompts.add_argument("--prompts", metavar="FILE", help='.txt (one a line) or .jsonl ({"prompt": …})')
-    p.add_argument("--json", action="store_true", help="print a JSON list of {prompt, base, tuned}")
+    prompts.add_argument("--prompt", action="append", help="a user message (repeat for more prompts)")
+    prompts.add_argument("--prompts", metavar="FILE",
+                         help='.txt (one a line) or .jsonl ({"prompt": …} or {"messages": […]})')
+    p.add_argument("--system", metavar="TEXT", help="a system message for every prompt and conversation "
+                                                    "that has none")
+    p.add_argument("--json", action="store_true", help="print a JSON list of results")
     p.add_argument("--no-save", action="store_true", help="do not write <run>/compare/*.jsonl")
     add_decoding_args(p)
     p.set_defaults(handler=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from adapters_lib import sample
+def _conversations(args: argparse.Namespace) -> list[Any]:
+    from adapters_lib.sample.compare_sets import read_prompts
+    from adapters_lib.sample.conversation import Conversation
 
     if args.prompt is not None:
-        prompts = [sample.check_prompt(args.prompt)]
+        convs = [Conversation.from_prompt(p, where="--prompt") for p in args.prompt]
     else:
-        prompts = sample.read_prompts(args.prompts)
+        convs = read_prompts(args.prompts)
+    if args.system is not None:
+        if args.raw:
+            raise WorkbenchError("--system with --raw: raw text has no chat template", where="--system")
+        for c in convs:
+            if c.system is None:
+                c.system = args.system
+    if args.raw and any(c.prompt is None for c in convs):
+        raise WorkbenchError("--raw compares plain prompts only: a conversation needs the chat template",
+                             where="--raw", hint="drop --raw")
+    return convs
+
+
+def run(args: argparse.Namespace) -> int:
+    convs = _conversations(args)
     settings = settings_from(args)
     if args.step is not None and not args.run:
         raise WorkbenchError("--step needs --run", where="--step")
-    quiet_engine_logs()
-    tuned = sample.load_run(args.run, args.step) if args.run else sample.load_adapter_dir(args.adapter, args.model)
-    results = tuned.compare(prompts, settings, chat=not args.raw)
-    saved = None
-    if tuned.run_path is not None and not args.no_save:
-        saved = sample.save_compare(tuned.run_path, results)
+    records, saved = _in_process(args, convs, settings)
     if args.json:
-        print(json.dumps(results))
-        return 0
-    for r in results:
-        print(f"prompt: {r['prompt']}")
-        print(f"  base : {r['base']}")
-        print(f"  tuned: {r['tuned']}")
+        print(json.dumps(records))
+    else:
+        _print(records)
     if saved:
         print(f"saved {saved}", file=sys.stderr)
     return 0
+
+
+def _print(records: list[dict[str, Any]]) -> None:
+    for n, r in enumerate(records, 1):
+        if "prompt" in r:
+            print(f"prompt: {r['prompt']}")
+            print(f"  base : {r['base']}")
+            print(f"  tuned: {r['tuned']}")
+            continue
+        print(f"conversation {n}:")
+        users = [m["content"] for m in r["messages"] if m.get("role") == "user"]
+        for i, user in enumerate(users):
+            print(f"  user : {user}")
+            print(f"  base : {r['base'][i]}")
+            print(f"  tuned: {r['tuned'][i]}")
+            if r["references"][i] is not None:
+                print(f"  ref  : {r['references'][i]}")
+
+
+def _in_process(args: argparse.Namespace, convs: list[Any], settings: Any) -> tuple[list[dict], Any]:
+    from adapters_lib import tuned as tuned_lib
+    from adapters_lib.sample.compare_sets import save_compare
+
+    quiet_engine_logs()
+    model = (tuned_lib.load_run_model(args.run, args.step) if args.run
+             else tuned_lib.load_adapter_model(args.adapter, args.model))
+    done = model.converse(convs, settings, chat=not args.raw)
+    records = [{**c.record(), "settings": model.settings_record(settings), "step": model.step}
+               for c in done]
+    saved = None
+    if model.run_path is not None and not args.no_save:
+        saved = save_compare(model.run_path, records)
+    return records, saved

@@ -1,8 +1,10 @@
-"""``gemma-workbench export RUN [--step N] --format adapter|gemma|hf [--out DIR]``.
+"""``gemma-workbench export RUN [--step N] --format adapter|gemma|hf [--out DIR] [--force]``.
 
 ``adapter``: LoRA weights in the HF PEFT layout (adapter_model.safetensors +
-adapter_config.json); ``gemma``: merged weights as an orbax checkpoint for
-``gm.ckpts.load_params``; ``hf``: merged weights as HF safetensors + config.json.
+adapter_config.json; a Keras run: keras-hub's adapter.lora.h5); ``gemma``: merged weights as
+an orbax checkpoint for ``gm.ckpts.load_params``; ``hf``: merged weights as HF safetensors +
+config.json. A non-empty ``--out`` is refused unless ``--force`` is given and it holds an
+earlier export of this tool (``adapters_lib.export.target``).
 """
 
 from __future__ import annotations
@@ -10,14 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 
+from workbench.commands._generation_args import quiet_engine_logs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from adapters_lib.export.formats import DESCRIPTIONS, FORMATS
+
     p = sub.add_parser("export", help="export a run's adapter or merged weights",
                        description="Export a run's checkpoint (default: the latest).")
     p.add_argument("run", metavar="RUN", help="a run id (or prefix) or a run directory")
     p.add_argument("--step", type=int, default=None, metavar="N", help="checkpoint step (default: latest)")
-    p.add_argument("--format", default="adapter", choices=("adapter", "gemma", "hf"),
-                   help="adapter (PEFT), gemma (merged, orbax) or hf (merged, safetensors)")
+    p.add_argument("--format", default="adapter", choices=FORMATS,
+                   help="; ".join(f"{f}: {DESCRIPTIONS[f]}" for f in FORMATS))
     p.add_argument("--out", metavar="DIR", help="output folder (default: <run>/adapter, <run>/merged, "
                                                 "<run>/merged-hf)")
     p.add_argument("--force", action="store_true",
@@ -28,12 +34,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters_lib import export
-    from workbench.commands._generation_args import quiet_engine_logs
+    from adapters_lib.export.run import export_run
 
     quiet_engine_logs()
-    result = export.export_run(args.run, args.format, step=args.step, out=args.out,
-                               force=args.force)
+    result = export_run(args.run, args.format, step=args.step, out=args.out, force=args.force)
     if args.json:
         print(json.dumps(result))
     else:

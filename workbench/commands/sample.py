@@ -9,9 +9,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from adapters_lib.errors import WorkbenchError
-from workbench.commands._generation_args import add_decoding_args, quiet_engine_logs, settings_from
+from workbench.commands._generation_args import (
+    add_decoding_args,
+    quiet_engine_logs,
+    settings_from,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,45 +28,54 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--adapter", metavar="DIR", help="an exported adapter folder")
     src.add_argument("--run", metavar="RUN", help="a run id (or prefix) or a run directory")
     p.add_argument("--prompt", required=True, help="the user message (or raw text with --raw)")
+    p.add_argument("--system", metavar="TEXT", help="a system message before the prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     add_decoding_args(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters_lib import sample
+    from adapters_lib.sample.prompts import check_prompt
 
-    sample.check_prompt(args.prompt)
+    check_prompt(args.prompt)
     settings = settings_from(args)
     if args.step is not None and not args.run:
         raise WorkbenchError("--step needs --run", where="--step", hint="name the run whose checkpoint to use")
-    quiet_engine_logs()
-    if args.run:
-        if args.model:
-            raise WorkbenchError("--model with --run: a run has its own base model", where="--model",
-                                 hint="drop --model")
-        tuned = sample.load_run(args.run, args.step)
-        pieces = tuned.sample(args.prompt, settings, chat=not args.raw)
-    elif args.adapter:
-        tuned = sample.load_adapter_dir(args.adapter, args.model)
-        pieces = tuned.sample(args.prompt, settings, chat=not args.raw)
-    else:
-        from adapters_lib.config import ModelSpec
-        from adapters_lib.models.loader import load_model
-
-        loaded = load_model(ModelSpec(source=args.model or "demo"))
-        tuned = None
-        pieces = sample.Sampler.from_loaded(loaded).stream(args.prompt, None, settings, chat=not args.raw)
-    text = []
-    for piece in pieces:
-        text.append(piece)
-        if not args.json:
-            sys.stdout.write(piece)
-            sys.stdout.flush()
+    if args.run and args.model:
+        raise WorkbenchError("--model with --run: a run has its own base model", where="--model",
+                             hint="drop --model")
+    if args.system is not None and args.raw:
+        raise WorkbenchError("--system with --raw: raw text has no chat template", where="--system")
+    prompt: Any = args.prompt
+    if args.system is not None:
+        prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
+    text, step, extra = _in_process(args, prompt, settings)
     if args.json:
-        out = {"prompt": args.prompt, "text": "".join(text), "settings": settings.to_dict(),
-               "step": tuned.step if tuned else None}
-        print(json.dumps(out))
+        print(json.dumps({"prompt": args.prompt, "text": text, "settings": settings.to_dict(),
+                          "step": step, **extra}))
     else:
         sys.stdout.write("\n")
     return 0
+
+
+def _echo(args: argparse.Namespace, piece: str) -> None:
+    if not args.json and piece:
+        sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
+def _in_process(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[str, int | None, dict]:
+    from adapters_lib import tuned as tuned_lib
+
+    quiet_engine_logs()
+    if args.run:
+        model = tuned_lib.load_run_model(args.run, args.step)
+    elif args.adapter:
+        model = tuned_lib.load_adapter_model(args.adapter, args.model)
+    else:
+        model = tuned_lib.load_base_model(args.model or "demo")
+    side = "tuned" if model.has_tuned else "base"
+    answer = model.generate({side: [prompt]}, settings, chat=not args.raw,
+                            on_piece=lambda piece: _echo(args, piece.text))[side][0]
+    return answer.text, model.step, {"stop_reason": answer.stop_reason, "tokens": answer.tokens,
+                                     "tokens_per_s": answer.tokens_per_s}

@@ -1,0 +1,69 @@
+"""Merged full weights: base + adapters fused, as a gemma orbax checkpoint or HF safetensors.
+
+``gemma``: the fused tree (``lora.fuse_lora``) saved with ``gm.ckpts.save_params`` (loads with
+``gm.ckpts.load_params``). ``hf``: the same tree through ``models.hf_convert.gemma_to_hf`` as
+``model.safetensors`` (sharded over ``HF_SHARD_BYTES``) + ``config.json``. The tokenizer is
+copied beside the weights.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters_lib.config import LoraSpec
+from adapters_lib.errors import WorkbenchError
+
+HF_SHARD_BYTES = 5 * 2**30
+"""Largest safetensors file of an ``hf`` export; above it the weights are sharded + indexed."""
+
+
+def merged_params(loaded: Any, trainable: Any, spec: LoraSpec) -> dict:
+    """Base + adapters fused into plain gemma weights (numpy), or a full fine-tune's tree."""
+    import jax
+
+    from adapters_lib import lora
+
+    if not spec.enabled:
+        return jax.tree.map(np.asarray, trainable)
+    merged = lora.merge_lora(loaded.params, trainable)
+    return lora.fuse_lora(merged, spec, transpose_gating=loaded.config.transpose_gating_einsum)
+
+
+def save_gemma(out: str | Path, params: Mapping[str, Any]) -> Path:
+    """An orbax checkpoint that ``gm.ckpts.load_params(out)`` loads (``out`` must not exist)."""
+    from gemma import gm
+
+    out = Path(out).absolute()
+    if out.exists():  # never delete a folder here: write_export stages into a fresh one
+        raise WorkbenchError(f"{out} already exists", where="save_gemma",
+                             hint="save into a new folder (export_run stages and swaps)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    gm.ckpts.save_params(dict(params), out, wait_until_finished=True)
+    return out
+
+
+def save_hf(out: str | Path, params: Mapping[str, Any], loaded: Any) -> Path:
+    """HF ``model.safetensors`` + ``config.json`` (Gemma2/Gemma3ForCausalLM)."""
+    from adapters_lib.models import families, hf_convert
+
+    out = Path(out)
+    try:
+        arch = hf_convert.arch_from_transformer_config(loaded.config, loaded.family, params)
+    except families.ArchError as e:
+        raise WorkbenchError(str(e), where="--format hf", hint="export --format gemma instead") from None
+    tensors = hf_convert.gemma_to_hf(params, arch=arch)
+    dtype = str(next(iter(tensors.values())).dtype)
+    hf_convert.save_hf(out, tensors, families.hf_config_for(arch, dtype=dtype),
+                       max_shard_bytes=HF_SHARD_BYTES)
+    return out
+
+
+def copy_tokenizer(loaded: Any, out: Path) -> None:
+    src = Path(loaded.tokenizer_path) if loaded.tokenizer_path else None
+    if src and src.is_file():
+        shutil.copyfile(src, out / "tokenizer.model")

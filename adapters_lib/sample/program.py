@@ -1,0 +1,179 @@
+"""The compiled device functions of the sampler: prefill and a chunked decode loop.
+
+A *variant* is one adapter set (a LoRA tree, or zero adapters for the base model): variants
+sit on a leading axis that the model is ``vmap``-ed over, so the base weights are shared and
+an A/B pair costs little more than one stream. Prompts are either shared by every variant
+(``tokens [B, L]``: one prompt set, several models) or given per variant (``tokens [V, B, L]``:
+each side of a multi-turn A/B has its own history); the shapes pick the mode at trace time,
+and the shared mode is the program as it always was.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from adapters_lib.config import LoraSpec
+
+
+class Program:
+    """The compiled device functions for one (model, LoRA spec, stop tokens, dtype).
+
+    Holds no weights: params and adapters are arguments, so one program (and its compiled
+    executables) serves every Sampler of the same model, e.g. each checkpoint of a run.
+    """
+
+    def __init__(self, model: Any, spec: LoraSpec | None, end_tokens: tuple[int, ...],
+                 forbidden: tuple[int, ...], cache_dtype: str, decodable: int = 0):
+        import jax
+
+        from adapters_lib import lora as lora_lib
+
+        self.model = model
+        self.net = lora_lib.wrap(model, spec) if spec else model
+        self.end_tokens = end_tokens
+        self.forbidden = forbidden
+        self.decodable = decodable
+        """Ids from here on have embedding rows but no tokenizer piece: never emitted (0 = all)."""
+        self.cache_dtype = cache_dtype
+        self.traces: dict[str, int] = {"prefill": 0, "decode": 0}
+        self.prefill = jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy"))
+        self.decode = jax.jit(self._decode_impl, static_argnames=("chunk", "greedy"), donate_argnums=(2,))
+
+    def _forward(self, base, lora, tokens, positions, mask, cache, last_only):
+        from adapters_lib import lora as lora_lib
+
+        params = lora_lib.merge_lora(base, lora) if lora else base
+        net = self.net if lora else self.model  # no adapters: the plain model
+        out = net.apply({"params": params}, tokens, positions=positions, attention_mask=mask,
+                        cache=cache, return_last_only=last_only)
+        return out.logits, out.cache
+
+    def _vforward(self, base, lora, variants, tokens, positions, mask, cache, *, axes, last_only):
+        """The model over ``variants`` adapter sets.
+
+        ``axes``: for tokens, positions, mask and cache, 0 (a leading variant axis) or None
+        (shared by every variant). The cache's ``end_index`` is never batched: a batched
+        write index would turn every cache update into a scatter (3× slower decode on CPU).
+        """
+        import jax
+
+        def one(lo, tok, pos, msk, c):
+            return self._forward(base, lo, tok, pos, msk, c, last_only)
+
+        layer_axes = {"k": 0, "v": 0, "positions": 0, "end_index": None}
+        cache_axes = {name: layer_axes for name in cache}
+        in_axes = (0, axes["tokens"], axes["positions"], axes["mask"],
+                   cache_axes if axes["cache"] == 0 else None)
+        return jax.vmap(one, in_axes=in_axes, out_axes=(0, cache_axes), axis_size=variants)(
+            lora, tokens, positions, mask, cache)
+
+    def _choose(self, logits, keys, temperature, top_k, top_p, greedy):
+        import jax
+        import jax.numpy as jnp
+
+        logits = logits.astype(jnp.float32)
+        if self.forbidden:
+            logits = logits.at[..., list(self.forbidden)].set(-jnp.inf)
+        if self.decodable:
+            ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+            logits = jnp.where(ids < self.decodable, logits, -jnp.inf)
+        if greedy:
+            return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+        def one(row_logits, key):
+            x = row_logits / temperature
+            desc = -jnp.sort(-x)
+            k = jnp.where(top_k > 0, jnp.minimum(top_k, x.shape[-1]), x.shape[-1])
+            desc = jnp.where(jnp.arange(x.shape[-1]) < k, desc, -jnp.inf)
+            probs = jax.nn.softmax(desc)
+            keep = (jnp.cumsum(probs) - probs) < top_p  # always keeps the first
+            threshold = jnp.min(jnp.where(keep, desc, jnp.inf))
+            x = jnp.where(x >= threshold, x, -jnp.inf)
+            return jax.random.categorical(key, x).astype(jnp.int32)
+
+        # logits: [V, B, vocab]; the same key for every variant of a prompt (same seed for A/B)
+        return jax.vmap(lambda lv: jax.vmap(one)(lv, keys))(logits)
+
+    def _prefill_impl(self, base, lora, tokens, lengths, live, keys, temperature, top_k, top_p, *,
+                      cache_len, variants, greedy):
+        """``tokens`` [B, L] (shared) or [V, B, L] (per variant), ``lengths`` [B] or [V, B]."""
+        import jax
+        import jax.numpy as jnp
+
+        self.traces["prefill"] += 1
+        per_variant = tokens.ndim == 3
+        b, lp = tokens.shape[-2:]
+        cache = self.model.config.init_cache(batch_size=b, dtype=self.cache_dtype, cache_length=lp)
+        positions = jnp.broadcast_to(jnp.arange(lp, dtype=jnp.int32), (b, lp))
+        j = jnp.arange(lp)
+        causal = j[None, :] <= j[:, None]
+        mask = causal & (j[None, None, :] < lengths[..., None, None])  # [(V,) B, L, L]
+        v_axis = 0 if per_variant else None
+        logits, cache = self._vforward(base, lora, variants, tokens, positions, mask, cache,
+                                       axes={"tokens": v_axis, "positions": None, "mask": v_axis,
+                                             "cache": None}, last_only=True)
+
+        def grow(layer):
+            pad = cache_len - lp
+            return {
+                "k": jnp.pad(layer["k"], ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0))),
+                "v": jnp.pad(layer["v"], ((0, 0), (0, 0), (0, pad), (0, 0), (0, 0))),
+                "positions": jnp.pad(layer["positions"], ((0, 0), (0, 0), (0, pad))),
+                "end_index": layer["end_index"],
+            }
+
+        cache = {name: grow(layer) for name, layer in cache.items()}
+        step_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
+        first = self._choose(logits, step_keys, temperature, top_k, top_p, greedy)
+        slots = jnp.arange(cache_len)
+        valid = (slots < lengths[..., None]) | (slots >= lp)  # [(V,) B, cache_len]
+        done = jnp.isin(first, jnp.asarray(self.end_tokens)) | ~live[None, :]  # padding rows: done
+        return {
+            "cache": cache, "last": first, "done": done, "step": jnp.zeros((), jnp.int32),
+            "valid": valid, "lengths": lengths, "keys": keys, "start": jnp.asarray(lp, jnp.int32),
+        }
+
+    def _decode_impl(self, base, lora, state, max_new, temperature, top_k, top_p, *, chunk, greedy):
+        """Up to ``chunk`` decode steps; returns the new state and the tokens [chunk, V, B]."""
+        import jax
+        import jax.numpy as jnp
+
+        self.traces["decode"] += 1
+        variants, b = state["last"].shape
+        cache_len = state["valid"].shape[-1]
+        per_variant = state["valid"].ndim == 3
+        ends = jnp.asarray(self.end_tokens)
+
+        def cond(carry):
+            i, st, _ = carry
+            return (i < chunk) & ~jnp.all(st["done"]) & (st["step"] + 1 < max_new)
+
+        def body(carry):
+            i, st, out = carry
+            end = st["start"] + st["step"]  # cache slot of the token fed now
+            j = jnp.arange(cache_len)
+            mask = (st["valid"] & (j <= end))[..., None, :]  # [(V,) B, 1, cache_len]
+            positions = (st["lengths"] + st["step"])[..., None]  # [(V,) B, 1]
+            v_axis = 0 if per_variant else None
+            logits, cache = self._vforward(base, lora, variants, st["last"][..., None], positions, mask,
+                                           st["cache"], axes={"tokens": 0, "positions": v_axis,
+                                                              "mask": v_axis, "cache": 0},
+                                           last_only=True)
+            keys = jax.vmap(lambda k: jax.random.fold_in(k, st["step"] + 1))(st["keys"])
+            nxt = self._choose(logits, keys, temperature, top_k, top_p, greedy)
+            nxt = jnp.where(st["done"], 0, nxt)
+            out = out.at[i].set(nxt)
+            new = dict(st, cache=cache, last=nxt, step=st["step"] + 1,
+                       done=st["done"] | jnp.isin(nxt, ends))
+            return i + 1, new, out
+
+        out = jnp.full((chunk, variants, b), -1, jnp.int32)
+        _, state, out = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, out))
+        return state, out
+
+
+@functools.lru_cache(maxsize=8)
+def program(model: Any, spec: LoraSpec | None, end_tokens: tuple[int, ...], forbidden: tuple[int, ...],
+            cache_dtype: str, decodable: int = 0) -> Program:
+    return Program(model, spec, end_tokens, forbidden, cache_dtype, decodable)

@@ -1,0 +1,53 @@
+"""The one tuned-model path: ``TunedModel`` serves sample, compare, multi-turn A/B, eval and
+export, for both routes.
+
+- ``load_run_model(run, step)`` — a run's checkpoint (gemma or Keras, by its config);
+- ``load_adapter_model(dir, model)`` — a base model plus an exported adapter folder;
+- ``load_base_model(source)`` — a bare base model (the base side only);
+- ``load_checkpoint(run, step)`` — the gemma route's ``(cfg, loaded, trainable, step)``
+  (formerly ``runs.load_tuned``).
+
+``base`` holds the interface and everything built on ``stream``; ``gemma`` and ``keras``
+the two implementations. Importing this package is cheap (no JAX until a model loads).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.tuned.base import SIDES, Answer, TunedModel
+from adapters_lib.tuned.checkpoint import load_checkpoint
+
+
+def load_run_model(run: Any, step: int | None = None) -> TunedModel:
+    """The tuned model of a run's checkpoint (latest when ``step`` is None or negative).
+
+    ``run``: a ``RunDir``, or an id, a unique prefix or a run directory.
+    """
+    from adapters_lib import runs
+
+    run_dir = run if isinstance(run, runs.RunDir) else runs.find_run(str(run))
+    if run_dir.config().model.backend == "keras":
+        from adapters_lib.tuned.keras import KerasTunedModel
+
+        return KerasTunedModel.from_run(run_dir, None if step is None or step < 0 else step)
+    from adapters_lib.tuned.gemma import GemmaTuned
+
+    return GemmaTuned.from_run(run_dir, step)
+
+
+def load_adapter_model(directory: str | Path, model: str = "") -> TunedModel:
+    from adapters_lib.tuned.gemma import GemmaTuned
+
+    return GemmaTuned.from_adapter_dir(directory, model)
+
+
+def load_base_model(source: str = "demo") -> TunedModel:
+    from adapters_lib.tuned.gemma import GemmaTuned
+
+    return GemmaTuned.base_model(source)
+
+
+__all__ = ["SIDES", "Answer", "TunedModel", "load_adapter_model", "load_base_model",
+           "load_checkpoint", "load_run_model"]

@@ -1,0 +1,51 @@
+"""A gemma-route run's checkpoint: the config, the base model and the trained tree.
+
+This is where ``runs.load_tuned`` moved (#16: loading a tuned model is not the run
+directory's business); ``runs`` re-exports it for old callers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.errors import WorkbenchError
+
+
+def checkpoint_step(run: Any, step: int | None) -> int:
+    """``step`` if the run has that complete checkpoint, the latest one when None."""
+    from adapters_lib import runs
+
+    steps = runs.checkpoint_steps(run.checkpoints_dir)
+    if not steps:
+        raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir),
+                             hint="wait for the first checkpoint (train.checkpoint_every) or resume it")
+    if step is None or step < 0:
+        return steps[-1]
+    if step not in steps:
+        raise WorkbenchError(f"run {run.run_id} has no checkpoint at step {step}",
+                             hint=f"checkpoints: {', '.join(map(str, steps))}")
+    return step
+
+
+def load_checkpoint(run_dir: Any, step: int | None = None) -> tuple[Any, Any, Any, int]:
+    """``(cfg, LoadedModel, trainable, step)`` of a run's checkpoint (latest when ``step`` is None).
+
+    ``trainable`` is the adapter tree for a LoRA run (merge it with ``loaded.params`` through
+    ``lora.merge_lora`` and apply with ``lora.wrap(loaded.model, cfg.lora)``); for a full
+    fine-tune (``cfg.lora.enabled = false``) it is the whole tuned params tree.
+    """
+    from adapters_lib import runs
+    from adapters_lib.models.loader import load_model
+    from adapters_lib.train import checkpoints
+
+    run = run_dir if isinstance(run_dir, runs.RunDir) else runs.RunDir(Path(run_dir))
+    if not run.exists():
+        raise WorkbenchError(f"{run.path} is not a run directory (no config.toml)",
+                             hint="pass a directory made by `gemma-workbench train`")
+    cfg = run.config()
+    step = checkpoint_step(run, step)
+    loaded = load_model(cfg.model, param_dtype=cfg.train.param_dtype)
+    abstract = checkpoints.abstract_trainable(loaded, cfg)
+    trainable = checkpoints.restore_params(run.checkpoints_dir, step, abstract)
+    return cfg, loaded, trainable, step

@@ -1,0 +1,136 @@
+"""The gemma route's tuned model: base weights plus a LoRA tree, or a full fine-tune's tree.
+
+- LoRA (a run or an exported adapter folder): one ``Sampler`` with the LoRA spec; the base
+  side is the zero-adapter variant, so both sides decode in one batched computation (each
+  with its own prompts when their histories differ).
+- Full fine-tune: the base and the tuned weights are two models; the sides run one after
+  the other.
+- A bare base model (``sample --model M``): the base side only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.config import LoraSpec
+from adapters_lib.sample.prompts import Prompt
+from adapters_lib.sample.settings import Piece, SamplingSettings
+from adapters_lib.tuned.base import TunedModel
+
+
+class GemmaTuned(TunedModel):
+    backend = "gemma"
+
+    def __init__(self, loaded: Any, *, lora: LoraSpec | None = None, adapters: Any = None,
+                 tuned_params: Any = None, step: int | None = None, run: Any = None, cfg: Any = None,
+                 source: str = ""):
+        from adapters_lib.sample.sampler import Sampler
+
+        self.loaded = loaded
+        self.lora = lora if lora is not None and lora.enabled and adapters is not None else None
+        self.adapters = adapters if self.lora is not None else None
+        self.tuned_params = tuned_params
+        self.has_tuned = self.adapters is not None or tuned_params is not None
+        self.step = step
+        self.cfg = cfg
+        self.run_path = Path(run.path) if run is not None else None
+        self.run_id = run.run_id if run is not None else ""
+        self.source = source or (cfg.model.source if cfg is not None else "")
+        self.sampler = Sampler.from_loaded(loaded, self.lora)
+        self._tuned_sampler: Any = None
+        self._apply: dict[str, Any] = {}
+
+    # ---------------------------------------------------------------- loading
+
+    @classmethod
+    def from_run(cls, run: Any, step: int | None = None) -> GemmaTuned:
+        from adapters_lib.tuned.checkpoint import load_checkpoint
+
+        cfg, loaded, trainable, got = load_checkpoint(run, step)
+        if cfg.lora.enabled:
+            return cls(loaded, lora=cfg.lora, adapters=trainable, step=got, run=run, cfg=cfg)
+        return cls(loaded, tuned_params=trainable, step=got, run=run, cfg=cfg)
+
+    @classmethod
+    def from_adapter_dir(cls, directory: str | Path, model: str = "") -> GemmaTuned:
+        """A base model plus an exported adapter folder (``model`` defaults to the adapter's base)."""
+        from adapters_lib.config import ModelSpec
+        from adapters_lib.export.peft import load_adapter, read_adapter_config
+        from adapters_lib.models.loader import load_model
+
+        spec, base_model = read_adapter_config(directory)
+        source = model or base_model or "demo"
+        loaded = load_model(ModelSpec(source=source), param_dtype="float32")
+        adapters = load_adapter(directory, loaded.model, spec)
+        return cls(loaded, lora=spec, adapters=adapters, source=source)
+
+    @classmethod
+    def base_model(cls, source: str = "demo") -> GemmaTuned:
+        from adapters_lib.config import ModelSpec
+        from adapters_lib.models.loader import load_model
+
+        return cls(load_model(ModelSpec(source=source or "demo")), source=source or "demo")
+
+    # ---------------------------------------------------------------- generation
+
+    @property
+    def tuned_sampler(self) -> Any:
+        """A full fine-tune's own sampler (its weights are not the base's)."""
+        if self._tuned_sampler is None and self.tuned_params is not None:
+            from adapters_lib.sample.sampler import Sampler
+
+            self._tuned_sampler = Sampler(self.loaded.model, self.tuned_params, self.loaded.tokenizer)
+        return self._tuned_sampler
+
+    def stream(self, prompts: Mapping[str, Sequence[Prompt]], settings: SamplingSettings, *,
+               chat: bool = True) -> Iterator[Piece]:
+        sides = list(prompts)
+        self.check_sides(sides)
+        lists = [list(prompts[s]) for s in sides]
+        if self.tuned_params is not None:  # two models: one side after the other
+            for i, side in enumerate(sides):
+                sampler = self.tuned_sampler if side == "tuned" else self.sampler
+                for piece in sampler.stream_grid(lists[i], [None], settings, chat=chat):
+                    piece.variant, piece.side = i, side
+                    yield piece
+            return
+        adapters = [self.adapters if side == "tuned" else None for side in sides]
+        shared = all(rows == lists[0] for rows in lists)
+        for piece in self.sampler.stream_grid(lists[0], adapters, settings, chat=chat,
+                                              variant_prompts=None if shared else lists):
+            piece.side = sides[piece.variant]
+            yield piece
+
+    # ---------------------------------------------------------------- evaluation
+
+    def apply_fn(self, side: str = "tuned") -> tuple[Any, Any]:
+        """``(apply(params, tokens, positions, mask) -> logits, params)`` of one side, for the
+        evaluation area (``evaluate.greedy_answers``, loss/perplexity over a file)."""
+        from adapters_lib import evaluate
+        from adapters_lib import lora as lora_lib
+
+        self.check_sides([side])
+        if side not in self._apply:
+            if side == "tuned" and self.adapters is not None:
+                net = lora_lib.wrap(self.loaded.model, self.lora)
+                self._apply[side] = (evaluate.model_apply_fn(net),
+                                     lora_lib.merge_lora(self.loaded.params, self.adapters))
+            else:
+                params = self.tuned_params if side == "tuned" else self.loaded.params
+                self._apply[side] = (evaluate.model_apply_fn(self.loaded.model), params)
+        return self._apply[side]
+
+    def exact_match(self, examples: Sequence[dict[str, Any]], *, side: str = "tuned") -> Any:
+        from adapters_lib import evaluate
+
+        apply, params = self.apply_fn(side)
+        return evaluate.exact_match(None, params, self.loaded.tokenizer, examples, apply_fn=apply)
+
+    # ---------------------------------------------------------------- export
+
+    def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False) -> dict[str, Any]:
+        from adapters_lib.export.run import export_gemma
+
+        return export_gemma(self, fmt, out, force=force)
