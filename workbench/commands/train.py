@@ -151,6 +151,20 @@ def _upload(path: str) -> str:
     return data_path_override(upload(spec, path))
 
 
+def engine_config(args: argparse.Namespace, cfg: Any) -> tuple[str, list[str]]:
+    """The config TOML and overrides to send to the engine (``create_run``).
+
+    Here: the resolved config (its paths absolute on this machine; the engine's working
+    directory is not ours). With ``--remote``: the file as written and the ``--set`` items,
+    since a remote config's paths are the engine machine's and it resolves them (#18)."""
+    from workbench import remote
+
+    if remote.selected() is not None:
+        text = Path(args.config).read_text(encoding="utf-8") if args.config else ""
+        return text, list(args.overrides)
+    return cfg.to_toml(), []
+
+
 def _detach(args: argparse.Namespace, cfg: Any) -> int:
     """Hand the run to the engine service (started on demand); print its id."""
     try:
@@ -158,16 +172,7 @@ def _detach(args: argparse.Namespace, cfg: Any) -> int:
     except ImportError:
         raise WorkbenchError("--detach needs the engine service, not in this build",
                              where="train --detach", hint="train in the foreground instead") from None
-    from workbench import remote
-
-    source = args.config or "<demo defaults>"
-    if remote.selected() is not None:
-        # a remote config's paths are the engine machine's: it resolves them (#18), not us
-        text = Path(args.config).read_text(encoding="utf-8") if args.config else ""
-        run_id = submit_run(text, list(args.overrides), source=source)
-    else:
-        # the resolved config: its paths are absolute here (the engine's directory is not ours)
-        run_id = submit_run(cfg.to_toml(), [], source=source)
+    run_id = submit_run(*engine_config(args, cfg), source=args.config or "<demo defaults>")
     print(run_id)
     print(f"follow with: gemma-workbench runs attach {run_id}", file=sys.stderr)
     return 0
