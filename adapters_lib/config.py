@@ -29,6 +29,8 @@ SCHEDULES = ("constant", "linear", "cosine")
 DTYPES = ("float32", "bfloat16")
 BACKENDS = ("gemma", "keras")
 DATA_FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
+EVAL_METRICS = ("loss", "perplexity", "exact_match", "contains", "rouge_l", "numeric_match")
+"""The task metrics (contract names; ``adapters_lib.evals.metrics`` computes them)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +132,21 @@ class TrainSpec:
     eval_exact_match: int = -1
     """Eval examples answered greedily for exact-match before and after training:
     -1 = all of them on the demo data, none otherwise; 0 = off; N = the first N."""
+    eval_metrics: tuple[str, ...] = ()
+    """Metrics scored on the eval split at each eval and at the end, for the base and the
+    tuned model, into eval.jsonl (names in ``EVAL_METRICS``). Empty = loss and perplexity,
+    plus exact_match where ``eval_exact_match`` asks for it (the demo data)."""
+    eval_examples: int = 64
+    """Eval examples answered (greedy) for the generated metrics: the first N of the split."""
+    eval_max_new_tokens: int = 0
+    """Tokens a generated answer may take; 0 = the rule: the longest reference + 16, ≤ 256."""
+    best_metric: str = ""
+    """The metric that names the best checkpoint (kept whatever ``keep_checkpoints`` says);
+    "" = none (``--step best`` then picks by eval loss)."""
+    early_stop_patience: int = 0
+    """Stop after N evals without improvement of ``best_metric`` ("loss" when unset); 0 = off."""
+    early_stop_min_delta: float = 0.0
+    """An eval improves only by more than this (in the metric's units)."""
     log_every: int = 1
     checkpoint_every: int = 50
     keep_checkpoints: int = 3
@@ -146,6 +163,22 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
+class SweepSpec:
+    """A grid of configs (``gemma-workbench sweep``); a sweep's runs also name their point."""
+
+    grid: dict[str, Any] = field(default_factory=dict)
+    """``{"lora.rank" = [4, 8], "train.learning_rate" = [1e-4, 3e-4]}``: one run per point."""
+    metric: str = ""
+    """The metric that ranks the points; "" = ``train.best_metric``, else "loss"."""
+    name: str = ""
+    """Part of the sweep id and of its runs' names (``run.name`` when empty)."""
+    id: str = ""
+    """Set by the workbench on each run of a sweep: the sweep it belongs to."""
+    point: dict[str, Any] = field(default_factory=dict)
+    """Set by the workbench on each run of a sweep: its values of the grid's keys."""
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: ModelSpec = field(default_factory=ModelSpec)
     data: DataSpec = field(default_factory=DataSpec)
@@ -153,6 +186,7 @@ class RunConfig:
     mesh: MeshSpec = field(default_factory=MeshSpec)
     train: TrainSpec = field(default_factory=TrainSpec)
     run: RunSpec = field(default_factory=RunSpec)
+    sweep: SweepSpec = field(default_factory=SweepSpec)
 
     def replace(self, **sections: Any) -> RunConfig:
         return dataclasses.replace(self, **sections)
@@ -175,6 +209,7 @@ SECTIONS: dict[str, type] = {
     "mesh": MeshSpec,
     "train": TrainSpec,
     "run": RunSpec,
+    "sweep": SweepSpec,
 }
 
 
@@ -239,7 +274,8 @@ def config_from_dict(
         sections[name] = checks.build_section(SECTIONS[name], name, value, where)
     cfg = checks.check_values(RunConfig(**sections), where, lora_targets=LORA_TARGETS,
                               schedules=SCHEDULES, dtypes=DTYPES, backends=BACKENDS,
-                              data_formats=DATA_FORMATS)
+                              data_formats=DATA_FORMATS, eval_metrics=EVAL_METRICS)
+    cfg = checks.check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
     cfg = checks.resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,
                                overrides_dir=Path(overrides_dir) if overrides_dir else None)
     # options one backend has and the other lacks (pure; keras is not imported)

@@ -107,6 +107,8 @@ def build_section(cls: type, name: str, raw: Any, where: Where) -> Any:
                                  hint=closest(key, valid))
         if (name, key) == ("lora", "targets") and isinstance(value, str):
             value = value.split() if value.strip() != "all" else ["all"]
+        if (name, key) == ("train", "eval_metrics") and isinstance(value, str):
+            value = [v for v in re.split(r"[\s,]+", value) if v]
         values[key] = coerce(value, hints[key], key=f"{name}.{key}", where=where(name, key))
     return cls(**values)
 
@@ -114,11 +116,14 @@ def build_section(cls: type, name: str, raw: Any, where: Where) -> Any:
 # --------------------------------------------------------------------------- values
 
 _POSITIVE = ("steps", "batch_size", "grad_accum", "eval_every", "checkpoint_every", "log_every",
-             "keep_checkpoints", "eval_batches")
+             "keep_checkpoints", "eval_batches", "eval_examples")
+EVAL_MAX_NEW_TOKENS = 4096
+"""A generated eval answer longer than this is a typo (each eval step decodes it greedily)."""
 
 
 def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], schedules: tuple[str, ...],
-                 dtypes: tuple[str, ...], backends: tuple[str, ...], data_formats: tuple[str, ...]) -> Any:
+                 dtypes: tuple[str, ...], backends: tuple[str, ...], data_formats: tuple[str, ...],
+                 eval_metrics: tuple[str, ...] = ()) -> Any:
     """Every value in range; returns ``cfg`` with ``lora.targets = "all"`` expanded."""
     def fail(section: str, key: str, message: str, hint: str | None = None) -> None:
         raise WorkbenchError(message, where=where(section, key), hint=hint)
@@ -211,7 +216,103 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
         value = getattr(t, key)
         if value not in dtypes:
             fail("train", key, f"train.{key} is {value!r}", f"expected one of {', '.join(dtypes)}")
+    if eval_metrics:
+        _check_eval_keys(t, fail, eval_metrics)
     return dataclasses.replace(cfg, lora=dataclasses.replace(lo, targets=tuple(targets)))
+
+
+def _check_eval_keys(t: Any, fail: Any, names: tuple[str, ...]) -> None:
+    """``train.eval_metrics``, ``best_metric`` and the early stop (``#20``)."""
+    metrics_hint = f"metrics are {', '.join(names)}"
+    for name in t.eval_metrics:
+        if name not in names:
+            fail("train", "eval_metrics", f"unknown eval metric {name!r}",
+                 f"{closest(name, list(names))} ({metrics_hint})")
+    if len(set(t.eval_metrics)) != len(t.eval_metrics):
+        fail("train", "eval_metrics", "train.eval_metrics names a metric twice", "name each metric once")
+    if t.best_metric and t.best_metric not in names:
+        fail("train", "best_metric", f"train.best_metric is {t.best_metric!r}",
+             f"{closest(t.best_metric, list(names))} ({metrics_hint})")
+    if t.early_stop_patience < 0:
+        fail("train", "early_stop_patience", f"train.early_stop_patience is {t.early_stop_patience}",
+             "use 0 (off) or the number of evals without improvement to stop after")
+    if t.early_stop_min_delta < 0:
+        fail("train", "early_stop_min_delta", f"train.early_stop_min_delta is {t.early_stop_min_delta}",
+             "use 0 or a positive improvement")
+    if not 0 <= t.eval_max_new_tokens <= EVAL_MAX_NEW_TOKENS:
+        fail("train", "eval_max_new_tokens", f"train.eval_max_new_tokens is {t.eval_max_new_tokens}",
+             f"use 0 (the longest reference + 16) or up to {EVAL_MAX_NEW_TOKENS} tokens")
+
+
+# --------------------------------------------------------------------------- sweeps
+
+SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+def grid_items(grid: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``[sweep] grid`` as ("section.key", values) pairs, in the order written.
+
+    A grid written as TOML tables (``[sweep.grid.lora] rank = [4, 8]`` or ``lora.rank = [4, 8]``
+    without quotes) arrives nested: one level is flattened here.
+    """
+    items: list[tuple[str, Any]] = []
+    for key, value in grid.items():
+        if isinstance(value, dict) and "." not in key:
+            items.extend((f"{key}.{sub}", v) for sub, v in value.items())
+        else:
+            items.append((key, value))
+    return items
+
+
+def check_sweep(cfg: Any, where: Where, sections: dict[str, type], *,
+                eval_metrics: tuple[str, ...]) -> Any:
+    """``[sweep]``: each grid key a real ``section.key``, each value list non-empty and of the
+    key's type, the ranking metric known. Returns ``cfg`` with the grid flattened."""
+    sw = cfg.sweep
+
+    def fail(key: str, message: str, hint: str | None = None) -> None:
+        raise WorkbenchError(message, where=where("sweep", key), hint=hint)
+
+    for key in ("id", "name", "metric"):
+        check_line_text(getattr(sw, key), key=f"sweep.{key}", where=where("sweep", key))
+    if sw.id and not SWEEP_ID.match(sw.id):
+        fail("id", f"sweep.id {sw.id!r} is not an id", "the workbench sets it; leave it empty")
+    if sw.metric and sw.metric not in eval_metrics:
+        fail("metric", f"sweep.metric is {sw.metric!r}",
+             f"{closest(sw.metric, list(eval_metrics))} (metrics are {', '.join(eval_metrics)})")
+    flat: dict[str, Any] = {}
+    for dotted, values in grid_items(sw.grid):
+        section, _, key = dotted.partition(".")
+        if section not in sections or section == "sweep":
+            others = [s for s in sections if s != "sweep"]
+            near = difflib.get_close_matches(section, others, n=1, cutoff=0.5)
+            fail("grid", f"sweep.grid key {dotted!r} is not section.key",
+                 "a sweep cannot sweep its own [sweep] keys" if section == "sweep"
+                 else f"did you mean {near[0]!r}?" if near else f"sections are {', '.join(others)}")
+        valid = [f.name for f in fields(sections[section])]
+        if key not in valid:
+            fail("grid", f"sweep.grid key {dotted!r}: unknown key {section}.{key}", closest(key, valid))
+        if not isinstance(values, list) or not values:
+            fail("grid", f"sweep.grid {dotted!r} must be a non-empty list of values",
+                 f'e.g. "{dotted}" = [4, 8]' if not isinstance(values, list) else "give at least one value")
+        hint_type = get_type_hints(sections[section])[key]
+        checked = []
+        for v in values:
+            if (section, key) == ("lora", "targets") and isinstance(v, str):
+                v = v.split() if v.strip() != "all" else ["all"]
+            checked.append(coerce(v, hint_type, key=f"sweep.grid {dotted!r} value",
+                                  where=where("sweep", "grid")))
+        if len({repr(v) for v in checked}) != len(checked):
+            fail("grid", f"sweep.grid {dotted!r} names a value twice", "name each value once")
+        if dotted in flat:
+            fail("grid", f"sweep.grid names {dotted!r} twice", "name each key once")
+        flat[dotted] = [list(v) if isinstance(v, tuple) else v for v in values]
+    for dotted in sw.point:
+        section, _, key = dotted.partition(".")
+        if section not in sections or key not in [f.name for f in fields(sections[section])]:
+            fail("point", f"sweep.point key {dotted!r} is not section.key",
+                 "the workbench sets it; leave it empty")
+    return dataclasses.replace(cfg, sweep=dataclasses.replace(sw, grid=flat)) if flat != sw.grid else cfg
 
 
 # --------------------------------------------------------------------------- paths

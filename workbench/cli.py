@@ -25,7 +25,7 @@ from adapters_lib.errors import WorkbenchError
 from workbench import __version__
 
 COMMANDS = ("doctor", "train", "data", "models", "sample", "compare", "export", "engine", "runs",
-            "web", "eval")
+            "web", "eval", "sweep")
 # commands that compute in this process (JAX, gemma): their native start-up lines are silenced
 COMPUTING = ("train", "sample", "compare", "export", "doctor", "eval")
 # under --remote: commands about the engine machine's own files and processes run there

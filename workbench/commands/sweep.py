@@ -1,0 +1,148 @@
+"""``gemma-workbench sweep CONFIG --grid lora.rank=4,8,16 --grid train.learning_rate=1e-4,3e-4``.
+
+Queues one training run per point of the grid on the engine (started on demand) and prints
+the sweep id on stdout (contract). The grid is the ``--grid section.key=v1,v2`` items over
+the config's ``[sweep] grid`` table (a key given both ways: the flag wins); each value is
+TOML, a bare word a string, commas inside ``[...]`` or quotes do not split.
+
+Every point is checked as a whole config **before** any run is queued (a bad value names its
+point). Each run is the sweep's config plus the point's values, ``sweep.id``, ``sweep.point``
+and its own ``run.name``; the engine gives each its own run directory. ``--dry-run`` prints
+the points and queues nothing. Read the results with ``gemma-workbench runs sweep ID``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.errors import WorkbenchError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("sweep", help="queue one training run per point of a grid",
+                       description="Queue a grid of runs on the engine: the config with each "
+                                   "combination of the --grid values. Prints the sweep id.")
+    p.add_argument("config", metavar="CONFIG.toml", help="the run config (its [sweep] table, if any, "
+                                                        "adds grid keys)")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a grid axis, e.g. --grid lora.rank=4,8,16 (repeatable)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key for every point (repeatable)")
+    p.add_argument("--metric", default="", help="the metric that ranks the points (default: "
+                                                "[sweep] metric, train.best_metric, else loss)")
+    p.add_argument("--name", default="", help="part of the sweep id and of its runs' names")
+    p.add_argument("--dry-run", action="store_true", help="print the points; queue nothing")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(handler=run)
+
+
+def plan(args: argparse.Namespace) -> dict[str, Any]:
+    """The sweep, checked: id, metric, the points with the overrides each run is queued with."""
+    from adapters_lib.config import EVAL_METRICS, load_config
+    from adapters_lib.config_checks import closest
+    from adapters_lib.sweeps import grid as grid_lib
+
+    base = load_config(args.config, args.overrides)
+    items = [grid_lib.parse_grid_arg(g) for g in args.grid]
+    grid = grid_lib.merge_grids(base.sweep.grid, items)
+    if items:  # the flags' keys and values, checked as a [sweep] grid table would be
+        load_config(args.config, [*args.overrides, f"sweep.grid={grid_lib.format_value(grid)}"])
+    points = grid_lib.expand(grid)
+    metric = args.metric or base.sweep.metric or base.train.best_metric or "loss"
+    if metric not in EVAL_METRICS:
+        raise WorkbenchError(f"{metric!r} is not a metric", where="--metric",
+                             hint=f"{closest(metric, list(EVAL_METRICS))} (metrics are {', '.join(EVAL_METRICS)})")
+    name = args.name or base.sweep.name or base.run.name or Path(args.config).stem
+    sweep_id = grid_lib.new_sweep_id(name)
+    remote = _remote()
+    out = []
+    for point in points:
+        sets = grid_lib.point_overrides(sweep_id, point, run_name=grid_lib.slug(name) or "sweep",
+                                        grid=grid, metric=metric)
+        try:
+            cfg = load_config(args.config, [*args.overrides, *sets])
+        except WorkbenchError as err:
+            where = err.where or ""
+            key = where.removeprefix("--set ")
+            if where.startswith("--set ") and key in point.values:  # the grid gave that value
+                where = f"--grid {key}" if key in dict(items) else f"{args.config} [sweep] grid"
+            raise WorkbenchError(f"point {point.index} ({point.label()}): {err.message}",
+                                 where=where or None, hint=err.hint) from None
+        if remote is None:  # paths resolved here: the engine gets absolute ones
+            sets = _resolved(sets, point, cfg)
+        out.append({"point": point.values, "index": point.index, "label": point.label(),
+                    "overrides": sets})
+    return {"sweep": sweep_id, "metric": metric, "base": base, "remote": remote is not None,
+            "points": out}
+
+
+def _remote() -> Any:
+    try:
+        from workbench import remote
+    except ImportError:  # pragma: no cover - a build without the remote package
+        return None
+    return remote.selected()
+
+
+def _resolved(sets: list[str], point: Any, cfg: Any) -> list[str]:
+    """The point's values as the local config resolved them (a relative path made absolute)."""
+    from adapters_lib.sweeps.grid import format_value
+
+    out = []
+    for item in sets:
+        key = item.split("=", 1)[0]
+        if key in point.values:
+            section, _, name = key.partition(".")
+            value = getattr(getattr(cfg, section), name)
+            item = f"{key}={format_value(list(value) if isinstance(value, tuple) else value)}"
+        out.append(item)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    p = plan(args)
+    if args.dry_run:
+        if args.json:
+            print(json.dumps({"sweep": p["sweep"], "metric": p["metric"], "queued": False,
+                              "points": [{"point": x["point"], "overrides": x["overrides"]}
+                                         for x in p["points"]]}))
+        else:
+            for x in p["points"]:
+                print(f"point {x['index']}: {x['label']}")
+            print(f"{len(p['points'])} points, ranked by {p['metric']} (dry run: nothing queued)",
+                  file=sys.stderr)
+        return 0
+    from workbench.client import connect
+
+    if p["remote"]:  # a remote config's paths are the engine machine's: it resolves them
+        text = Path(args.config).read_text(encoding="utf-8")
+        common = list(args.overrides)
+    else:
+        text, common = p["base"].to_toml(), []
+    queued: list[dict[str, Any]] = []
+    with connect() as client:
+        for x in p["points"]:
+            try:
+                summary = client.create_run(config_toml=text, overrides=[*common, *x["overrides"]],
+                                            source=args.config)
+            except WorkbenchError as err:
+                done = ", ".join(q["run_id"] for q in queued) or "none"
+                raise WorkbenchError(f"point {x['index']} ({x['label']}) was not queued: {err.message}",
+                                     where=err.where, hint=f"queued before it: {done}; "
+                                     f"stop them with `gemma-workbench runs stop ID`") from None
+            run_id = str(summary["id"])
+            queued.append({"point": x["point"], "run_id": run_id})
+            if not args.json:
+                print(f"point {x['index']}: {x['label']}  → run {run_id}", file=sys.stderr)
+    if args.json:
+        print(json.dumps({"sweep": p["sweep"], "metric": p["metric"], "queued": True,
+                          "points": queued}))
+    else:
+        print(p["sweep"])
+        print(f"{len(queued)} runs queued, ranked by {p['metric']}; results: "
+              f"gemma-workbench runs sweep {p['sweep']}", file=sys.stderr)
+    return 0
