@@ -36,7 +36,8 @@ GW = [sys.executable, "-m", "workbench"]
 # --------------------------------------------------------------------------- no server
 
 
-def test_remote_comes_from_the_flag_then_the_env_then_settings(monkeypatch):
+def test_remote_comes_from_the_flag_then_the_env_then_settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(tmp_path))  # its own settings.toml
     monkeypatch.delenv(ENV_REMOTE, raising=False)
     monkeypatch.delenv(ENV_COMMAND, raising=False)
     assert resolve(None) is None
@@ -57,7 +58,8 @@ def test_remote_comes_from_the_flag_then_the_env_then_settings(monkeypatch):
         settings_path().unlink()
 
 
-def test_saving_tui_settings_keeps_the_remote_the_user_wrote():
+def test_saving_tui_settings_keeps_the_remote_the_user_wrote(monkeypatch, tmp_path):
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(tmp_path))
     path = settings_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('remote = "me@tpu-vm"\nremote_command = "/opt/gw"\n\n[tui]\ntheme = "x"\n')
