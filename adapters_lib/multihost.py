@@ -244,7 +244,10 @@ class Watchdog:
 @dataclass(frozen=True)
 class FollowerRunDir(RunDir):
     """The run directory as seen by a process other than 0: reads work, writes are kept in
-    memory (status) or dropped (metrics, events); ``checkpoints_dir`` is the shared one."""
+    memory (status) or dropped (metrics, events, the owner lease); ``checkpoints_dir`` is the
+    shared one."""
+
+    records = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -261,8 +264,16 @@ class FollowerRunDir(RunDir):
 
         return {"time": round(time.time(), 3), "kind": kind, **fields}
 
-    def write_status(self, state: str, **fields: Any) -> dict[str, Any]:
+    def append_metrics_many(self, records: Any) -> None:
+        pass
+
+    def sync_metrics(self) -> None:
+        pass
+
+    def write_status(self, state: str, *, expect: Any = None, **fields: Any) -> dict[str, Any] | None:
         status = self._status  # type: ignore[attr-defined]
+        if expect is not None and status.get("state") not in tuple(expect):
+            return None
         status.update(fields)
         status.update(state=state, run_id=self.run_id)
         return dict(status)
@@ -546,11 +557,13 @@ def mark_interrupted(run: RunDir, reason: str = "", *, force: bool = False) -> N
 
     ``force``: also over the ``failed`` that ``run_training`` wrote for the runtime error.
     """
+    from adapters_lib.runs import lifecycle
+
     allowed = ("running", "stopping", "queued") + (("failed",) if force else ())
-    if not is_primary() or run.state not in allowed:
+    if not is_primary():
         return
     message = "a process of the multi-host job stopped; resume from the last checkpoint"
-    run.set_state("interrupted", message + (f" ({reason})" if reason else ""))
+    lifecycle.mark_interrupted(run, message + (f" ({reason})" if reason else ""), expect=allowed)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

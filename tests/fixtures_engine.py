@@ -5,7 +5,8 @@
   (or killed) at the end of the module. ``.client`` is an ``EngineClient`` bound to it.
 - ``engine``: that client (what most tests want).
 - ``engine_factory``: make more engines (``factory(home=..., args=[...])``), e.g. to restart
-  one in the same home after ``kill -9``.
+  one in the same home after ``kill -9``; ``command=[...]`` runs another entry point instead of
+  ``python -m adapters_lib.engine`` (the fault tests' ``tests/engine_faults.py``).
 - ``demo_run_config(**train)``: a small, fast demo run config (max_length 64, 1 device).
 """
 
@@ -37,9 +38,10 @@ class EngineProcess:
     """An engine subprocess in ``home``; ``start()`` waits until it answers."""
 
     def __init__(self, home: Path, args: list[str] | tuple[str, ...] = (),
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, command: list[str] | None = None):
         self.home = Path(home)
         self.args = list(args)
+        self.command = list(command or [sys.executable, "-m", "adapters_lib.engine"])
         self.env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(self.home), **(env or {})}
         self.env.pop("GEMMA_WORKBENCH_RUNS", None)
         self.proc: subprocess.Popen | None = None
@@ -64,7 +66,7 @@ class EngineProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         out = open(self.home / "engine-stdio.log", "ab")  # noqa: SIM115 - lives with the process
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "adapters_lib.engine", *self.args],
+        self.proc = subprocess.Popen([*self.command, *self.args],
                                      env=self.env, stdin=subprocess.DEVNULL, stdout=out,
                                      stderr=out, start_new_session=True)
         out.close()
@@ -112,8 +114,9 @@ def engine_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     made: list[EngineProcess] = []
 
     def factory(home: Path | None = None, args: list[str] | tuple[str, ...] = (),
-                env: dict[str, str] | None = None, start: bool = True) -> EngineProcess:
-        proc = EngineProcess(home or tmp_path_factory.mktemp("engine-home"), args, env)
+                env: dict[str, str] | None = None, start: bool = True,
+                command: list[str] | None = None) -> EngineProcess:
+        proc = EngineProcess(home or tmp_path_factory.mktemp("engine-home"), args, env, command)
         made.append(proc)
         if start:
             proc.start()

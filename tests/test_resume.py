@@ -3,7 +3,7 @@
 One run of the fixture's settings is stopped at step 13 (between periodic checkpoints, so the
 stop writes its own), resumed, interrupted by Ctrl-C at 27, resumed again: its per-step
 losses must equal the uninterrupted fixture run's. A copy of the stopped run, resumed with a learning rate that blows up, must fail
-with a clear event and keep the step-13 checkpoint.
+with a clear event and keep the step-13 checkpoint, even when it keeps a single checkpoint.
 """
 
 from __future__ import annotations
@@ -106,9 +106,10 @@ def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(stopped_run
     from adapters_lib.train.loop import TrainingDiverged, run_training
 
     cfg, _, copy, _, _ = stopped_run
-    # one checkpoint right after the first blown-up update, to be thrown away
+    # one checkpoint right after the first blown-up update, to be thrown away; keeping a single
+    # checkpoint must not let that save push out the last good one
     bad = cfg.replace(train=dataclasses.replace(cfg.train, learning_rate=1e30, checkpoint_every=STOP_AT + 1,
-                                                schedule="constant"))
+                                                schedule="constant", keep_checkpoints=1))
     with pytest.raises(TrainingDiverged) as err:
         run_training(bad, copy, resume=True)
     text = str(err.value)

@@ -19,6 +19,13 @@ def _make(root, name, now=0.0):
     return runs.create_run(load_config(None, [f'run.name="{name}"']), root=root, now=now)
 
 
+def _stopped(root, name, now=0.0):
+    """A run nobody works on (a queued run of this live test process is left alone)."""
+    run = _make(root, name, now)
+    runs.lifecycle.settle(run, "stopped", "made by the test")
+    return run
+
+
 @pytest.fixture
 def root(tmp_path):
     r = tmp_path / "runs"
@@ -106,8 +113,8 @@ def test_the_engine_deletes_by_exact_id_or_prefix_only(lookup_engine):
     from workbench.client import EngineRequestError
 
     proc, root = lookup_engine
-    zeta = _make(root, "zeta")
-    other = _make(root, "other", now=86400 * 400)
+    zeta = _stopped(root, "zeta")
+    other = _stopped(root, "other", now=86400 * 400)
     client = proc.start() if not proc.alive() else proc.client
     assert {r["id"] for r in client.list_runs()} == {zeta.run_id, other.run_id}
     with pytest.raises(EngineRequestError) as info:
@@ -122,7 +129,7 @@ def test_the_engine_refuses_to_delete_a_symlinked_run_in_words(lookup_engine, tm
     from workbench.client import EngineRequestError
 
     proc, root = lookup_engine
-    real = _make(tmp_path, "linked-away")
+    real = _stopped(tmp_path, "linked-away")
     os.symlink(real.path, root / real.run_id)
     client = proc.start() if not proc.alive() else proc.client
     with pytest.raises(EngineRequestError) as info:

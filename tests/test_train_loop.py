@@ -10,7 +10,7 @@ import pytest
 from fixtures_runs import TRAINED_DEMO_STEPS
 
 from adapters_lib.config import TrainSpec
-from adapters_lib.runs import RunDir, list_checkpoints, load_tuned, read_jsonl
+from adapters_lib.runs import RunDir, list_checkpoints, read_jsonl
 
 CONTRACT_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s"}
 
@@ -58,6 +58,7 @@ def test_checkpoints_hold_the_adapters_only_and_load_tuned_restores_them(trained
     import jax
 
     from adapters_lib import lora
+    from adapters_lib.train.checkpoints import load_tuned
 
     assert list_checkpoints(trained_demo_run) == [20, 40]
     cfg, loaded, adapters, step = load_tuned(trained_demo_run)
@@ -76,6 +77,7 @@ def test_checkpoints_hold_the_adapters_only_and_load_tuned_restores_them(trained
 
 def test_load_tuned_names_missing_steps(trained_demo_run):
     from adapters_lib.errors import WorkbenchError
+    from adapters_lib.runs import load_tuned  # the old name, kept for callers
 
     with pytest.raises(WorkbenchError, match="no checkpoint at step 7"):
         load_tuned(trained_demo_run, step=7)
@@ -162,3 +164,62 @@ def test_gradients_are_clipped_to_clip_norm():
         # Adam's first moment is (1 - b1) × the (clipped) gradient
         norm = float(jnp.linalg.norm(adam_mu / 0.1))
         assert (norm == pytest.approx(1.0, rel=1e-5)) == expect_clipped
+
+
+# --------------------------------------------------------------------------- hooks
+
+
+class Recorder:
+    """A hook that records what the trainer tells it, and stops the run after ``stop_after``."""
+
+    name = "early-stop"
+
+    def __init__(self, stop_after: int):
+        self.stop_after = stop_after
+        self.calls: list[tuple] = []
+
+    def on_start(self, session, step):
+        self.calls.append(("start", step, session.run.run_id))
+
+    def on_step(self, step, metrics):
+        self.calls.append(("step", step, metrics["loss"]))
+
+    def on_eval(self, step, results):
+        self.calls.append(("eval", step, sorted(results)))
+
+    def on_checkpoint(self, step):
+        self.calls.append(("checkpoint", step))
+
+    def should_stop(self):
+        return any(c[0] == "step" and c[1] >= self.stop_after for c in self.calls)
+
+    def on_end(self, result):
+        self.calls.append(("end", result.state, result.step))
+
+
+def test_hooks_see_steps_evals_checkpoints_and_can_end_the_run_early(tmp_path):
+    from fixtures_runs import demo_overrides
+
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.train.loop import run_training
+    from adapters_lib.train.trainer import TrainHook
+
+    cfg = load_config(None, demo_overrides(run__dir=f'"{tmp_path}"', train__steps=8, train__eval_every=3,
+                                           train__checkpoint_every=2))
+    run = runs.create_run(cfg)
+    hook = Recorder(stop_after=4)
+    assert not isinstance(hook, TrainHook)  # duck-typed hooks work as well as subclasses
+    result = run_training(cfg, run, hooks=[hook])
+    assert result.state == "completed" and result.step == 4
+    status = run.status()
+    assert status["state"] == "completed" and "stopped early by early-stop at step 4" in status["message"]
+    kinds = [c[0] for c in hook.calls]
+    assert hook.calls[0] == ("start", 0, run.run_id) and hook.calls[-1] == ("end", "completed", 4)
+    assert [c[1] for c in hook.calls if c[0] == "step"] == [1, 2, 3, 4]
+    assert [c[1:] for c in hook.calls if c[0] == "eval"] == [(3, ["eval_loss"])]
+    assert [c[1] for c in hook.calls if c[0] == "checkpoint"] == [2, 4]
+    assert kinds.index("checkpoint") > kinds.index("step")
+    steps_written = {m["step"]: m["loss"] for m in run.metrics()}
+    assert {c[1]: c[2] for c in hook.calls if c[0] == "step"} == steps_written
+    assert list_checkpoints(run) == [2, 4] and not run.owner_path.exists()

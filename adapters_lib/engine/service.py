@@ -4,9 +4,13 @@
 - One *device thread* runs everything that touches devices: a training run at a time (FIFO
   queue of runs) and device jobs (sampling, export). While a run trains, jobs are served
   between its steps (``TrainControl.between_steps``); when idle, the device thread runs them.
-- Runs are directories (``adapters_lib.runs``): the engine reads them back for any client,
-  so a client that reattaches sees every metric; a run left ``running``/``stopping`` by an
-  engine that died is marked ``interrupted`` at the next start, and can be resumed.
+- Runs are directories (``adapters_lib.runs``, looked up through its one ``Registry``): the
+  engine reads them back for any client, so a client that reattaches sees every metric. Every
+  request that reads a run reconciles it (``runs.lifecycle.reconcile``): an active run whose
+  owner (``owner.json``: pid, start time, host) is gone is marked ``interrupted`` and can be
+  resumed; a live foreground ``train`` is left alone.
+- A run's failure, wherever it happens (preparing it, training it, its folder removed, a full
+  disk), is recorded by ``runs.lifecycle.record_failure``; the device thread goes on.
 - Every request arrives as a command (``commands.py``) and goes through ``execute``.
 """
 
@@ -22,13 +26,12 @@ import sys
 import threading
 import time
 import tomllib
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters_lib import __version__, paths, runs
+from adapters_lib import __version__, runs
 from adapters_lib.config import RunConfig, config_from_dict
 from adapters_lib.engine import api, compute
 from adapters_lib.engine import devices as devices_mod
@@ -100,16 +103,14 @@ def _jsonable(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def checkpoint_steps(run: runs.RunDir) -> list[int]:
-    """Complete checkpoints (orbax renames a finished step dir to its number)."""
-    d = run.checkpoints_dir
-    if not d.is_dir():
-        return []
-    return sorted(int(p.name) for p in d.iterdir() if p.is_dir() and p.name.isdigit())
+    """Complete, finite checkpoints (``runs.checkpoints``' one rule)."""
+    return runs.list_checkpoints(run)
 
 
 class Engine:
     def __init__(self, *, runs_root: Path | None = None, warm: bool = True):
         self.runs_root = runs_root
+        self.registry = runs.Registry(runs_root)
         self.hub = Hub()
         self.started = time.time()
         self.listen: dict[str, Any] = {}
@@ -145,33 +146,33 @@ class Engine:
         self._device_thread.start()
 
     def recover(self) -> list[runs.RunDir]:
-        """Runs left queued/running/stopping by a process that is gone → ``interrupted``."""
+        """Runs left queued/running/stopping by a process that is gone → ``interrupted``
+        (the same reconciliation every request does; a live owner keeps its run)."""
         marked = []
         for run in self.all_runs():
-            status = run.status()
-            state = status.get("state")
-            if state not in runs.ACTIVE_STATES:
-                continue
-            pid = status.get("pid")
-            if isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid):
-                continue  # a foreground `train` process is still working on it
-            message = ("the engine stopped before the run started" if state == "queued"
-                       else "the process running it stopped unexpectedly")
-            run.set_state("interrupted", message)
-            marked.append(run)
+            before = run.status()
+            if before.get("state") in runs.ACTIVE_STATES:
+                after = runs.lifecycle.reconcile(run, before, here=False)
+                if after.get("state") == "interrupted":
+                    marked.append(run)
         return marked
 
     def shutdown(self, timeout: float = 120.0) -> None:
         """Stop the active run cleanly (it can be resumed), stop the device thread."""
         self._closing.set()
-        with self._cond:
+        with self._cond:  # queue and states change together (state_of reads both)
             queued = list(self._queue)
             self._queue.clear()
             if self._active is not None:
                 self._active.stop.set()
+            for item in queued:
+                try:
+                    runs.lifecycle.settle(item.run, "stopped",
+                                          "the engine was stopped before the run started")
+                except (OSError, WorkbenchError) as e:
+                    log.warning("run %s: %s", item.run.run_id, e)
             self._cond.notify_all()
         for item in queued:
-            item.run.set_state("stopped", "the engine was stopped before the run started")
             self.publish_status(item.run, end=True)
         if self._device_thread is not None:
             self._device_thread.join(timeout)
@@ -232,6 +233,8 @@ class Engine:
             elif item is not None:
                 try:
                     self._train(item)
+                except Exception:  # noqa: BLE001 - the device thread must outlive any run
+                    log.exception("run %s: unexpected error after the run", item.run.run_id)
                 finally:
                     with self._cond:
                         self._active = None
@@ -280,58 +283,54 @@ class Engine:
         from adapters_lib.train.loop import run_training
 
         run = item.run
-        run.write_status("running", pid=os.getpid())
         run_training(run.config(), run.path, control=RunControl(self, item), resume=item.resume)
 
     def _train(self, item: QueuedRun) -> None:
+        """Train one queued run. Whatever fails — its folder removed, a full disk, a mistake in
+        its config, a bug — the run is recorded failed with the reason, and the device thread
+        goes on to the next."""
         run = item.run
         log.info("run %s: %s", run.run_id, "resuming" if item.resume else "starting")
-        handler = RunLogHandler(self, run, threading.get_ident())
-        logging.getLogger().addHandler(handler)
+        handler = None
         try:
+            handler = RunLogHandler(self, run, threading.get_ident())
+            logging.getLogger().addHandler(handler)
             if item.stop.is_set():
-                run.set_state("stopped", "stopped before it started")
+                runs.lifecycle.settle(run, "stopped", "stopped before it started")
                 return
             self._run_training(item)
-        except WorkbenchError as e:  # run_training has marked the run failed already
-            log.error("run %s failed: %s", run.run_id, e)
-            if run.state != "failed":
-                run.set_state("failed", str(e), error=e.to_dict())
-        except Exception as e:
-            log.exception("run %s failed", run.run_id)
-            if run.state != "failed":
-                run.set_state("failed", f"{type(e).__name__}: {e}",
-                              error={"message": f"{type(e).__name__}: {e}", "where": None,
-                                     "hint": "see the engine log",
-                                     "traceback": traceback.format_exc(limit=20)})
+        except runs.RunOwned as e:  # another live process trains it: leave it to that one
+            log.warning("run %s not started: %s", run.run_id, e)
+        except Exception as e:  # noqa: BLE001 - recorded once (the trainer may have already)
+            if isinstance(e, WorkbenchError):
+                log.error("run %s failed: %s", run.run_id, e)
+            else:
+                log.error("run %s failed", run.run_id, exc_info=not runs.lifecycle.failure_recorded(e))
+            runs.lifecycle.record_failure(run, e)
         finally:
-            logging.getLogger().removeHandler(handler)
-            handler.close()
-            state = run.state
-            if state in ("running", "stopping", "queued"):
-                final = "stopped" if item.stop.is_set() else "completed"
-                run.set_state(final)
+            if handler is not None:
+                logging.getLogger().removeHandler(handler)
+                handler.close()
+            with self._cond:
+                self._active = None
+            runs.lifecycle.reconcile(run, here=False)  # never left active by a worker that ended
             log.info("run %s: %s", run.run_id, run.state)
             self.publish_status(run, end=True)
 
     # ----------------------------------------------------------------- runs
 
     def all_runs(self) -> list[runs.RunDir]:
-        found: dict[Path, runs.RunDir] = {}
-        for root in self.roots():
-            for run in runs.list_runs(root):
-                found.setdefault(run.path.resolve(), run)
-        return sorted(found.values(), key=lambda r: r.run_id, reverse=True)
+        return self.registry.all()
 
     def roots(self) -> list[Path]:
-        return [self.runs_root or runs.runs_root(), *_extra_roots()]
+        return self.registry.roots()
 
     def find_run(self, run_id: str) -> runs.RunDir:
         """An exact id or a unique prefix (never a suffix); a symbolic link is refused."""
         if not run_id or "/" in run_id or run_id.startswith("."):
             raise EngineError(f"bad run id {run_id!r}", status=400)
         try:
-            return runs.select_run(run_id, self.all_runs(), self.roots())
+            return self.registry.find(run_id)
         except runs.NoSuchRun as e:
             raise EngineError(e.message, status=404, where=e.where, hint=e.hint) from None
         except runs.LinkedRun as e:
@@ -339,13 +338,20 @@ class Engine:
         except runs.AmbiguousRun as e:
             raise EngineError(e.message, status=400, where=e.where, hint=e.hint) from None
 
+    def works_on(self, run: runs.RunDir) -> tuple[bool, bool]:
+        """(active here, queued here); call with ``self._cond`` held."""
+        active = self._active is not None and self._active.run.path == run.path
+        return active, any(q.run.path == run.path for q in self._queue)
+
     def state_of(self, run: runs.RunDir) -> dict[str, Any]:
-        status = run.status()
+        """The run's status, reconciled: an active run nobody works on becomes interrupted."""
         with self._cond:
-            active = self._active
-            queued = any(q.run.path == run.path for q in self._queue)
-        if active is not None and active.run.path == run.path:
-            if active.stop.is_set() and status.get("state") == "running":
+            status = run.status()
+            active, queued = self.works_on(run)
+            stop_set = active and self._active is not None and self._active.stop.is_set()
+        status = runs.lifecycle.reconcile(run, status, here=active or queued)
+        if active:
+            if stop_set and status.get("state") == "running":
                 status["state"] = "stopping"
         elif queued:
             status["state"] = "queued"
@@ -468,11 +474,11 @@ class Engine:
         cfg = self._config(cmd.config, cmd.config_toml, cmd.overrides, cmd.source or "<run config>")
         if self._closing.is_set():
             raise EngineError("the engine is shutting down", status=503)
-        root = runs.runs_root(cfg.run.dir)
-        if cfg.run.dir:
-            _remember_root(root)
-        run = runs.create_run(cfg, root=root)
-        self._enqueue(QueuedRun(run, resume=False))
+        with self._cond:  # created and queued together (state_of reads both)
+            run = self.registry.create(cfg)
+            self._queue.append(QueuedRun(run, resume=False))
+            self._cond.notify_all()
+        self.publish_status(run)
         log.info("run %s queued", run.run_id)
         return self.summary(run)
 
@@ -495,21 +501,28 @@ class Engine:
 
     def cmd_stop_run(self, cmd: api.StopRun) -> api.RunSummary:
         run = self.find_run(cmd.run_id)
-        with self._cond:
+        with self._cond:  # queue and state change together (state_of reads both)
             active = self._active if self._active and self._active.run.path == run.path else None
             queued = [q for q in self._queue if q.run.path == run.path]
             for q in queued:
                 self._queue.remove(q)
+            if queued:
+                runs.lifecycle.settle(run, "stopped", "stopped before it started")
         if active is not None:
             # The loop sees it before its next step, checkpoints, and writes stopping/stopped;
             # until then the API reports "stopping" (state_of).
             active.stop.set()
             self.publish_status(run)
         elif queued:
-            run.set_state("stopped", "stopped before it started")
             self.publish_status(run, end=True)
         else:
-            state = run.state
+            state = self.state_of(run).get("state")
+            if state in runs.ACTIVE_STATES:  # a live process other than this engine trains it
+                owner = runs.lease.owner_of(run)
+                who = owner.describe() if owner else "another process"
+                raise EngineError(f"run {run.run_id} is {state} in {who}, not in this engine",
+                                  status=409, hint="stop it where it runs (Ctrl-C in its terminal"
+                                  + (f", or kill -INT {owner.pid}" if owner else "") + ")")
             raise EngineError(f"run {run.run_id} is not running (it is {state})", status=409,
                               hint="resume it with `gemma-workbench runs resume`"
                               if state in runs.RESUMABLE_STATES else None)
@@ -521,9 +534,20 @@ class Engine:
         if state not in runs.RESUMABLE_STATES:
             raise EngineError(f"run {run.run_id} is {state}; only a stopped, failed or "
                               "interrupted run can be resumed", status=409)
+        if self._closing.is_set():
+            raise EngineError("the engine is shutting down", status=503)
         resume = bool(checkpoint_steps(run))
-        run.set_state("queued", "resume requested" if resume else "restart requested (no checkpoint)")
-        self._enqueue(QueuedRun(run, resume=resume))
+        item = QueuedRun(run, resume=resume)
+        with self._cond:  # the state and the queue change together (state_of reads both)
+            try:
+                runs.lease.claim(run, "queued")
+                run.set_state("queued", "resume requested" if resume
+                              else "restart requested (no checkpoint)")
+            except (runs.IllegalTransition, runs.RunOwned) as e:
+                raise EngineError(e.message, status=409, hint=e.hint) from None
+            self._queue.append(item)
+            self._cond.notify_all()
+        self.publish_status(run)
         return self.summary(run)
 
     def cmd_delete_run(self, cmd: api.DeleteRun) -> api.DeleteReply:
@@ -536,7 +560,7 @@ class Engine:
             raise EngineError(f"run {run.run_id} is {state}; stop it before deleting it",
                               status=409, hint="gemma-workbench runs stop " + run.run_id)
         try:
-            runs.delete_run_dir(run, self.roots())
+            self.registry.delete(run)
         except WorkbenchError as e:
             raise EngineError(e.message, status=409, where=e.where, hint=e.hint) from None
         log.info("run %s deleted", run.run_id)
@@ -622,16 +646,6 @@ class RunLogHandler(logging.Handler):
         super().close()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _brief(data: dict[str, Any]) -> dict[str, Any]:
     """A command for the log: a config dict summarized, long strings cut."""
     out = {}
@@ -642,22 +656,3 @@ def _brief(data: dict[str, Any]) -> dict[str, Any]:
             v = v[:200] + "…"
         out[k] = v
     return out
-
-
-def _roots_file() -> Path:
-    return paths.state_dir() / "run-roots.json"
-
-
-def _extra_roots() -> list[Path]:
-    try:
-        return [Path(p) for p in json.loads(_roots_file().read_text(encoding="utf-8"))]
-    except (OSError, ValueError, TypeError):
-        return []
-
-
-def _remember_root(root: Path) -> None:
-    roots = [str(p) for p in _extra_roots()]
-    if str(root.resolve()) not in roots:
-        roots.append(str(root.resolve()))
-        paths.ensure_private_dir(paths.state_dir())
-        runs.write_json_atomic(_roots_file(), roots)

@@ -2,9 +2,11 @@
 
 Each step folder holds ``params/weights.npz`` (the trainable variables by path: the LoRA
 kernels, or every weight for a full fine-tune), ``opt_state/variables.npz`` (the optimizer's
-variables by path: iteration, moments) and ``meta/meta.json`` (step, loss, time). A folder is
-written under a temporary name and renamed into place, so a numbered folder is whole (the
-same "numbered folder with params/" rule as ``adapters_lib.train.checkpoints.checkpoint_steps``).
+variables by path: iteration, moments) and ``meta/meta.json`` (step, loss, time, finite). A
+folder is written under a temporary name, fsync'd and renamed into place, so a numbered folder
+is whole; which steps count is ``adapters_lib.runs.checkpoints``' one rule, as on the gemma
+route, and so is retention (``prune``). A state with NaN or inf is never written
+(``NonFiniteState``).
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs import checkpoints as rule
+from adapters_lib.runs.checkpoints import complete_steps as checkpoint_steps
+from adapters_lib.runs.files import fsync_dir, fsync_file
+
+__all__ = ["NonFiniteState", "checkpoint_steps", "discard_from", "prune", "restore", "save"]
 
 
-def checkpoint_steps(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir()
-                  if p.is_dir() and p.name.isdigit() and (p / "params" / "weights.npz").is_file())
+class NonFiniteState(ValueError):
+    """The state to checkpoint holds NaN or inf: it is not written."""
 
 
 def _values(variables: list[Any]) -> dict[str, np.ndarray]:
@@ -38,24 +42,46 @@ def _values(variables: list[Any]) -> dict[str, np.ndarray]:
     return out
 
 
-def save(directory: Path, step: int, model: Any, *, loss: float | None, keep: int) -> Path:
-    """Write checkpoint ``step`` of ``model`` (a compiled keras Model) and prune to ``keep``."""
+def save(directory: Path, step: int, model: Any, *, loss: float | None) -> Path:
+    """Write checkpoint ``step`` of ``model`` (a compiled keras Model), whole or not at all."""
     directory.mkdir(parents=True, exist_ok=True)
+    params = _values(model.trainable_variables)
+    opt = _values(model.optimizer.variables)
+    if not all(np.isfinite(a).all() for a in (*params.values(), *opt.values())
+               if np.issubdtype(a.dtype, np.inexact)):
+        raise NonFiniteState(f"the trained values became NaN or infinite by step {step}")
     final = directory / str(step)
     tmp = directory / f".tmp-{step}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     for sub in ("params", "opt_state", "meta"):
         (tmp / sub).mkdir(parents=True)
-    np.savez(tmp / "params" / "weights.npz", **_values(model.trainable_variables))
-    np.savez(tmp / "opt_state" / "variables.npz", **_values(model.optimizer.variables))
+    np.savez(tmp / "params" / "weights.npz", **params)
+    np.savez(tmp / "opt_state" / "variables.npz", **opt)
     (tmp / "meta" / "meta.json").write_text(json.dumps({"step": step, "loss": loss, "time": time.time(),
-                                                        "backend": "keras"}))
+                                                        "backend": "keras", "finite": True}))
+    for f in ("params/weights.npz", "opt_state/variables.npz", "meta/meta.json"):
+        fsync_file(tmp / f)
+    for sub in ("params", "opt_state", "meta", ""):
+        fsync_dir(tmp / sub)
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
-    for old in checkpoint_steps(directory)[:-keep]:
-        shutil.rmtree(directory / str(old), ignore_errors=True)
+    fsync_dir(directory)
     return final
+
+
+def prune(directory: Path, keep: int, confirmed_below: int | None) -> None:
+    """Apply ``train.keep_checkpoints`` (``runs.checkpoints.prune_plan``)."""
+    for old in rule.prune_plan(checkpoint_steps(directory), keep, confirmed_below):
+        shutil.rmtree(directory / str(old), ignore_errors=True)
+
+
+def discard_from(directory: Path, step: int) -> list[int]:
+    """Delete every checkpoint at or after ``step`` (made from diverged weights); what is left."""
+    for k, folder in rule.step_folders(directory):
+        if k >= step:
+            shutil.rmtree(folder, ignore_errors=True)
+    return checkpoint_steps(directory)
 
 
 def _assign(variables: list[Any], values: Any, what: str, where: Path) -> None:

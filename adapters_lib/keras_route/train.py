@@ -6,10 +6,12 @@ events.jsonl, status.json, checkpoints every ``checkpoint_every`` steps and on s
 resume (the data of step k is ``pipeline.train_batch(k)``; weights, optimizer variables and
 step come back from the checkpoint), exact-match before/after on the demo tasks.
 
-Training is ``keras.Model.fit`` in segments that end at eval/checkpoint steps; a Keras
-callback writes each step's metrics, polls ``control`` and serves ``between_steps``. Per-step
-loss is recovered from fit's running mean (reset each segment); the gradient norm (before
-clipping) is recorded by the optimizer into one of its variables.
+``KerasTrainer`` is this route behind the one trainer interface (``train.trainer``: state,
+events, metrics, errors, hooks, the resume point and the divergence error are shared with the
+gemma route). Training is ``keras.Model.fit`` in segments that end at eval/checkpoint steps;
+a Keras callback writes each step's metrics, polls the session's stop decision and serves
+``between_steps``. Per-step loss is recovered from fit's running mean (reset each segment);
+the gradient norm (before clipping) is recorded by the optimizer into one of its variables.
 """
 
 from __future__ import annotations
@@ -24,11 +26,10 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.config import RunConfig
-from adapters_lib.errors import WorkbenchError
 from adapters_lib.keras_route import checkpoints
 from adapters_lib.keras_route.options import check_backend_options
 from adapters_lib.runs import RunDir
-from adapters_lib.train.loop import NullControl
+from adapters_lib.train.trainer import Trainer, TrainingDiverged, TrainResult, diverged, run_trainer
 
 log = logging.getLogger(__name__)
 
@@ -75,22 +76,21 @@ def make_optimizer(keras: Any, spec: Any):
     return opt, schedule_fn
 
 
-class _Trainer:
-    def __init__(self, cfg: RunConfig, run: RunDir, control: Any):
-        self.cfg, self.run, self.control = cfg, run, control or NullControl()
+class KerasTrainer(Trainer):
+    """The Keras route: keras-hub Gemma + ``enable_lora``, ``fit`` in segments."""
+
+    route = "keras"
+
+    def __init__(self, session: Any):
+        super().__init__(session)
         self.losses: dict[int, float] = {}
 
     # ---------------------------------------------------------------- records
     def event(self, kind: str, **fields: Any) -> None:
-        self.control.on_event(self.run.append_event(kind, **fields))
-
-    def state(self, state: str, message: str = "", **fields: Any) -> None:
-        status = self.run.write_status(state, **fields, **({"message": message} if message else {}))
-        self.event("state", state=state, step=status.get("step", 0), **({"message": message} if message else {}))
+        self.session.event(kind, **fields)
 
     def metrics(self, record: dict[str, Any]) -> None:
-        self.run.append_metrics(record)
-        self.control.on_metrics(record)
+        self.session.metrics(record)
 
     # ---------------------------------------------------------------- set-up
     def setup(self) -> None:
@@ -168,7 +168,8 @@ class _Trainer:
         with self._scope():
             res = exact_match(self.model, examples, base=(phase == "base"))
         self.event("exact_match", phase=phase, step=step, **res.to_dict())
-        self.run.write_status("running", **{f"exact_match_{phase}": res.score})
+        self.session.evaluated(step, {"exact_match": res.score, "phase": phase})
+        self.session.progress(**{f"exact_match_{phase}": res.score})
         return res.score
 
     def fit(self, start: int, stop: int) -> tuple[int, dict[str, Any] | None]:
@@ -197,8 +198,7 @@ class _Trainer:
                 loss = k * mean - (k - 1) * self.prev_mean
                 self.prev_mean = mean
                 if not math.isfinite(loss):
-                    raise WorkbenchError(f"loss became {loss} at step {step}", where="[train] learning_rate",
-                                         hint=f"lower train.learning_rate (now {t.learning_rate:g})")
+                    raise diverged(trainer.cfg, f"loss became {loss}", step)
                 now = time.perf_counter()
                 dt, self.last = now - self.last, now
                 state = getattr(self.model, "_jax_state", None) or {}
@@ -216,12 +216,12 @@ class _Trainer:
                     if step % t.log_every == 0:
                         trainer.metrics(record)
                     if step % 10 == 0:
-                        trainer.run.write_status("running", step=step, total_steps=t.steps, loss=loss)
-                if trainer.control.should_stop():
+                        trainer.session.progress(step=step, total_steps=t.steps, loss=loss)
+                if trainer.session.should_stop():
                     trainer.stop_requested = True
                     self.model.stop_training = True
                 else:
-                    trainer.control.between_steps()
+                    trainer.session.between_steps()
 
         cb = Metrics()
         with self._scope():
@@ -229,31 +229,40 @@ class _Trainer:
                             verbose=0, callbacks=[cb], shuffle=False)
         return cb.step, cb.held
 
-    def checkpoint(self, step: int) -> None:
-        checkpoints.save(self.run.checkpoints_dir, step, self.model.causal_lm, loss=self.losses.get(step),
-                         keep=self.cfg.train.keep_checkpoints)
-        self.event("checkpoint", step=step)
+    def checkpoint(self, step: int, *, confirmed_below: int | None = None) -> None:
+        """Save ``step``; every loss up to it is known finite, so older checkpoints are confirmed."""
+        directory = self.run.checkpoints_dir
+        self.session.sync()
+        checkpoints.prune(directory, self.cfg.train.keep_checkpoints,
+                          step if confirmed_below is None else confirmed_below)
+        try:
+            checkpoints.save(directory, step, self.model.causal_lm, loss=self.losses.get(step))
+        except checkpoints.NonFiniteState:
+            raise diverged(self.cfg, "the trained values became NaN or infinite", step + 1) from None
+        self.session.checkpointed(step)
 
     # ---------------------------------------------------------------- the run
-    def train(self, resume: bool) -> Any:
-        from adapters_lib.train.loop import TrainResult
+    def train(self, resume: bool) -> TrainResult:
+        try:
+            return self._train(resume)
+        except TrainingDiverged as err:
+            # checkpoint k gave the loss of step k+1: from the step before the bad loss on, diverged
+            kept = checkpoints.discard_from(self.run.checkpoints_dir, err.step - 1)
+            self.session.failed_divergence(err, kept)
+            raise
 
-        t, run = self.cfg.train, self.run
+    def _train(self, resume: bool) -> TrainResult:
+        t, run, session = self.cfg.train, self.run, self.session
         self.stop_requested = False
         self.setup()
         result = TrainResult(run_dir=run.path, state="running", step=0, total_steps=t.steps)
         start = 0
         if resume:
-            steps = checkpoints.checkpoint_steps(run.checkpoints_dir)
-            if not steps:
-                raise WorkbenchError(f"run {run.run_id} has no checkpoint to resume from",
-                                     where=str(run.checkpoints_dir), hint="start a new run")
-            start = steps[-1]
+            start = session.resume_point()
             with self._scope():
                 checkpoints.restore(run.checkpoints_dir, start, self.model.causal_lm)
-            run.truncate_metrics_after(start)
-            self.event("resumed", step=start)
-        run.write_status("running", step=start, total_steps=t.steps)
+            session.resumed(start)
+        session.progress(step=start, total_steps=t.steps)
         result.exact_match_base = run.status().get("exact_match_base")
         if result.exact_match_base is None and not resume:
             result.exact_match_base = self.exact_match("base", start)
@@ -269,6 +278,7 @@ class _Trainer:
                 ev = self.eval_loss()
                 if ev is not None:
                     record["eval_loss"] = result.final_eval_loss = ev
+                    session.evaluated(step, {"eval_loss": ev})
             if step < t.steps:  # the final record waits for the exact-match
                 self.metrics(record)
             if step % t.checkpoint_every == 0 and step < t.steps and not self.stop_requested:
@@ -276,39 +286,23 @@ class _Trainer:
         result.step, result.losses = step, dict(self.losses)
         result.final_loss = self.losses.get(step)
         if self.stop_requested and step < t.steps:
-            self.state("stopping", "stopped on request", step=step)
+            session.state("stopping", session.stop_reason, step=step)
             self.checkpoint(step)
-            self.state("stopped", f"stopped on request at step {step}; resume to continue", step=step)
-            result.state, result.message = "stopped", "stopped on request"
-            return result
+            return session.end_early(step, result)
         if record is not None:
             result.exact_match_tuned = self.exact_match("tuned", step)
             if result.exact_match_tuned is not None:
                 record.update(eval_exact_match=result.exact_match_tuned, base_exact_match=result.exact_match_base)
             self.metrics(record)
         self.checkpoint(step)
+        checkpoints.prune(run.checkpoints_dir, t.keep_checkpoints, None)  # done: all are good
         result.state = "completed"
-        self.state("completed", f"{step} steps", step=step, final_loss=result.final_loss,
-                   final_eval_loss=result.final_eval_loss)
+        session.settle("completed", f"{step} steps", step=step, final_loss=result.final_loss,
+                       final_eval_loss=result.final_eval_loss)
         return result
 
 
 def run_keras_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any = None,
-                       resume: bool = False) -> Any:
+                       resume: bool = False, hooks: Any = ()) -> TrainResult:
     """Train ``cfg`` (``model.backend = "keras"``) in ``run_dir``; returns a ``TrainResult``."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
-    tr = _Trainer(cfg, run, control)
-    tr.state("running", step=run.status().get("step", 0), total_steps=cfg.train.steps,
-             message="resuming" if resume else "starting")
-    try:
-        return tr.train(resume)
-    except WorkbenchError as err:
-        tr.state("failed", str(err), error=err.to_dict())
-        raise
-    except BaseException as err:
-        if isinstance(err, KeyboardInterrupt):
-            tr.state("stopped", "interrupted from the keyboard; resume from the last checkpoint")
-            raise
-        tr.state("failed", f"{type(err).__name__}: {err}",
-                 error={"message": f"{type(err).__name__}: {err}", "where": None, "hint": None})
-        raise
+    return run_trainer(KerasTrainer, cfg, run_dir, control=control, resume=resume, hooks=hooks)

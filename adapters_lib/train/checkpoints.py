@@ -5,9 +5,14 @@ One sub-directory per step, each with three items:
 - ``opt_state``: the optax state;
 - ``meta``: JSON — step, the RNG key data, and the loss at that step.
 The data position is the step itself (the pipeline is a pure function of (seed, step)).
-Orbax writes to a temporary folder and renames it when complete, so a checkpoint dir whose
-name is a step number is whole. Restores pass an abstract target tree (ShapeDtypeStruct with
-shardings) so that optax state types come back as they were (see STACK-NOTES).
+Orbax writes to a temporary folder and renames it when complete; which steps count (whole,
+finite) is ``adapters_lib.runs.checkpoints``' one rule, and so is retention: orbax keeps every
+step here and ``CheckpointStore.prune`` applies ``runs.checkpoints.prune_plan``. A save
+checks that the params and optimizer state are finite first (``NonFiniteState``): a
+diverged state is never written, and a checkpoint's meta says ``finite: true``. Restores pass
+an abstract target tree (ShapeDtypeStruct with shardings) so that optax state types come back
+as they were (see STACK-NOTES). ``load_tuned`` restores a run's tuned params for sampling
+and export.
 """
 
 from __future__ import annotations
@@ -17,13 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from adapters_lib.runs import checkpoint_steps
+from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs import RunDir
+from adapters_lib.runs import checkpoints as rule
+from adapters_lib.runs.checkpoints import complete_steps as checkpoint_steps
 
-__all__ = ["ITEMS", "CheckpointStore", "abstract_of", "abstract_trainable", "checkpoint_steps",
-           "restore_params", "rng_from_json", "rng_to_json"]
+__all__ = ["ITEMS", "CheckpointStore", "NonFiniteState", "abstract_of", "abstract_trainable",
+           "all_finite", "checkpoint_steps", "load_tuned", "restore_params", "rng_from_json",
+           "rng_to_json"]
 
 log = logging.getLogger(__name__)
 
@@ -42,37 +52,81 @@ def abstract_of(tree: Any, sharding: Any = None) -> Any:
     return jax.tree.map(one, tree)
 
 
+class NonFiniteState(ValueError):
+    """The state to checkpoint holds NaN or inf: it is not written."""
+
+
+@jax.jit
+def _all_finite(tree: Any) -> jax.Array:
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)
+              if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def all_finite(tree: Any) -> bool:
+    """Whether every floating value of ``tree`` is finite (one small device fetch)."""
+    return bool(jax.device_get(_all_finite(tree)))
+
+
 class CheckpointStore:
-    """Save and restore (trainable, opt_state, meta) per step; keeps the newest ``keep``."""
+    """Save and restore (trainable, opt_state, meta) per step; retention by ``prune``."""
 
     def __init__(self, directory: str | Path, *, keep: int = 3, read_only: bool = False):
         self.directory = Path(directory).absolute()
+        self.keep = keep
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=keep, create=not read_only, read_only=read_only,
+            max_to_keep=None, create=not read_only, read_only=read_only,
             enable_async_checkpointing=True, cleanup_tmp_directories=not read_only,
         )
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
 
     def latest_step(self) -> int | None:
-        return self.manager.latest_step()
+        """The newest complete, finite checkpoint (``runs.checkpoints``' rule)."""
+        return rule.latest_complete(self.directory)
 
     def steps(self) -> list[int]:
-        return sorted(self.manager.all_steps())
+        return rule.complete_steps(self.directory)
 
-    def save(self, step: int, trainable: Any, opt_state: Any, meta: dict[str, Any]) -> None:
-        """Start an asynchronous save (orbax copies device arrays before returning).
+    def save(self, step: int, trainable: Any, opt_state: Any, meta: dict[str, Any]) -> bool:
+        """Start an asynchronous save (orbax copies device arrays before returning); False when
+        ``step`` is saved already (a stop right after a periodic checkpoint): it is kept as
+        is, the params of one step are the same whoever saves them.
 
-        A step that is already saved (a stop right after a periodic checkpoint) is kept as is:
-        the params of one step are the same whoever saves them.
+        Raises ``NonFiniteState`` (and writes nothing) if the state holds NaN or inf.
         """
-        self.manager.wait_until_finished()  # orbax would wait here anyway; then all_steps is final
-        if step in self.manager.all_steps():
-            return
+        self.manager.wait_until_finished()  # orbax would wait here anyway; then the listing is final
+        if step in self.steps():
+            return False
+        if not all_finite((trainable, opt_state)):
+            raise NonFiniteState(f"the trained values became NaN or infinite by step {step}")
         self.manager.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(trainable),
             opt_state=ocp.args.StandardSave(opt_state),
-            meta=ocp.args.JsonSave({**meta, "step": int(step)}),
+            meta=ocp.args.JsonSave({**meta, "step": int(step), "finite": True}),
         ), force=True)
+        return True
+
+    def prune(self, confirmed_below: int | None) -> None:
+        """Apply ``train.keep_checkpoints`` to the checkpoints known good (``prune_plan``)."""
+        self.manager.wait_until_finished()
+        for step in rule.prune_plan(self.steps(), self.keep, confirmed_below):
+            self._delete(step)
+
+    def discard_from(self, step: int) -> list[int]:
+        """Delete every checkpoint at or after ``step`` (made from diverged params); what is left."""
+        self.manager.wait_until_finished()
+        for k, _ in rule.step_folders(self.directory):
+            if k >= step:
+                self._delete(k)
+        return self.steps()
+
+    def _delete(self, step: int) -> None:
+        try:
+            self.manager.delete(step)
+        except Exception:  # noqa: BLE001 - orbax may not list a step it did not write
+            import shutil
+
+            shutil.rmtree(self.directory / str(step), ignore_errors=True)
 
     def restore(self, step: int, abstract_trainable: Any, abstract_opt_state: Any) -> tuple[Any, Any, dict]:
         out = self.manager.restore(step, args=ocp.args.Composite(
@@ -85,9 +139,22 @@ class CheckpointStore:
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
-    def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+    def close(self, *, quiet: bool = False) -> None:
+        """Wait for the last save and close; ``quiet`` (an error is already on its way): a
+        failed save is logged, not raised over that error."""
+        try:
+            self.manager.wait_until_finished()
+        except Exception:
+            if not quiet:
+                raise
+            log.warning("a checkpoint save failed too", exc_info=True)
+        finally:
+            try:
+                self.manager.close()
+            except Exception:
+                if not quiet:
+                    raise
+                log.warning("closing the checkpoint manager failed", exc_info=True)
 
     def __enter__(self) -> CheckpointStore:
         return self
@@ -134,3 +201,33 @@ def rng_to_json(key: jax.Array) -> list[int]:
 
 def rng_from_json(data: list[int]) -> jax.Array:
     return jax.random.wrap_key_data(np.asarray(data, np.uint32))
+
+
+def load_tuned(run_dir: str | Path | RunDir, step: int | None = None):
+    """``(cfg, LoadedModel, trainable, step)`` of a run's checkpoint (latest when ``step`` is None).
+
+    ``trainable`` is the adapter tree for a LoRA run (merge it with ``loaded.params`` through
+    ``lora.merge_lora`` and apply with ``lora.wrap(loaded.model, cfg.lora)``); for a full
+    fine-tune (``cfg.lora.enabled = false``) it is the whole tuned params tree. The steps are
+    those of ``runs.checkpoints``' rule (complete and finite), as everywhere else.
+    """
+    from adapters_lib.models.loader import load_model
+
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    if not run.exists():
+        raise WorkbenchError(f"{run.path} is not a run directory (no config.toml)",
+                             hint="pass a directory made by `gemma-workbench train`")
+    cfg = run.config()
+    steps = rule.complete_steps(run.checkpoints_dir)
+    if not steps:
+        raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir),
+                             hint="wait for the first checkpoint (train.checkpoint_every) or resume it")
+    if step is None:
+        step = steps[-1]
+    elif step not in steps:
+        raise WorkbenchError(f"run {run.run_id} has no checkpoint at step {step}",
+                             hint=f"checkpoints: {', '.join(map(str, steps))}")
+    loaded = load_model(cfg.model, param_dtype=cfg.train.param_dtype)
+    abstract = abstract_trainable(loaded, cfg)
+    trainable = restore_params(run.checkpoints_dir, step, abstract)
+    return cfg, loaded, trainable, step

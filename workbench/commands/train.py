@@ -130,8 +130,9 @@ def _resume(args: argparse.Namespace) -> int:
     from adapters_lib import runs
 
     run_dir = runs.find_run(args.resume)
-    if run_dir.state not in runs.RESUMABLE_STATES:
-        raise WorkbenchError(f"run {run_dir.run_id} is {run_dir.state}", where="train --resume",
+    state = runs.lifecycle.reconcile(run_dir).get("state")  # a dead owner's run is interrupted
+    if state not in runs.RESUMABLE_STATES:
+        raise WorkbenchError(f"run {run_dir.run_id} is {state}", where="train --resume",
                              hint="only stopped, failed or interrupted runs resume")
     cfg = run_dir.config()
     print(run_dir.path, flush=True)

@@ -1,0 +1,294 @@
+"""One trainer interface for both routes, with hooks (after tunix's ``abstract_trainer``).
+
+A route (the gemma loop, ``train.loop.GemmaTrainer``; the Keras route,
+``keras_route.train.KerasTrainer``) implements ``Trainer.train(resume)``: the steps, the
+evals, the checkpoints. Everything a run shares goes through its ``RunSession``:
+
+- state (status.json through ``runs`` and its lifecycle), events, metrics (each also sent to
+  the engine's ``TrainControl`` and to the hooks);
+- the stop decision (the engine's request, or a hook's ``should_stop``) and how a run ends
+  early (``end_early``: stopped on request, resumable; completed when a hook ended it);
+- the resume point (``runs.checkpoints``' one rule) and the divergence error.
+
+``run_trainer`` is the harness around a route: it claims the run's owner lease, writes
+``running``, runs the route, and records a failure in **one** place
+(``runs.lifecycle.record_failure``) whatever the error — a config mistake, a folder that
+vanished, a full disk, a NaN loss, a bug. A Ctrl-C is a stop. Importing this module is cheap.
+
+Hooks (``TrainHook``) add per-step, per-eval and per-checkpoint behaviour without touching the
+routes (eval metrics, best-checkpoint selection, early stopping, TensorBoard):
+``on_start(session, step)``, ``on_step(step, metrics)``, ``on_eval(step, results)``,
+``on_checkpoint(step)``, ``should_stop()``, ``on_end(result)``. A hook that raises fails the
+run like any other error (a hook is part of the run).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs import ACTIVE_STATES, RunDir, lease, lifecycle
+from adapters_lib.runs.checkpoints import latest_complete
+
+log = logging.getLogger(__name__)
+
+
+class TrainControl(Protocol):
+    """What the engine hands a run: the stop request, live streams, jobs between steps."""
+
+    def should_stop(self) -> bool: ...
+    def on_metrics(self, record: dict[str, Any]) -> None: ...
+    def on_event(self, record: dict[str, Any]) -> None: ...
+    def between_steps(self) -> None: ...
+
+
+class NullControl:
+    """No engine: never stops, drops callbacks."""
+
+    def should_stop(self) -> bool:
+        return False
+
+    def on_metrics(self, record: dict[str, Any]) -> None:
+        pass
+
+    def on_event(self, record: dict[str, Any]) -> None:
+        pass
+
+    def between_steps(self) -> None:
+        pass
+
+
+class TrainHook:
+    """Per-step/per-eval/per-checkpoint behaviour added to a run; every method is optional."""
+
+    name: ClassVar[str] = ""
+
+    def on_start(self, session: RunSession, step: int) -> None:
+        """Before the first step (``step`` > 0 on a resume)."""
+
+    def on_step(self, step: int, metrics: dict[str, Any]) -> None:
+        """A metrics record was written (every ``log_every`` steps, eval steps, the last)."""
+
+    def on_eval(self, step: int, results: dict[str, Any]) -> None:
+        """Eval results: ``{"eval_loss": x}``, or ``{"exact_match": s, "phase": ...}``."""
+
+    def on_checkpoint(self, step: int) -> None:
+        """A checkpoint of ``step`` was handed to the writer."""
+
+    def should_stop(self) -> bool:
+        """True ends the run early (checkpointed, ``completed``)."""
+        return False
+
+    def on_end(self, result: TrainResult) -> None:
+        """The run ended (completed, stopped); not called when it failed."""
+
+
+class TrainingDiverged(WorkbenchError):
+    """The loss became NaN or infinite; the run is ``failed``, its last good checkpoint kept."""
+
+    def __init__(self, message: str, *, step: int, where: str | None = None, hint: str | None = None):
+        super().__init__(message, where=where, hint=hint)
+        self.step = step
+        self.status_fields: dict[str, Any] = {}
+
+
+def diverged(cfg: Any, what: str, step: int) -> TrainingDiverged:
+    """The divergence error both routes raise (``what``: e.g. "loss became nan")."""
+    t = cfg.train
+    return TrainingDiverged(
+        f"{what} at step {step}", step=step, where="[train] learning_rate",
+        hint=f"lower train.learning_rate (now {t.learning_rate:g}), e.g. to "
+             f"{t.learning_rate / 10:g}, or keep train.clip_norm on (now {t.clip_norm:g}); "
+             "the last good checkpoint is kept")
+
+
+def finite(x: Any) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    state: str
+    """completed, stopped or failed."""
+    step: int
+    total_steps: int
+    final_loss: float | None = None
+    final_eval_loss: float | None = None
+    exact_match_base: float | None = None
+    exact_match_tuned: float | None = None
+    losses: dict[int, float] = field(default_factory=dict)
+    message: str = ""
+
+
+class RunSession:
+    """One run as a trainer sees it: the run dir, the engine's control and the hooks."""
+
+    def __init__(self, cfg: Any, run: RunDir, control: Any = None, hooks: Sequence[TrainHook] = ()):
+        self.cfg = cfg
+        self.run = run
+        self.control = control or NullControl()
+        self.hooks = list(hooks)
+        self.stop_reason = ""
+        self.stopped_by_hook = ""
+
+    # ---------------------------------------------------------------- records
+    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        record = self.run.append_event(kind, **fields)
+        self.control.on_event(record)
+        return record
+
+    def state(self, state: str, message: str = "", **fields: Any) -> dict[str, Any]:
+        """A state change (running, stopping) with its event."""
+        extra = {"message": message} if message else {}
+        status = self.run.write_status(state, **fields, **extra) or {}
+        self.event("state", state=state, step=status.get("step", 0), **extra)
+        return status
+
+    def progress(self, **fields: Any) -> None:
+        """Update status.json while running (no event)."""
+        self.run.write_status("running", **fields)
+
+    def metrics(self, record: dict[str, Any]) -> None:
+        self.run.append_metrics(record)
+        self.control.on_metrics(record)
+        for hook in self.hooks:
+            hook.on_step(int(record["step"]), record)
+
+    def evaluated(self, step: int, results: dict[str, Any]) -> None:
+        for hook in self.hooks:
+            hook.on_eval(step, results)
+
+    def checkpointed(self, step: int) -> None:
+        self.event("checkpoint", step=step)
+        for hook in self.hooks:
+            hook.on_checkpoint(step)
+
+    def sync(self) -> None:
+        """Make the metrics written so far durable (before a checkpoint is written)."""
+        self.run.sync_metrics()
+
+    # ---------------------------------------------------------------- control
+    def should_stop(self) -> bool:
+        """Asked once a step: the engine's stop request, or a hook's."""
+        if self.control.should_stop():
+            self.stop_reason = self.stop_reason or "stopped on request"
+            return True
+        for hook in self.hooks:
+            if hook.should_stop():
+                self.stopped_by_hook = hook.name or type(hook).__name__
+                self.stop_reason = f"stopped early by {self.stopped_by_hook}"
+                return True
+        return False
+
+    def between_steps(self) -> None:
+        self.control.between_steps()
+
+    def resume_point(self) -> int:
+        """The step to resume from: the newest complete, finite checkpoint."""
+        step = latest_complete(self.run.checkpoints_dir)
+        if step is None:
+            raise WorkbenchError(f"run {self.run.run_id} has no checkpoint to resume from",
+                                 where=str(self.run.checkpoints_dir),
+                                 hint="start a new run with `gemma-workbench train`")
+        return step
+
+    def resumed(self, step: int) -> None:
+        self.run.truncate_metrics_after(step)
+        self.event("resumed", step=step)
+        log.info("resumed %s at step %d", self.run.run_id, step)
+
+    # ---------------------------------------------------------------- endings
+    def end_early(self, step: int, result: TrainResult) -> TrainResult:
+        """After the stop checkpoint: ``stopped`` (a request; resumable) or ``completed`` (a hook)."""
+        if self.stopped_by_hook:
+            result.state, result.message = "completed", self.stop_reason
+            self.settle("completed", f"{self.stop_reason} at step {step}", step=step,
+                        final_loss=result.final_loss, final_eval_loss=result.final_eval_loss)
+        else:
+            result.state, result.message = "stopped", self.stop_reason
+            self.settle("stopped", f"{self.stop_reason} at step {step}; resume to continue", step=step)
+        return result
+
+    def settle(self, state: str, message: str = "", **fields: Any) -> None:
+        """The run's own end (stopped, completed): state, event, lease released."""
+        self.state(state, message, **fields)
+        lease.release(self.run)
+
+    def failed(self, status: dict[str, Any]) -> None:
+        """Tell the engine's stream about a failure ``lifecycle.record_failure`` recorded."""
+        self.control.on_event({"time": status.get("updated"), "kind": "state", "state": "failed",
+                               "step": status.get("step", 0), "message": status.get("message", "")})
+
+    def failed_divergence(self, err: TrainingDiverged, kept: list[int]) -> None:
+        """Fields the failure of a diverged run records (its last good checkpoint)."""
+        err.status_fields = {"step": max(err.step - 1, 0),
+                             "last_good_checkpoint": kept[-1] if kept else None}
+
+
+class Trainer(abc.ABC):
+    """A training route over one ``RunSession``."""
+
+    route: ClassVar[str] = ""
+
+    def __init__(self, session: RunSession):
+        self.session = session
+        self.cfg = session.cfg
+        self.run = session.run
+
+    @abc.abstractmethod
+    def train(self, resume: bool) -> TrainResult:
+        """Train to ``train.steps`` (from the last checkpoint when ``resume``); see the module."""
+
+
+def run_trainer(trainer_cls: type[Trainer], cfg: Any, run_dir: str | Path | RunDir, *,
+                control: Any = None, resume: bool = False,
+                hooks: Iterable[TrainHook] = ()) -> TrainResult:
+    """Run ``trainer_cls`` on ``run_dir`` (see the module docstring).
+
+    Raises ``RunOwned`` (nothing written) when another live process trains the run; any other
+    error is recorded as the run's failure, then raised.
+    """
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
+    session = RunSession(cfg, run, control, list(hooks))
+    lease.claim(run, "training")
+    try:
+        status = run.status()
+        if not resume and run.metrics():  # a restart (nothing to resume from): a fresh curve
+            run.truncate_metrics_after(0)
+            status["step"] = 0
+        session.state("running", "resuming" if resume else "starting",
+                      step=status.get("step", 0), total_steps=cfg.train.steps, pid=os.getpid())
+        trainer = trainer_cls(session)
+        for hook in session.hooks:
+            hook.on_start(session, int(status.get("step", 0)) if resume else 0)
+        result = trainer.train(resume)
+        for hook in session.hooks:
+            hook.on_end(result)
+        return result
+    except KeyboardInterrupt:
+        if run.state in ACTIVE_STATES:
+            session.settle("stopped", "interrupted from the keyboard; resume from the last checkpoint")
+        raise
+    except BaseException as err:
+        if isinstance(err, (SystemExit, GeneratorExit)):
+            raise
+        recorded = lifecycle.failure_recorded(err)
+        status = lifecycle.record_failure(run, err, **getattr(err, "status_fields", {}))
+        if not recorded:
+            session.failed(status)
+        if not isinstance(err, WorkbenchError):
+            log.error("run %s failed: %s: %s", run.run_id, type(err).__name__, err)
+        raise
+    finally:
+        lease.release(run)
