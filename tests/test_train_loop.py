@@ -58,7 +58,7 @@ def test_checkpoints_hold_the_adapters_only_and_load_tuned_restores_them(trained
     import jax
 
     from adapters_lib import lora
-    from adapters_lib.train.checkpoints import load_tuned
+    from adapters_lib.tuned.checkpoint import load_checkpoint as load_tuned
 
     assert list_checkpoints(trained_demo_run) == [20, 40]
     cfg, loaded, adapters, step = load_tuned(trained_demo_run)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters_lib import __version__, runs
+from adapters_lib import __version__, paths, runs
 from adapters_lib.config import RunConfig, config_from_dict
 from adapters_lib.engine import api, compute
 from adapters_lib.engine import devices as devices_mod

@@ -80,12 +80,11 @@ def list_checkpoints(run_dir: str | Path | RunDir) -> list[int]:
 
 
 def __getattr__(name: str) -> Any:
-    # ``load_tuned`` moved out of the run-directory package (it loads a model): it lives in
-    # ``adapters_lib.train.checkpoints``. The old name is kept for callers until the
-    # tuned-model module replaces them; imported on use, so this package never imports the
-    # training side (no runs ↔ train.checkpoints circle).
+    # ``load_tuned`` moved out of the run-directory package (it loads a model): it is
+    # ``adapters_lib.tuned.checkpoint.load_checkpoint``. The old name is kept for callers,
+    # imported on use, so this package never imports the model side.
     if name == "load_tuned":
         import importlib
 
-        return importlib.import_module("adapters_lib.train.checkpoints").load_tuned
+        return importlib.import_module("adapters_lib.tuned.checkpoint").load_checkpoint
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,8 +11,8 @@ step here and ``CheckpointStore.prune`` applies ``runs.checkpoints.prune_plan``.
 checks that the params and optimizer state are finite first (``NonFiniteState``): a
 diverged state is never written, and a checkpoint's meta says ``finite: true``. Restores pass
 an abstract target tree (ShapeDtypeStruct with shardings) so that optax state types come back
-as they were (see STACK-NOTES). ``load_tuned`` restores a run's tuned params for sampling
-and export.
+as they were (see STACK-NOTES). Loading a run's tuned model for sampling and export is
+``adapters_lib.tuned``'s (``tuned.checkpoint.load_checkpoint``).
 """
 
 from __future__ import annotations
@@ -26,14 +26,11 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 
-from adapters_lib.errors import WorkbenchError
-from adapters_lib.runs import RunDir
 from adapters_lib.runs import checkpoints as rule
 from adapters_lib.runs.checkpoints import complete_steps as checkpoint_steps
 
 __all__ = ["ITEMS", "CheckpointStore", "NonFiniteState", "abstract_of", "abstract_trainable",
-           "all_finite", "checkpoint_steps", "load_tuned", "restore_params", "rng_from_json",
-           "rng_to_json"]
+           "all_finite", "checkpoint_steps", "restore_params", "rng_from_json", "rng_to_json"]
 
 log = logging.getLogger(__name__)
 
@@ -202,32 +199,3 @@ def rng_to_json(key: jax.Array) -> list[int]:
 def rng_from_json(data: list[int]) -> jax.Array:
     return jax.random.wrap_key_data(np.asarray(data, np.uint32))
 
-
-def load_tuned(run_dir: str | Path | RunDir, step: int | None = None):
-    """``(cfg, LoadedModel, trainable, step)`` of a run's checkpoint (latest when ``step`` is None).
-
-    ``trainable`` is the adapter tree for a LoRA run (merge it with ``loaded.params`` through
-    ``lora.merge_lora`` and apply with ``lora.wrap(loaded.model, cfg.lora)``); for a full
-    fine-tune (``cfg.lora.enabled = false``) it is the whole tuned params tree. The steps are
-    those of ``runs.checkpoints``' rule (complete and finite), as everywhere else.
-    """
-    from adapters_lib.models.loader import load_model
-
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
-    if not run.exists():
-        raise WorkbenchError(f"{run.path} is not a run directory (no config.toml)",
-                             hint="pass a directory made by `gemma-workbench train`")
-    cfg = run.config()
-    steps = rule.complete_steps(run.checkpoints_dir)
-    if not steps:
-        raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir),
-                             hint="wait for the first checkpoint (train.checkpoint_every) or resume it")
-    if step is None:
-        step = steps[-1]
-    elif step not in steps:
-        raise WorkbenchError(f"run {run.run_id} has no checkpoint at step {step}",
-                             hint=f"checkpoints: {', '.join(map(str, steps))}")
-    loaded = load_model(cfg.model, param_dtype=cfg.train.param_dtype)
-    abstract = abstract_trainable(loaded, cfg)
-    trainable = restore_params(run.checkpoints_dir, step, abstract)
-    return cfg, loaded, trainable, step
