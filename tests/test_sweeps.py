@@ -141,3 +141,42 @@ def test_sweep_dry_run_checks_every_point_before_queueing(tmp_path, capsys):
     assert f"{cfg} [sweep] grid" in err and "point 2" in err
     assert main(["sweep", str(cfg), "--grid", "lora.rank=4", "--metric", "rogue_l", "--dry-run"]) == 2
     assert "did you mean 'rouge_l'" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def sweep_engine(engine_factory):
+    """A real engine (no JAX needed: the sweep routes read run directories)."""
+    return engine_factory(args=["--no-warm"])
+
+
+def test_runs_sweep_reads_the_table_through_the_engine(sweep_engine, monkeypatch, capsys):
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(sweep_engine.home))
+    root = sweep_engine.home / "data" / "runs"
+    sid = "sweep-20260102-000000-cli-0f0f"
+    low = _fake_point(root, sid, {"lora.rank": 4, "train.seed": 1}, [(5, 1.1)], peak_bytes=2_500_000)
+    _fake_point(root, sid, {"lora.rank": 8, "train.seed": 1}, [(5, 1.3)])
+    reply = sweep_engine.client.get_sweep("sweep-20260102")
+    assert reply.sweep == sid and reply.best.run_id == low.run_id and reply.best.value("loss") == 1.1
+    assert [p.point["lora.rank"] for p in reply.points] == [4, 8]
+
+    assert main(["runs", "sweep", sid, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) >= {"sweep", "metric", "best", "points"} and data["metric"] == "loss"
+    for p in data["points"]:
+        assert set(p) >= {"point", "run_id", "state", "loss", "best_step", "wall_s", "peak_bytes",
+                          "trainable_params"}
+    assert data["best"]["run_id"] == low.run_id
+
+    assert main(["runs", "sweep", sid]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert "ranked by loss (lower is better)" in table[0]
+    assert table[2].startswith("*") and low.run_id in table[2] and "2.5 MB" in table[2]
+    assert table[-1].startswith(f"best: {low.run_id} (lora.rank=4 train.seed=1)")
+
+    assert main(["runs", "sweep"]) == 0
+    assert sid in capsys.readouterr().out
+    assert main(["runs", "sweep", "sweep-none-such"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no sweep 'sweep-none-such'" in err
+    assert main(["runs", "sweep", sid, "--metric", "rogue_l"]) == 2
+    assert "did you mean 'rouge_l'" in capsys.readouterr().err

@@ -345,6 +345,14 @@ class EngineClient:
     def get_run(self, run_id: str, *, metrics: bool = True, events: bool = True) -> api.RunDetail:
         return self.call(api.GetRun(run_id=run_id, metrics=metrics, events=events))
 
+    def list_sweeps(self) -> list[api.SweepInfo]:
+        """Every sweep the engine's runs belong to (#20), newest first."""
+        return self.call(api.ListSweeps()).sweeps
+
+    def get_sweep(self, sweep_id: str, *, metric: str = "") -> api.SweepResults:
+        """A sweep's results table (``runs sweep ID --json``; contract)."""
+        return self.call(api.GetSweep(sweep_id=sweep_id, metric=metric))
+
     def stop_run(self, run_id: str) -> api.RunSummary:
         return self.call(api.StopRun(run_id=run_id))
 

@@ -45,7 +45,7 @@ TERMINAL_STATES = ("stopped", "completed", "failed", "interrupted")
 
 
 IMPORT_FREE = frozenset({"status", "shutdown", "list_runs", "get_run", "stop_run", "resume_run",
-                         "delete_run", "create_run", "stream_run"})
+                         "delete_run", "create_run", "stream_run", "list_sweeps", "get_sweep"})
 """Commands that import nothing: served at once, even while the engine imports JAX."""
 
 
@@ -498,6 +498,21 @@ class Engine:
         if cmd.events:
             out["events"] = run.events()
         return api.RunDetail.from_json(out)
+
+    # evals (#20): a sweep's results, from its runs' directories (adapters_lib.sweeps)
+    def cmd_list_sweeps(self, cmd: api.ListSweeps) -> api.SweepList:
+        from adapters_lib.sweeps import results
+
+        return api.SweepList.from_json({"sweeps": results.list_sweeps(self.all_runs())})
+
+    def cmd_get_sweep(self, cmd: api.GetSweep) -> api.SweepResults:
+        from adapters_lib.sweeps import results
+
+        try:
+            out = results.summary(self.all_runs(), cmd.sweep_id, cmd.metric)
+        except results.NoSuchSweep as e:
+            raise EngineError(e.message, status=404, where=e.where, hint=e.hint) from None
+        return api.SweepResults.from_json(out)
 
     def cmd_stop_run(self, cmd: api.StopRun) -> api.RunSummary:
         run = self.find_run(cmd.run_id)

@@ -26,6 +26,7 @@ from typing import Any
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.evals import records
 from adapters_lib.evals.metrics import best_index
+from adapters_lib.evals.selection import candidates
 from adapters_lib.runs import RunDir
 
 FINAL_STATES = ("completed", "stopped", "failed", "interrupted")
@@ -102,14 +103,15 @@ def point_entry(run: RunDir, table: dict[str, Any], metric: str) -> dict[str, An
     value = final.get(metric)
     if value is None and metric == "loss":
         value = _final_loss(run, status)
-    tuned = sorted((r for r in rows if r["phase"] == "tuned" and metric in r), key=lambda r: r["step"])
     best_step = best_value = None
     if status.get("best_metric") == metric and isinstance(status.get("best_step"), int):
         best_step, best_value = status["best_step"], status.get("best_value")
-    elif tuned:
-        i = best_index(metric, [r[metric] for r in tuned])
+    else:
+        values = candidates(run, metric)  # eval.jsonl; for loss also metrics.jsonl's eval_loss
+        steps = sorted(values)
+        i = best_index(metric, [values[s] for s in steps])
         if i is not None:
-            best_step, best_value = tuned[i]["step"], tuned[i][metric]
+            best_step, best_value = steps[i], values[steps[i]]
     point = table.get("point") if isinstance(table.get("point"), dict) else {}
     return {
         "point": point, "run_id": run.run_id, "state": str(status.get("state", "queued")),
@@ -137,6 +139,12 @@ def _index(table: dict[str, Any]) -> int | None:
 
 def summary(runs: list[RunDir], sweep_id: str, metric: str = "") -> dict[str, Any]:
     """The sweep's results (see the module doc); ``sweep_id`` may be a unique prefix."""
+    from adapters_lib.config import EVAL_METRICS
+    from adapters_lib.config_checks import closest
+
+    if metric and metric not in EVAL_METRICS:
+        raise WorkbenchError(f"{metric!r} is not a metric", where="metric",
+                             hint=f"{closest(metric, list(EVAL_METRICS))} (metrics are {', '.join(EVAL_METRICS)})")
     sid = resolve(sweep_id, runs)
     members = _members(runs)[sid]
     metric = metric or next((str(t.get("metric")) for _, t in members if t.get("metric")), "loss")

@@ -2,8 +2,10 @@
 
 All through the engine (started on demand): ``runs [--json]``, ``runs show ID``,
 ``runs stop ID``, ``runs resume ID``, ``runs attach ID`` (follows the metrics here until the
-run ends; Ctrl-C detaches — the run goes on), ``runs delete ID [--yes]``. The engine finds
-the run (an exact id or a unique prefix of one).
+run ends; Ctrl-C detaches — the run goes on), ``runs delete ID [--yes]``,
+``runs sweep [ID] [--metric M] [--json]`` (a sweep's results table; without ID, the sweeps;
+rendered by ``workbench.commands._sweep_table``). The engine finds the run (an exact id or a
+unique prefix of one).
 
 ``runs delete`` shows what it will delete (id, state, size, folder) and asks on a terminal;
 ``--yes`` deletes without asking (scripts). Without a terminal and without ``--yes`` it
@@ -49,6 +51,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "attach":
             a.add_argument("--since", type=_step, default=0, metavar="STEP",
                            help="replay metrics after STEP (default: all)")
+
+
+    sw = actions.add_parser("sweep", help="a sweep's results: point, final eval metrics, best "
+                                          "step, wall time, peak memory, trainable params")
+    sw.add_argument("sweep_id", nargs="?", default="", metavar="ID",
+                    help="the sweep id or a unique prefix (none: list the sweeps)")
+    sw.add_argument("--metric", default="", help="rank by this metric (default: the sweep's)")
+    sw.add_argument("--json", action="store_true", help="print JSON")
+    sw.set_defaults(handler=run_sweep)
 
 
 def _step(text: str) -> int:
@@ -249,4 +260,16 @@ def run_attach(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print(f"\ndetached; the run goes on (`gemma-workbench runs attach {run['id']}`)",
                   file=sys.stderr)
+    return 0
+
+
+def run_sweep(args: argparse.Namespace) -> int:
+    from workbench.commands._sweep_table import render_sweep, render_sweeps
+
+    with _client() as c:
+        data = c.get_sweep(args.sweep_id, metric=args.metric) if args.sweep_id else c.list_sweeps()
+    if args.json:
+        print(json.dumps(to_jsonable(data)))
+    else:
+        print(render_sweep(data) if args.sweep_id else render_sweeps(data))
     return 0

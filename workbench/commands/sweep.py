@@ -117,12 +117,10 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
         return 0
     from workbench.client import connect
+    from workbench.commands.train import engine_config
 
-    if p["remote"]:  # a remote config's paths are the engine machine's: it resolves them
-        text = Path(args.config).read_text(encoding="utf-8")
-        common = list(args.overrides)
-    else:
-        text, common = p["base"].to_toml(), []
+    # the resolved config here; under --remote the file as written (the engine resolves it)
+    text, common = engine_config(args, p["base"])
     queued: list[dict[str, Any]] = []
     with connect() as client:
         for x in p["points"]:

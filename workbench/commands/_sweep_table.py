@@ -1,0 +1,104 @@
+"""A sweep's results as text: ``runs sweep ID`` (and the points ranked, for the TUI).
+
+``ranked(results)`` orders the points best first by the sweep's metric (its direction: loss
+and perplexity lower, the others higher); points without a value go last, in grid order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+LOWER_IS_BETTER = ("loss", "perplexity")
+
+
+def _value(point: Any, metric: str) -> float | None:
+    v = point.value(metric) if hasattr(point, "value") else point.get(metric)
+    return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def ranked(results: Any) -> list[Any]:
+    metric = results["metric"]
+    sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
+
+    def key(p: Any) -> tuple[int, float, int]:
+        v = _value(p, metric)
+        return (v is None, sign * v if v is not None else 0.0, p.get("index") or 10**6)
+
+    return sorted(results["points"], key=key)
+
+
+def _bytes(n: Any) -> str:
+    if not isinstance(n, (int, float)):
+        return "-"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _count(n: Any) -> str:
+    if not isinstance(n, int):
+        return "-"
+    return f"{n / 1e6:.2f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else str(n)
+
+
+def _num(v: Any) -> str:
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+        return "-"
+    return f"{v:.4f}" if abs(v) < 1000 else f"{v:.1f}"
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, list):
+        return " ".join(map(str, v))
+    return str(v)
+
+
+def render_sweep(results: Any) -> str:
+    metric = results["metric"]
+    points = ranked(results)
+    best = (results.get("best") or {}).get("run_id")
+    keys: list[str] = []
+    for p in points:
+        keys += [k for k in (p.get("point") or {}) if k not in keys]
+    others: list[str] = []
+    for p in points:
+        others += [k for k in (p.get("metrics") or {}) if k != metric and k not in others]
+    head = ["", *keys, "state", metric, "best step", *others, "wall", "peak mem", "trainable", "run"]
+    rows = []
+    for p in points:
+        final = p.get("metrics") or {}
+        wall = p.get("wall_s")
+        rows.append(["*" if p.get("run_id") == best else "",
+                     *[_cell((p.get("point") or {}).get(k, "-")) for k in keys],
+                     p.get("state", "-"), _num(_value(p, metric)),
+                     str(p["best_step"]) if p.get("best_step") is not None else "-",
+                     *[_num(final.get(k)) for k in others],
+                     f"{wall:.0f} s" if isinstance(wall, (int, float)) else "-",
+                     _bytes(p.get("peak_bytes")), _count(p.get("trainable_params")),
+                     p.get("run_id", "-")])
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
+    lines = [f"sweep {results['sweep']}: {len(points)} points, ranked by {metric} "
+             f"({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better)"]
+    for r in [head, *rows]:
+        lines.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+    if best:
+        lines.append(f"best: {best} ({' '.join(f'{k}={_cell(v)}' for k, v in (results['best'].get('point') or {}).items())})")
+    else:
+        lines.append("best: none yet (no point has a value of the metric)")
+    return "\n".join(lines)
+
+
+def render_sweeps(sweeps: list[Any]) -> str:
+    if not sweeps:
+        return "no sweeps yet (start one with `gemma-workbench sweep CONFIG --grid key=v1,v2`)"
+    width = max(len(s["sweep"]) for s in sweeps)
+    lines = [f"{'SWEEP':<{width}}  {'POINTS':>6}  {'METRIC':<13}  STATES"]
+    for s in sweeps:
+        states = ", ".join(f"{n} {k}" for k, n in sorted((s.get("states") or {}).items()))
+        lines.append(f"{s['sweep']:<{width}}  {s.get('points', 0):>6}  {s.get('metric', ''):<13}  {states}")
+    return "\n".join(lines)
