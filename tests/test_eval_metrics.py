@@ -176,11 +176,13 @@ def test_best_step_picks_among_checkpoints_by_the_run_metric(tmp_path):
 
     cfg = load_config(None, ["train.best_metric=rouge_l", f"run.dir={tmp_path}"])
     run = create_run(cfg, root=tmp_path)
-    for step in (10, 20, 30):  # complete-looking checkpoint folders
+    for step in (10, 20, 30):  # complete checkpoint folders (runs.checkpoints' rule)
         (run.checkpoints_dir / str(step) / "params").mkdir(parents=True)
+        (run.checkpoints_dir / str(step) / "meta").mkdir()
+        (run.checkpoints_dir / str(step) / "meta" / "meta.json").write_text('{"finite": true}')
     for step, v in ((10, 0.2), (15, 0.9), (20, 0.6), (30, 0.5)):  # step 15 has no checkpoint
         records.append_row(run, step, "tuned", {"rouge_l": v, "loss": 1.0 / step})
     assert best_step(run) == (20, "rouge_l", 0.6)
     assert best_step(run, "loss")[0] == 30
-    run.write_status("completed", best_metric="rouge_l", best_step=10, best_value=0.2)
+    run.write_status("running", best_metric="rouge_l", best_step=10, best_value=0.2)
     assert best_step(run)[0] == 10  # what the run recorded, while that checkpoint exists
