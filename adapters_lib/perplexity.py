@@ -189,7 +189,9 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
             raise WorkbenchError("eval scores gemma-route runs; this run used the Keras route",
                                  where="--run", hint=f"export it (gemma-workbench export "
                                  f"{run_dir.run_id} --format hf) and eval the export with --model")
-        cfg, loaded, trainable, got = runs.load_tuned(run_dir.path, step)
+        from adapters_lib.tuned import load_checkpoint
+
+        cfg, loaded, trainable, got = load_checkpoint(run_dir, step)
         length = max_length or cfg.data.max_length
         if cfg.lora.enabled:
             result = evaluate_file(loaded.model, loaded.params, loaded.tokenizer, data, fmt=fmt,

@@ -1,5 +1,8 @@
-"""The Keras model of a run: the tiny demo Gemma 3 (same tokenizer as the gemma demo) or a
-Keras preset folder, built under the run's distribution, with LoRA on the chosen targets.
+"""The Keras model of a run: the tiny demo Gemma 3 (same tokenizer as the gemma demo), a
+Keras preset folder, or any catalog model keras-hub can convert — a Hugging Face
+Gemma 2/3 folder as it is, a GGUF (the starter 270M among them) through the HF export of its
+dequantized weights (``preset_dir``) — built under the run's distribution, with LoRA on the
+chosen targets.
 
 Keras must run on JAX: ``import_keras()`` sets ``KERAS_BACKEND=jax`` before the first keras
 import of the process, and refuses to go on if keras was already imported with another
@@ -49,16 +52,72 @@ def preset_config(source: str) -> tuple[str, dict[str, Any]]:
     return raw.get("class_name", ""), raw.get("config", raw)
 
 
+def preset_dir(cfg: RunConfig) -> Path:
+    """The folder keras-hub's ``from_preset`` reads for a non-demo ``[model] source``.
+
+    A Keras preset or an HF safetensors folder is used as it is (keras-hub converts HF Gemma
+    itself); a GGUF is dequantized once into an HF folder under
+    ``<data dir>/keras-hf/<file sha256>-<dtype>/`` (``gguf_weights.export_hf_from_gguf``), with
+    the tokenizer rebuilt from its vocabulary.
+    """
+    src = cfg.model.source
+    if is_keras_preset(src):
+        return Path(src).expanduser()
+    from adapters_lib.catalog import resolve
+
+    entry = resolve(src)
+    where = f"[model] source = {src!r}"
+    if entry.status != "ok":
+        raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where)
+    if entry.format == "hf-safetensors":
+        return Path(entry.path)
+    if entry.format == "gguf":
+        return _gguf_as_hf(entry, cfg.train.param_dtype)
+    raise WorkbenchError(f"the Keras route reads Keras presets, HF safetensors and GGUF files, not "
+                         f"{entry.format}", where=where,
+                         hint='use [model] backend = "gemma" for this checkpoint')
+
+
+def _gguf_as_hf(entry: Any, dtype: str) -> Path:
+    import fcntl
+    import shutil
+
+    from adapters_lib import paths
+    from adapters_lib.models import gguf_arch, starter
+    from adapters_lib.models.gguf_file import read_info
+    from adapters_lib.models.gguf_tokenizer import file_sha256
+    from adapters_lib.models.gguf_weights import export_hf_from_gguf
+
+    path = starter.ensure_starter() if entry.source == "starter" else Path(entry.path)
+    folder = paths.data_dir() / "keras-hf" / f"{file_sha256(path)[:32]}-{dtype}"
+    if (folder / "config.json").is_file():
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "a+") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        if not (folder / "config.json").is_file():
+            info = read_info(path)
+            tmp = folder.with_name(f".{folder.name}.{os.getpid()}.partial")
+            shutil.rmtree(tmp, ignore_errors=True)
+            export_hf_from_gguf(info, gguf_arch.arch_from_gguf(info), tmp, dtype=dtype,
+                                tokenizer=entry.tokenizer)
+            os.replace(tmp, folder)  # config.json appears with the finished folder only
+    return folder
+
+
 def model_dims(cfg: RunConfig) -> ModelDims:
-    """Dimensions for validation, read without building anything."""
+    """Dimensions for validation, read without building anything (a GGUF is exported once)."""
     src = cfg.model.source
     if src == "demo":
         return demo_dims()
     if not is_keras_preset(src):
-        raise WorkbenchError(
-            f"model.source {src!r} is not a Keras preset folder (config.json + model.weights.h5)",
-            where="[model] source",
-            hint='the Keras route loads "demo" or a Keras preset folder (e.g. from kagglehub: google/gemma-3/keras/…)')
+        from adapters_lib.models import families
+
+        folder = preset_dir(cfg)
+        arch = families.from_hf_config(json.loads((folder / "config.json").read_text()))
+        return ModelDims(vocab=arch.vocab_size, hidden=arch.embed_dim, heads=arch.num_heads,
+                         kv_heads=arch.num_kv_heads, head_dim=arch.head_dim, ffw=arch.hidden_dim,
+                         layers=arch.num_layers)
     name, c = preset_config(src)
     try:
         return ModelDims.from_keras_config(name, c)
@@ -75,7 +134,10 @@ def tokenizer_path(cfg: RunConfig) -> str:
         from adapters_lib.models.demo import ensure_demo_tokenizer
 
         return str(ensure_demo_tokenizer())
-    spm = Path(cfg.model.source).expanduser() / "assets" / "tokenizer" / "vocabulary.spm"
+    if not is_keras_preset(cfg.model.source):
+        spm = preset_dir(cfg) / "tokenizer.model"
+    else:
+        spm = Path(cfg.model.source).expanduser() / "assets" / "tokenizer" / "vocabulary.spm"
     if not spm.is_file():
         raise WorkbenchError(f"no tokenizer at {spm}", where="[model] tokenizer",
                              hint="set [model] tokenizer to the preset's vocabulary.spm / tokenizer.model")
@@ -124,7 +186,7 @@ def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
                 use_sliding_window_attention=True, sliding_window_size=32, vision_encoder=None,
                 dtype=policy, name="gemma3_backbone")
         else:
-            backbone = keras_hub.models.Backbone.from_preset(str(Path(cfg.model.source).expanduser()), dtype=policy)
+            backbone = keras_hub.models.Backbone.from_preset(str(preset_dir(cfg)), dtype=policy)
         lm_class = getattr(keras_hub.models, type(backbone).__name__.replace("Backbone", "CausalLM"), None)
         if lm_class is None:
             raise WorkbenchError(f"{type(backbone).__name__} has no CausalLM in keras-hub", where="[model] source")

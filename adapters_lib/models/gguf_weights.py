@@ -31,6 +31,30 @@ log = logging.getLogger(__name__)
 
 ROW_BLOCK_BYTES = 64 << 20
 """f32 bytes dequantized at once (rows of one tensor)."""
+ALIGN = 64
+"""Host arrays are 64-byte aligned: JAX's CPU client then adopts them without a copy, so
+placing the 168 M-row embedding of the 270M does not hold it twice (measured: +0 MB
+instead of +655 MB resident for a 262,144 × 640 f32 table)."""
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an ``ALIGN``-byte boundary."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(n + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return raw[start:start + n].view(dtype).reshape(shape)
+
+
+def aligned(value: np.ndarray) -> np.ndarray:
+    """``value`` itself when a contiguous, aligned array of its own, else an aligned copy
+    (a read-only view, e.g. memory-mapped from a file, is always copied)."""
+    if value.flags.c_contiguous and value.flags.writeable and not isinstance(value, np.memmap) \
+            and value.ctypes.data % ALIGN == 0:
+        return value
+    out = aligned_empty(value.shape, value.dtype)
+    out[...] = value
+    return out
 
 
 class TensorSource:
@@ -58,7 +82,7 @@ def dequantize(tensor: Any, dtype: Any, *, offset: float = 0.0,
 
     shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))
     data = tensor.data
-    out = np.empty(shape, dtype=dtype)
+    out = aligned_empty(shape, dtype)
     if len(shape) == 0 or out.size == 0:
         return out
     flat_out = out.reshape(-1, shape[-1])
@@ -87,7 +111,7 @@ def gemma_leaves(info: GGUFInfo, arch: Arch, param_dtype: str
     source = TensorSource(info, arch)
     dtype = _dtype(param_dtype)
     for path, names, convert in leaf_plan(arch):
-        value = np.ascontiguousarray(convert(*(source.get(n, dtype) for n in names)))
+        value = aligned(np.asarray(convert(*(source.get(n, dtype) for n in names))))
         yield path, value
         del value  # before the next tensor is read: the host holds one at a time
 

@@ -176,6 +176,7 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
     import jax
     import numpy as np
 
+    from adapters_lib.models.gguf_weights import aligned
     from adapters_lib.models.hf_convert import (
         SafetensorsDir,
         SafetensorsError,
@@ -192,7 +193,8 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
     dtype = np.dtype(jax.numpy.dtype(param_dtype))
     tree: dict[str, Any] = {}
     for path, names, convert in leaf_plan(arch):
-        value = np.asarray(convert(*(tensors.get(prefix + n) for n in names))).astype(dtype)
+        value = aligned(np.asarray(convert(*(tensors.get(prefix + n) for n in names)))
+                        .astype(dtype, copy=False))
         keys = tuple(jax.tree_util.DictKey(p) for p in path)
         placed = jax.device_put(value, fn(keys, jax.ShapeDtypeStruct(value.shape, value.dtype)))
         node = tree

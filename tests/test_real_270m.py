@@ -1,0 +1,180 @@
+"""The real Gemma 3 270M from its GGUF: a correct load, its tokenizer, LoRA that learns, and
+exact round trips through the adapter and Hugging Face exports.
+
+All tests share one load (``fixtures_real.real_270m``); together they take ~3-4 minutes
+on 2 cores (the LoRA run and the HF re-load dominate), which is why they are marked slow:
+they are the only tests that show the workbench on real weights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from adapters_lib import catalog, perplexity
+
+pytestmark = pytest.mark.slow
+
+ENGLISH = ("The old lighthouse stood at the edge of the cliff, its white paint peeling after "
+           "decades of storms. Every evening the keeper climbed the narrow stairs to light the "
+           "lamp, and every morning he wrote a short note in the logbook about the weather, the "
+           "ships that passed, and the birds that nested on the rocks below.")
+GSM8K_STYLE = ("Question: A baker makes 24 muffins and sells 3 boxes of 6 muffins. How many "
+               "muffins are left?\nAnswer: The boxes hold 3 * 6 = 18 muffins. 24 - 18 = 6 "
+               "muffins are left. The answer is 6.")
+CORPUS = [
+    "The capital of France is", "<start_of_turn>user\nhi<end_of_turn>\n",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n",
+    "for (int i = 0; i < n; ++i) {\n\tsum += a[i];\n}\n", "\t\tdeeply\t\tindented\ttabs\n",
+    "a    b     c      d", "  two leading spaces", "trailing spaces   ", " ", "  ", "\n", "\n\n\n",
+    "line one\nline two\n\nline four\r\nwindows line", "héllo wörld — naïve café, ½ ① ﬁ",
+    "日本語のテキストと中文的文本 한국어 텍스트", "emoji 🚀🎉👩‍💻 and ✓ ✗ → ∑ ∫ √", "Ελληνικά και русский текст",
+    "x = [1, 2, 3]; print(x[0] ** 12345 / 3.14159)", "SELECT * FROM users WHERE id = 42;",
+    "<html><body><h1>Title</h1><p>text</p></body></html>", "http://example.com/a?b=c&d=e#f",
+    "1234567890 0.000001 -42 1e10 3,141,592", "CamelCaseIdentifier snake_case_name kebab-case",
+    "\u00a0non-breaking\u3000ideographic space", "repeated!!!??? ... --- ___",
+    "<start_of_turn>model\nAnswer: 42\nReason: it is.<end_of_turn>\n",
+    "    # a comment after four spaces\n        return None  # eight",
+] + [f"Sentence {i}: the {w} walked {i * 7} miles to see {i % 5} friends." for i, w in
+     enumerate(["farmer", "child", "robot", "teacher", "poet", "sailor", "doctor", "cat"])]
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text + "\n")
+    return path
+
+
+def _shuffled(text: str, seed: int = 0) -> str:
+    words = text.split()
+    random.Random(seed).shuffle(words)
+    return " ".join(words)
+
+
+def test_the_starter_entry_meets_the_models_contract(real_270m):
+    entry = catalog.resolve("starter:gemma-3-270m")
+    assert (entry.format, entry.family, entry.size, entry.status, entry.quant) == \
+        ("gguf", "gemma3", "270m", "ok", "Q4_K_M")
+    assert abs(entry.params - 268_098_176) <= 0.01 * 268_098_176
+    assert entry.tokenizer_pieces == entry.vocab_rows == 262_144 and not entry.tokenizer_mismatch
+    assert real_270m.model.config.num_embed == 262_144
+
+
+def test_perplexity_separates_english_from_its_shuffled_words(real_270m, tmp_path):
+    m = real_270m
+    scores = {}
+    for name, text in (("english", ENGLISH), ("shuffled", _shuffled(ENGLISH)),
+                       ("gsm8k", GSM8K_STYLE)):
+        path = _write(tmp_path, f"{name}.txt", text)
+        scores[name] = perplexity.evaluate_file(m.model, m.params, m.tokenizer, str(path)).perplexity
+    assert scores["english"] < 80, scores       # a correct load: ~20-60; a broken map: thousands
+    assert scores["gsm8k"] < 60, scores
+    assert scores["shuffled"] > 400, scores
+    assert scores["shuffled"] > 15 * scores["english"], scores
+
+
+def test_eval_cli_in_a_fresh_process_stays_under_3_gb(real_270m, tmp_path):
+    path = _write(tmp_path, "english.txt", ENGLISH)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "eval", "--model",
+                          "starter:gemma-3-270m", "--data", str(path), "--json"],
+                         capture_output=True, text=True, timeout=600, env=dict(os.environ))
+    assert out.returncode == 0, out.stderr[-2000:]
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(result) >= {"loss", "perplexity", "tokens"} and result["tokens"] > 50
+    assert result["perplexity"] < 80
+    if peak_mb > before / 1024:  # this child set the children's peak
+        assert peak_mb < 3 * 1024, f"load + eval peaked at {peak_mb:.0f} MB resident"
+
+
+def test_tokenizer_invariants_and_the_transformers_oracle(real_270m):
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import (
+        GGUF_TOKENIZER_MAPPING,
+        convert_gguf_tokenizer,
+    )
+
+    from adapters_lib.models import starter
+    from adapters_lib.models.gguf_file import open_reader
+
+    tok = real_270m.tokenizer
+    assert tok.encode("The capital of France is") == [818, 5279, 529, 7001, 563]
+    assert tok.encode("<start_of_turn>user\nhi<end_of_turn>\n") == [105, 2364, 107, 2202, 106, 107]
+    assert (tok.special_tokens.BOS, tok.special_tokens.EOS, tok.special_tokens.PAD) == (2, 1, 0)
+    for text in CORPUS:
+        assert tok.decode(tok.encode(text)) == text, repr(text)
+    fields = open_reader(starter.ensure_starter(), header_only=True).fields
+    vocab = {name: fields[f"tokenizer.{key}"].contents()
+             for key, name in GGUF_TOKENIZER_MAPPING["tokenizer"].items()
+             if f"tokenizer.{key}" in fields}
+    oracle, _ = convert_gguf_tokenizer("gemma3", vocab)
+    agree = [tok.encode(t) == oracle.encode(t, add_special_tokens=False).ids for t in CORPUS]
+    assert all(agree), [t for t, ok in zip(CORPUS, agree, strict=True) if not ok]
+
+
+def _logits(model, params, ids):
+    return np.asarray(model.apply({"params": params}, jnp.asarray([ids])).logits[0], np.float32)
+
+
+def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
+        shared_real_load, tmp_path, workbench_home):
+    from adapters_lib import export, lora, runs
+    from adapters_lib.config import load_config
+    from adapters_lib.sample import load_adapter_dir
+    from adapters_lib.train.loop import run_training
+    from adapters_lib.tuned import load_checkpoint
+
+    m = shared_real_load
+    config = os.path.join(os.path.dirname(__file__), "..", "examples", "real-270m.toml")
+    eval_file = os.path.join(os.path.dirname(config), "answer-format", "eval.jsonl")
+    cfg = load_config(config, ["train.steps=12", "train.eval_every=12", "train.eval_batches=1",
+                               "train.checkpoint_every=12", "train.log_every=4",
+                               "mesh.devices=1", f'run.dir="{tmp_path}"'])
+    run = runs.create_run(cfg)
+    result = run_training(cfg, run)
+    assert result.state == "completed", result
+    base = perplexity.evaluate_file(m.model, m.params, m.tokenizer, eval_file, max_length=128)
+    tuned = perplexity.evaluate(run=str(run.path), data=eval_file)
+    assert tuned.step == 12 and tuned.tokens == base.tokens
+    assert tuned.loss < 0.7 * base.loss, (base.loss, tuned.loss)
+
+    _, loaded, trainable, _ = load_checkpoint(run, 12)
+    export.export_adapter(run.path, out=tmp_path / "adapter")
+    again = load_adapter_dir(str(tmp_path / "adapter"))
+    ids = m.tokenizer.encode("<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n")
+    net = lora.wrap(m.model, cfg.lora)
+    want = _logits(net, lora.merge_lora(m.params, trainable), [2, *ids])
+    got = _logits(net, lora.merge_lora(m.params, again.adapters), [2, *ids])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.abs(want - _logits(m.model, m.params, [2, *ids])).max() > 0.1  # adapters matter
+
+
+def test_hf_export_of_the_dequantized_model_reloads_to_the_same_logits(real_270m, tmp_path):
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models import gguf_arch, starter
+    from adapters_lib.models.gguf_file import read_info
+    from adapters_lib.models.gguf_weights import export_hf_from_gguf
+    from adapters_lib.models.loader import load_model
+
+    info = read_info(starter.ensure_starter())
+    folder = export_hf_from_gguf(info, gguf_arch.arch_from_gguf(info), tmp_path / "hf",
+                                 tokenizer=real_270m.tokenizer_path)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == ["Gemma3ForCausalLM"] and config["vocab_size"] == 262_144
+    entry = catalog.resolve(str(folder))
+    assert (entry.format, entry.size, entry.status) == ("hf-safetensors", "270m", "ok")
+    ids = [2, *real_270m.tokenizer.encode("def fibonacci(n):")]
+    want = _logits(real_270m.model, real_270m.params, ids)
+    reloaded = load_model(ModelSpec(source=str(folder)))
+    np.testing.assert_array_equal(_logits(reloaded.model, reloaded.params, ids), want)
+    del reloaded
+    jax.clear_caches()
