@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -30,11 +31,29 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 
 
 @pytest.fixture(scope="session", autouse=True)
-def workbench_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def workbench_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     home = tmp_path_factory.mktemp("wb-home")
     os.environ["GEMMA_WORKBENCH_HOME"] = str(home)
     os.environ.pop("GEMMA_WORKBENCH_RUNS", None)
-    return home
+    # A CLI command run in-process by a test may start an engine on demand (the computing
+    # commands go through it): it exits when idle, and is shut down when the session ends.
+    os.environ.setdefault("GEMMA_WORKBENCH_ENGINE_IDLE_EXIT", "300")
+    yield home
+    _stop_engine(home)
+
+
+def _stop_engine(home: Path) -> None:
+    from workbench.client import EngineClient
+
+    run = home / "run"
+    if not (run / "engine.sock").exists():
+        return
+    try:
+        with EngineClient(socket_path=run / "engine.sock", token_path=run / "engine.token") as c:
+            if c.ping():
+                c.shutdown()
+    except Exception:  # noqa: BLE001 - best effort at the end of the session
+        pass
 
 
 @pytest.fixture(scope="session")

@@ -1,12 +1,36 @@
-"""``gemma-workbench train`` from the command line: failures end with one line saying why."""
+"""``gemma-workbench train`` from the command line: through the engine (it trains; this
+command follows), failures end with one line saying why; Ctrl-C stops or detaches.
+
+One engine for the module (8 simulated devices, like the test process); each test points the
+CLI at it (GEMMA_WORKBENCH_HOME). The Ctrl-C tests run the real executable in a subprocess.
+"""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from fixtures_runs import demo_overrides
 
 from adapters_lib.runs import RunDir, list_runs
 from workbench.cli import main
+
+
+@pytest.fixture(scope="module")
+def engine_home(engine_factory) -> Path:
+    return engine_factory().home
+
+
+@pytest.fixture
+def cli_engine(engine_home, monkeypatch) -> Path:
+    """The CLI in this process talks to the module's engine."""
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(engine_home))
+    return engine_home
 
 
 def _sets(items: list[str]) -> list[str]:
@@ -21,7 +45,7 @@ def _last_line(err: str) -> str:
     return lines[-1] if lines else ""
 
 
-def test_a_mesh_that_does_not_fit_the_devices_fails_in_one_line(tmp_path, capsys):
+def test_a_mesh_that_does_not_fit_the_devices_fails_in_one_line(cli_engine, tmp_path, capsys):
     code = main(["train", "-q"] + _sets(demo_overrides(mesh__devices=0, mesh__data=3, mesh__tensor=2,
                                                        run__dir=f'"{tmp_path}"')))
     err = capsys.readouterr().err
@@ -32,7 +56,7 @@ def test_a_mesh_that_does_not_fit_the_devices_fails_in_one_line(tmp_path, capsys
     assert list_runs(tmp_path) == []  # refused before a run directory is made
 
 
-def test_a_batch_the_mesh_cannot_split_fails_in_one_line(tmp_path, capsys):
+def test_a_batch_the_mesh_cannot_split_fails_in_one_line(cli_engine, tmp_path, capsys):
     code = main(["train", "-q"] + _sets(demo_overrides(mesh__devices=0, mesh__data=8, mesh__tensor=1,
                                                        train__batch_size=4, run__dir=f'"{tmp_path}"')))
     line = _last_line(capsys.readouterr().err)
@@ -47,7 +71,7 @@ def test_a_bad_target_name_fails_in_one_line(capsys):
     assert "unknown LoRA target 'gatee'" in err and "did you mean 'gate'" in err
 
 
-def test_a_nan_producing_learning_rate_fails_in_one_line_and_marks_the_run(tmp_path, capsys):
+def test_a_nan_producing_learning_rate_fails_in_one_line_and_marks_the_run(cli_engine, tmp_path, capsys):
     code = main(["train"] + _sets(demo_overrides(train__learning_rate="1e30", train__steps=6,
                                                  train__schedule="constant", train__eval_every=100,
                                                  run__dir=f'"{tmp_path}"')))
@@ -65,7 +89,7 @@ def test_a_nan_producing_learning_rate_fails_in_one_line_and_marks_the_run(tmp_p
 
 
 @pytest.mark.slow
-def test_the_demo_config_trains_on_8_devices_and_beats_the_base_exact_match(capsys):
+def test_the_demo_config_trains_on_8_devices_and_beats_the_base_exact_match(cli_engine, capsys):
     """The issue's check: examples/demo.toml on a data=2 × tensor=4 mesh, LoRA rank 8."""
     from pathlib import Path
 
@@ -81,3 +105,85 @@ def test_the_demo_config_trains_on_8_devices_and_beats_the_base_exact_match(caps
     losses = [m["loss"] for m in run.metrics()]
     assert sum(losses[-3:]) / 3 < losses[0] - 0.5  # the first line is step 1, the base model
     assert status["exact_match_tuned"] > status["exact_match_base"]
+
+
+def test_a_foreground_run_prints_its_dir_then_follows_the_engine_to_the_end(cli_engine, tmp_path, capsys):
+    code = main(["train"] + _sets(demo_overrides(train__steps=6, train__eval_every=100,
+                                                 train__checkpoint_every=3, run__dir=f'"{tmp_path}"')))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    run = RunDir(captured.out.strip().splitlines()[0])
+    assert run.path.parent == tmp_path and run.status()["state"] == "completed"
+    progress = [line for line in captured.err.splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in progress] == [f"{i}/6" for i in range(1, 7)]
+    assert _last_line(captured.err).startswith("completed at step 6/6, loss ")
+
+
+def test_in_process_training_is_refused_while_an_engine_runs(cli_engine, tmp_path, capsys):
+    code = main(["train", "--in-process", "-q", "--set", f'run.dir="{tmp_path}"'])
+    err = capsys.readouterr().err
+    assert code == 2 and _last_line(err).startswith("error: --in-process: an engine is running (pid ")
+    assert "drop --in-process" in err and list_runs(tmp_path) == []
+
+
+def _start_train(home: Path, root: Path, stdin) -> subprocess.Popen:
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(home)}
+    argv = [sys.executable, "-m", "workbench", "train"] + _sets(demo_overrides(
+        train__steps=5000, train__eval_every=10000, train__checkpoint_every=50,
+        run__dir=f'"{root}"'))
+    return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env=env, text=True)
+
+
+def _wait_for_progress(proc: subprocess.Popen, timeout: float = 300) -> list[str]:
+    """stderr lines until the first ``step N/M`` progress line."""
+    lines, t0 = [], time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        if line.startswith("step "):
+            return lines
+    proc.kill()
+    raise AssertionError("no progress line: " + "".join(lines)[-2000:])
+
+
+def test_ctrl_c_without_a_terminal_detaches_and_says_how_to_stop(cli_engine, tmp_path):
+    from workbench.client import EngineClient
+
+    proc = _start_train(cli_engine, tmp_path, subprocess.DEVNULL)
+    run_dir = Path(proc.stdout.readline().strip())
+    _wait_for_progress(proc)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    run_id = run_dir.name
+    assert f"detached: run {run_id} goes on" in err and f"gemma-workbench runs stop {run_id}" in err
+    with EngineClient(socket_path=cli_engine / "run" / "engine.sock",
+                      token_path=cli_engine / "run" / "engine.token") as client:
+        assert client.get_run(run_id, metrics=False, events=False).state == "running"
+        client.stop_run(run_id)
+        assert client.wait_run(run_id, timeout=300).state == "stopped"
+
+
+def test_ctrl_c_on_a_terminal_asks_and_stop_checkpoints_the_run(cli_engine, tmp_path):
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = _start_train(cli_engine, tmp_path, slave)
+        run_dir = Path(proc.stdout.readline().strip())
+        _wait_for_progress(proc)
+        proc.send_signal(signal.SIGINT)
+        os.write(master, b"s\n")  # the answer waits in the terminal until the prompt reads it
+        out, err = proc.communicate(timeout=300)
+    finally:
+        os.close(master)
+        os.close(slave)
+    assert proc.returncode == 130, err[-2000:]
+    assert "stop run" in err and "or detach" in err and "stopping run" in err
+    assert f"resume with: gemma-workbench train --resume {run_dir.name}" in err
+    status = RunDir(run_dir).status()
+    assert status["state"] == "stopped", status
+    assert RunDir(run_dir).checkpoints_dir.is_dir() and any(RunDir(run_dir).checkpoints_dir.iterdir())

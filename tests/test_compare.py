@@ -23,7 +23,7 @@ def test_compare_shows_the_tuned_model_answering_eval_prompts_the_base_fails(
 
     prompts = tmp_path / "evals.jsonl"
     prompts.write_text("".join(json.dumps({"prompt": e["messages"][0]["content"]}) + "\n" for e in parity_evals))
-    rc = main(["compare", "--run", str(trained_demo_run), "--prompts", str(prompts), "--json",
+    rc = main(["compare", "--in-process", "--run", str(trained_demo_run), "--prompts", str(prompts), "--json",
                "--max-new-tokens", "8"])
     assert rc == 0
     results = json.loads(capsys.readouterr().out)
@@ -43,7 +43,7 @@ def test_compare_shows_the_tuned_model_answering_eval_prompts_the_base_fails(
 def test_compare_an_earlier_checkpoint_from_a_text_prompt_file(trained_demo_run, tmp_path, capsys):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Is 133 even or odd?\n\nSay the first word: piano river stone\n")
-    rc = main(["compare", "--run", str(trained_demo_run), "--step", "20", "--prompts", str(prompts),
+    rc = main(["compare", "--in-process", "--run", str(trained_demo_run), "--step", "20", "--prompts", str(prompts),
                "--max-new-tokens", "8", "--no-save"])
     out = capsys.readouterr().out
     assert rc == 0
@@ -51,11 +51,11 @@ def test_compare_an_earlier_checkpoint_from_a_text_prompt_file(trained_demo_run,
 
 
 def test_sample_streams_a_runs_tuned_answer_and_json_gives_one_object(trained_demo_run, capsys):
-    rc = main(["sample", "--run", str(trained_demo_run), "--prompt", "Is 133 even or odd?",
+    rc = main(["sample", "--in-process", "--run", str(trained_demo_run), "--prompt", "Is 133 even or odd?",
                "--max-new-tokens", "8"])
     streamed = capsys.readouterr().out
     assert rc == 0
-    rc = main(["sample", "--run", str(trained_demo_run), "--prompt", "Is 133 even or odd?",
+    rc = main(["sample", "--in-process", "--run", str(trained_demo_run), "--prompt", "Is 133 even or odd?",
                "--max-new-tokens", "8", "--json"])
     obj = json.loads(capsys.readouterr().out)
     assert rc == 0
@@ -65,6 +65,6 @@ def test_sample_streams_a_runs_tuned_answer_and_json_gives_one_object(trained_de
 def test_a_bad_prompt_file_line_is_named(tmp_path, trained_demo_run, capsys):
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "ok"}\n{"question": "no prompt key"}\n')
-    rc = main(["compare", "--run", str(trained_demo_run), "--prompts", str(prompts)])
+    rc = main(["compare", "--in-process", "--run", str(trained_demo_run), "--prompts", str(prompts)])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and f"{prompts}:2" in err and len(err.splitlines()) == 1

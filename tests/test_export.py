@@ -167,7 +167,7 @@ def _one_line_error(capsys, argv) -> str:
 
 
 def test_a_missing_checkpoint_names_the_steps_there_are(trained_demo_run, capsys, tmp_path):
-    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--step", "7",
+    err = _one_line_error(capsys, ["export", "--in-process", str(trained_demo_run), "--step", "7",
                                    "--out", str(tmp_path / "x")])
     assert "step 7" in err and "20, 40" in err
 
@@ -184,10 +184,10 @@ def test_an_adapter_for_another_base_model_names_the_tensor_and_both_shapes(expo
     bad.mkdir()
     hf_convert.write_safetensors(bad / "adapter_model.safetensors", tensors)
     (bad / "adapter_config.json").write_text((exports["adapter"] / "adapter_config.json").read_text())
-    err = _one_line_error(capsys, ["sample", "--adapter", str(bad), "--prompt", "Is 5 even or odd?"])
+    err = _one_line_error(capsys, ["sample", "--in-process", "--adapter", str(bad), "--prompt", "Is 5 even or odd?"])
     assert name in err and "(8, 512)" in err and "(8, 256)" in err
 
 
 def test_an_empty_prompt_is_a_one_line_error(capsys):
-    err = _one_line_error(capsys, ["sample", "--prompt", "  "])
+    err = _one_line_error(capsys, ["sample", "--in-process", "--prompt", "  "])
     assert "prompt is empty" in err

@@ -137,10 +137,10 @@ def test_a_file_as_target_is_refused(tmp_path):
 def test_export_refuses_a_non_empty_out_and_deletes_nothing(trained_demo_run, capsys, tmp_path, fmt):
     out = tmp_path / "project"
     files = _user_tree(out)
-    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--format", fmt,
+    err = _one_line_error(capsys, ["export", "--in-process", str(trained_demo_run), "--format", fmt,
                                    "--out", str(out)])
     assert "is not empty" in err and "--force" in err
-    err = _one_line_error(capsys, ["export", str(trained_demo_run), "--format", fmt,
+    err = _one_line_error(capsys, ["export", "--in-process", str(trained_demo_run), "--format", fmt,
                                    "--out", str(out), "--force"])
     assert "not an export of gemma-workbench" in err
     _intact(out, files)
@@ -154,7 +154,7 @@ def test_export_to_the_working_dir_or_home_wipes_nothing(trained_demo_run, capsy
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(home)
     for extra in ([], ["--force"]):
-        _one_line_error(capsys, ["export", str(trained_demo_run), "--format", "gemma",
+        _one_line_error(capsys, ["export", "--in-process", str(trained_demo_run), "--format", "gemma",
                                  "--out", where, *extra])
     _intact(home, files)
 

@@ -25,7 +25,7 @@ def _collect(items):
     texts, done = {}, None
     for item in items:
         if item["type"] == "token":
-            side = item["data"].get("side", "text")
+            side = item["data"].get("side") or "text"
             texts[side] = texts.get(side, "") + item["data"]["text"]
         elif item["type"] == "done":
             done = item["data"]
@@ -61,3 +61,111 @@ def test_export_goes_through_the_one_vocabulary_and_never_overwrites(engine, run
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     with pytest.raises(EngineRequestError, match="disagree"):
         engine.export(run_id, kind="adapter", format="hf", out=str(tmp_path / "x"))
+
+
+def test_a_three_turn_compare_through_the_api_answers_every_turn_on_each_side(engine, run_id):
+    messages = [{"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": "Is 7 even or odd?"},
+                {"role": "assistant", "content": "odd"},  # a reference: never fed
+                {"role": "user", "content": "And 8?"},
+                {"role": "user", "content": "What is 3 plus 4?"}]
+    items = list(engine.compare(run_id=run_id, messages=messages, max_tokens=5))
+    done = items[-1].data
+    tokens = [i.data for i in items if i.type == "token"]
+    assert {t.turn for t in tokens} == {0, 1, 2} and {t.side for t in tokens} == {"base", "tuned"}
+    assert len(done.turns) == 3 and done.turns[0].reference == "odd"
+    for t, turn in enumerate(done.turns):
+        for side in ("base", "tuned"):
+            streamed = "".join(c.text for c in tokens if c.turn == t and c.side == side)
+            assert streamed == getattr(turn, side)
+            assert turn.sides[side].stop_reason in ("stop", "length") and turn.sides[side].tokens_per_s > 0
+    assert done.base == done.turns[-1].base and done.stop_reason["tuned"] in ("stop", "length")
+    # The next request sends the answers back as history: only the new turn is generated.
+    history = [*messages[:2], {"role": "assistant", "base": done.turns[0].base, "tuned": done.turns[0].tuned},
+               {"role": "user", "content": "And 8?"}]
+    again = list(engine.compare(run_id=run_id, messages=history, max_tokens=5))[-1].data
+    assert again.turns[0].given and not again.turns[1].given
+    assert (again.turns[1].base, again.turns[1].tuned) == (done.turns[1].base, done.turns[1].tuned)
+
+
+@pytest.mark.parametrize("fields, status, words", [
+    ({"prompt": "a", "messages": [{"role": "user", "content": "b"}]}, 400, "prompt or messages, not both"),
+    ({"messages": [{"role": "robot", "content": "b"}]}, 400, "unknown role 'robot'"),
+    ({"messages": [{"role": "assistant", "content": "b"}]}, 400, "must follow a user message"),
+    ({"prompt": "a", "top_p": 0.0}, 400, "top_p"),
+    ({"prompt": "a", "adapter": "relative/adapter"}, 400, "relative path"),
+    ({"prompt": "a", "run_id": "/nonexistent/run"}, 404, "not a run directory"),
+])
+def test_bad_compare_requests_are_4xx_before_the_stream_opens(engine, run_id, fields, status, words):
+    body = {"run_id": run_id, **fields}
+    with pytest.raises(EngineRequestError) as err:
+        list(engine.compare(**body))
+    assert err.value.status == status and words in str(err.value)
+
+
+@pytest.fixture(scope="module")
+def cli_home(engine_process):
+    return engine_process.home
+
+
+def _cli(home, *argv, **env):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "workbench", *argv], capture_output=True, text=True,
+                          env={**os.environ, "GEMMA_WORKBENCH_HOME": str(home), **env}, timeout=600)
+
+
+def test_compare_cli_replays_a_conversation_file_through_the_engine(cli_home, engine, run_id, tmp_path):
+    import json
+
+    f = tmp_path / "set.jsonl"
+    f.write_text(json.dumps({"prompt": "Is 7 even or odd?"}) + "\n" + json.dumps({"messages": [
+        {"role": "user", "content": "Is 9 even or odd?"}, {"role": "assistant", "content": "odd"},
+        {"role": "user", "content": "And 10?"}]}) + "\n")
+    r = _cli(cli_home, "compare", "--run", run_id, "--prompts", str(f), "--json", "--max-new-tokens", "5")
+    assert r.returncode == 0, r.stderr
+    plain, conv = json.loads(r.stdout)
+    assert plain["prompt"] == "Is 7 even or odd?" and isinstance(plain["base"], str)
+    assert len(conv["base"]) == len(conv["tuned"]) == 2 and conv["references"] == ["odd", None]
+    saved = r.stderr.strip().splitlines()[-1].removeprefix("saved ")
+    records = [json.loads(line) for line in open(saved)]  # saved by the engine, beside the run
+    assert records[1]["messages"] == conv["messages"] and records[1]["tuned"] == conv["tuned"]
+    r = _cli(cli_home, "compare", "--run", run_id, "--prompt", "a", "--prompt", "b", "--json",
+             "--max-new-tokens", "3", "--no-save")
+    assert r.returncode == 0 and [x["prompt"] for x in json.loads(r.stdout)] == ["a", "b"]
+
+
+def test_no_computing_command_loads_an_ml_framework_beside_the_engine(cli_home, run_id, tmp_path):
+    """sample, compare, export and foreground train run in the engine: the CLI process never
+    imports JAX & co (on a TPU VM it could not open the devices anyway); --in-process is
+    refused while the engine runs."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = f"""
+import json, sys
+from workbench.cli import main
+codes = [
+    main(["sample", "--run", {run_id!r}, "--prompt", "Is 3 even or odd?", "--max-new-tokens", "3", "--json"]),
+    main(["compare", "--run", {run_id!r}, "--prompt", "Is 3 even or odd?", "--max-new-tokens", "3", "--no-save"]),
+    main(["export", {run_id!r}, "--format", "adapter", "--out", {str(tmp_path / "adapter")!r}]),
+    main(["train", "-q", "--set", "mesh.devices=1", "--set", "data.max_length=64", "--set", "train.steps=2",
+          "--set", "train.eval_every=100", "--set", "train.eval_exact_match=0",
+          "--set", 'run.dir="{tmp_path / "runs"}"']),
+    main(["sample", "--in-process", "--prompt", "x"]),
+]
+heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"jax", "jaxlib", "gemma", "flax", "orbax", "keras", "tensorflow"}})
+print(json.dumps({{"codes": codes, "heavy": heavy}}))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
+                       env={**os.environ, "GEMMA_WORKBENCH_HOME": str(cli_home)})
+    assert r.returncode == 0, r.stderr[-3000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["codes"] == [0, 0, 0, 0, 2], r.stderr[-3000:]
+    assert got["heavy"] == []
+    assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
+    assert "error: --in-process: an engine is running" in r.stderr

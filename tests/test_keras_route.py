@@ -287,7 +287,7 @@ def test_compare_cli_works_on_a_keras_run(keras_demo_run, capsys):
 
     run, _ = keras_demo_run
     prompts = ["Is 17 even or odd?", "What is 3 plus 4?"]
-    code = main(["compare", "--run", str(run.path), "--prompt", prompts[0], "--json",
+    code = main(["compare", "--in-process", "--run", str(run.path), "--prompt", prompts[0], "--json",
                  "--max-new-tokens", "8"])
     assert code == 0
     [result] = json.loads(capsys.readouterr().out)

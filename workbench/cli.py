@@ -151,7 +151,12 @@ def main(argv: list[str] | None = None) -> int:
             return run_app(theme=args.theme)
         if route == "tunnel":
             return int(args.handler(args) or 0)
+        if getattr(args, "in_process", False):  # refused beside an engine, before JAX loads here
+            from workbench.commands._generation_args import refuse_beside_engine
+
+            refuse_beside_engine(args.command)
         if (args.command in COMPUTING and not getattr(args, "detach", False)
+                and getattr(args, "in_process", True)  # through the engine: no JAX here
                 and not getattr(args, "print_config", False)):  # printing a config needs no JAX
             from adapters_lib.native_logs import preimport_quietly
 

@@ -26,7 +26,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -385,26 +385,61 @@ class EngineClient:
 
     # ----------------------------------------------------------------- generation, export
 
-    def sample(self, prompt: str, *, run_id: str = "", model: str = "demo", step: int = -1,
+    def sample(self, prompt: str = "", *, run_id: str = "", model: str = "demo", step: int = -1,
                max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
-               chat: bool = True) -> Iterator[api.StreamItem]:
-        """Streamed tokens: ``token`` items (``api.TokenChunk``), then ``done`` (``SampleDone``)."""
+               chat: bool = True, top_k: int = 0, top_p: float = 1.0,
+               messages: Sequence[Mapping[str, Any]] = (), system: str = "",
+               adapter: str = "") -> Iterator[api.StreamItem]:
+        """Streamed tokens: ``token`` items (``api.TokenChunk``), then ``done`` (``SampleDone``:
+        text, tokens, tokens_per_s, stop_reason). ``messages``: a conversation instead of
+        ``prompt`` (the model answers its last user turn)."""
         return self.stream(api.Sample(prompt=prompt, run_id=run_id, model=model, step=step,
                                       max_tokens=max_tokens, temperature=temperature,
-                                      seed=seed, chat=chat))
+                                      seed=seed, chat=chat, top_k=top_k, top_p=top_p,
+                                      messages=_chat(messages), system=system, adapter=adapter))
 
-    def compare(self, prompt: str, run_id: str, *, step: int = -1, max_tokens: int = 128,
-                temperature: float = 0.0, seed: int = 0,
-                chat: bool = True) -> Iterator[api.StreamItem]:
-        """Base vs tuned: ``token`` items carry ``side`` ("base"/"tuned"), then ``done``."""
+    def compare(self, prompt: str = "", run_id: str = "", *, step: int = -1, max_tokens: int = 128,
+                temperature: float = 0.0, seed: int = 0, chat: bool = True, top_k: int = 0,
+                top_p: float = 1.0, messages: Sequence[Mapping[str, Any]] = (), system: str = "",
+                adapter: str = "", model: str = "") -> Iterator[api.StreamItem]:
+        """Base vs tuned: ``token`` items carry ``side`` ("base"/"tuned"), then ``done``
+        (``CompareDone``: per side tokens, tokens_per_s, stop_reason).
+
+        ``messages`` (multi-turn A/B): the conversation so far; every user turn without an
+        answer is answered, each side with its own history. Send earlier answers back as
+        ``{"role": "assistant", "base": ..., "tuned": ...}``; token items then carry ``turn``
+        and the done reply has ``turns``."""
         return self.stream(api.Compare(prompt=prompt, run_id=run_id, step=step,
                                        max_tokens=max_tokens, temperature=temperature,
-                                       seed=seed, chat=chat))
+                                       seed=seed, chat=chat, top_k=top_k, top_p=top_p,
+                                       messages=_chat(messages), system=system, adapter=adapter,
+                                       model=model))
 
-    def export(self, run_id: str, *, kind: str = "adapter", out: str = "", step: int = -1,
+    def compare_set(self, entries: Sequence[Mapping[str, Any]], *, run_id: str = "", adapter: str = "",
+                    model: str = "", step: int = -1, max_tokens: int = 128, temperature: float = 0.0,
+                    top_k: int = 0, top_p: float = 1.0, seed: int = 0, chat: bool = True,
+                    save: bool = True) -> Iterator[api.StreamItem]:
+        """A compare set (``{"prompt"}`` or ``{"messages"}`` entries) in one stream: ``token``
+        items carry ``row``/``turn``/``side``; ``done`` (``CompareSetDone``) has the results
+        and the saved file."""
+        items = tuple(api.CompareItem(prompt=e.get("prompt", ""), messages=_chat(e.get("messages") or ()),
+                                      system=e.get("system", "")) for e in entries)
+        return self.stream(api.CompareSet(run_id=run_id, adapter=adapter, model=model, step=step,
+                                          entries=items, max_tokens=max_tokens,
+                                          temperature=temperature, top_k=top_k, top_p=top_p,
+                                          seed=seed, chat=chat, save=save))
+
+    def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,
                format: str = "", force: bool = False) -> api.ExportReply:
+        """``format``: "adapter", "gemma" or "hf" (``api.EXPORT_FORMATS``); ``kind`` is the older
+        "adapter"/"merged" (alone, "merged" is "gemma")."""
         return self.call(api.Export(run_id=run_id, kind=kind, out=out, step=step, format=format,
                                     force=force), timeout=3600)
+
+
+def _chat(messages: Sequence[Mapping[str, Any]]) -> tuple[api.ChatMessage, ...]:
+    return tuple(m if isinstance(m, api.ChatMessage) else api.ChatMessage.from_json(dict(m), key="messages")
+                 for m in messages)
 
 
 def _query(cmd: api.Command) -> dict[str, Any]:

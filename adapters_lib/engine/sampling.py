@@ -16,10 +16,12 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from adapters_lib.engine.errors import EngineError
+from adapters_lib.errors import WorkbenchError
 
 Emit = Callable[[str, dict[str, Any]], bool]
 _CACHE: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
@@ -63,6 +65,21 @@ def run_dir_of(engine: Any, ref: str) -> Any:
     return engine.find_run(ref)
 
 
+def adapter_dir(cmd: Any) -> str:
+    """The request's adapter folder: absolute, holding an adapter_config.json."""
+    adapter = getattr(cmd, "adapter", "")
+    if not adapter:
+        return ""
+    path = Path(adapter)
+    if not path.is_absolute():
+        raise EngineError(f"adapter {adapter!r} is a relative path", status=400, where=f"{cmd.name} request: adapter",
+                          hint="send an absolute folder (the engine's working directory is not yours)")
+    if not (path / "adapter_config.json").is_file():
+        raise EngineError(f"{adapter} has no adapter_config.json", status=404, where=f"{cmd.name} request: adapter",
+                          hint="pass a folder written by `gemma-workbench export --format adapter`")
+    return adapter
+
+
 def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: str = "") -> Any:
     """The ``TunedModel`` a request names: a run's checkpoint, an adapter folder, or a base."""
     from adapters_lib import tuned
@@ -81,11 +98,15 @@ def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: st
 
 
 def settings_of(cmd: Any) -> Any:
+    """The request's decoding settings, checked (a bad value is a 400 naming the key)."""
     from adapters_lib.sample.settings import SamplingSettings
 
-    return SamplingSettings(max_new_tokens=cmd.max_tokens, temperature=cmd.temperature,
-                            top_k=getattr(cmd, "top_k", 0), top_p=getattr(cmd, "top_p", 1.0),
-                            seed=cmd.seed)
+    try:
+        return SamplingSettings(max_new_tokens=cmd.max_tokens, temperature=cmd.temperature,
+                                top_k=cmd.top_k, top_p=cmd.top_p, seed=cmd.seed)
+    except WorkbenchError as e:  # its where names the CLI flag: name the request's key
+        key = (e.where or "").lstrip("-").replace("-", "_").replace("max_new_tokens", "max_tokens")
+        raise EngineError(e.message, where=f"{cmd.name} request: {key}", hint=e.hint) from None
 
 
 def _side_stats(answers: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -107,16 +128,105 @@ def _token(piece: Any, *, side: bool, turn: int | None = None, row: int | None =
     return data
 
 
+# --------------------------------------------------------------------------- checks
+
+
+@dataclass
+class Prepared:
+    """A generation request checked before its stream opens (every mistake a 4xx)."""
+
+    run: Any = None
+    adapter: str = ""
+    settings: Any = None
+    prompt: Any = None
+    """sample: the prompt (text) or the conversation (messages)."""
+    conversations: list[Any] = field(default_factory=list)
+    """compare, compare_set: what to answer."""
+
+
+def _messages(msgs: Any) -> list[dict[str, Any]]:
+    """ChatMessage records as the plain dicts ``sample.conversation`` reads (no None keys)."""
+    out = []
+    for m in msgs:
+        data = m.to_json() if hasattr(m, "to_json") else dict(m)
+        out.append({k: v for k, v in data.items() if v is not None})
+    return out
+
+
+def _conversation(prompt: str, messages: Any, system: str, where: str) -> Any:
+    from adapters_lib.sample.conversation import Conversation
+
+    if prompt and messages:
+        raise EngineError("send prompt or messages, not both", where=where)
+    if messages:
+        conv = Conversation.from_messages(_messages(messages), where=f"{where}: messages")
+    elif prompt.strip():
+        conv = Conversation.from_prompt(prompt, where=f"{where}: prompt")
+    else:
+        raise EngineError("prompt is empty", where=where, hint="send a non-empty prompt or messages")
+    if system and conv.system is None:
+        conv.system = system
+    return conv
+
+
+def prepare(engine: Any, cmd: Any) -> Prepared:
+    """Check a sample / compare / compare_set request (``Engine.prepare_generation``)."""
+    from adapters_lib.engine import api
+
+    where = f"{cmd.name} request"
+    settings = settings_of(cmd)
+    run = run_dir_of(engine, cmd.run_id) if cmd.run_id else None
+    adapter = adapter_dir(cmd)
+    if run is not None and adapter:
+        raise EngineError("send run_id or adapter, not both", where=where)
+    if isinstance(cmd, api.Sample):
+        from adapters_lib.sample.prompts import as_messages
+
+        if cmd.prompt and cmd.messages:
+            raise EngineError("send prompt or messages, not both", where=where)
+        if not cmd.chat and (cmd.messages or cmd.system):
+            raise EngineError("a conversation needs the chat template", where=f"{where}: chat",
+                              hint="send chat: true, or a single prompt")
+        system = [{"role": "system", "content": cmd.system}] if cmd.system else []
+        if cmd.messages:  # the history as given: the model answers the last user turn
+            msgs = _messages(cmd.messages)
+            if msgs and msgs[0].get("role") == "system":
+                system = []  # the conversation's own system message wins
+            prompt: Any = as_messages([*system, *msgs], where=f"{where}: messages")
+        elif not cmd.prompt.strip():
+            raise EngineError("prompt is empty", where=where, hint="send a non-empty prompt or messages")
+        else:
+            prompt = [*system, {"role": "user", "content": cmd.prompt}] if system else cmd.prompt
+        return Prepared(run, adapter, settings, prompt=prompt)
+    if run is None and not adapter:
+        raise EngineError(f"{cmd.name} needs run_id (or adapter): the tuned model to set beside the base",
+                          where=where)
+    if isinstance(cmd, api.Compare):
+        convs = [_conversation(cmd.prompt, cmd.messages, cmd.system, where)]
+    else:
+        if not cmd.entries:
+            raise EngineError("entries is empty", where=where, hint="send at least one prompt or conversation")
+        convs = [_conversation(e.prompt, e.messages, e.system, f"{where}: entries[{i}]")
+                 for i, e in enumerate(cmd.entries)]
+    if not cmd.chat and any(c.prompt is None or c.system is not None for c in convs):
+        raise EngineError("a conversation needs the chat template", where=f"{where}: chat",
+                          hint="send chat: true, or plain prompts")
+    return Prepared(run, adapter, settings, conversations=convs)
+
+
 # --------------------------------------------------------------------------- jobs
 
 
-def sample_job(engine: Any, cmd: Any, run: Any, emit: Emit) -> dict[str, Any]:
-    """One model answers one prompt (or the next turn of a chat)."""
+def _model(cmd: Any, prepared: Prepared) -> Any:
+    return tuned_model(prepared.run, cmd.step, adapter=prepared.adapter, model=getattr(cmd, "model", ""))
+
+
+def sample_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[str, Any]:
+    """One model answers one prompt (or the last user turn of a conversation)."""
     t0 = time.perf_counter()
-    model = tuned_model(run, cmd.step, adapter=getattr(cmd, "adapter", ""), model=cmd.model)
+    model = _model(cmd, prepared)
     side = "tuned" if model.has_tuned else "base"
-    prompt = list(cmd.messages) if getattr(cmd, "messages", None) else cmd.prompt
-    answers = model.generate({side: [prompt]}, settings_of(cmd), chat=cmd.chat,
+    answers = model.generate({side: [prepared.prompt]}, prepared.settings, chat=cmd.chat,
                              on_piece=lambda p: emit("token", _token(p, side=False)))
     answer = answers[side][0]
     return {"text": answer.text, "tokens": answer.tokens, "seconds": round(time.perf_counter() - t0, 3),
@@ -124,34 +234,29 @@ def sample_job(engine: Any, cmd: Any, run: Any, emit: Emit) -> dict[str, Any]:
             "tokens_per_s": answer.tokens_per_s, "stop_reason": answer.stop_reason}
 
 
-def compare_job(engine: Any, cmd: Any, run: Any, emit: Emit) -> dict[str, Any]:
+def compare_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[str, Any]:
     """Base and tuned answer one prompt, or every unanswered user turn of one conversation
     (``messages``; each side with its own history). Token items carry ``side`` (and ``turn``
     for a conversation); the done reply has the last turn's texts plus every turn's."""
-    from adapters_lib.sample.conversation import Conversation, replay
+    from adapters_lib.sample.conversation import replay
 
     t0 = time.perf_counter()
-    model = tuned_model(run, cmd.step, adapter=getattr(cmd, "adapter", ""), model=getattr(cmd, "model", ""))
-    messages = getattr(cmd, "messages", None)
-    conv = (Conversation.from_messages(list(messages), where="compare request: messages") if messages
-            else Conversation.from_prompt(cmd.prompt, where="compare request: prompt"))
-    system = getattr(cmd, "system", "")
-    if system and conv.system is None:
-        conv.system = system
+    model = _model(cmd, prepared)
+    chat_request = bool(cmd.messages)
     cancelled = False
 
     def on_piece(_row: int, turn: int, piece: Any) -> bool:
         nonlocal cancelled
-        ok = emit("token", _token(piece, side=True, turn=turn if messages else None))
+        ok = emit("token", _token(piece, side=True, turn=turn if chat_request else None))
         cancelled = cancelled or not ok
         return ok
 
-    [conv] = replay(model, [conv], settings_of(cmd), chat=cmd.chat, on_piece=on_piece)
+    [conv] = replay(model, prepared.conversations, prepared.settings, chat=cmd.chat, on_piece=on_piece)
     last = next((t for t in reversed(conv.turns) if not t.given and t.answers), conv.turns[-1])
     stats = _side_stats({s: last.answers[s] for s in ("base", "tuned") if s in last.answers})
     out = {"base": last.text("base"), "tuned": last.text("tuned"), **stats,
            "seconds": round(time.perf_counter() - t0, 3), "step": model.step, "complete": not cancelled}
-    if messages:
+    if chat_request:
         out["turns"] = [{"user": t.user, "reference": t.reference, "given": t.given,
                          **{s: t.text(s) for s in ("base", "tuned")},
                          **({"sides": {s: t.answers[s].to_dict() for s in ("base", "tuned")}}
@@ -160,23 +265,13 @@ def compare_job(engine: Any, cmd: Any, run: Any, emit: Emit) -> dict[str, Any]:
     return out
 
 
-def compare_set_job(engine: Any, cmd: Any, run: Any, emit: Emit) -> dict[str, Any]:
+def compare_set_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[str, Any]:
     """A whole compare set (prompts and conversations), batched turn by turn, saved beside the
-    run unless ``save`` is false. Token items carry ``row`` (the item) and ``turn``."""
+    run unless ``save`` is false. Token items carry ``row`` (the entry) and ``turn``."""
     from adapters_lib.sample.compare_sets import save_compare
-    from adapters_lib.sample.conversation import Conversation
 
     t0 = time.perf_counter()
-    model = tuned_model(run, cmd.step, adapter=cmd.adapter, model=cmd.model)
-    convs = []
-    for i, item in enumerate(cmd.items):
-        where = f"compare_set request: items[{i}]"
-        conv = (Conversation.from_messages(item.messages, where=where) if item.messages
-                else Conversation.from_prompt(item.prompt, where=where))
-        if item.system and conv.system is None:
-            conv.system = item.system
-        convs.append(conv)
-    settings = settings_of(cmd)
+    model = _model(cmd, prepared)
     cancelled = False
 
     def on_piece(row: int, turn: int, piece: Any) -> bool:
@@ -185,8 +280,9 @@ def compare_set_job(engine: Any, cmd: Any, run: Any, emit: Emit) -> dict[str, An
         cancelled = cancelled or not ok
         return ok
 
-    done = model.converse(convs, settings, chat=cmd.chat, on_piece=on_piece)
-    records = [{**c.record(), "settings": model.settings_record(settings), "step": model.step} for c in done]
+    done = model.converse(prepared.conversations, prepared.settings, chat=cmd.chat, on_piece=on_piece)
+    records = [{**c.record(), "settings": model.settings_record(prepared.settings), "step": model.step}
+               for c in done]
     saved = None
     if cmd.save and model.run_path is not None and not cancelled:
         saved = str(save_compare(model.run_path, records))
@@ -194,12 +290,23 @@ def compare_set_job(engine: Any, cmd: Any, run: Any, emit: Emit) -> dict[str, An
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
-def export_job(engine: Any, cmd: Any, run: Any) -> dict[str, Any]:
-    """Export a run's checkpoint in the one vocabulary (``export.formats``)."""
+def jobs() -> dict[type, Callable[..., dict[str, Any]]]:
+    """The device job of each generation command (``Engine.execute_stream``)."""
+    from adapters_lib.engine import api
+
+    return {api.Sample: sample_job, api.Compare: compare_job, api.CompareSet: compare_set_job}
+
+
+# --------------------------------------------------------------------------- export
+
+
+def check_export(engine: Any, cmd: Any) -> tuple[Any, str]:
+    """(run, format) of an export request, or a 4xx before the device thread is asked."""
     from adapters_lib.export import formats
     from adapters_lib.export.run import check_format, default_out
     from adapters_lib.export.target import resolve_target
 
+    run = run_dir_of(engine, cmd.run_id)
     fmt = formats.resolve(cmd.format, cmd.kind, where="export request: format")
     if cmd.out and not Path(cmd.out).expanduser().is_absolute():
         raise EngineError(f"out {cmd.out!r} is a relative path", where="export request: out", status=400,
@@ -207,6 +314,13 @@ def export_job(engine: Any, cmd: Any, run: Any) -> dict[str, Any]:
     check_format(run.config(), fmt, run.run_id)
     resolve_target(cmd.out or default_out(run.path, fmt), force=cmd.force, owned=not cmd.out,
                    where="export request: out")  # refuse before loading anything
+    return run, fmt
+
+
+def export_job(engine: Any, cmd: Any, run: Any, fmt: str) -> dict[str, Any]:
+    """Export a run's checkpoint in the one vocabulary (``export.formats``)."""
+    from adapters_lib.export import formats
+
     model = tuned_model(run, cmd.step)
     result = model.export(fmt, cmd.out or None, force=cmd.force)
     return {"run_id": run.run_id, "kind": formats.KINDS[fmt], "format": fmt, "out": result["out"],

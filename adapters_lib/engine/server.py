@@ -63,7 +63,8 @@ async def auth_and_errors(request: web.Request, handler: Handler) -> web.StreamR
         return error_response(413, f"request body too large ({length} > {MAX_BODY} bytes)",
                               where=request.path)
     try:
-        if request.path.endswith("/stream") or request.path in ("/v1/sample", "/v1/compare"):
+        if request.path.endswith("/stream") or request.path in ("/v1/sample", "/v1/compare",
+                                                                 "/v1/compare-set"):
             engine.open_streams += 1
             try:
                 return await handler(request)
@@ -238,9 +239,17 @@ async def stream_run(request: web.Request) -> web.StreamResponse:
     return stream.response
 
 
-async def stream_generation(request: web.Request) -> web.StreamResponse:
+def generation(cls: type[api.Command]) -> Handler:
+    """The streaming handler of a generation command (sample, compare, compare_set)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return await stream_generation(request, cls)
+
+    return handler
+
+
+async def stream_generation(request: web.Request, cls: type[api.Command]) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
-    cls = api.Compare if request.path.endswith("/compare") else api.Sample
     cmd = api.parse_command(cls, await _body(request))
     run = await asyncio.to_thread(engine.prepare_generation, cmd)
     loop = asyncio.get_running_loop()
@@ -311,8 +320,8 @@ def make_app(engine: Engine, token: str) -> web.Application:
     app[ENGINE_KEY] = engine
     app[TOKEN_KEY] = token
     app[STOP_KEY] = asyncio.Event()
-    special = {api.Shutdown: shutdown, api.StreamRun: stream_run, api.Sample: stream_generation,
-               api.Compare: stream_generation}
+    special = {api.Shutdown: shutdown, api.StreamRun: stream_run, api.Sample: generation(api.Sample),
+               api.Compare: generation(api.Compare), api.CompareSet: generation(api.CompareSet)}
     for cls in api.COMMANDS.values():
         method, path, source = cls.route
         handler = special.get(cls) or route(cls, source, **{f: f for f in _path_fields(path)})

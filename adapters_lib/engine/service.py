@@ -594,22 +594,16 @@ class Engine:
         """Find the run to stream (the server does the streaming)."""
         return self.find_run(cmd.run_id)
 
-    def prepare_generation(self, cmd: api.Sample | api.Compare) -> runs.RunDir | None:
-        """Check a sample/compare request before its stream opens (errors → HTTP status)."""
+    def prepare_generation(self, cmd: api.Sample | api.Compare | api.CompareSet) -> Any:
+        """Check a sample/compare/compare_set request before its stream opens (errors → HTTP
+        status); the checks are the generation area's (``engine/sampling.prepare``)."""
         self.ensure_jax()
         log.info("command %s", json.dumps(_brief(cmd.to_json())))
-        if not cmd.prompt:
-            raise EngineError("prompt is empty", where=f"{cmd.name} request",
-                              hint="send a non-empty prompt")
-        if cmd.max_tokens < 1:
-            raise EngineError("max_tokens must be at least 1", where=f"{cmd.name} request")
-        run = self.find_run(cmd.run_id) if cmd.run_id else None
-        if isinstance(cmd, api.Compare) and run is None:
-            raise EngineError("compare needs run_id (the tuned model to set beside the base)",
-                              where="compare request")
-        return run
+        from adapters_lib.engine import sampling
 
-    def execute_stream(self, cmd: api.Sample | api.Compare, run: runs.RunDir | None,
+        return sampling.prepare(self, cmd)
+
+    def execute_stream(self, cmd: api.Sample | api.Compare | api.CompareSet, prepared: Any,
                        emit: Callable[[str, dict], bool]) -> dict[str, Any]:
         """Generate on the device thread, calling ``emit(type, data)`` per chunk.
 
@@ -617,18 +611,15 @@ class Engine:
         """
         from adapters_lib.engine import sampling
 
-        fn = sampling.compare_job if isinstance(cmd, api.Compare) else sampling.sample_job
-        future = self.on_device(lambda: fn(self, cmd, run, emit), label=cmd.name)
+        fn = sampling.jobs()[type(cmd)]
+        future = self.on_device(lambda: fn(self, cmd, prepared, emit), label=cmd.name)
         return future.result()
 
     def cmd_export(self, cmd: api.Export) -> api.ExportReply:
-        run = self.find_run(cmd.run_id)
-        if cmd.kind not in ("adapter", "merged"):
-            raise EngineError(f"export kind {cmd.kind!r}", where="export request",
-                              hint='use "adapter" or "merged"')
         from adapters_lib.engine import sampling
 
-        future = self.on_device(lambda: sampling.export_job(self, cmd, run), label="export")
+        run, fmt = sampling.check_export(self, cmd)  # a 4xx before the device thread
+        future = self.on_device(lambda: sampling.export_job(self, cmd, run, fmt), label="export")
         return api.ExportReply.from_json(future.result())
 
 

@@ -9,16 +9,15 @@
   ``TunedModel``; the Keras route's adapter is ``keras_route.export``).
 
 Names are imported lazily (``from adapters_lib.export import merged_params`` works), so that
-``formats`` and ``target`` stay importable without numpy or JAX (the engine API uses them).
+``formats`` and ``target`` stay importable without numpy or JAX (the engine API uses
+``formats``; the import-linter contract "api-is-light" keeps it so).
 """
 
 from __future__ import annotations
 
 import importlib
-from pathlib import Path
 from typing import Any
 
-from adapters_lib.errors import WorkbenchError
 from adapters_lib.export.formats import FORMATS
 
 _NAMES = {
@@ -26,7 +25,8 @@ _NAMES = {
              "adapter_tensors", "adapter_config", "save_adapter", "read_adapter_config",
              "expected_lora", "load_adapter"),
     "merged": ("HF_SHARD_BYTES", "merged_params", "save_gemma", "save_hf", "copy_tokenizer"),
-    "run": ("default_out", "export_run", "export_gemma", "check_format"),
+    "run": ("default_out", "export_run", "export_gemma", "check_format", "export_adapter",
+            "export_merged"),
 }
 _WHERE = {name: module for module, names in _NAMES.items() for name in names}
 
@@ -38,22 +38,4 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"{__name__}.{module}"), name)
 
 
-def export_adapter(run: str | Path, *, step: int | None = None, out: str | Path | None = None,
-                   format: str = "adapter", force: bool = False) -> dict[str, Any]:  # noqa: A002
-    """The adapter of a run (``format`` is accepted for symmetry; only "adapter")."""
-    from adapters_lib.export.run import export_run
-
-    return export_run(run, format or "adapter", step=step, out=out, force=force)
-
-
-def export_merged(run: str | Path, *, step: int | None = None, out: str | Path | None = None,
-                  format: str = "gemma", force: bool = False) -> dict[str, Any]:  # noqa: A002
-    """Merged full weights of a run: ``format`` "gemma" (orbax) or "hf" (safetensors)."""
-    from adapters_lib.export.run import export_run
-
-    if format not in ("gemma", "hf", ""):
-        raise WorkbenchError(f"merged export format {format!r}", where="--format", hint="use gemma or hf")
-    return export_run(run, format or "gemma", step=step, out=out, force=force)
-
-
-__all__ = ["FORMATS", "export_adapter", "export_merged", *_WHERE]
+__all__ = ["FORMATS", *_WHERE]

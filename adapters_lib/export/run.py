@@ -91,3 +91,17 @@ def _full_spec() -> Any:
     from adapters_lib.config import LoraSpec
 
     return LoraSpec(enabled=False)
+
+
+def export_adapter(run: Any, *, step: int | None = None, out: str | Path | None = None,
+                   format: str = "adapter", force: bool = False) -> dict[str, Any]:  # noqa: A002
+    """The adapter of a run (``format`` is accepted for symmetry; only "adapter")."""
+    return export_run(run, format or "adapter", step=step, out=out, force=force)
+
+
+def export_merged(run: Any, *, step: int | None = None, out: str | Path | None = None,
+                  format: str = "gemma", force: bool = False) -> dict[str, Any]:  # noqa: A002
+    """Merged full weights of a run: ``format`` "gemma" (orbax) or "hf" (safetensors)."""
+    if format not in ("gemma", "hf", ""):
+        raise WorkbenchError(f"merged export format {format!r}", where="--format", hint="use gemma or hf")
+    return export_run(run, format or "gemma", step=step, out=out, force=force)

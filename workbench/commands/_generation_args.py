@@ -27,6 +27,7 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
                    help="send the prompt as raw text, without the Gemma chat template")
     g.add_argument("--step", type=int, default=None, metavar="N",
                    help="checkpoint step of the run (default: the latest)")
+    add_in_process_arg(p)
 
 
 def add_in_process_arg(p: argparse.ArgumentParser) -> None:

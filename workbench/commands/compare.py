@@ -7,7 +7,8 @@ answered). ``--prompts FILE``: ``.txt`` (one prompt a line), or ``.jsonl`` lines
 replayed one by one while each side keeps its own history (assistant turns in the file are
 references, never fed to the models). The results are saved to
 ``<run>/compare/<timestamp>.jsonl``. ``--adapter DIR`` compares an exported adapter instead
-of a run (nothing is saved).
+of a run (nothing is saved). The engine computes (started on demand); ``--in-process``
+computes here.
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ from typing import Any
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import (
     add_decoding_args,
+    engine_client,
+    local_path,
     quiet_engine_logs,
+    run_ref,
+    settings_body,
     settings_from,
 )
 
@@ -69,7 +74,10 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.step is not None and not args.run:
         raise WorkbenchError("--step needs --run", where="--step")
-    records, saved = _in_process(args, convs, settings)
+    if args.in_process:
+        records, saved = _in_process(args, convs, settings)
+    else:
+        records, saved = _through_engine(args, convs, settings)
     if args.json:
         print(json.dumps(records))
     else:
@@ -110,3 +118,27 @@ def _in_process(args: argparse.Namespace, convs: list[Any], settings: Any) -> tu
     if model.run_path is not None and not args.no_save:
         saved = save_compare(model.run_path, records)
     return records, saved
+
+
+def _through_engine(args: argparse.Namespace, convs: list[Any], settings: Any) -> tuple[list[dict], Any]:
+    entries: list[dict[str, Any]] = []
+    for c in convs:
+        entry: dict[str, Any] = {"prompt": c.prompt} if c.prompt is not None else {"messages": c.messages}
+        if c.system is not None and not (c.messages and c.messages[0].get("role") == "system"):
+            entry["system"] = c.system
+        entries.append(entry)
+    done: Any = None
+    with engine_client() as client:
+        for item in client.compare_set(entries, run_id=run_ref(args.run) if args.run else "",
+                                       adapter=local_path(args.adapter), model=args.model,
+                                       step=-1 if args.step is None else args.step, chat=not args.raw,
+                                       save=not args.no_save, **settings_body(settings)):
+            if item.type == "done":
+                done = item.data
+            elif item.type == "error":
+                raise WorkbenchError(item.data.message or "compare failed", where=item.data.where,
+                                     hint=item.data.hint)
+    if done is None:
+        raise WorkbenchError("the engine closed the stream before the comparison was complete",
+                             hint="see the engine log: gemma-workbench engine status")
+    return list(done.results), done.saved

@@ -4,7 +4,8 @@
 adapter_config.json; a Keras run: keras-hub's adapter.lora.h5); ``gemma``: merged weights as
 an orbax checkpoint for ``gm.ckpts.load_params``; ``hf``: merged weights as HF safetensors +
 config.json. A non-empty ``--out`` is refused unless ``--force`` is given and it holds an
-earlier export of this tool (``adapters_lib.export.target``).
+earlier export of this tool (``adapters_lib.export.target``). The engine writes it (started
+on demand); ``--in-process`` writes it here.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from workbench.commands._generation_args import quiet_engine_logs
+from workbench.commands._generation_args import (
+    add_in_process_arg,
+    engine_client,
+    local_path,
+    quiet_engine_logs,
+    run_ref,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,14 +37,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="replace --out when it holds an earlier export of gemma-workbench "
                         "(anything else is never replaced)")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_in_process_arg(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters_lib.export.run import export_run
+    if args.in_process:
+        from adapters_lib.export.run import export_run
 
-    quiet_engine_logs()
-    result = export_run(args.run, args.format, step=args.step, out=args.out, force=args.force)
+        quiet_engine_logs()
+        result = export_run(args.run, args.format, step=args.step, out=args.out, force=args.force)
+    else:
+        with engine_client() as client:
+            reply = client.export(run_ref(args.run), format=args.format, out=local_path(args.out),
+                                  step=-1 if args.step is None else args.step, force=args.force)
+        result = dict(reply.result or {})
     if args.json:
         print(json.dumps(result))
     else:

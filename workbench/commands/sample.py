@@ -1,7 +1,8 @@
 """``gemma-workbench sample --model M [--adapter DIR | --run RUN [--step N]] --prompt P [--json]``.
 
 Streams the completion to stdout as it is generated (``--json``: one object at the end).
-The model runs in this process; heavy imports happen in the handler only.
+The engine computes it (started on demand); ``--in-process`` computes it here, for machines
+without an engine. Heavy imports happen in the in-process handler only.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from typing import Any
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import (
     add_decoding_args,
+    engine_client,
+    local_path,
     quiet_engine_logs,
+    run_ref,
+    settings_body,
     settings_from,
 )
 
@@ -49,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
     prompt: Any = args.prompt
     if args.system is not None:
         prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
-    text, step, extra = _in_process(args, prompt, settings)
+    if args.in_process:
+        text, step, extra = _in_process(args, prompt, settings)
+    else:
+        text, step, extra = _through_engine(args, prompt, settings)
     if args.json:
         print(json.dumps({"prompt": args.prompt, "text": text, "settings": settings.to_dict(),
                           "step": step, **extra}))
@@ -79,3 +87,29 @@ def _in_process(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[s
                             on_piece=lambda piece: _echo(args, piece.text))[side][0]
     return answer.text, model.step, {"stop_reason": answer.stop_reason, "tokens": answer.tokens,
                                      "tokens_per_s": answer.tokens_per_s}
+
+
+def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[str, int | None, dict]:
+    fields: dict[str, Any] = {"run_id": run_ref(args.run) if args.run else "",
+                              "adapter": local_path(args.adapter), "model": args.model or "demo",
+                              "step": -1 if args.step is None else args.step, "chat": not args.raw,
+                              **settings_body(settings)}
+    if isinstance(prompt, str):
+        fields["prompt"] = prompt
+    else:
+        fields["messages"] = prompt
+    done: Any = None
+    with engine_client() as client:
+        for item in client.sample(**fields):
+            if item.type == "token":
+                _echo(args, item.data.text)
+            elif item.type == "done":
+                done = item.data
+            elif item.type == "error":
+                raise WorkbenchError(item.data.message or "sampling failed", where=item.data.where,
+                                     hint=item.data.hint)
+    if done is None:
+        raise WorkbenchError("the engine closed the stream before the answer was complete",
+                             hint="see the engine log: gemma-workbench engine status")
+    return done.text, done.step, {"stop_reason": done.stop_reason, "tokens": done.tokens,
+                                  "tokens_per_s": done.tokens_per_s}

@@ -1,10 +1,13 @@
 """``gemma-workbench train [CONFIG.toml] [--set key=value …] [--print-config] [--detach]``.
 
-Without ``CONFIG`` the demo defaults are used. The run goes in the foreground (this process
-owns JAX; progress lines on stderr, the run directory on stdout); ``--detach`` hands it to
-the engine service instead and prints the run id at once. ``--resume RUN`` continues a
-stopped, failed or interrupted run from its last checkpoint, in the foreground.
-Heavy imports happen in the handler only.
+Without ``CONFIG`` the demo defaults are used. The engine trains the run (started on
+demand); in the foreground (the default) this command prints the run directory on stdout,
+then follows the run like ``runs attach`` (progress lines on stderr) until it ends. Ctrl-C
+asks whether to stop the run (it checkpoints first) or detach (it goes on); without a
+terminal, Ctrl-C detaches and says how to stop it. ``--detach`` prints the run id at once.
+``--resume RUN`` continues a stopped, failed or interrupted run from its last checkpoint.
+``--in-process`` trains in this process (machines without an engine; refused while one
+runs), where Ctrl-C stops the run. Heavy imports happen in the handlers only.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
+from workbench.commands._generation_args import add_in_process_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,15 +36,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="print the fully resolved config as TOML and exit")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--foreground", action="store_true",
-                      help="train in this process (the default)")
+                      help="follow the run here until it ends (the default)")
     mode.add_argument("--detach", action="store_true",
                       help="queue the run on the engine service and return at once with its id")
     mode.add_argument("--resume", metavar="RUN",
-                      help="resume a stopped/failed/interrupted run (id, id prefix or path) here")
+                      help="resume a stopped/failed/interrupted run (id, id prefix or path)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--upload", metavar="DATAFILE",
                    help="with --remote: copy this local dataset into the remote engine's data "
                         "dir first and train on it (sets data.path)")
+    add_in_process_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -90,14 +95,23 @@ def run(args: argparse.Namespace) -> int:
         if args.config or args.overrides or args.print_config:
             raise WorkbenchError("--resume takes no CONFIG, --set or --print-config",
                                  where="train --resume", hint="a run resumes with its own config")
-        return _resume(args)
+        if args.in_process:
+            return _resume(args)
+        from workbench.commands._follow_run import resume_and_follow
+
+        return resume_and_follow(args.resume, quiet=args.quiet)
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         sys.stdout.write(cfg.to_toml())
         return 0
     if args.detach:
         return _detach(args, cfg)
+    if not args.in_process:
+        from workbench.commands._follow_run import train_and_follow
 
+        text, overrides = engine_config(args, cfg)
+        return train_and_follow(text, overrides, source=args.config or "<demo defaults>",
+                                quiet=args.quiet)
     with _progress_logging(args.quiet):
         _precheck_mesh(cfg)
         from adapters_lib import runs

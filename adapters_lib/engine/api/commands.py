@@ -14,6 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from adapters_lib.engine.api.replies import (
     COMPARE_ITEMS,
+    COMPARE_SET_ITEMS,
     PREFIX,
     RUN_STREAM_ITEMS,
     SAMPLE_ITEMS,
@@ -31,6 +32,7 @@ from adapters_lib.engine.api.replies import (
     SweepResults,
 )
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.export.formats import FORMATS as EXPORT_FORMATS
 from adapters_lib.jsontypes import Record, coerce, record, type_hints
 
 LIMITS = {"prompt": 64 * 1024, "config_toml": 256 * 1024, "max_tokens": 8192}
@@ -54,6 +56,10 @@ __all__ = [
     "Sample",
     "Compare",
     "Export",
+    "ChatMessage",
+    "CompareItem",
+    "CompareSet",
+    "EXPORT_FORMATS",
     "LIMITS",
     "COMMANDS",
     "parse_command",
@@ -264,6 +270,15 @@ class Sample(Command):
     seed: int = 0
     chat: bool = True
     """Wrap the prompt in the Gemma chat template."""
+    # gen (#18.1, additive): the settings the CLI has; a chat; an adapter folder
+    top_k: int = 0
+    top_p: float = 1.0
+    messages: tuple[ChatMessage, ...] = ()
+    """A conversation instead of ``prompt``: the model answers its last user turn."""
+    system: str = ""
+    """A system message before ``prompt``."""
+    adapter: str = ""
+    """An exported adapter folder (absolute path) instead of ``run_id``."""
 
 
 @record
@@ -279,6 +294,17 @@ class Compare(Command):
     temperature: float = 0.0
     seed: int = 0
     chat: bool = True
+    # gen (#18.1, #20.3, additive)
+    top_k: int = 0
+    top_p: float = 1.0
+    messages: tuple[ChatMessage, ...] = ()
+    """A conversation instead of ``prompt`` (multi-turn A/B): every user turn without an
+    answer is answered, each side with its own history; an assistant message with ``base``
+    and ``tuned`` is history, one with ``content`` only a reference (never fed)."""
+    system: str = ""
+    adapter: str = ""
+    model: str = ""
+    """The base model of ``adapter`` (default: the adapter's)."""
 
 
 @record
@@ -288,13 +314,14 @@ class Export(Command):
     needs_jax = touches_devices = True
     reply = ExportReply
     run_id: str = ""
-    kind: str = "adapter"
-    """"adapter" (LoRA weights only) or "merged" (base with the adapter fused in)."""
+    kind: str = ""
+    """The older name: "adapter" or "merged" ("" = from ``format``; alone, "merged" is
+    ``format = "gemma"``). ``export.formats`` is the one vocabulary."""
     out: str = ""
     """Output folder; empty = <run dir>/adapter or <run dir>/merged."""
     step: int = -1
     format: str = ""
-    """Output format for the export area ("" = its default)."""
+    """"adapter", "gemma" or "hf" (``EXPORT_FORMATS``; "" = from ``kind``, else "adapter")."""
     force: bool = False
     """Replace ``out`` when it holds an earlier export of this tool (never anything else)."""
 
@@ -329,6 +356,60 @@ class GetSweep(Command):
 
 
 COMMANDS.update({c.name: c for c in (ListSweeps, GetSweep)})
+
+
+# =========================================================================== gen: chats, compare sets (#18.1, #20.3)
+
+
+@record
+class ChatMessage(Record):
+    """One message of a conversation: ``role`` "system" (first only), "user" or "assistant".
+
+    An assistant message carries ``content`` (a reference answer, kept for scoring, never fed
+    to a model), or ``base`` and ``tuned`` (each side's earlier answer: the history a chat
+    client sends back), or both."""
+
+    role: str = "user"
+    content: str | None = None
+    base: str | None = None
+    tuned: str | None = None
+
+
+@record
+class CompareItem(Record):
+    """One item of a compare set: a ``prompt`` or a conversation (``messages``)."""
+
+    prompt: str = ""
+    messages: tuple[ChatMessage, ...] = ()
+    system: str = ""
+
+
+@record
+class CompareSet(Command):
+    """A whole compare set (prompts and conversations) in one stream, batched turn by turn and
+    saved beside the run (``<run>/compare/<timestamp>.jsonl``) unless ``save`` is false:
+    what ``gemma-workbench compare`` sends."""
+
+    name = "compare_set"
+    route = Route("POST", "/compare-set")
+    needs_jax = touches_devices = streams = True
+    items = COMPARE_SET_ITEMS
+    run_id: str = ""
+    adapter: str = ""
+    model: str = ""
+    step: int = -1
+    entries: tuple[CompareItem, ...] = ()
+    max_tokens: int = 128
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    chat: bool = True
+    save: bool = True
+
+
+COMMANDS[CompareSet.name] = CompareSet
+LIMITS.update({"messages": 512, "entries": 4096, "system": 64 * 1024})
 
 
 # =========================================================================== parsing

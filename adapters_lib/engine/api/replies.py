@@ -44,6 +44,9 @@ __all__ = [
     "SampleDone",
     "CompareDone",
     "StreamItem",
+    "CompareTurn",
+    "CompareSetDone",
+    "COMPARE_SET_ITEMS",
     "API_VERSION",
     "PREFIX",
     "RUN_STREAM_ITEMS",
@@ -295,6 +298,11 @@ class ExportReply(Record):
     kind: str = "adapter"
     result: Any = None
     """What the export area wrote (paths, format, files)."""
+    # gen (#16.3, additive): the one export vocabulary's name, and where it went
+    format: str = ""
+    """"adapter", "gemma" or "hf" (``export.formats``)."""
+    out: str = ""
+    step: int | None = None
 
 
 # --------------------------------------------------------------------------- stream items
@@ -333,6 +341,13 @@ class TokenChunk(Record):
     done: bool = False
     side: str | None = None
     """compare only: "base" or "tuned"."""
+    # gen (#20.3, additive)
+    stop_reason: str | None = None
+    """On the last chunk of a stream (``done``): "stop", "length" or "cancelled"."""
+    turn: int | None = None
+    """A conversation's user turn this chunk answers (0-based)."""
+    row: int | None = None
+    """compare_set only: the item (prompt or conversation) this chunk answers."""
 
 
 @record
@@ -342,6 +357,10 @@ class SampleDone(Record):
     seconds: float = 0.0
     step: int | None = None
     complete: bool = True
+    # gen (#20.3, additive)
+    tokens_per_s: float = 0.0
+    stop_reason: str | None = None
+    """"stop" (the model ended its turn), "length" (max_tokens) or "cancelled"."""
 
 
 @record
@@ -352,6 +371,11 @@ class CompareDone(Record):
     seconds: float = 0.0
     step: int | None = None
     complete: bool = True
+    # gen (#20.3, additive): per side, and every turn of a conversation
+    tokens_per_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    stop_reason: dict[str, str] = dataclasses.field(default_factory=dict)
+    turns: list[CompareTurn] | None = None
+    """For a ``messages`` request: every user turn, answered now or given as history."""
 
 
 @record
@@ -430,3 +454,47 @@ class SweepInfo(Record):
 @record
 class SweepList(Record):
     sweeps: list[SweepInfo] = dataclasses.field(default_factory=list)
+
+
+# =========================================================================== gen: multi-turn A/B (#20.3)
+
+
+@record
+class SideAnswer(Record):
+    text: str = ""
+    tokens: int = 0
+    stop_reason: str | None = None
+    seconds: float = 0.0
+    tokens_per_s: float = 0.0
+
+
+@record
+class CompareTurn(Record):
+    """One user turn of a compared conversation and each side's answer."""
+
+    user: str = ""
+    reference: str | None = None
+    """The assistant turn given in the request without sides: a reference, never fed."""
+    given: bool = False
+    """The request carried both answers (history): nothing was generated for it."""
+    base: str = ""
+    tuned: str = ""
+    sides: dict[str, SideAnswer] | None = None
+    """Generated turns: tokens, tokens_per_s, stop_reason per side."""
+
+
+@record
+class CompareSetDone(Record):
+    results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    """One record per item, as a saved compare set keeps it (``sample.compare_sets``):
+    ``{prompt, base, tuned, settings, step}`` or ``{messages, base: [...], tuned: [...],
+    references: [...], settings, step}``."""
+    saved: str | None = None
+    """The compare set's file beside the run (``<run>/compare/*.jsonl``), if saved."""
+    step: int | None = None
+    complete: bool = True
+    seconds: float = 0.0
+
+
+COMPARE_SET_ITEMS: dict[str, type[Record] | None] = {
+    "token": TokenChunk, "done": CompareSetDone, "error": StreamError}

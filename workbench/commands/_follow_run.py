@@ -1,0 +1,132 @@
+"""Foreground ``train`` through the engine: create (or resume) a run there, then follow it.
+
+The run directory goes to stdout first (scripts read it), progress lines to stderr (the
+engine's log lines of the run, like the in-process trainer printed them). Ctrl-C asks on a
+terminal whether to stop the run (it checkpoints and stops at its next step; we follow it to
+the end) or to detach (it goes on in the engine). Without a terminal Ctrl-C detaches and
+says how to stop it. The exit status is the run's: 0 completed, 130 stopped, 2 failed on a
+user mistake (the one-line cause), 1 failed otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from adapters_lib.errors import WorkbenchError
+
+
+def _client() -> Any:
+    from workbench.commands._generation_args import engine_client
+
+    return engine_client()
+
+
+def precheck_mesh(client: Any, config_toml: str, overrides: list[str]) -> None:
+    """A mesh that does not fit the engine's devices or the batch fails before a run dir exists."""
+    est = client.estimate(config_toml=config_toml, overrides=overrides)
+    errors = [p for p in est.get("mesh_problems") or [] if p.get("level") == "error"]
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise WorkbenchError(errors[0]["message"] + more, where="[mesh]", hint=errors[0].get("hint") or None)
+
+
+def train_and_follow(config_toml: str, overrides: list[str], *, source: str, quiet: bool = False) -> int:
+    with _client() as client:
+        precheck_mesh(client, config_toml, overrides)
+        run = client.create_run(config_toml=config_toml, overrides=overrides, source=source)
+        print(run["dir"], flush=True)
+        return follow(client, run["id"], quiet=quiet)
+
+
+def resume_and_follow(ref: str, *, quiet: bool = False) -> int:
+    with _client() as client:
+        run = client.resume_run(ref)
+        print(run["dir"], flush=True)
+        return follow(client, run["id"], quiet=quiet)
+
+
+def _ask(run_id: str) -> str:
+    """"stop" or "detach": asked on a terminal; without one, detach."""
+    if not sys.stdin or not sys.stdin.isatty():
+        return "detach"
+    sys.stderr.write(f"\nstop run {run_id} (it checkpoints first) or detach (it goes on)? [s/D] ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        return "detach"
+    return "stop" if answer.strip().lower() in ("s", "stop") else "detach"
+
+
+def _progress(data: dict[str, Any], quiet: bool) -> str | None:
+    if not str(data.get("logger", "")).startswith("adapters_lib"):
+        return None  # the libraries' own chatter (absl, jax, orbax) stays in train.log
+    if quiet and data.get("level") in ("DEBUG", "INFO"):
+        return None
+    return str(data.get("message", ""))
+
+
+def follow(client: Any, run_id: str, *, quiet: bool = False) -> int:
+    """Print the run's progress until it ends; returns the exit status (see the module doc)."""
+    since, stopping, ended = 0, False, False
+    while not ended:
+        try:
+            for item in client.stream_run(run_id, since_step=since):
+                kind, data = item["type"], item["data"]
+                if kind == "metrics":
+                    since = max(since, int(data.get("step", 0)))
+                elif kind == "log":
+                    line = _progress(data, quiet)
+                    if line:
+                        print(line, file=sys.stderr, flush=True)
+                elif kind == "end":
+                    ended = True
+                    break
+            if not ended:  # the stream closed early: a final state ends it, else follow again
+                ended = client.get_run(run_id, metrics=False, events=False)["state"] in (
+                    "stopped", "completed", "failed", "interrupted")
+        except KeyboardInterrupt:
+            if stopping or _ask(run_id) == "detach":
+                print(f"\ndetached: run {run_id} goes on in the engine; follow it with "
+                      f"`gemma-workbench runs attach {run_id}`, stop it with "
+                      f"`gemma-workbench runs stop {run_id}`", file=sys.stderr)
+                return 0
+            client.stop_run(run_id)
+            stopping = True
+            print(f"stopping run {run_id}: it checkpoints at its next step (Ctrl-C again detaches)",
+                  file=sys.stderr, flush=True)
+    return finish(client.get_run(run_id, metrics=True, events=False))
+
+
+def summary_line(run: dict[str, Any]) -> str:
+    line = f"{run['state']} at step {run.get('step', 0)}/{run.get('total_steps', 0)}"
+    metrics = run.get("metrics") or []
+    losses = [m["loss"] for m in metrics if isinstance(m.get("loss"), (int, float))]
+    evals = [m["eval_loss"] for m in metrics if isinstance(m.get("eval_loss"), (int, float))]
+    if losses:
+        line += f", loss {losses[-1]:.4f}"
+    if evals:
+        line += f", eval loss {evals[-1]:.4f}"
+    base, tuned = run.get("exact_match_base"), run.get("exact_match_tuned")
+    if isinstance(tuned, (int, float)):
+        line += f", exact-match {base or 0:.1%} (base) → {tuned:.1%} (tuned)"
+    return line
+
+
+def finish(run: dict[str, Any]) -> int:
+    """The run's end as this command's: a summary line on stderr and the exit status."""
+    state, run_id = run["state"], run["id"]
+    if state == "failed":
+        error = run.get("error") if isinstance(run.get("error"), dict) else {}
+        if error.get("where") or error.get("hint"):  # a user mistake: its one line, exit 2
+            raise WorkbenchError(error.get("message") or run.get("message") or "the run failed",
+                                 where=error.get("where"), hint=error.get("hint"))
+        print(f"run {run_id} failed: {run.get('message') or error.get('message') or 'see its train.log'}",
+              file=sys.stderr)
+        return 1
+    print(summary_line(run), file=sys.stderr)
+    if state == "stopped":
+        print(f"resume with: gemma-workbench train --resume {run_id}", file=sys.stderr)
+        return 130
+    return 0 if state == "completed" else 1
