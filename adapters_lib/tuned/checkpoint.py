@@ -14,9 +14,7 @@ from adapters_lib.errors import WorkbenchError
 
 def checkpoint_step(run: Any, step: int | None) -> int:
     """``step`` if the run has that complete checkpoint, the latest one when None."""
-    from adapters_lib import runs
-
-    steps = runs.checkpoint_steps(run.checkpoints_dir)
+    steps = run.checkpoints()  # the one checkpoint rule (runs.checkpoints)
     if not steps:
         raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir),
                              hint="wait for the first checkpoint (train.checkpoint_every) or resume it")
