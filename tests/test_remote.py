@@ -101,6 +101,11 @@ def test_which_commands_reach_the_engine_and_which_run_over_there():
 
     assert route("runs", "attach", "X") == "tunnel"
     assert route("web") == "tunnel"
+    assert route("sweep", "c.toml", "--grid", "train.learning_rate=1e-3,1e-4") == "tunnel"
+    for argv in (["sample", "--prompt", "p"], ["compare", "--run", "x", "--prompt", "p"],
+                 ["export", "x", "--out", "o"], ["train", "c.toml"]):
+        if hasattr(parser.parse_args(argv), "in_process"):  # through the engine (#18 item 1)
+            assert route(*argv) == "tunnel", argv
     assert route("train", "c.toml", "--detach") == "tunnel"
     assert route("train", "--print-config") == "here"
     for argv in (["engine", "start"], ["doctor"], ["data", "check", "f"], ["models"]):

@@ -94,7 +94,7 @@ def remote_route(args: argparse.Namespace) -> str:
         raise WorkbenchError("--in-process computes on this machine, --remote on the engine's",
                              where="--in-process", hint="drop one of the two")
     command = args.command
-    if command in (None, "runs", "web"):  # web: each browser tab's TUI inherits the remote
+    if command in (None, "runs", "web", "sweep"):  # web: each tab's TUI inherits the remote
         return "tunnel"
     if command in REMOTE_RELAYED:
         return "relay"
