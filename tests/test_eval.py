@@ -71,7 +71,7 @@ def test_loss_equals_the_full_logits_reference(demo, files):
 
 
 def test_eval_cli_on_a_model_and_on_a_run_checkpoint(trained_demo_run, files, capsys):
-    args = ["eval", "--data", str(files["chat"]), "--json"]
+    args = ["eval", "--in-process", "--data", str(files["chat"]), "--json"]
     assert main([*args, "--model", "demo"]) == 0
     base = json.loads(capsys.readouterr().out)
     assert set(base) >= {"loss", "perplexity", "tokens"} and base["run"] is None
@@ -79,7 +79,7 @@ def test_eval_cli_on_a_model_and_on_a_run_checkpoint(trained_demo_run, files, ca
     tuned = json.loads(capsys.readouterr().out)
     assert (tuned["step"], tuned["tokens"], tuned["model"]) == (20, base["tokens"], "demo")
     assert tuned["loss"] != pytest.approx(base["loss"], rel=1e-4)  # the adapters are applied
-    assert main(["eval", "--data", str(files["text"]), "--model", "demo"]) == 0
+    assert main(["eval", "--in-process", "--data", str(files["text"]), "--model", "demo"]) == 0
     assert "perplexity" in capsys.readouterr().out
 
 
@@ -92,7 +92,7 @@ def test_eval_cli_on_a_model_and_on_a_run_checkpoint(trained_demo_run, files, ca
 ])
 def test_bad_eval_input_is_one_line(argv, words, files, capsys):
     argv = [a.replace("{chat}", str(files["chat"])) for a in argv]
-    assert main(["eval", *argv]) == 2
+    assert main(["eval", "--in-process", *argv]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error:") and words in err and "\n" not in err, err
 

@@ -138,7 +138,7 @@ def test_compare_cli_replays_a_conversation_file_through_the_engine(cli_home, en
 
 
 def test_no_computing_command_loads_an_ml_framework_beside_the_engine(cli_home, run_id, tmp_path):
-    """sample, compare, export and foreground train run in the engine: the CLI process never
+    """sample, compare, export, eval and foreground train run in the engine: the CLI process never
     imports JAX & co (on a TPU VM it could not open the devices anyway); --in-process is
     refused while the engine runs."""
     import json
@@ -156,16 +156,35 @@ codes = [
     main(["train", "-q", "--set", "mesh.devices=1", "--set", "data.max_length=64", "--set", "train.steps=2",
           "--set", "train.eval_every=100", "--set", "train.eval_exact_match=0",
           "--set", 'run.dir="{tmp_path / "runs"}"']),
+    main(["eval", "--run", {run_id!r}, "--data", {str(tmp_path / "eval.txt")!r}, "--max-length", "64"]),
     main(["sample", "--in-process", "--prompt", "x"]),
 ]
 heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"jax", "jaxlib", "gemma", "flax", "orbax", "keras", "tensorflow"}})
 print(json.dumps({{"codes": codes, "heavy": heavy}}))
 """
+    (tmp_path / "eval.txt").write_text("Is 3 even or odd? odd\nWhat is 2 plus 2? 4\n")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
                        env={**os.environ, "GEMMA_WORKBENCH_HOME": str(cli_home)})
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got["codes"] == [0, 0, 0, 0, 2], r.stderr[-3000:]
+    assert got["codes"] == [0, 0, 0, 0, 0, 2], r.stderr[-3000:]
     assert got["heavy"] == []
     assert (tmp_path / "adapter" / "adapter_model.safetensors").is_file()
     assert "error: --in-process: an engine is running" in r.stderr
+
+
+def test_eval_through_the_engine_scores_the_runs_checkpoint(engine, run_id, tmp_path):
+    import json
+
+    from adapters_lib.models import demo_tasks
+
+    _, evals = demo_tasks.demo_splits()
+    f = tmp_path / "eval.jsonl"
+    f.write_text("".join(json.dumps({"messages": e["messages"]}) + "\n" for e in evals[:24]))
+    base = engine.eval(str(f), model="demo", max_length=64)
+    tuned = engine.eval(str(f), run_id=run_id, step=10, max_length=64)
+    assert base.tokens == tuned.tokens > 0 and tuned.step == 10 and tuned.run == run_id
+    assert tuned.loss < base.loss  # the run learned the demo tasks these come from
+    with pytest.raises(EngineRequestError) as err:
+        engine.eval("relative.jsonl", model="demo")
+    assert err.value.status == 400 and "absolute" in str(err.value)

@@ -85,7 +85,7 @@ def test_perplexity_separates_english_from_its_shuffled_words(real_270m, tmp_pat
 def test_eval_cli_in_a_fresh_process_stays_under_3_gb(real_270m, tmp_path):
     path = _write(tmp_path, "english.txt", ENGLISH)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    out = subprocess.run([sys.executable, "-m", "workbench.cli", "eval", "--model",
+    out = subprocess.run([sys.executable, "-m", "workbench.cli", "eval", "--in-process", "--model",
                           "starter:gemma-3-270m", "--data", str(path), "--json"],
                          capture_output=True, text=True, timeout=600, env=dict(os.environ))
     assert out.returncode == 0, out.stderr[-2000:]

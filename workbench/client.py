@@ -429,6 +429,14 @@ class EngineClient:
                                           temperature=temperature, top_k=top_k, top_p=top_p,
                                           seed=seed, chat=chat, save=save))
 
+    def eval(self, data: str, *, model: str = "", run_id: str = "", step: int = -1,
+             format: str = "auto", loss_on: str = "model", max_length: int = 0,
+             batch_size: int = 4) -> api.EvalReply:
+        """Loss, perplexity and scored tokens on ``data`` (an absolute path on the engine's machine)."""
+        return self.call(api.Eval(data=data, model=model, run_id=run_id, step=step, format=format,
+                                  loss_on=loss_on, max_length=max_length, batch_size=batch_size),
+                         timeout=3600)
+
     def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,
                format: str = "", force: bool = False) -> api.ExportReply:
         """``format``: "adapter", "gemma" or "hf" (``api.EXPORT_FORMATS``); ``kind`` is the older

@@ -325,3 +325,28 @@ def export_job(engine: Any, cmd: Any, run: Any, fmt: str) -> dict[str, Any]:
     result = model.export(fmt, cmd.out or None, force=cmd.force)
     return {"run_id": run.run_id, "kind": formats.KINDS[fmt], "format": fmt, "out": result["out"],
             "step": result["step"], "result": result}
+
+
+# --------------------------------------------------------------------------- eval
+
+
+def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
+    """``eval`` in the engine: the evaluation area's computation (``adapters_lib.perplexity``)."""
+    from adapters_lib import perplexity
+
+    where = "eval request"
+    if not cmd.data or not Path(cmd.data).is_absolute():
+        raise EngineError(f"data {cmd.data!r} is not an absolute path", where=f"{where}: data",
+                          hint="send an absolute file or folder (the engine's working directory is not yours)")
+    if cmd.batch_size < 1 or cmd.max_length < 0:
+        raise EngineError("batch_size must be positive and max_length not negative", where=where)
+    run = run_dir_of(engine, cmd.run_id) if cmd.run_id else None
+    future = engine.on_device(lambda: perplexity.evaluate(
+        model=cmd.model, run=str(run.path) if run is not None else "",
+        step=None if cmd.step < 0 else cmd.step, data=cmd.data, fmt=cmd.format,
+        max_length=cmd.max_length or None, loss_on=cmd.loss_on, batch_size=cmd.batch_size),
+        label="eval")
+    result = future.result().to_dict()
+    if run is not None:
+        result["run"] = run.run_id
+    return result

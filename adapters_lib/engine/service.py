@@ -615,6 +615,12 @@ class Engine:
         future = self.on_device(lambda: fn(self, cmd, prepared, emit), label=cmd.name)
         return future.result()
 
+    def cmd_eval(self, cmd: api.Eval) -> api.EvalReply:
+        """Loss/perplexity on a data file, on the device thread (``engine/sampling.eval_job``)."""
+        from adapters_lib.engine import sampling
+
+        return api.EvalReply.from_json(sampling.eval_job(self, cmd))
+
     def cmd_export(self, cmd: api.Export) -> api.ExportReply:
         from adapters_lib.engine import sampling
 

@@ -4,7 +4,8 @@ Loss, perplexity and the number of scored tokens of a model (or a run's checkpoi
 text or chat file. Chat files score the model turns only (``--loss-on all``: every token).
 ``--json`` prints one object with ``loss``, ``perplexity``, ``tokens`` (contract) and the
 details (sequences, examples, dropped, format, max_length, model, run, step, seconds).
-The computation is ``adapters_lib.perplexity``; it runs in this process.
+The computation is ``adapters_lib.perplexity``; it runs in the engine (started on demand;
+``--in-process``: in this process, refused while an engine runs).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import json
 
 from adapters_lib.errors import WorkbenchError
+from workbench.commands._generation_args import add_in_process_arg
 
 FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 
@@ -34,6 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens per sequence (default: the run's [data] max_length, else 512)")
     p.add_argument("--batch-size", type=int, default=4, metavar="B", help="rows per batch")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    add_in_process_arg(p)
     p.set_defaults(handler=run)
 
 
@@ -43,15 +46,18 @@ def run(args: argparse.Namespace) -> int:
                              hint="use a positive number of rows")
     if args.step is not None and args.step < 0:
         raise WorkbenchError(f"--step is {args.step}", where="--step", hint="use a checkpoint step")
-    from adapters_lib import perplexity
-    from workbench.commands._generation_args import quiet_engine_logs
+    if args.in_process:
+        from adapters_lib import perplexity
+        from workbench.commands._generation_args import quiet_engine_logs
 
-    quiet_engine_logs()
-    result = perplexity.evaluate(model=args.model, run=args.run, step=args.step, data=args.data,
-                                 fmt=args.format, max_length=args.max_length,
-                                 loss_on=args.loss_on, batch_size=args.batch_size)
+        quiet_engine_logs()
+        result = perplexity.evaluate(model=args.model, run=args.run, step=args.step, data=args.data,
+                                     fmt=args.format, max_length=args.max_length,
+                                     loss_on=args.loss_on, batch_size=args.batch_size)
+    else:
+        result = _through_engine(args)
     if args.json:
-        print(json.dumps(result.to_dict()))
+        print(json.dumps(result.to_dict() if hasattr(result, "to_dict") else result.to_json()))
         return 0
     what = f"run {result.run} step {result.step}" if result.run else result.model
     print(f"{what} on {result.data}: loss {result.loss:.4f}, perplexity {result.perplexity:.2f}, "
@@ -60,3 +66,15 @@ def run(args: argparse.Namespace) -> int:
     if result.dropped:
         print(f"  {result.dropped} records dropped; see `gemma-workbench data check {result.data}`")
     return 0
+
+
+def _through_engine(args: argparse.Namespace):
+    """The same computation in the engine; a reply with the ``EvalResult`` attributes."""
+    from workbench.commands._generation_args import engine_client, local_path, run_ref
+
+    with engine_client() as client:
+        return client.eval(local_path(args.data), model=args.model,
+                           run_id=run_ref(args.run) if args.run else "",
+                           step=-1 if args.step is None else args.step, format=args.format,
+                           loss_on=args.loss_on, max_length=args.max_length or 0,
+                           batch_size=args.batch_size)

@@ -26,10 +26,14 @@ block of its own at the end of the file (and in that file's ``__all__``), never 
 reshaping these.
 """
 
+from adapters_lib.engine.api.chat import *  # noqa: F403
+from adapters_lib.engine.api.chat import __all__ as _chat
 from adapters_lib.engine.api.commands import *  # noqa: F403
 from adapters_lib.engine.api.commands import __all__ as _commands
+from adapters_lib.engine.api.generation import *  # noqa: F403  (gen: registers CompareSet)
+from adapters_lib.engine.api.generation import __all__ as _generation
 from adapters_lib.engine.api.replies import *  # noqa: F403
 from adapters_lib.engine.api.replies import __all__ as _replies
 from adapters_lib.jsontypes import Record, to_jsonable
 
-__all__ = [*_replies, *_commands, "Record", "to_jsonable"]
+__all__ = [*_replies, *_commands, *_chat, *_generation, "Record", "to_jsonable"]

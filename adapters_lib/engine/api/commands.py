@@ -12,9 +12,9 @@ import dataclasses
 import difflib
 from typing import Any, ClassVar, NamedTuple
 
+from adapters_lib.engine.api.chat import ChatMessage
 from adapters_lib.engine.api.replies import (
     COMPARE_ITEMS,
-    COMPARE_SET_ITEMS,
     PREFIX,
     RUN_STREAM_ITEMS,
     SAMPLE_ITEMS,
@@ -56,9 +56,6 @@ __all__ = [
     "Sample",
     "Compare",
     "Export",
-    "ChatMessage",
-    "CompareItem",
-    "CompareSet",
     "EXPORT_FORMATS",
     "LIMITS",
     "COMMANDS",
@@ -356,60 +353,6 @@ class GetSweep(Command):
 
 
 COMMANDS.update({c.name: c for c in (ListSweeps, GetSweep)})
-
-
-# =========================================================================== gen: chats, compare sets (#18.1, #20.3)
-
-
-@record
-class ChatMessage(Record):
-    """One message of a conversation: ``role`` "system" (first only), "user" or "assistant".
-
-    An assistant message carries ``content`` (a reference answer, kept for scoring, never fed
-    to a model), or ``base`` and ``tuned`` (each side's earlier answer: the history a chat
-    client sends back), or both."""
-
-    role: str = "user"
-    content: str | None = None
-    base: str | None = None
-    tuned: str | None = None
-
-
-@record
-class CompareItem(Record):
-    """One item of a compare set: a ``prompt`` or a conversation (``messages``)."""
-
-    prompt: str = ""
-    messages: tuple[ChatMessage, ...] = ()
-    system: str = ""
-
-
-@record
-class CompareSet(Command):
-    """A whole compare set (prompts and conversations) in one stream, batched turn by turn and
-    saved beside the run (``<run>/compare/<timestamp>.jsonl``) unless ``save`` is false:
-    what ``gemma-workbench compare`` sends."""
-
-    name = "compare_set"
-    route = Route("POST", "/compare-set")
-    needs_jax = touches_devices = streams = True
-    items = COMPARE_SET_ITEMS
-    run_id: str = ""
-    adapter: str = ""
-    model: str = ""
-    step: int = -1
-    entries: tuple[CompareItem, ...] = ()
-    max_tokens: int = 128
-    temperature: float = 0.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    chat: bool = True
-    save: bool = True
-
-
-COMMANDS[CompareSet.name] = CompareSet
-LIMITS.update({"messages": 512, "entries": 4096, "system": 64 * 1024})
 
 
 # =========================================================================== parsing

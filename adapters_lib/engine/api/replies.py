@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from adapters_lib.engine.api.chat import CompareTurn
 from adapters_lib.jsontypes import Record, record
 
 API_VERSION = 1
@@ -44,9 +45,6 @@ __all__ = [
     "SampleDone",
     "CompareDone",
     "StreamItem",
-    "CompareTurn",
-    "CompareSetDone",
-    "COMPARE_SET_ITEMS",
     "API_VERSION",
     "PREFIX",
     "RUN_STREAM_ITEMS",
@@ -454,47 +452,3 @@ class SweepInfo(Record):
 @record
 class SweepList(Record):
     sweeps: list[SweepInfo] = dataclasses.field(default_factory=list)
-
-
-# =========================================================================== gen: multi-turn A/B (#20.3)
-
-
-@record
-class SideAnswer(Record):
-    text: str = ""
-    tokens: int = 0
-    stop_reason: str | None = None
-    seconds: float = 0.0
-    tokens_per_s: float = 0.0
-
-
-@record
-class CompareTurn(Record):
-    """One user turn of a compared conversation and each side's answer."""
-
-    user: str = ""
-    reference: str | None = None
-    """The assistant turn given in the request without sides: a reference, never fed."""
-    given: bool = False
-    """The request carried both answers (history): nothing was generated for it."""
-    base: str = ""
-    tuned: str = ""
-    sides: dict[str, SideAnswer] | None = None
-    """Generated turns: tokens, tokens_per_s, stop_reason per side."""
-
-
-@record
-class CompareSetDone(Record):
-    results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    """One record per item, as a saved compare set keeps it (``sample.compare_sets``):
-    ``{prompt, base, tuned, settings, step}`` or ``{messages, base: [...], tuned: [...],
-    references: [...], settings, step}``."""
-    saved: str | None = None
-    """The compare set's file beside the run (``<run>/compare/*.jsonl``), if saved."""
-    step: int | None = None
-    complete: bool = True
-    seconds: float = 0.0
-
-
-COMPARE_SET_ITEMS: dict[str, type[Record] | None] = {
-    "token": TokenChunk, "done": CompareSetDone, "error": StreamError}
