@@ -12,7 +12,7 @@ from adapters_lib.errors import WorkbenchError
 def _settings(**kw):
     from adapters_lib.sample import SamplingSettings
 
-    return SamplingSettings(**{"max_new_tokens": 12, **kw})
+    return SamplingSettings(**{"max_new_tokens": 8, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -23,10 +23,11 @@ def model(demo_lora):
     return GemmaTuned(loaded, lora=spec, adapters=adapters, source="demo")
 
 
-@pytest.mark.parametrize("kw", [{}, {"temperature": 1.0, "top_p": 0.9, "seed": 4}])
-def test_per_variant_prompts_give_what_each_side_gives_alone(model, kw):
+def test_per_variant_prompts_give_what_each_side_gives_alone(model):
+    """Sampled (the greedy case is the three-turn test below): the same key per row on both
+    sides, so each side equals itself alone."""
     s = model.sampler
-    settings = _settings(**kw)
+    settings = _settings(temperature=1.0, top_p=0.9, seed=4)
     base_prompts = ["Is 5 even or odd?", "Reverse the words: apple river stone"]
     tuned_prompts = ["Say the first word: piano river stone", "Is 12 even or odd? Answer in one word."]
     grid = s.generate_grid([], [None, model.adapters], settings, variant_prompts=[base_prompts, tuned_prompts])

@@ -188,3 +188,21 @@ def test_eval_through_the_engine_scores_the_runs_checkpoint(engine, run_id, tmp_
     with pytest.raises(EngineRequestError) as err:
         engine.eval("relative.jsonl", model="demo")
     assert err.value.status == 400 and "absolute" in str(err.value)
+
+
+def test_an_exported_adapter_samples_and_compares_through_the_engine(cli_home, engine, run_id, tmp_path):
+    import json
+
+    out = tmp_path / "adapter"
+    r = _cli(cli_home, "export", run_id, "--format", "adapter", "--out", str(out), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["out"] == str(out), r.stderr
+    r = _cli(cli_home, "sample", "--adapter", str(out), "--prompt", "Is 7 even or odd?", "--json",
+             "--max-new-tokens", "5")
+    assert r.returncode == 0, r.stderr
+    from_adapter = json.loads(r.stdout)
+    _, done = _collect(engine.sample("Is 7 even or odd?", run_id=run_id, max_tokens=5))
+    assert from_adapter["text"] == done["text"]  # the adapter is the run's latest checkpoint
+    r = _cli(cli_home, "compare", "--adapter", str(out), "--prompt", "Is 7 even or odd?", "--json",
+             "--max-new-tokens", "5")
+    assert r.returncode == 0 and "saved" not in r.stderr, r.stderr
+    assert json.loads(r.stdout)[0]["tuned"] == done["text"]

@@ -91,7 +91,8 @@ def _in_process(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[s
 
 def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[str, int | None, dict]:
     fields: dict[str, Any] = {"run_id": run_ref(args.run) if args.run else "",
-                              "adapter": local_path(args.adapter), "model": args.model or "demo",
+                              "adapter": local_path(args.adapter),
+                              "model": args.model or ("" if args.adapter else "demo"),  # an adapter's own base
                               "step": -1 if args.step is None else args.step, "chat": not args.raw,
                               **settings_body(settings)}
     if isinstance(prompt, str):

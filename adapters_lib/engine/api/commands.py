@@ -275,7 +275,8 @@ class Sample(Command):
     system: str = ""
     """A system message before ``prompt``."""
     adapter: str = ""
-    """An exported adapter folder (absolute path) instead of ``run_id``."""
+    """An exported adapter folder (absolute path) instead of ``run_id`` (``model`` is then its
+    base model; "" = the adapter's own)."""
 
 
 @record
