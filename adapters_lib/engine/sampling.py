@@ -291,10 +291,34 @@ def compare_set_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> di
 
 
 def jobs() -> dict[type, Callable[..., dict[str, Any]]]:
-    """The device job of each generation command (``Engine.execute_stream``)."""
+    """The device job of each streaming generation command (``Engine.execute_stream``, after
+    ``prepare``): ``job(engine, cmd, prepared, emit) -> done data``."""
     from adapters_lib.engine import api
 
     return {api.Sample: sample_job, api.Compare: compare_job, api.CompareSet: compare_set_job}
+
+
+def handlers() -> dict[type, Callable[[Any, Any], Any]]:
+    """The answer of each non-streaming command of this area: ``handler(engine, cmd) -> reply``
+    (for the engine's handler table; today ``Engine.cmd_export``/``cmd_eval`` call them)."""
+    from adapters_lib.engine import api
+
+    return {api.Export: export, api.Eval: evaluate}
+
+
+def export(engine: Any, cmd: Any) -> Any:
+    """An export request: checked here (a 4xx), written on the device thread."""
+    from adapters_lib.engine import api
+
+    run, fmt = check_export(engine, cmd)
+    future = engine.on_device(lambda: export_job(engine, cmd, run, fmt), label="export")
+    return api.ExportReply.from_json(future.result())
+
+
+def evaluate(engine: Any, cmd: Any) -> Any:
+    from adapters_lib.engine import api
+
+    return api.EvalReply.from_json(eval_job(engine, cmd))
 
 
 # --------------------------------------------------------------------------- export

@@ -616,17 +616,16 @@ class Engine:
         return future.result()
 
     def cmd_eval(self, cmd: api.Eval) -> api.EvalReply:
-        """Loss/perplexity on a data file, on the device thread (``engine/sampling.eval_job``)."""
+        """Loss/perplexity on a data file, on the device thread (``engine/sampling``)."""
         from adapters_lib.engine import sampling
 
-        return api.EvalReply.from_json(sampling.eval_job(self, cmd))
+        return sampling.evaluate(self, cmd)
 
     def cmd_export(self, cmd: api.Export) -> api.ExportReply:
+        """Checked (a 4xx before the device thread), then written there (``engine/sampling``)."""
         from adapters_lib.engine import sampling
 
-        run, fmt = sampling.check_export(self, cmd)  # a 4xx before the device thread
-        future = self.on_device(lambda: sampling.export_job(self, cmd, run, fmt), label="export")
-        return api.ExportReply.from_json(future.result())
+        return sampling.export(self, cmd)
 
 
 class RunLogHandler(logging.Handler):
