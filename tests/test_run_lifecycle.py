@@ -138,6 +138,10 @@ def test_retention_never_drops_the_last_confirmed_checkpoint(steps, keep, below,
     assert ckpt.prune_plan(steps, keep, below) == deleted
 
 
+def test_a_pinned_checkpoint_outlives_retention():
+    assert ckpt.prune_plan([5, 10, 15, 20], 1, None, pinned={10}) == [5, 15]
+
+
 # --------------------------------------------------------------------------- lease
 
 

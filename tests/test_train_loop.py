@@ -179,16 +179,34 @@ class Recorder:
         self.calls: list[tuple] = []
 
     def on_start(self, session, step):
+        self.session = session
         self.calls.append(("start", step, session.run.run_id))
+        self.logits = [self._score()]
 
     def on_step(self, step, metrics):
         self.calls.append(("step", step, metrics["loss"]))
 
     def on_eval(self, step, results):
         self.calls.append(("eval", step, sorted(results)))
+        self.logits.append(self._score())
+
+    def _score(self):
+        """The probe's model on one prompt: the logits of its last token, as numbers."""
+        import jax.numpy as jnp
+
+        probe = self.session.probe
+        ids = probe.tokenizer.encode("Is 7 even or odd?")
+        tokens = jnp.asarray([ids], jnp.int32)
+        positions = jnp.arange(len(ids))[None]
+        mask = jnp.tril(jnp.ones((1, len(ids), len(ids)), bool))
+        with probe.scope():
+            logits = probe.apply_fn(probe.params(), tokens, positions, mask)
+        return np.asarray(logits[0, -1])
 
     def on_checkpoint(self, step):
         self.calls.append(("checkpoint", step))
+        if step == 2:
+            self.session.pin(2)  # kept whatever keep_checkpoints says
 
     def should_stop(self):
         return any(c[0] == "step" and c[1] >= self.stop_after for c in self.calls)
@@ -206,20 +224,24 @@ def test_hooks_see_steps_evals_checkpoints_and_can_end_the_run_early(tmp_path):
     from adapters_lib.train.trainer import TrainHook
 
     cfg = load_config(None, demo_overrides(run__dir=f'"{tmp_path}"', train__steps=8, train__eval_every=3,
-                                           train__checkpoint_every=2))
+                                           train__checkpoint_every=2, train__keep_checkpoints=1))
     run = runs.create_run(cfg)
-    hook = Recorder(stop_after=4)
+    hook = Recorder(stop_after=6)
     assert not isinstance(hook, TrainHook)  # duck-typed hooks work as well as subclasses
     result = run_training(cfg, run, hooks=[hook])
-    assert result.state == "completed" and result.step == 4
+    assert result.state == "completed" and result.step == 6
     status = run.status()
-    assert status["state"] == "completed" and "stopped early by early-stop at step 4" in status["message"]
+    assert status["state"] == "completed" and "stopped early by early-stop at step 6" in status["message"]
     kinds = [c[0] for c in hook.calls]
-    assert hook.calls[0] == ("start", 0, run.run_id) and hook.calls[-1] == ("end", "completed", 4)
-    assert [c[1] for c in hook.calls if c[0] == "step"] == [1, 2, 3, 4]
-    assert [c[1:] for c in hook.calls if c[0] == "eval"] == [(3, ["eval_loss"])]
-    assert [c[1] for c in hook.calls if c[0] == "checkpoint"] == [2, 4]
+    assert hook.calls[0] == ("start", 0, run.run_id) and hook.calls[-1] == ("end", "completed", 6)
+    assert [c[1] for c in hook.calls if c[0] == "step"] == [1, 2, 3, 4, 5, 6]
+    assert [c[1:] for c in hook.calls if c[0] == "eval"] == [(3, ["eval_loss"]), (6, ["eval_loss"])]
+    assert [c[1] for c in hook.calls if c[0] == "checkpoint"] == [2, 4, 6]
     assert kinds.index("checkpoint") > kinds.index("step")
     steps_written = {m["step"]: m["loss"] for m in run.metrics()}
     assert {c[1]: c[2] for c in hook.calls if c[0] == "step"} == steps_written
-    assert list_checkpoints(run) == [2, 4] and not run.owner_path.exists()
+    # keep_checkpoints = 1 pruned 2 at the save of 6 (4 confirmed), but the hook pinned it
+    assert list_checkpoints(run) == [2, 4, 6] and not run.owner_path.exists()
+    base, at3, _ = hook.logits
+    assert base.shape == at3.shape and np.isfinite(at3).all()
+    assert not np.allclose(base, at3)  # the probe holds the params of the eval's step

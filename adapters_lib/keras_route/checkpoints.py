@@ -70,9 +70,9 @@ def save(directory: Path, step: int, model: Any, *, loss: float | None) -> Path:
     return final
 
 
-def prune(directory: Path, keep: int, confirmed_below: int | None) -> None:
+def prune(directory: Path, keep: int, confirmed_below: int | None, pinned: Any = ()) -> None:
     """Apply ``train.keep_checkpoints`` (``runs.checkpoints.prune_plan``)."""
-    for old in rule.prune_plan(checkpoint_steps(directory), keep, confirmed_below):
+    for old in rule.prune_plan(checkpoint_steps(directory), keep, confirmed_below, pinned):
         shutil.rmtree(directory / str(old), ignore_errors=True)
 
 

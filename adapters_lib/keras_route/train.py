@@ -29,7 +29,14 @@ from adapters_lib.config import RunConfig
 from adapters_lib.keras_route import checkpoints
 from adapters_lib.keras_route.options import check_backend_options
 from adapters_lib.runs import RunDir
-from adapters_lib.train.trainer import Trainer, TrainingDiverged, TrainResult, diverged, run_trainer
+from adapters_lib.train.trainer import (
+    ModelProbe,
+    Trainer,
+    TrainingDiverged,
+    TrainResult,
+    diverged,
+    run_trainer,
+)
 
 log = logging.getLogger(__name__)
 
@@ -229,12 +236,22 @@ class KerasTrainer(Trainer):
                             verbose=0, callbacks=[cb], shuffle=False)
         return cb.step, cb.held
 
+    def probe(self) -> ModelProbe:
+        """The model as trained so far, for hooks (``train.trainer.ModelProbe``)."""
+        from adapters_lib.keras_route import generate
+
+        model = self.model
+        return ModelProbe(route=self.route, apply_fn=generate._apply_fn(model.causal_lm),
+                          params=lambda: generate.params(model, base=False),
+                          tokenizer=generate._sp(model), eval_examples=list(self.pipeline.eval_examples),
+                          scope=self._scope)
+
     def checkpoint(self, step: int, *, confirmed_below: int | None = None) -> None:
         """Save ``step``; every loss up to it is known finite, so older checkpoints are confirmed."""
         directory = self.run.checkpoints_dir
         self.session.sync()
         checkpoints.prune(directory, self.cfg.train.keep_checkpoints,
-                          step if confirmed_below is None else confirmed_below)
+                          step if confirmed_below is None else confirmed_below, self.session.pinned)
         try:
             checkpoints.save(directory, step, self.model.causal_lm, loss=self.losses.get(step))
         except checkpoints.NonFiniteState:
@@ -263,6 +280,8 @@ class KerasTrainer(Trainer):
                 checkpoints.restore(run.checkpoints_dir, start, self.model.causal_lm)
             session.resumed(start)
         session.progress(step=start, total_steps=t.steps)
+        session.probe = self.probe()
+        session.started(start)
         result.exact_match_base = run.status().get("exact_match_base")
         if result.exact_match_base is None and not resume:
             result.exact_match_base = self.exact_match("base", start)
@@ -295,7 +314,7 @@ class KerasTrainer(Trainer):
                 record.update(eval_exact_match=result.exact_match_tuned, base_exact_match=result.exact_match_base)
             self.metrics(record)
         self.checkpoint(step)
-        checkpoints.prune(run.checkpoints_dir, t.keep_checkpoints, None)  # done: all are good
+        checkpoints.prune(run.checkpoints_dir, t.keep_checkpoints, None, session.pinned)  # done: all good
         result.state = "completed"
         session.settle("completed", f"{step} steps", step=step, final_loss=result.final_loss,
                        final_eval_loss=result.final_eval_loss)

@@ -23,6 +23,7 @@ never leaves a run without a valid checkpoint.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -72,12 +73,15 @@ def latest_complete(directory: str | Path) -> int | None:
     return steps[-1] if steps else None
 
 
-def prune_plan(steps: list[int], keep: int, confirmed_below: int | None) -> list[int]:
+def prune_plan(steps: list[int], keep: int, confirmed_below: int | None,
+               pinned: Iterable[int] = ()) -> list[int]:
     """Steps to delete: all but the newest ``keep`` among those ``< confirmed_below`` (the
     first step whose loss is not yet known finite; None = every step is confirmed).
-    Unconfirmed steps are never deleted here (a divergence handler deletes them)."""
+    Unconfirmed steps are never deleted here (a divergence handler deletes them), nor are
+    ``pinned`` ones (e.g. the best checkpoint a hook keeps whatever ``keep`` says)."""
     steps = sorted(steps)
     confirmed = [s for s in steps if confirmed_below is None or s < confirmed_below]
     if keep <= 0:
         return []
-    return confirmed[:-keep]
+    keep_set = set(pinned)
+    return [s for s in confirmed[:-keep] if s not in keep_set]

@@ -40,7 +40,7 @@ def failure_envelope(err: BaseException) -> tuple[str, dict[str, Any]]:
     else:
         text = f"{type(err).__name__}: {err}".rstrip(": ")
     return text, {"message": text, "where": None, "hint": "see the engine log",
-                  "traceback": "".join(traceback.format_exception(err, limit=20))}
+                  "traceback": "".join(traceback.format_exception(err, limit=-12))}
 
 
 def failure_recorded(err: BaseException) -> bool:

@@ -82,7 +82,12 @@ def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) 
     from adapters_lib.runs import lease
 
     parent = root or runs_root(cfg.run.dir)
-    parent.mkdir(parents=True, exist_ok=True)
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise WorkbenchError(f"cannot create the runs folder {parent}: {e.strerror or e}",
+                             where="[run] dir" if cfg.run.dir else None,
+                             hint="choose a folder you can write ([run] dir)") from None
     if cfg.run.dir or root is not None:
         with contextlib.suppress(OSError):  # a read-only state dir must not stop a run
             remember_root(parent)
@@ -99,14 +104,20 @@ def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) 
     else:  # pragma: no cover - a thousand runs in one second
         raise WorkbenchError(f"cannot make a unique run directory under {parent}")
     run = RunDir(path)
-    lease.claim(run, kind="queued")
-    run.checkpoints_dir.mkdir()
-    run.config_path.write_text(cfg.to_toml(), encoding="utf-8")
-    run.metrics_path.touch()
-    run.events_path.touch()
-    run.write_status("queued", step=0, total_steps=cfg.train.steps)
-    run.append_event("state", state="queued", step=0)
-    files.fsync_dir(parent)
+    try:
+        lease.claim(run, kind="queued")
+        run.checkpoints_dir.mkdir()
+        run.config_path.write_text(cfg.to_toml(), encoding="utf-8")
+        run.metrics_path.touch()
+        run.events_path.touch()
+        run.write_status("queued", step=0, total_steps=cfg.train.steps)
+        run.append_event("state", state="queued", step=0)
+        files.fsync_dir(parent)
+    except OSError as e:  # a full disk, a read-only folder: no half-made run is left behind
+        shutil.rmtree(path, ignore_errors=True)
+        raise WorkbenchError(f"cannot create a run directory in {parent}: {e.strerror or e}",
+                             where="[run] dir" if cfg.run.dir else str(parent),
+                             hint="free some space or choose another folder ([run] dir)") from None
     return run
 
 

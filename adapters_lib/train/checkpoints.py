@@ -103,10 +103,10 @@ class CheckpointStore:
         ), force=True)
         return True
 
-    def prune(self, confirmed_below: int | None) -> None:
+    def prune(self, confirmed_below: int | None, pinned: Any = ()) -> None:
         """Apply ``train.keep_checkpoints`` to the checkpoints known good (``prune_plan``)."""
         self.manager.wait_until_finished()
-        for step in rule.prune_plan(self.steps(), self.keep, confirmed_below):
+        for step in rule.prune_plan(self.steps(), self.keep, confirmed_below, pinned):
             self._delete(step)
 
     def discard_from(self, step: int) -> list[int]:

@@ -38,6 +38,7 @@ from typing import Any
 from adapters_lib.config import RunConfig
 from adapters_lib.runs import RunDir
 from adapters_lib.train.trainer import (
+    ModelProbe,
     NullControl,
     RunSession,
     TrainControl,
@@ -152,7 +153,7 @@ class GemmaTrainer(Trainer):
         def save(at: int, loss: float | None) -> None:
             # every loss up to ``at`` is known finite here: older checkpoints are confirmed
             session.sync()
-            store.prune(confirmed_below=at)
+            store.prune(confirmed_below=at, pinned=session.pinned)
             try:
                 saved = store.save(at, state.params, state.opt_state,
                                    {"rng": rng_to_json(rng), "loss": loss, "time": time.time()})
@@ -175,6 +176,14 @@ class GemmaTrainer(Trainer):
 
             em_n = _exact_match_count(cfg, len(pipeline.eval_examples))
             em = _ExactMatch(cfg, loaded, list(pipeline.eval_examples)[:em_n])
+
+            def current_params() -> Any:
+                return em.model_params(state.params)[1]
+
+            session.probe = ModelProbe(route=self.route, apply_fn=em.apply(), params=current_params,
+                                       tokenizer=loaded.tokenizer,
+                                       eval_examples=list(pipeline.eval_examples))
+            session.started(start)
             result.exact_match_base = run.status().get("exact_match_base")
             if em.examples and result.exact_match_base is None:
                 base = em.measure(state.params, base=True)
@@ -195,9 +204,11 @@ class GemmaTrainer(Trainer):
                     ev = [steps.eval_step(state.params, b) for b in eval_data]
                 log_.add(step, metrics, n_tokens, ev)
                 due_ckpt = step % t.checkpoint_every == 0 and step < t.steps
-                if due_ckpt:
-                    log_.flush(everything=True)  # a checkpoint's history must be known finite
-                    save(step, log_.last_loss)
+                if due_ckpt or ev is not None:
+                    # a checkpoint's history must be known finite; an eval's hooks see this step
+                    log_.flush(everything=True)
+                    if due_ckpt:
+                        save(step, log_.last_loss)
                 elif step % t.log_every == 0:
                     log_.flush(everything=False)  # all but the newest step: no wait on the device
                 if session.should_stop():
@@ -224,7 +235,7 @@ class GemmaTrainer(Trainer):
             log_.finish()
             save(step, result.final_loss)
             store.wait()
-            store.prune(confirmed_below=None)  # the run is done: every checkpoint is good
+            store.prune(confirmed_below=None, pinned=session.pinned)  # done: every one is good
             result.state = "completed"
             session.settle("completed", f"{step} steps", step=step, final_loss=result.final_loss,
                            final_eval_loss=result.final_eval_loss)
@@ -352,23 +363,34 @@ class _ExactMatch:
         self.examples = examples
         self.apply_fn = None
 
+    def model_params(self, trainable: Any) -> tuple[Any, Any]:
+        """(the model to apply, its params) for the trainable tree (LoRA merged in)."""
+        from adapters_lib import lora
+
+        cfg, loaded = self.cfg, self.loaded
+        if cfg.lora.enabled:
+            return lora.wrap(loaded.model, cfg.lora), lora.merge_lora(loaded.params, trainable)
+        return loaded.model, trainable
+
+    def apply(self) -> Any:
+        """One apply function for every decode of this run (one compiled decoder)."""
+        if self.apply_fn is None:
+            from adapters_lib import evaluate, lora
+
+            model = lora.wrap(self.loaded.model, self.cfg.lora) if self.cfg.lora.enabled else self.loaded.model
+            self.apply_fn = evaluate.model_apply_fn(model)
+        return self.apply_fn
+
     def measure(self, trainable: Any, *, base: bool) -> Any:
         import jax
 
-        from adapters_lib import evaluate, lora
+        from adapters_lib import evaluate
 
         t0 = time.perf_counter()
-        cfg, loaded = self.cfg, self.loaded
-        if cfg.lora.enabled:
-            model = lora.wrap(loaded.model, cfg.lora)
-            params = lora.merge_lora(loaded.params, trainable)
-        else:
-            model = loaded.model
-            params = trainable
-        if self.apply_fn is None:
-            self.apply_fn = evaluate.model_apply_fn(model)
+        loaded = self.loaded
+        model, params = self.model_params(trainable)
         out = evaluate.exact_match(model, params, loaded.tokenizer, self.examples,
-                                   max_length=max(self.cfg.data.max_length, 64), apply_fn=self.apply_fn)
+                                   max_length=max(self.cfg.data.max_length, 64), apply_fn=self.apply())
         jax.block_until_ready(params)
         log.info("exact-match (%s) %.3f (%d/%d) in %.1fs", "base" if base else "tuned", out.score,
                  out.correct, out.total, time.perf_counter() - t0)

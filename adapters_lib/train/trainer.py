@@ -19,16 +19,21 @@ Hooks (``TrainHook``) add per-step, per-eval and per-checkpoint behaviour withou
 routes (eval metrics, best-checkpoint selection, early stopping, TensorBoard):
 ``on_start(session, step)``, ``on_step(step, metrics)``, ``on_eval(step, results)``,
 ``on_checkpoint(step)``, ``should_stop()``, ``on_end(result)``. A hook that raises fails the
-run like any other error (a hook is part of the run).
+run like any other error (a hook is part of the run). During ``on_start`` and ``on_eval``
+``session.probe`` (``ModelProbe``) is the model as trained so far (apply function, current
+params, tokenizer, eval examples) for hooks that score it; ``session.pin(step)`` keeps a
+checkpoint whatever ``train.keep_checkpoints`` says (a best checkpoint); ``config_hooks`` is
+where hooks a config asks for are made, for every run of either route.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import logging
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -90,6 +95,30 @@ class TrainHook:
         """The run ended (completed, stopped); not called when it failed."""
 
 
+@dataclass
+class ModelProbe:
+    """The model as trained so far, for hooks that score it (valid in ``on_start``/``on_eval``).
+
+    ``apply_fn(params, tokens, positions, mask) -> logits`` with ``params()`` (the current
+    params, read at call time: never keep them past the hook call, the next step may reuse
+    their buffers) is what ``evaluate.greedy_answers`` takes; ``scope()`` is the context to
+    run it in (the Keras route's distribution).
+    """
+
+    route: str
+    apply_fn: Callable[..., Any]
+    params: Callable[[], Any]
+    tokenizer: Any
+    eval_examples: Sequence[dict[str, Any]] = ()
+    scope: Callable[[], Any] = contextlib.nullcontext
+
+
+def config_hooks(cfg: Any, run: RunDir) -> list[Any]:
+    """The hooks ``cfg`` asks for (none yet: the eval hooks — task metrics, best checkpoint,
+    early stop, TensorBoard — are made here when they land), before any the caller adds."""
+    return []
+
+
 class TrainingDiverged(WorkbenchError):
     """The loss became NaN or infinite; the run is ``failed``, its last good checkpoint kept."""
 
@@ -141,6 +170,8 @@ class RunSession:
         self.hooks = list(hooks)
         self.stop_reason = ""
         self.stopped_by_hook = ""
+        self.probe: ModelProbe | None = None
+        self.pinned: set[int] = set()
 
     # ---------------------------------------------------------------- records
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -165,9 +196,22 @@ class RunSession:
         for hook in self.hooks:
             hook.on_step(int(record["step"]), record)
 
+    def started(self, step: int) -> None:
+        """The route is set up (and restored when resuming): ``on_start`` with the probe."""
+        for hook in self.hooks:
+            hook.on_start(self, step)
+
     def evaluated(self, step: int, results: dict[str, Any]) -> None:
+        """Eval results of ``step`` (called at that step: the probe holds its params)."""
         for hook in self.hooks:
             hook.on_eval(step, results)
+
+    def pin(self, step: int) -> None:
+        """Keep checkpoint ``step`` through retention (e.g. the best one so far)."""
+        self.pinned.add(int(step))
+
+    def unpin(self, step: int) -> None:
+        self.pinned.discard(int(step))
 
     def checkpointed(self, step: int) -> None:
         self.event("checkpoint", step=step)
@@ -263,16 +307,14 @@ def run_trainer(trainer_cls: type[Trainer], cfg: Any, run_dir: str | Path | RunD
     session = RunSession(cfg, run, control, list(hooks))
     lease.claim(run, "training")
     try:
+        session.hooks[:0] = config_hooks(cfg, run)
         status = run.status()
         if not resume and run.metrics():  # a restart (nothing to resume from): a fresh curve
             run.truncate_metrics_after(0)
             status["step"] = 0
         session.state("running", "resuming" if resume else "starting",
                       step=status.get("step", 0), total_steps=cfg.train.steps, pid=os.getpid())
-        trainer = trainer_cls(session)
-        for hook in session.hooks:
-            hook.on_start(session, int(status.get("step", 0)) if resume else 0)
-        result = trainer.train(resume)
+        result = trainer_cls(session).train(resume)
         for hook in session.hooks:
             hook.on_end(result)
         return result
