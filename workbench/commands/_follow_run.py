@@ -25,25 +25,25 @@ def _client() -> Any:
 def precheck_mesh(client: Any, config_toml: str, overrides: list[str]) -> None:
     """A mesh that does not fit the engine's devices or the batch fails before a run dir exists."""
     est = client.estimate(config_toml=config_toml, overrides=overrides)
-    errors = [p for p in est.get("mesh_problems") or [] if p.get("level") == "error"]
+    errors = [p for p in est.mesh_problems or [] if p.level == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise WorkbenchError(errors[0]["message"] + more, where="[mesh]", hint=errors[0].get("hint") or None)
+        raise WorkbenchError(errors[0].message + more, where="[mesh]", hint=errors[0].hint or None)
 
 
 def train_and_follow(config_toml: str, overrides: list[str], *, source: str, quiet: bool = False) -> int:
     with _client() as client:
         precheck_mesh(client, config_toml, overrides)
         run = client.create_run(config_toml=config_toml, overrides=overrides, source=source)
-        print(run["dir"], flush=True)
-        return follow(client, run["id"], quiet=quiet)
+        print(run.dir, flush=True)
+        return follow(client, run.id, quiet=quiet)
 
 
 def resume_and_follow(ref: str, *, quiet: bool = False) -> int:
     with _client() as client:
         run = client.resume_run(ref)
-        print(run["dir"], flush=True)
-        return follow(client, run["id"], quiet=quiet)
+        print(run.dir, flush=True)
+        return follow(client, run.id, quiet=quiet)
 
 
 def _ask(run_id: str) -> str:
@@ -59,12 +59,13 @@ def _ask(run_id: str) -> str:
     return "stop" if answer.strip().lower() in ("s", "stop") else "detach"
 
 
-def _progress(data: dict[str, Any], quiet: bool) -> str | None:
-    if not str(data.get("logger", "")).startswith("adapters_lib"):
+def _progress(line: Any, quiet: bool) -> str | None:
+    """A ``log`` item (``api.LogLine``) worth printing, or None."""
+    if not line.logger.startswith("adapters_lib"):
         return None  # the libraries' own chatter (absl, jax, orbax) stays in train.log
-    if quiet and data.get("level") in ("DEBUG", "INFO"):
+    if quiet and line.level in ("DEBUG", "INFO"):
         return None
-    return str(data.get("message", ""))
+    return line.message
 
 
 def follow(client: Any, run_id: str, *, quiet: bool = False) -> int:
@@ -73,7 +74,7 @@ def follow(client: Any, run_id: str, *, quiet: bool = False) -> int:
     while not ended:
         try:
             for item in client.stream_run(run_id, since_step=since):
-                kind, data = item["type"], item["data"]
+                kind, data = item.type, item.data
                 if kind == "metrics":
                     since = max(since, int(data.get("step", 0)))
                 elif kind == "log":
@@ -84,7 +85,7 @@ def follow(client: Any, run_id: str, *, quiet: bool = False) -> int:
                     ended = True
                     break
             if not ended:  # the stream closed early: a final state ends it, else follow again
-                ended = client.get_run(run_id, metrics=False, events=False)["state"] in (
+                ended = client.get_run(run_id, metrics=False, events=False).state in (
                     "stopped", "completed", "failed", "interrupted")
         except KeyboardInterrupt:
             if stopping or _ask(run_id) == "detach":
@@ -99,9 +100,9 @@ def follow(client: Any, run_id: str, *, quiet: bool = False) -> int:
     return finish(client.get_run(run_id, metrics=True, events=False))
 
 
-def summary_line(run: dict[str, Any]) -> str:
-    line = f"{run['state']} at step {run.get('step', 0)}/{run.get('total_steps', 0)}"
-    metrics = run.get("metrics") or []
+def summary_line(run: Any) -> str:
+    line = f"{run.state} at step {run.step}/{run.total_steps}"
+    metrics = run.metrics or []
     losses = [m["loss"] for m in metrics if isinstance(m.get("loss"), (int, float))]
     evals = [m["eval_loss"] for m in metrics if isinstance(m.get("eval_loss"), (int, float))]
     if losses:
@@ -114,16 +115,16 @@ def summary_line(run: dict[str, Any]) -> str:
     return line
 
 
-def finish(run: dict[str, Any]) -> int:
+def finish(run: Any) -> int:
     """The run's end as this command's: a summary line on stderr and the exit status."""
-    state, run_id = run["state"], run["id"]
+    state, run_id = run.state, run.id
+    error = run.error
     if state == "failed":
-        error = run.get("error") if isinstance(run.get("error"), dict) else {}
-        if error.get("where") or error.get("hint"):  # a user mistake: its one line, exit 2
-            raise WorkbenchError(error.get("message") or run.get("message") or "the run failed",
-                                 where=error.get("where"), hint=error.get("hint"))
-        print(f"run {run_id} failed: {run.get('message') or error.get('message') or 'see its train.log'}",
-              file=sys.stderr)
+        if error is not None and (error.where or error.hint):  # a user mistake: its one line, exit 2
+            raise WorkbenchError(error.message or run.message or "the run failed",
+                                 where=error.where, hint=error.hint)
+        why = run.message or (error.message if error is not None else "") or "see its train.log"
+        print(f"run {run_id} failed: {why}", file=sys.stderr)
         return 1
     print(summary_line(run), file=sys.stderr)
     if state == "stopped":
