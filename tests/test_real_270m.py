@@ -136,18 +136,18 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
     m = shared_real_load
     config = os.path.join(os.path.dirname(__file__), "..", "examples", "real-270m.toml")
     eval_file = os.path.join(os.path.dirname(config), "answer-format", "eval.jsonl")
-    cfg = load_config(config, ["train.steps=12", "train.eval_every=12", "train.eval_batches=1",
-                               "train.checkpoint_every=12", "train.log_every=4",
+    cfg = load_config(config, ["train.steps=8", "train.eval_every=8", "train.eval_batches=1",
+                               "train.checkpoint_every=8", "train.log_every=4",
                                "mesh.devices=1", f'run.dir="{tmp_path}"'])
     run = runs.create_run(cfg)
     result = run_training(cfg, run)
     assert result.state == "completed", result
     base = perplexity.evaluate_file(m.model, m.params, m.tokenizer, eval_file, max_length=128)
     tuned = perplexity.evaluate(run=str(run.path), data=eval_file)
-    assert tuned.step == 12 and tuned.tokens == base.tokens
+    assert tuned.step == 8 and tuned.tokens == base.tokens
     assert tuned.loss < 0.7 * base.loss, (base.loss, tuned.loss)
 
-    _, loaded, trainable, _ = load_checkpoint(run, 12)
+    _, loaded, trainable, _ = load_checkpoint(run, 8)
     export.export_adapter(run.path, out=tmp_path / "adapter")
     again = load_adapter_dir(str(tmp_path / "adapter"))
     ids = m.tokenizer.encode("<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n")
