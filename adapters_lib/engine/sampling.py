@@ -112,6 +112,7 @@ def settings_of(cmd: Any) -> Any:
 def _side_stats(answers: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {"tokens": {s: a.tokens for s, a in answers.items()},
             "tokens_per_s": {s: a.tokens_per_s for s, a in answers.items()},
+            "first_token_s": {s: round(a.first_token_s, 3) for s, a in answers.items()},
             "stop_reason": {s: a.stop_reason for s, a in answers.items()}}
 
 
@@ -231,7 +232,8 @@ def sample_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[st
     answer = answers[side][0]
     return {"text": answer.text, "tokens": answer.tokens, "seconds": round(time.perf_counter() - t0, 3),
             "step": model.step, "complete": answer.stop_reason != "cancelled",
-            "tokens_per_s": answer.tokens_per_s, "stop_reason": answer.stop_reason}
+            "tokens_per_s": answer.tokens_per_s, "first_token_s": round(answer.first_token_s, 3),
+            "stop_reason": answer.stop_reason}
 
 
 def compare_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[str, Any]:

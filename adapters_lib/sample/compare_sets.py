@@ -48,7 +48,7 @@ def read_prompts(path: str | Path) -> list[Conversation]:
         if isinstance(obj, dict) and isinstance(obj.get("prompt"), str):
             out.append(Conversation.from_prompt(obj["prompt"], where=where))
         elif isinstance(obj, dict) and "messages" in obj:
-            out.append(Conversation.from_messages(obj["messages"], where=where))
+            out.append(Conversation.from_messages(obj["messages"], where=f"{where} messages"))
         else:
             raise WorkbenchError('expected an object with "prompt" or "messages"', where=where,
                                  hint='e.g. {"prompt": "..."} or {"messages": [{"role": "user", "content": "..."}]}')

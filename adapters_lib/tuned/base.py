@@ -33,14 +33,22 @@ class Answer:
     stop_reason: str | None = None
     seconds: float = 0.0
     """From the start of the computation until this answer was complete."""
+    first_token_s: float = 0.0
+    """From the start until its first token (prefill, and a first call's compile)."""
 
     @property
     def tokens_per_s(self) -> float:
+        """The decode rate: tokens after the first over the time after the first (a first
+        call's compile and the prefill are in ``first_token_s``, not here)."""
+        decode = self.seconds - self.first_token_s
+        if self.tokens > 1 and decode > 0:
+            return round((self.tokens - 1) / decode, 2)
         return round(self.tokens / self.seconds, 2) if self.seconds > 0 else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "tokens": self.tokens, "stop_reason": self.stop_reason,
-                "seconds": round(self.seconds, 3), "tokens_per_s": self.tokens_per_s}
+                "seconds": round(self.seconds, 3), "first_token_s": round(self.first_token_s, 3),
+                "tokens_per_s": self.tokens_per_s}
 
 
 PieceHook = Callable[[Piece], bool | None]
@@ -99,6 +107,8 @@ class TunedModel:
             for piece in pieces:
                 answer = answers[piece.side][piece.row]
                 answer.text += piece.text
+                if piece.token is not None and answer.tokens == 0:
+                    answer.first_token_s = time.perf_counter() - t0
                 answer.tokens += piece.token is not None
                 if piece.done:
                     answer.stop_reason = piece.stop_reason or "stop"

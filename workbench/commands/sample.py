@@ -86,7 +86,8 @@ def _in_process(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[s
     answer = model.generate({side: [prompt]}, settings, chat=not args.raw,
                             on_piece=lambda piece: _echo(args, piece.text))[side][0]
     return answer.text, model.step, {"stop_reason": answer.stop_reason, "tokens": answer.tokens,
-                                     "tokens_per_s": answer.tokens_per_s}
+                                     "tokens_per_s": answer.tokens_per_s,
+                                     "first_token_s": round(answer.first_token_s, 3)}
 
 
 def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[str, int | None, dict]:
@@ -113,4 +114,4 @@ def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tup
         raise WorkbenchError("the engine closed the stream before the answer was complete",
                              hint="see the engine log: gemma-workbench engine status")
     return done.text, done.step, {"stop_reason": done.stop_reason, "tokens": done.tokens,
-                                  "tokens_per_s": done.tokens_per_s}
+                                  "tokens_per_s": done.tokens_per_s, "first_token_s": done.first_token_s}

@@ -40,7 +40,9 @@ class SideAnswer(Record):
     tokens: int = 0
     stop_reason: str | None = None
     seconds: float = 0.0
+    first_token_s: float = 0.0
     tokens_per_s: float = 0.0
+    """The decode rate after the first token (``first_token_s`` holds prefill and compile)."""
 
 
 @record

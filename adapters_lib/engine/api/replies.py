@@ -357,6 +357,9 @@ class SampleDone(Record):
     complete: bool = True
     # gen (#20.3, additive)
     tokens_per_s: float = 0.0
+    """The decode rate after the first token."""
+    first_token_s: float = 0.0
+    """Until the first token: prefill (and a first request's compile)."""
     stop_reason: str | None = None
     """"stop" (the model ended its turn), "length" (max_tokens) or "cancelled"."""
 
@@ -371,6 +374,7 @@ class CompareDone(Record):
     complete: bool = True
     # gen (#20.3, additive): per side, and every turn of a conversation
     tokens_per_s: dict[str, float] = dataclasses.field(default_factory=dict)
+    first_token_s: dict[str, float] = dataclasses.field(default_factory=dict)
     stop_reason: dict[str, str] = dataclasses.field(default_factory=dict)
     turns: list[CompareTurn] | None = None
     """For a ``messages`` request: every user turn, answered now or given as history."""
