@@ -57,6 +57,21 @@ def test_broken_gguf_files_say_why_in_one_line(gguf_stores):
     assert entries[env.ids["llama"]].family == "other"
 
 
+def test_a_file_cut_inside_its_vocabulary_is_incomplete_and_the_count_is_kept(gguf_env, tmp_path):
+    """The catalog walks past the vocabulary's strings without keeping them (tui2: the 270M's
+    header in ~0.1 s); a cut inside them still says so in one line."""
+    from adapters_lib.models.gguf_file import GGUFError, read_info
+
+    full = gguf_env.files["f32"].read_bytes()
+    start = full.index(b"tokenizer.ggml.tokens")
+    cut = tmp_path / "cut-in-vocab.gguf"
+    cut.write_bytes(full[: start + 2000])
+    with pytest.raises(GGUFError, match="string array .* runs past the end") as info:
+        read_info(cut)
+    assert info.value.status == "incomplete"
+    assert read_info(gguf_env.files["f32"]).vocab_size == 1024
+
+
 def test_architecture_comes_from_metadata_not_the_file_name(gguf_env, tmp_path):
     odd = tmp_path / "llama-2-7b-chat.Q4_K_M.gguf"
     shutil.copy(gguf_env.files["f32"], odd)

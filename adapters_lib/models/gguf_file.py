@@ -11,6 +11,8 @@ cores. ``_Reader`` keeps the reader and its field layout and only changes how ar
 held — a fixed-size array is one view, a string is one ``memoryview`` slice — which brings
 the read to under a second. It also checks every read against the end of the file, so a
 truncated file fails with the offset it needed instead of an ``IndexError`` deep inside.
+``read_info`` goes further: it walks past the vocabulary's strings without keeping them (the
+catalog needs their count only), so listing the 270M starter takes ~0.1 s instead of 2-6 s.
 
 Split files (``model-00001-of-00003.gguf``, llama.cpp's ``split.*`` keys) are read as one:
 the first shard's metadata and every shard's tensors.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,7 @@ import numpy as np
 
 MAGIC = b"GGUF"
 _BIG_ARRAY = 64  # metadata arrays longer than this are kept as counts in GGUFInfo.metadata
+_U64 = struct.Struct("<Q")
 _SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
 
 
@@ -80,6 +84,8 @@ def _reader_class() -> type:
                 return super()._get_field_parts(orig_offs, raw_type)
             view = memoryview(self.data)  # .tobytes() is all that contents() asks of a part
             size = len(view)
+            if self.skip_long_strings and count > _BIG_ARRAY:
+                return self._skip_strings(view, orig_offs, offs, count, [raw_itype, alen], types)
             parts: list[Any] = [raw_itype, alen]
             for _ in range(count):
                 if offs + 8 > size:
@@ -95,6 +101,21 @@ def _reader_class() -> type:
 
         header_only = False
         logical_size: int | None = None
+        skip_long_strings = False
+        """``read_info``: walk past a long string array (the vocabulary) without a part per
+        string; the field keeps its length (``len(field.data)``), not its strings."""
+
+        def _skip_strings(self, view, orig_offs, offs, count, parts, types):
+            size, unpack = len(view), _U64.unpack_from
+            for _ in range(count):
+                if offs + 8 > size:
+                    offs = size + 1
+                    break
+                offs += 8 + unpack(view, offs)[0]
+            if offs > size:
+                raise GGUFError(f"truncated: a metadata string array at byte {orig_offs:,} "
+                                f"runs past the end of the file ({size:,} bytes)", "incomplete")
+            return offs - orig_offs, parts, range(2, 2 + count), types
 
         def _build_tensors(self, start_offs, fields):
             size = self.logical_size or len(self.data)
@@ -143,7 +164,7 @@ def _gguf_version() -> str:
 
 
 def open_reader(path: str | os.PathLike[str], *, header_only: bool = False,
-                logical_size: int | None = None) -> Any:
+                logical_size: int | None = None, skip_long_strings: bool = False) -> Any:
     """A ``gguf.GGUFReader`` over ``path`` (see the module doc); raises ``GGUFError``.
 
     ``header_only``: the tensor table without data views (``tensor.data`` is empty);
@@ -162,9 +183,10 @@ def open_reader(path: str | os.PathLike[str], *, header_only: bool = False,
     if not is_gguf(p):
         raise GGUFError("not a GGUF file (no GGUF magic at the start)")
     try:
-        if header_only or logical_size:
+        if header_only or logical_size or skip_long_strings:
             cls = type("_HeaderReader", (_READER,), {"header_only": header_only,
-                                                     "logical_size": logical_size})
+                                                     "logical_size": logical_size,
+                                                     "skip_long_strings": skip_long_strings})
             return cls(p)
         return _READER(p)
     except GGUFError:
@@ -272,7 +294,7 @@ def read_info(path: str | os.PathLike[str], *, logical_size: int | None = None) 
     starter model's first chunk).
     """
     p = Path(path)
-    reader = open_reader(p, header_only=True, logical_size=logical_size)
+    reader = open_reader(p, header_only=True, logical_size=logical_size, skip_long_strings=True)
     meta = {name: _field_value(f) for name, f in reader.fields.items()
             if not name.startswith("GGUF.")}
     arch = str(meta.get("general.architecture") or "")
@@ -293,7 +315,7 @@ def read_info(path: str | os.PathLike[str], *, logical_size: int | None = None) 
             raise GGUFError(f"split GGUF: shard{'s' if len(missing) > 1 else ''} missing: "
                             f"{', '.join(missing[:3])}", "incomplete")
         for i, shard in enumerate(info.shards[1:], 1):
-            _add_tensors(info, open_reader(shard, header_only=True), i)
+            _add_tensors(info, open_reader(shard, header_only=True, skip_long_strings=True), i)
             info.bytes += shard.stat().st_size
         expected = meta.get("split.tensors.count")
         if expected is not None and int(expected) != len(info.tensors):
