@@ -23,6 +23,7 @@ import pytest
 
 from adapters_lib import runs
 from adapters_lib.config import load_config
+from adapters_lib.runs.state import can_move
 from workbench.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
@@ -355,6 +356,8 @@ def with_engine(engine_home, in_inputs, monkeypatch) -> Path:
 def _run_on_disk(home: Path, name: str, state: str) -> runs.RunDir:
     run = runs.create_run(load_config(None, [f"run.name={name}"]), root=home / "data" / "runs")
     if state != "queued":
+        if not can_move("queued", state):
+            run.set_state("running")  # e.g. completed: only a running run completes
         run.set_state(state)
     return run
 

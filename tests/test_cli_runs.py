@@ -34,8 +34,12 @@ def cli_home(home, monkeypatch) -> Path:
 
 def _make_run(home: Path, name: str) -> runs.RunDir:
     run = runs.create_run(load_config(None, [f"run.name={name}"]), root=home / "data" / "runs")
-    (run.checkpoints_dir / "5").mkdir()
-    (run.checkpoints_dir / "5" / "params").write_bytes(b"\0" * 3000)
+    step = run.checkpoints_dir / "5"  # a complete checkpoint by the one rule: params + meta
+    (step / "params").mkdir(parents=True)
+    (step / "params" / "data").write_bytes(b"\0" * 3000)
+    (step / "meta").mkdir()
+    (step / "meta" / "metadata").write_text('{"step": 5, "loss": 2.5, "finite": true}')
+    run.set_state("running")  # a run completes by running: the lifecycle has no shortcut
     run.set_state("completed")
     return run
 
