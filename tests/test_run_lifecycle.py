@@ -233,6 +233,39 @@ def test_a_run_whose_folder_vanished_fails_in_memory_and_nothing_is_recreated(ru
     assert not run.path.exists()
 
 
+_REFUSED_ENVELOPE = """
+import resource, signal, sys
+from adapters_lib.runs import RunDir, lifecycle
+run = RunDir(sys.argv[1])
+def deep(n):
+    if n:
+        return deep(n - 1)
+    raise OSError(27, "File too large", str(run.metrics_path) + "/" + "x" * 200)
+try:
+    deep(30)
+except OSError as e:
+    err = e
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a kill
+resource.setrlimit(resource.RLIMIT_FSIZE, (1024, resource.RLIM_INFINITY))
+print(lifecycle.record_failure(run, err)["state"])
+"""
+
+
+def test_a_disk_that_refuses_the_traceback_still_takes_the_reason(run):
+    """A real EFBIG (RLIMIT_FSIZE 1 KiB, in a child process): status.json with a 12-frame
+    traceback does not fit, the one-line reason does, and the run is failed on disk, not left
+    running for the engine to call interrupted."""
+    run.set_state("running")
+    out = subprocess.run([sys.executable, "-c", _REFUSED_ENVELOPE, str(run.path)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "failed"
+    status = run.status()
+    assert status["state"] == "failed" and "File too large" in status["message"]
+    assert "traceback" not in status["error"] and status["error"]["hint"] == "see the engine log"
+    assert run.status_path.stat().st_size <= 1024
+
+
 def test_a_failure_never_overwrites_a_completed_run(run):
     run.set_state("running")
     run.set_state("completed")

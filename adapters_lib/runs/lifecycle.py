@@ -63,12 +63,32 @@ def record_failure(run: RunDir, err: BaseException, **fields: Any) -> dict[str, 
     except IllegalTransition as e:  # it ended otherwise already (e.g. completed): keep that
         log.warning("run %s: not marked failed (%s): %s", run.run_id, e.message, message)
         return run.status()
-    except OSError as e:  # the folder is gone, or the disk refuses even this
-        log.error("run %s failed (%s) and its status could not be written: %s",
-                  run.run_id, message, e)
-        return failed
+    except OSError as e:  # the folder is gone, or the disk refuses the whole envelope
+        status = _record_reason_only(run, message, envelope, e, fields)
+        if status is None:
+            return failed
     lease.release(run)
     return status or failed
+
+
+def _record_reason_only(run: RunDir, message: str, envelope: dict[str, Any], err: OSError,
+                        fields: dict[str, Any]) -> dict[str, Any] | None:
+    """A full disk (or a file-size limit) may refuse status.json with a traceback in it, yet
+    take the one-line reason: try that before leaving the run active on disk."""
+    if not run.path.is_dir():
+        log.error("run %s failed (%s) and its folder is gone: %s", run.run_id, message, err)
+        return None
+    short = {k: envelope.get(k) for k in ("message", "where", "hint")}
+    try:
+        return run.set_state("failed", message, error=short, **fields)
+    except (OSError, IllegalTransition) as again:
+        log.error("run %s failed (%s) and its status could not be written: %s; %s",
+                  run.run_id, message, err, again)
+        try:  # status.json may have taken it while the events line did not
+            status = run.status()
+        except OSError:
+            return None
+        return status if status.get("state") == "failed" else None
 
 
 def mark_interrupted(run: RunDir, reason: str, *,
