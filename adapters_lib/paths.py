@@ -119,3 +119,18 @@ def ensure_private_dir(path: Path) -> Path:
     """Create ``path`` (mode 0700) if needed and return it."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
+
+
+def exists(path: Path, *, where: str, hint: str) -> bool:
+    """``path.exists()``, with a path the system cannot look up at all (a name longer than the
+    file system allows, a NUL byte, a component that is not searchable) a ``WorkbenchError``
+    naming ``where`` instead of an ``OSError`` from deep inside a reader."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except (OSError, ValueError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        shown = str(path) if len(str(path)) <= 120 else str(path)[:117] + "..."
+        raise WorkbenchError(f"{shown}: {reason.lower()}", where=where, hint=hint) from None
+    return True

@@ -343,8 +343,13 @@ def test_good_inputs_with_awkward_bytes_are_accepted(in_inputs, capsys, tmp_path
 
 
 @pytest.fixture(scope="module")
-def engine_home(engine_factory) -> Path:
-    return engine_factory(args=["--no-warm"]).home
+def engine_proc(engine_factory):
+    return engine_factory(args=["--no-warm"])
+
+
+@pytest.fixture(scope="module")
+def engine_home(engine_proc) -> Path:
+    return engine_proc.home
 
 
 @pytest.fixture
@@ -395,6 +400,32 @@ def test_an_ambiguous_prefix_deletes_nothing(with_engine, capsys):
 def _exe(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(EXE), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL, env={**os.environ, **env})
+
+
+LONG_NAME = "x" * 5000
+"""Longer than any file system takes: a lookup fails with ENAMETOOLONG, not ENOENT."""
+
+
+@pytest.mark.parametrize(("method", "path", "body", "needle"), [
+    ("POST", "/v1/data/check", {"path": LONG_NAME}, "name too long"),
+    ("GET", "/v1/models", {"folders": LONG_NAME}, "name too long"),
+    ("POST", "/v1/sample", {"prompt": "hi", "run_id": LONG_NAME}, "no run"),
+    ("POST", "/v1/compare", {"prompt": "hi", "run_id": LONG_NAME}, "no run"),
+    ("POST", "/v1/export", {"run_id": LONG_NAME, "out": "/tmp/x"}, "no run"),
+], ids=["data-check", "models", "sample", "compare", "export"])
+def test_a_name_too_long_for_the_file_system_is_a_4xx_not_a_500(engine_proc, method, path, body,
+                                                                needle):
+    import httpx
+
+    token = (engine_proc.runtime / "engine.token").read_text().strip()
+    transport = httpx.HTTPTransport(uds=str(engine_proc.runtime / "engine.sock"))
+    with httpx.Client(base_url="http://engine", transport=transport, timeout=60,
+                      headers={"Authorization": f"Bearer {token}"}) as http:
+        r = (http.get(path, params=body) if method == "GET" else http.post(path, json=body))
+        assert http.get("/v1/status").status_code == 200
+    assert 400 <= r.status_code < 500, (r.status_code, r.text[:300])
+    message = r.json()["error"]["message"]
+    assert needle in message.lower() and len(message) < 400, message
 
 
 @pytest.mark.skipif(not EXE.exists(), reason="no .venv/bin/gemma-workbench")

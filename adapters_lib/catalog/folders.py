@@ -8,6 +8,7 @@ import logging
 import os
 from pathlib import Path
 
+from adapters_lib import paths
 from adapters_lib.catalog.entry import ModelEntry, name_guess, set_arch, vocab_mismatch
 from adapters_lib.catalog.gguf_entries import gguf_entry, gguf_files
 from adapters_lib.catalog.keras_preset import inspect_keras
@@ -23,6 +24,7 @@ TOKENIZER_NAMES = ("tokenizer.model",)
 
 def scan_folder(folder: Path, *, missing_ok: bool = False, depth: int = 2) -> list[ModelEntry]:
     """A model folder, a GGUF file, or a folder holding them (``depth`` levels deep)."""
+    paths.exists(folder, where="--path", hint="name a folder holding model weights or .gguf files")
     if folder.is_file() and folder.suffix == ".gguf":
         return [gguf_entry(folder, entry_id=f"local:{folder.resolve()}", source="folder")]
     if not folder.is_dir():

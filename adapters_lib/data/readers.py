@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
 
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet", ".txt")
@@ -80,9 +81,9 @@ class ReadResult:
 def read_path(path: str | Path) -> ReadResult:
     """Read a file or a folder of files into records (see the module doc)."""
     p = Path(path)
-    if not p.exists():
-        raise WorkbenchError(f"data path {str(p)!r} not found", where="[data] path",
-                             hint="pass a .jsonl/.json/.csv/.parquet/.txt file or a folder of them")
+    hint = "pass a .jsonl/.json/.csv/.parquet/.txt file or a folder of them"
+    if not paths.exists(p, where="[data] path", hint=hint):
+        raise WorkbenchError(f"data path {str(p)!r} not found", where="[data] path", hint=hint)
     result = ReadResult()
     if p.is_dir():
         files = sorted(f for f in p.rglob("*") if f.is_file()

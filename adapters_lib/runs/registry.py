@@ -137,6 +137,13 @@ def list_runs(root: Path | None = None) -> list[RunDir]:
     return sorted(runs, key=lambda r: r.run_id, reverse=True)
 
 
+def _is_link(path: Path) -> bool:
+    try:
+        return path.is_symlink()
+    except (OSError, ValueError):  # not a name a run could have (too long, a NUL byte)
+        return False
+
+
 def select_run(run_id: str, runs: list[RunDir], roots: list[Path]) -> RunDir:
     """The run ``run_id`` names among ``runs`` (the runs of ``roots``).
 
@@ -148,7 +155,7 @@ def select_run(run_id: str, runs: list[RunDir], roots: list[Path]) -> RunDir:
         return exact[0]
     for root in roots:
         link = root / run_id
-        if run_id and "/" not in run_id and link.is_symlink():
+        if run_id and "/" not in run_id and _is_link(link):
             raise LinkedRun(f"{link} is a symbolic link, not a run directory",
                             where=str(root),
                             hint="the workbench never follows links in a runs folder; remove the "
@@ -157,7 +164,8 @@ def select_run(run_id: str, runs: list[RunDir], roots: list[Path]) -> RunDir:
     if len(matches) == 1:
         return matches[0]
     if not matches:
-        raise NoSuchRun(f"no run {run_id!r}",
+        shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
+        raise NoSuchRun(f"no run {shown!r}",
                         hint="give the run id or the start of it; list runs with `gemma-workbench runs`")
     names = ", ".join(r.run_id for r in matches[:5]) + (", …" if len(matches) > 5 else "")
     raise AmbiguousRun(f"run id {run_id!r} is ambiguous ({len(matches)} runs start with it: {names})",
