@@ -10,24 +10,31 @@ The app holds one engine client; screens call it only from thread workers. The t
 
 from __future__ import annotations
 
+import asyncio
 import importlib
+import os
+import sys
 import threading
 import time
 from collections.abc import Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
 import themes
-from adapters_lib.config import RunConfig
 from workbench.screens.base import EngineClient, EnginePhase, error_text, phase_of
 from workbench.settings import Settings, load_settings, save_settings
 from workbench.widgets.waits import Wait
 
+if TYPE_CHECKING:  # the config module costs ~0.1 s: Configure imports it when first shown
+    from adapters_lib.config import RunConfig
+
 SCREENS = ("models", "configure", "train", "compare", "runs", "help")
+WARM_UP_AFTER_S = 3.0
+"""When later screens are imported if the first one has not asked sooner."""
 
 
 def _screen_factory(name: str):
@@ -82,6 +89,7 @@ class WorkbenchApp(App):
         self.model_choice: str | None = None
         self._client = client
         self._client_lock = threading.Lock()
+        self._warmed = False
         self.settings = load_settings() if remember else Settings()
         self.remember = remember
         self.start_mode = mode
@@ -105,8 +113,18 @@ class WorkbenchApp(App):
 
     def on_mount(self) -> None:
         self.switch_mode(self.start_mode)
-        self.run_worker(self.watch_engine, thread=True, group="engine", exit_on_error=False)
-        self.run_worker(warm_imports, thread=True, group="warm-up", exit_on_error=False)
+        # connecting imports httpx (~0.2 s, the GIL held): after the first frame
+        self.call_after_refresh(self.run_worker, self.watch_engine, thread=True, group="engine",
+                                exit_on_error=False)
+        # the warm-up holds the GIL for ~0.5 s: not while the first screen fills in
+        self.set_timer(WARM_UP_AFTER_S, self.warm_up)
+
+    def warm_up(self) -> None:
+        """Import what later screens need, in a thread, once (the Models screen calls this
+        when its catalog is shown; a timer calls it otherwise)."""
+        if not self._warmed:
+            self._warmed = True
+            self.run_worker(warm_imports, thread=True, group="warm-up", exit_on_error=False)
 
     # ------------------------------------------------------------------ the engine's state
 
@@ -230,10 +248,24 @@ def warm_imports() -> None:
 def run_app(theme: str | None = None) -> int:
     """Open the TUI; returns the exit code for the CLI."""
     app = WorkbenchApp(theme=theme)
+    # our own loop: asyncio.run() would wait, after the last frame, for every thread worker
+    # still blocked on the engine (quitting while the engine starts took 36 s)
+    loop = asyncio.new_event_loop()
     try:
-        app.run()
+        app.run(loop=loop)
+        code = int(app.return_code or 0)
     except KeyboardInterrupt:
-        return 130
-    if app.return_code not in (None, 0):
-        return int(app.return_code)
-    return 0
+        code = 130
+    leave_now(code)
+    return code
+
+
+def leave_now(code: int) -> None:
+    """Exit at once when worker threads still wait on the engine: nothing of theirs needs
+    keeping (the engine and its runs live on), and Python would join them at exit."""
+    waiting = [t for t in threading.enumerate()
+               if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if waiting:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)

@@ -144,6 +144,9 @@ class ModelsScreen(WorkbenchScreen):
         table = self.query_one(DataTable)
         for col in COLUMNS:
             table.add_column(col, key=col)
+        self.call_after_refresh(self.first_load)  # the first frame before any thread holds the GIL
+
+    def first_load(self) -> None:
         if getattr(self.app, "local_catalog", False):
             self.load_here()
         self.load()
@@ -198,6 +201,9 @@ class ModelsScreen(WorkbenchScreen):
             row = min(cursor or 0, len(self.catalog) - 1)
             table.move_cursor(row=row)
             self.show_detail(row)
+        warm_up = getattr(self.app, "warm_up", None)
+        if callable(warm_up):  # the catalog is up: now the later screens may import
+            warm_up()
 
     def show_detail(self, index: int) -> None:
         if 0 <= index < len(self.catalog):

@@ -110,11 +110,23 @@ class RunView:
                if m.get(key) is not None and m.get("step") is not None]
         return tuple(p[0] for p in pts), tuple(p[1] for p in pts)
 
-    def eta_seconds(self) -> float | None:
-        times = [m["step_time_s"] for m in self.metrics[-20:] if m.get("step_time_s")]
-        if not times or not self.total_steps or not self.active:
+    def step_time(self) -> float | None:
+        """Seconds a step takes now: the median of the last 20 steps, without the first step of
+        the process (it compiles: 40 s against 2 s would skew an average for minutes)."""
+        first = self.metrics[0].get("step") if len(self.metrics) > 1 else None
+        times = sorted([float(m["step_time_s"]) for m in self.metrics[-21:]
+                        if isinstance(m.get("step_time_s"), (int, float)) and m["step_time_s"] > 0
+                        and m.get("step") != first][-20:])
+        if not times:
             return None
-        return max(0.0, (self.total_steps - self.step) * sum(times) / len(times))
+        mid = len(times) // 2
+        return times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+
+    def eta_seconds(self) -> float | None:
+        per_step = self.step_time()
+        if per_step is None or not self.total_steps or not self.active:
+            return None
+        return max(0.0, (self.total_steps - self.step) * per_step)
 
 
 def fmt_duration(seconds: float | None) -> str:

@@ -60,10 +60,9 @@ def header_text(view: RunView, name: str, state_style: str, now: float | None = 
     evals = [m for m in v.metrics if isinstance(m.get("eval_loss"), (int, float))]
     if evals:
         parts.append(f"[b magenta]eval {evals[-1]['eval_loss']:.3f}[/]@{evals[-1].get('step')}")
-    times = [m["step_time_s"] for m in v.metrics[-20:]
-             if isinstance(m.get("step_time_s"), (int, float))]
-    if times:
-        parts.append(f"{sum(times) / len(times):.2f}s/step")
+    per_step = v.step_time()
+    if per_step is not None:
+        parts.append(f"{per_step:.2f}s/step")
     eta = v.eta_seconds()
     if eta is not None:
         parts.append(f"ETA {fmt_duration(eta)}")
