@@ -85,7 +85,10 @@ def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: st
     from adapters_lib import tuned
 
     if run is not None:
+        from adapters_lib.evals.selection import resolve_step
         from adapters_lib.tuned.checkpoint import checkpoint_step
+
+        step = resolve_step(run, step)  # -2: the run's best checkpoint (#20)
 
         if run.config().model.backend == "keras":
             got = None if step < 0 else step
@@ -367,9 +370,14 @@ def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
     if cmd.batch_size < 1 or cmd.max_length < 0:
         raise EngineError("batch_size must be positive and max_length not negative", where=where)
     run = run_dir_of(engine, cmd.run_id) if cmd.run_id else None
+    step = cmd.step
+    if run is not None:
+        from adapters_lib.evals.selection import resolve_step
+
+        step = resolve_step(run, step)  # -2: the run's best checkpoint (#20)
     future = engine.on_device(lambda: perplexity.evaluate(
         model=cmd.model, run=str(run.path) if run is not None else "",
-        step=None if cmd.step < 0 else cmd.step, data=cmd.data, fmt=cmd.format,
+        step=None if step < 0 else step, data=cmd.data, fmt=cmd.format,
         max_length=cmd.max_length or None, loss_on=cmd.loss_on, batch_size=cmd.batch_size),
         label="eval")
     result = future.result().to_dict()

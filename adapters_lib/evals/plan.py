@@ -28,6 +28,9 @@ class EvalPlan:
     """``train.eval_max_new_tokens`` (0 = the rule in ``metrics.max_new_tokens``)."""
     select: str = ""
     """The metric naming the best checkpoint; "" = none."""
+    ends_only: tuple[str, ...] = ()
+    """Metrics scored at the base and the last step only (the default exact-match, as the
+    loop measured it before eval.jsonl: not at every eval step)."""
     patience: int = 0
     min_delta: float = 0.0
 
@@ -52,6 +55,7 @@ def plan_for(cfg: Any) -> EvalPlan:
     """The plan of ``cfg`` (a ``RunConfig``); see the module doc."""
     t = cfg.train
     select = selection_metric(t)
+    ends_only: tuple[str, ...] = ()
     sweep_metric = getattr(getattr(cfg, "sweep", None), "metric", "") or ""
     if t.eval_metrics:
         names = list(t.eval_metrics)
@@ -61,11 +65,14 @@ def plan_for(cfg: Any) -> EvalPlan:
         em = _exact_match_default(cfg)
         if em:
             names.append("exact_match")
+            ends_only = ("exact_match",)
         examples = t.eval_examples if em == 0 else (1 << 30 if em < 0 else em)
     for extra in (select, sweep_metric):
         if extra and extra not in names:
             names.append(extra)
     if not any(n in GENERATED for n in names):
         examples = 0
+    ends_only = tuple(m for m in ends_only if m not in (select, sweep_metric))
     return EvalPlan(metrics=tuple(names), examples=examples, max_new_tokens=t.eval_max_new_tokens,
-                    select=select, patience=t.early_stop_patience, min_delta=t.early_stop_min_delta)
+                    select=select, patience=t.early_stop_patience, min_delta=t.early_stop_min_delta,
+                    ends_only=ends_only)

@@ -6,7 +6,8 @@ value and its step, and how many evals have passed without improving by more tha
 ``train.early_stop_patience`` (0 = never). The base model is not a candidate: it has no
 checkpoint.
 
-``best_step(run)`` answers ``--step best`` for any run: the step the run recorded
+``best_step(run)`` answers ``--step best`` (``BEST_STEP`` = -2 where a step travels as an
+int; ``resolve_step``) for any run: the step the run recorded
 (``status.json`` ``best_step``) when its checkpoint still exists, else the best checkpoint by
 the run's evals (eval.jsonl, then metrics.jsonl ``eval_loss``): ``train.best_metric``, or
 ``loss`` when the run named none.
@@ -22,6 +23,9 @@ from adapters_lib.errors import WorkbenchError
 from adapters_lib.evals import records
 from adapters_lib.evals.metrics import best_index, improves
 from adapters_lib.runs import RunDir, list_checkpoints
+
+BEST_STEP = -2
+"""``--step best`` as a step number where an API field is an int (-1 = the latest)."""
 
 
 @dataclass
@@ -105,3 +109,8 @@ def best_step(run: RunDir | str | Path, metric: str = "") -> tuple[int, str, flo
     i = best_index(metric, [values[s] for s in scored])
     assert i is not None
     return scored[i], metric, values[scored[i]]
+
+
+def resolve_step(run: RunDir | str | Path, step: int | None) -> int | None:
+    """``step`` with ``BEST_STEP`` replaced by the run's best checkpoint (``best_step``)."""
+    return best_step(run)[0] if step == BEST_STEP else step

@@ -57,7 +57,11 @@ class Scored:
     answered: int
     seconds: float
     samples: list[dict[str, str]] = field(default_factory=list)
-    """A few {prompt, reference, prediction}, for the events log."""
+    """A few {prompt, reference, prediction}, for the log."""
+    correct: int = 0
+    """exact_match: answers that match (the old ``exact_match`` event's counts)."""
+    per_task: dict[str, float] = field(default_factory=dict)
+    """exact_match per example ``task`` (the demo tasks)."""
 
 
 class TaskSet:
@@ -80,9 +84,10 @@ class TaskSet:
         self.examples = chosen
         self.prompts: list[list[int]] = []
         self.references: list[str] = []
+        codec = evaluate.codec_of(tokenizer)  # the one prompt tokenizer (sample.prompts)
         for ex in chosen:
             messages, ref = evaluate.split_example(ex)
-            self.prompts.append(evaluate.prompt_ids(tokenizer, messages))
+            self.prompts.append(evaluate.prompt_ids(codec, messages))
             self.references.append(ref)
         lengths = [len(tokenizer.encode(r)) for r in self.references]
         self.max_new_tokens = metrics_lib.max_new_tokens(lengths, plan.max_new_tokens)
@@ -100,12 +105,21 @@ class TaskSet:
                                        batch_size=min(DECODE_BATCH, len(self.prompts)),
                                        max_length=max(self.max_length, 64) + self.max_new_tokens)
 
-    def score(self, apply_fn: Any, params: Any) -> Scored:
-        """The generated metrics of ``params`` (``{}`` when the plan asks for none)."""
+    def score(self, apply_fn: Any, params: Any, names: Sequence[str] | None = None) -> Scored:
+        """The generated metrics (``names``, default the plan's) of ``params``."""
         t0 = time.perf_counter()
         predictions = self.answers(apply_fn, params)
-        values = metrics_lib.score_answers(self.plan.generated, predictions, self.references)
+        names = self.plan.generated if names is None else names
+        values = metrics_lib.score_answers(names, predictions, self.references)
         samples = [{"prompt": str(ex["messages"][-2].get("content", "")), "reference": ref,
                     "prediction": pred}
                    for ex, ref, pred in zip(self.examples[:3], self.references, predictions, strict=False)]
-        return Scored(values, len(predictions), time.perf_counter() - t0, samples)
+        out = Scored(values, len(predictions), time.perf_counter() - t0, samples)
+        if "exact_match" in values:
+            hits = [metrics_lib.exact_match(p, r) for p, r in zip(predictions, self.references, strict=True)]
+            out.correct = int(sum(hits))
+            by_task: dict[str, list[float]] = {}
+            for ex, hit in zip(self.examples, hits, strict=True):
+                by_task.setdefault(str(ex.get("task", "all")), []).append(hit)
+            out.per_task = {k: sum(v) / len(v) for k, v in by_task.items()}
+        return out

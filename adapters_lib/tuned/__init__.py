@@ -21,13 +21,16 @@ from adapters_lib.tuned.checkpoint import load_checkpoint
 
 
 def load_run_model(run: Any, step: int | None = None) -> TunedModel:
-    """The tuned model of a run's checkpoint (latest when ``step`` is None or negative).
+    """The tuned model of a run's checkpoint (latest when ``step`` is None or -1; the best
+    when ``evals.selection.BEST_STEP``).
 
     ``run``: a ``RunDir``, or an id, a unique prefix or a run directory.
     """
     from adapters_lib import runs
+    from adapters_lib.evals.selection import resolve_step
 
     run_dir = run if isinstance(run, runs.RunDir) else runs.find_run(str(run))
+    step = resolve_step(run_dir, step)  # -2: the run's best checkpoint (#20)
     if run_dir.config().model.backend == "keras":
         from adapters_lib.tuned.keras import KerasTunedModel
 

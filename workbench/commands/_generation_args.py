@@ -25,9 +25,24 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (0)")
     g.add_argument("--raw", action="store_true",
                    help="send the prompt as raw text, without the Gemma chat template")
-    g.add_argument("--step", type=int, default=None, metavar="N",
-                   help="checkpoint step of the run (default: the latest)")
+    g.add_argument("--step", type=step_arg, default=None, metavar="N|best",
+                   help="checkpoint step of the run, or best (train.best_metric's; default: the latest)")
     add_in_process_arg(p)
+
+
+def step_arg(text: str) -> int:
+    """argparse type of ``--step``: a step number, or ``best`` (``evals.selection.BEST_STEP``)."""
+    if text.strip().lower() == "best":
+        from adapters_lib.evals.selection import BEST_STEP
+
+        return BEST_STEP
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step number or 'best'") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give a checkpoint step or 'best'")
+    return value
 
 
 def add_in_process_arg(p: argparse.ArgumentParser) -> None:

@@ -1,4 +1,5 @@
-"""``gemma-workbench eval --model M [--run R [--step N]] --data FILE [--format F] [--json]``.
+"""``gemma-workbench eval --model M [--run R [--step N|best]] --data FILE [--format F] [--json]``
+and ``gemma-workbench eval --run R --all-checkpoints [--data FILE] [--metrics M,…] [--json]``.
 
 Loss, perplexity and the number of scored tokens of a model (or a run's checkpoint) on a
 text or chat file. Chat files score the model turns only (``--loss-on all``: every token).
@@ -6,6 +7,11 @@ text or chat file. Chat files score the model turns only (``--loss-on all``: eve
 details (sequences, examples, dropped, format, max_length, model, run, step, seconds).
 The computation is ``adapters_lib.perplexity``; it runs in the engine (started on demand;
 ``--in-process``: in this process, refused while an engine runs).
+
+``--all-checkpoints`` scores the base and every checkpoint of the run into one table (task
+metrics too: ``--metrics``, default the run's ``train.eval_metrics``) on ``--data`` or, by
+default, the run's own eval split, and names the best (``adapters_lib.evals.checkpoints``;
+in the engine too, ``POST /v1/eval/checkpoints``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import json
 from pathlib import Path
 
 from adapters_lib.errors import WorkbenchError
-from workbench.commands._generation_args import add_in_process_arg
+from workbench.commands._generation_args import add_in_process_arg, step_arg
 
 FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 
@@ -27,9 +33,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default="", help='"demo", a catalog id or a path (default: the '
                                                "run's base model, else demo)")
     p.add_argument("--run", default="", metavar="RUN", help="a run id (or prefix) or directory")
-    p.add_argument("--step", type=int, default=None, metavar="N",
-                   help="the run's checkpoint at step N (default: the latest)")
-    p.add_argument("--data", required=True, metavar="FILE", help="the file (or folder) to score")
+    p.add_argument("--step", type=step_arg, default=None, metavar="N|best",
+                   help="the run's checkpoint at step N, or best (default: the latest)")
+    p.add_argument("--all-checkpoints", action="store_true",
+                   help="score the base and every checkpoint of --run into a table")
+    p.add_argument("--metrics", default="", metavar="M,…",
+                   help="with --all-checkpoints: loss, perplexity, exact_match, contains, rouge_l, "
+                        "numeric_match (default: the run's train.eval_metrics)")
+    p.add_argument("--data", default="", metavar="FILE",
+                   help="the file (or folder) to score (with --all-checkpoints: default the run's "
+                        "eval split)")
     p.add_argument("--format", default="auto", choices=FORMATS, help="data format (default: auto)")
     p.add_argument("--loss-on", default="model", choices=("model", "all"),
                    help="chat files: score the model turns (default) or every token")
@@ -45,13 +58,22 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise WorkbenchError(f"--batch-size is {args.batch_size}", where="--batch-size",
                              hint="use a positive number of rows")
-    if args.step is not None and args.step < 0:
-        raise WorkbenchError(f"--step is {args.step}", where="--step", hint="use a checkpoint step")
+    if args.all_checkpoints or args.metrics:
+        return _all_checkpoints(args)
+    if not args.data:
+        raise WorkbenchError("--data is needed", where="--data",
+                             hint="name the file to score (or use --run R --all-checkpoints for "
+                                  "the run's eval split)")
     if args.in_process:
         from adapters_lib import perplexity
         from workbench.commands._generation_args import quiet_engine_logs
 
         quiet_engine_logs()
+        if args.step is not None and args.run:
+            from adapters_lib import runs
+            from adapters_lib.evals.selection import resolve_step
+
+            args.step = resolve_step(runs.find_run(args.run), args.step)
         result = perplexity.evaluate(model=args.model, run=args.run, step=args.step, data=args.data,
                                      fmt=args.format, max_length=args.max_length,
                                      loss_on=args.loss_on, batch_size=args.batch_size)
@@ -83,3 +105,57 @@ def _through_engine(args: argparse.Namespace):
                            step=-1 if args.step is None else args.step, format=args.format,
                            loss_on=args.loss_on, max_length=args.max_length or 0,
                            batch_size=args.batch_size)
+
+
+def _all_checkpoints(args: argparse.Namespace) -> int:
+    import re
+
+    if not args.all_checkpoints:
+        raise WorkbenchError("--metrics scores a run's checkpoints", where="--metrics",
+                             hint="add --all-checkpoints (and --run R)")
+    if not args.run:
+        raise WorkbenchError("--all-checkpoints needs --run", where="--all-checkpoints",
+                             hint="name the run whose checkpoints to score")
+    if args.step is not None or args.model:
+        flag = "--step" if args.step is not None else "--model"
+        raise WorkbenchError(f"{flag} with --all-checkpoints", where=flag,
+                             hint="--all-checkpoints scores every checkpoint of the run's base")
+    metrics = [m for m in re.split(r"[\s,]+", args.metrics) if m]
+    if args.in_process:
+        from adapters_lib.evals.checkpoints import score_checkpoints
+        from workbench.commands._generation_args import quiet_engine_logs
+
+        quiet_engine_logs()
+        table = score_checkpoints(args.run, data=args.data, metrics=metrics,
+                                  batch_size=args.batch_size)
+    else:
+        from workbench.commands._generation_args import engine_client, local_path, run_ref
+
+        with engine_client() as client:
+            table = client.eval_checkpoints(run_ref(args.run), data=local_path(args.data) if args.data else "",
+                                            metrics=metrics, batch_size=args.batch_size).to_json()
+    if args.json:
+        print(json.dumps(table))
+        return 0
+    print(render_table(table))
+    return 0
+
+
+def render_table(table: dict) -> str:
+    names = [m for m in table["metrics"]]
+    head = ["", "step", "phase", *names, "tokens"]
+    rows = []
+    for r in table["rows"]:
+        best = r["phase"] == "tuned" and r["step"] == table["best_step"]
+        rows.append(["*" if best else "", str(r["step"]), r["phase"],
+                     *[f"{r[m]:.4f}" if m in r else "-" for m in names], str(r.get("tokens", "-"))])
+    widths = [max(len(x[i]) for x in [head, *rows]) for i in range(len(head))]
+    n = len(table["rows"]) - 1
+    lines = [f"run {table['run']} on {table['data']}: {n} checkpoint{'s' if n != 1 else ''}"
+             + (f", {table['examples']} examples answered" if table.get("examples") else "")]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(x, widths, strict=True)).rstrip()
+              for x in [head, *rows]]
+    best = table["best_step"]
+    lines.append(f"best by {table['metric']}: step {best}" if best is not None
+                 else f"best by {table['metric']}: none (no checkpoint has a value)")
+    return "\n".join(lines)

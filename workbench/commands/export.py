@@ -1,4 +1,4 @@
-"""``gemma-workbench export RUN [--step N] --format adapter|gemma|hf [--out DIR] [--force]``.
+"""``gemma-workbench export RUN [--step N|best] --format adapter|gemma|hf [--out DIR] [--force]``.
 
 ``adapter``: LoRA weights in the HF PEFT layout (adapter_model.safetensors +
 adapter_config.json; a Keras run: keras-hub's adapter.lora.h5); ``gemma``: merged weights as
@@ -19,6 +19,7 @@ from workbench.commands._generation_args import (
     local_path,
     quiet_engine_logs,
     run_ref,
+    step_arg,
 )
 
 
@@ -28,7 +29,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("export", help="export a run's adapter or merged weights",
                        description="Export a run's checkpoint (default: the latest).")
     p.add_argument("run", metavar="RUN", help="a run id (or prefix) or a run directory")
-    p.add_argument("--step", type=int, default=None, metavar="N", help="checkpoint step (default: latest)")
+    p.add_argument("--step", type=step_arg, default=None, metavar="N|best",
+                   help="checkpoint step, or best (train.best_metric's; default: latest)")
     p.add_argument("--format", default="adapter", choices=FORMATS,
                    help="; ".join(f"{f}: {DESCRIPTIONS[f]}" for f in FORMATS))
     p.add_argument("--out", metavar="DIR", help="output folder (default: <run>/adapter, <run>/merged, "

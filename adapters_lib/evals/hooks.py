@@ -1,0 +1,277 @@
+"""The trainer hooks of the evaluation area (``train.trainer.TrainHook``), for both routes.
+
+``default_hooks(cfg)`` is what every run gets (``train.loop.run_training`` adds them):
+
+- ``EvalHook`` scores the model a route hands over (``ModelAtStep``: the base before the first
+  step of a fresh run, the tuned model at each eval step) with the run's ``EvalPlan`` and
+  appends the ``eval.jsonl`` row; for ``exact_match`` at the base and the end it also writes
+  what the loop's exact-match wrote before (``exact_match`` events, ``exact_match_base`` /
+  ``exact_match_tuned`` in status.json, ``eval_exact_match`` / ``base_exact_match`` in the last
+  metrics record, the result's fields);
+- ``BestHook`` follows ``train.best_metric`` over the tuned rows: a new best asks the route
+  for a checkpoint at that step (``wants_checkpoint``) and is kept whatever
+  ``keep_checkpoints`` says (``keep_steps``); status.json gets ``best_metric``, ``best_step``,
+  ``best_value``; ``train.early_stop_patience`` evals without improvement stop the run
+  (``should_stop``: the run ends ``completed``, the reason in its message);
+- ``TensorBoardHook`` writes the run's TensorBoard events (``tensorboard_log``);
+- ``RunFactsHook`` records what a sweep's table reads: the sweep and point, the trainable
+  params, the peak memory seen, the wall time.
+
+Every process of a multi-host run computes (the scoring runs device code on every host);
+only the one that records (``session.run.records``, not a follower) writes files.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import weakref
+from typing import Any
+
+from adapters_lib.evals import records
+from adapters_lib.evals.plan import EvalPlan, plan_for
+from adapters_lib.evals.selection import Selection
+from adapters_lib.evals.task import TaskSet, likelihood
+from adapters_lib.train.trainer import TrainHook
+
+log = logging.getLogger(__name__)
+
+
+def _records(session: Any) -> bool:
+    return getattr(session.run, "records", True)
+
+
+class EvalHook(TrainHook):
+    name = "eval metrics"
+
+    def __init__(self, cfg: Any, plan: EvalPlan | None = None, listeners: tuple[Any, ...] = ()):
+        self.cfg = cfg
+        self.plan = plan or plan_for(cfg)
+        self.listeners = list(listeners)
+        self.tasks: TaskSet | None = None
+        self.session: Any = None
+        self.base_em: float | None = None
+        self.tuned_em: float | None = None
+
+    def on_start(self, session: Any, step: int) -> None:
+        self.session = session
+        if step > 0 and _records(session):
+            records.truncate_after(session.run, step)
+        self.base_em = session.run.status().get("exact_match_base") if step > 0 else None
+
+    def on_model(self, view: Any) -> dict[str, Any]:
+        plan = self.plan
+        values = likelihood(view.eval_loss(), plan.likelihood) if plan.likelihood else {}
+        scored = None
+        end = view.phase == "base" or view.step >= self.cfg.train.steps
+        generated = [m for m in plan.generated if end or m not in plan.ends_only]
+        if generated:
+            if self.tasks is None:
+                self.tasks = TaskSet(view.tokenizer, view.examples, plan, max_length=view.max_length)
+            scored = self.tasks.score(view.apply_fn, view.params, generated)
+            values.update(scored.values)
+        if not values:
+            return {}
+        row = records.make_row(view.step, view.phase, values)
+        shown = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in ("step", "phase"))
+        log.info("eval (%s, step %d): %s%s", view.phase, view.step, shown,
+                 f" — {scored.answered} answers in {scored.seconds:.1f}s" if scored else "")
+        for s in (scored.samples if scored else []):
+            log.info("  %r → %r (ref %r)", s["prompt"], s["prediction"], s["reference"])
+        if _records(self.session):
+            records.append_row(self.session.run, view.step, view.phase, values)
+        for listener in self.listeners:
+            listener(row)
+        return self._exact_match_compat(view, row, scored)
+
+    def _exact_match_compat(self, view: Any, row: dict[str, Any], scored: Any) -> dict[str, Any]:
+        """What the loop's exact-match wrote at the base and the end (see the module doc)."""
+        em = row.get("exact_match")
+        final = view.step >= self.cfg.train.steps
+        if em is None or scored is None or (view.phase == "tuned" and not final):
+            return {}
+        self.session.event("exact_match", phase=view.phase, step=view.step, exact_match=em,
+                           correct=scored.correct, total=scored.answered, per_task=scored.per_task)
+        self.session.progress(**{f"exact_match_{view.phase}": em})
+        if view.phase == "base":
+            self.base_em = em
+            return {}
+        self.tuned_em = em
+        return {"eval_exact_match": em, "base_exact_match": self.base_em}
+
+    def on_end(self, result: Any) -> None:
+        if self.base_em is not None and result.exact_match_base is None:
+            result.exact_match_base = self.base_em
+        if self.tuned_em is not None and result.exact_match_tuned is None:
+            result.exact_match_tuned = self.tuned_em
+
+
+class BestHook(TrainHook):
+    name = "train.early_stop_patience"
+
+    def __init__(self, plan: EvalPlan):
+        self.plan = plan
+        self.selection = Selection(plan.select, plan.patience, plan.min_delta)
+        self.session: Any = None
+        self.wanted: int | None = None
+
+    def on_start(self, session: Any, step: int) -> None:
+        self.session = session
+        if step > 0:
+            self.selection = Selection.replay(records.read_rows(session.run), self.plan.select,
+                                              patience=self.plan.patience,
+                                              min_delta=self.plan.min_delta, upto=step)
+
+    def row(self, row: dict[str, Any]) -> None:
+        if row["phase"] != "tuned":
+            return
+        if self.selection.update(row["step"], row.get(self.plan.select)):
+            self.wanted = row["step"]
+        self.session.progress(**self.selection.to_status())
+        if self.selection.should_stop:
+            s = self.selection
+            log.info("early stop: no better %s in %d evals (best %.4f at step %d)", s.metric,
+                     s.since_best, s.best_value, s.best_step)
+
+    def wants_checkpoint(self, step: int) -> bool:
+        return step == self.wanted
+
+    def keep_steps(self) -> set[int]:
+        return {self.selection.best_step} if self.selection.best_step is not None else set()
+
+    def should_stop(self) -> bool:
+        return self.selection.should_stop
+
+
+class TensorBoardHook(TrainHook):
+    name = "tensorboard"
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.events: Any = None
+        self.session: Any = None
+
+    def on_start(self, session: Any, step: int) -> None:
+        from adapters_lib.tensorboard_log import RunEvents
+
+        self.session = session
+        if not _records(session):
+            return
+        self.events = RunEvents(session.run.path, purge_step=step + 1 if step > 0 else None)
+        weakref.finalize(self, self.events.close)  # a failed run gets no on_end
+        if step == 0 and session.run.config_path.is_file():
+            self.events.config(session.run.config_path.read_text(encoding="utf-8"))
+
+    def on_step(self, step: int, metrics: dict[str, Any]) -> None:
+        if self.events is not None:
+            self.events.metrics(metrics)
+
+    def row(self, row: dict[str, Any]) -> None:
+        if self.events is not None:
+            self.events.eval_row(row)
+            self.events.flush()
+
+    def on_checkpoint(self, step: int) -> None:
+        if self.events is not None:
+            self.events.flush()
+
+    def on_end(self, result: Any) -> None:
+        if self.events is None:
+            return
+        point = self.cfg.sweep.point
+        if point:
+            final = records.final_values(records.read_rows(self.session.run))
+            if not final and result.final_eval_loss is not None:
+                final = {"loss": result.final_eval_loss}
+            self.events.hparams(point, final, step=result.step)
+        self.events.close()
+
+
+class RunFactsHook(TrainHook):
+    """status.json: ``sweep``/``point``, ``trainable_params``, ``peak_bytes``, ``wall_s``."""
+
+    name = "run facts"
+    EVERY_S = 30.0
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+        self.session: Any = None
+        self.t0 = time.monotonic()
+        self.prior_wall = 0.0
+        self.peak: int | None = None
+        self.trainable: int | None = None
+        self.last_write = 0.0
+
+    def on_start(self, session: Any, step: int) -> None:
+        self.session = session
+        self.t0 = time.monotonic()
+        status = session.run.status()
+        if step > 0 and isinstance(status.get("wall_s"), (int, float)):
+            self.prior_wall = float(status["wall_s"])
+        if self.cfg.sweep.id:
+            session.progress(sweep=self.cfg.sweep.id, point=self.cfg.sweep.point)
+
+    def facts(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"wall_s": round(self.prior_wall + time.monotonic() - self.t0, 3)}
+        if self.peak is not None:
+            out["peak_bytes"] = self.peak
+        if self.trainable is not None:
+            out["trainable_params"] = self.trainable
+        return out
+
+    def on_step(self, step: int, metrics: dict[str, Any]) -> None:
+        self.peak = max(self.peak or 0, peak_bytes() or 0) or None
+        now = time.monotonic()
+        if now - self.last_write > self.EVERY_S:
+            self.last_write = now
+            self.session.progress(**self.facts())
+
+    def on_model(self, view: Any) -> dict[str, Any]:
+        if view.trainable_params is not None:
+            self.trainable = int(view.trainable_params)
+        return {}
+
+    def on_end(self, result: Any) -> None:
+        run = self.session.run
+        if _records(self.session):
+            run.write_status(run.state, **self.facts())
+
+
+def peak_bytes() -> int | None:
+    """The peak device memory the backend reports (GPU/TPU ``peak_bytes_in_use``; the most of
+    any local device), else this process's resident memory now (CPU: device memory is host
+    memory)."""
+    import sys
+
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        peaks = []
+        for d in jax.local_devices():
+            try:
+                stats = d.memory_stats() or {}
+            except Exception:  # noqa: BLE001 - CPU devices have none
+                stats = {}
+            if isinstance(stats.get("peak_bytes_in_use"), int):
+                peaks.append(stats["peak_bytes_in_use"])
+        if peaks:
+            return max(peaks)
+    try:
+        import os
+
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def default_hooks(cfg: Any) -> list[TrainHook]:
+    """The hooks every run gets (see the module doc), wired together."""
+    plan = plan_for(cfg)
+    best = BestHook(plan) if plan.select else None
+    tensorboard = TensorBoardHook(cfg)
+    listeners = tuple(x.row for x in (best, tensorboard) if x is not None)
+    hooks: list[TrainHook] = [EvalHook(cfg, plan, listeners)]
+    if best is not None:
+        hooks.append(best)
+    hooks += [tensorboard, RunFactsHook(cfg)]
+    return hooks
