@@ -186,3 +186,19 @@ def test_best_step_picks_among_checkpoints_by_the_run_metric(tmp_path):
     assert best_step(run, "loss")[0] == 30
     run.write_status("running", best_metric="rouge_l", best_step=10, best_value=0.2)
     assert best_step(run)[0] == 10  # what the run recorded, while that checkpoint exists
+
+
+def test_a_saved_compare_set_scores_with_the_same_metrics():
+    """gen's scoring seam (``sample.compare_sets.score``) with these metrics: every referenced
+    turn of a multi-turn record, per side."""
+    from adapters_lib.sample import compare_sets
+
+    records = [
+        {"messages": [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "#### 4"},
+                      {"role": "user", "content": "and 3+3?"}, {"role": "assistant", "content": "#### 6"}],
+         "base": ["5", "it is 6"], "tuned": ["4", "6."], "references": ["#### 4", "#### 6"]},
+        {"prompt": "capital of France?", "base": "Rome", "tuned": "Paris", "reference": "Paris"},
+    ]
+    got = compare_sets.score(records, m.scorers(["numeric_match", "exact_match", "loss"]))
+    assert got["base"] == {"n": 3, "numeric_match": pytest.approx(1 / 3), "exact_match": 0.0}
+    assert got["tuned"] == {"n": 3, "numeric_match": pytest.approx(2 / 3), "exact_match": pytest.approx(1 / 3)}

@@ -107,7 +107,8 @@ def test_step_best_loads_the_best_checkpoint(stopped_early, tmp_path, capsys):
     assert tuned.load_run_model(run, -2).step == 2
     text = tmp_path / "some.txt"
     text.write_text("Is 12 even or odd? even\n\nIs 7 even or odd? odd\n")
-    assert main(["eval", "--run", str(run.path), "--step", "best", "--data", str(text), "--json"]) == 0
+    assert main(["eval", "--run", str(run.path), "--step", "best", "--data", str(text), "--json",
+                 "--in-process"]) == 0
     assert json.loads(capsys.readouterr().out)["step"] == 2
     with pytest.raises(SystemExit) as exited:  # argparse's one line, exit 2
         main(["export", str(run.path), "--step", "bst"])
@@ -118,14 +119,15 @@ def test_step_best_loads_the_best_checkpoint(stopped_early, tmp_path, capsys):
 def test_eval_all_checkpoints_scores_base_and_each_checkpoint(stopped_early, capsys):
     run, _ = stopped_early
     assert main(["eval", "--run", str(run.path), "--all-checkpoints", "--metrics",
-                 "loss,perplexity,numeric_match", "--json"]) == 0
+                 "loss,perplexity,numeric_match", "--json", "--in-process"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert [(r["step"], r["phase"]) for r in table["rows"]] == [(0, "base"), (2, "tuned"), (6, "tuned")]
     assert table["metrics"] == ["loss", "perplexity", "numeric_match"] and table["metric"] == "loss"
     tuned = [r for r in table["rows"] if r["phase"] == "tuned"]
     assert table["best_step"] == min(tuned, key=lambda r: r["loss"])["step"]
     assert len({r["tokens"] for r in table["rows"]}) == 1  # the same eval split every time
-    assert main(["eval", "--run", str(run.path), "--all-checkpoints", "--metrics", "loss"]) == 0
+    assert main(["eval", "--run", str(run.path), "--all-checkpoints", "--metrics", "loss",
+                 "--in-process"]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0].startswith(f"run {run.run_id} on the run's eval split") and "2 checkpoints" in text[0]
     assert text[-1] == f"best by loss: step {table['best_step']}"

@@ -90,7 +90,25 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
         hp.Reload()
         assert [e.value for e in hp.Scalars("hparam/loss")] == [pytest.approx(p["loss"])]
 
+    # the same engine scores the best point's checkpoints (eval --all-checkpoints, POST /v1/eval/checkpoints)
+    assert main(["eval", "--run", best["run_id"], "--all-checkpoints", "--metrics", "loss", "--json"]) == 0
+    scored = json.loads(capsys.readouterr().out)
+    assert [(r["step"], r["phase"]) for r in scored["rows"]] == [(0, "base"), (2, "tuned"), (4, "tuned")]
+    assert scored["run"] == best["run_id"] and scored["best_step"] in (2, 4)
+
     assert main(["runs", "sweep", sweep_id[:-2]]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[2].startswith("*") and best["run_id"] in text[2]
     assert text[-1].startswith(f"best: {best['run_id']}")
+
+
+    # the TUI's key-press sweep is a one-point sweep of the run under the cursor
+    from workbench.sweep_launch import queue_one_point
+
+    parent = engine.client.get_run(best["run_id"], metrics=False, events=False)
+    one_id, summary = queue_one_point(engine.client, dict(parent["config"]), {"lora.rank": 8},
+                                      name="grid-r8")
+    engine.client.stop_run(summary["id"])  # only its record matters here
+    one = engine.client.get_sweep(one_id)
+    assert [(p.run_id, p.point) for p in one.points] == [(summary["id"], {"lora.rank": 8})]
+    assert load_config(f"{one.points[0].dir}/config.toml").lora.rank == 8

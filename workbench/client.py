@@ -353,6 +353,12 @@ class EngineClient:
         """A sweep's results table (``runs sweep ID --json``; contract)."""
         return self.call(api.GetSweep(sweep_id=sweep_id, metric=metric))
 
+    def eval_checkpoints(self, run_id: str, *, data: str = "", metrics: list[str] | tuple[str, ...] = (),
+                         batch_size: int = 4) -> api.EvalTable:
+        """The base and every checkpoint of a run scored (``eval --all-checkpoints``)."""
+        return self.call(api.EvalCheckpoints(run_id=run_id, data=data, metrics=tuple(metrics),
+                                             batch_size=batch_size), timeout=3600)
+
     def stop_run(self, run_id: str) -> api.RunSummary:
         return self.call(api.StopRun(run_id=run_id))
 

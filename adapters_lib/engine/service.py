@@ -514,6 +514,23 @@ class Engine:
             raise EngineError(e.message, status=404, where=e.where, hint=e.hint) from None
         return api.SweepResults.from_json(out)
 
+    def cmd_eval_checkpoints(self, cmd: api.EvalCheckpoints) -> api.EvalTable:
+        """Every checkpoint of a run scored (``adapters_lib.evals.checkpoints``), on the device
+        thread."""
+        from adapters_lib.engine.sampling import run_dir_of
+        from adapters_lib.evals.checkpoints import score_checkpoints
+
+        if cmd.data and not Path(cmd.data).is_absolute():
+            raise EngineError(f"data {cmd.data!r} is not an absolute path", status=400,
+                              where="eval_checkpoints request: data",
+                              hint="send an absolute file or folder (the engine's working "
+                                   "directory is not yours)")
+        run = run_dir_of(self, cmd.run_id)
+        future = self.on_device(lambda: score_checkpoints(
+            str(run.path), data=cmd.data, metrics=cmd.metrics, batch_size=cmd.batch_size),
+            label="eval checkpoints")
+        return api.EvalTable.from_json(future.result())
+
     def cmd_stop_run(self, cmd: api.StopRun) -> api.RunSummary:
         run = self.find_run(cmd.run_id)
         with self._cond:  # queue and state change together (state_of reads both)

@@ -159,6 +159,12 @@ SCORERS = {"exact_match": exact_match, "contains": contains, "rouge_l": rouge_l,
            "numeric_match": numeric_match}
 
 
+def scorers(names: Iterable[str] = GENERATED) -> dict[str, Any]:
+    """``{name: (prediction, reference) -> float}`` for the generated metrics in ``names``: what
+    ``sample.compare_sets.score`` takes to score a saved compare set with these metrics."""
+    return {n: SCORERS[n] for n in names if n in SCORERS}
+
+
 def score_answers(names: Iterable[str], predictions: Sequence[str],
                   references: Sequence[str]) -> dict[str, float]:
     """Mean of each generated metric in ``names`` over (prediction, reference) pairs.

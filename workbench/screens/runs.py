@@ -1,6 +1,7 @@
 """Runs: the history table; mark several (space) to overlay their loss curves and diff their
 configs; open (enter), stop, resume, delete, export; rank sweep (``w`` then enter) relaunches
-the run under the cursor with a new rank and overlays the child on its parent.
+the run under the cursor with a new rank — a one-point sweep (``sweep.id``/``point`` in its
+config, ``runs sweep ID`` reads it) — and overlays the child on its parent.
 """
 
 from __future__ import annotations
@@ -325,17 +326,24 @@ class RunsScreen(WorkbenchScreen):
         try:
             config = {k: v for k, v in (record.get("config") or {}).items()
                       if isinstance(v, dict)}
-            lora = parse_sweep(text, config.get("lora") or {})
+            before = dict(config.get("lora") or {})
+            lora = parse_sweep(text, before)
             config["lora"] = lora
             name = (config.get("run") or {}).get("name") or "demo"
-            config["run"] = {**(config.get("run") or {}), "name": f"{name}-r{lora.get('rank')}"}
             config_from_dict(config, source="sweep")
         except WorkbenchError as err:
             self.ui(self.notify, error_text(err), title="sweep", severity="error")
             return
-        run = self.engine(self.client.create_run, config)
-        if run is None:
+        # a one-point sweep (#20): the run names its sweep and point, like `gemma-workbench sweep`
+        from workbench.sweep_launch import queue_one_point
+
+        values = {f"lora.{k}": v for k, v in lora.items() if before.get(k) != v}
+        got = self.engine(queue_one_point, self.client, config,
+                          values or {"lora.rank": lora.get("rank")},
+                          name=f"{name}-r{lora.get('rank')}")
+        if got is None:
             return
+        run = got[1]
         child = str(run["id"])
         self.parents[child] = parent
         self.ui(self.show_sweep, parent, child, lora.get("rank"))

@@ -30,10 +30,12 @@ from adapters_lib.engine.api.chat import *  # noqa: F403
 from adapters_lib.engine.api.chat import __all__ as _chat
 from adapters_lib.engine.api.commands import *  # noqa: F403
 from adapters_lib.engine.api.commands import __all__ as _commands
+from adapters_lib.engine.api.evals import *  # noqa: F403  (evals: registers the sweep routes)
+from adapters_lib.engine.api.evals import __all__ as _evals
 from adapters_lib.engine.api.generation import *  # noqa: F403  (gen: registers CompareSet)
 from adapters_lib.engine.api.generation import __all__ as _generation
 from adapters_lib.engine.api.replies import *  # noqa: F403
 from adapters_lib.engine.api.replies import __all__ as _replies
 from adapters_lib.jsontypes import Record, to_jsonable
 
-__all__ = [*_replies, *_commands, *_chat, *_generation, "Record", "to_jsonable"]
+__all__ = [*_replies, *_commands, *_chat, *_generation, *_evals, "Record", "to_jsonable"]

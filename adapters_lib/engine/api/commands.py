@@ -28,8 +28,6 @@ from adapters_lib.engine.api.replies import (
     RunList,
     RunSummary,
     ShutdownReply,
-    SweepList,
-    SweepResults,
 )
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.export.formats import FORMATS as EXPORT_FORMATS
@@ -61,9 +59,6 @@ __all__ = [
     "COMMANDS",
     "parse_command",
     "command_from_json",
-    # evals (#20): sweeps
-    "ListSweeps",
-    "GetSweep",
 ]
 
 
@@ -329,31 +324,6 @@ COMMANDS: dict[str, type[Command]] = {
     for c in (Status, Shutdown, ListModels, CheckData, Estimate, CreateRun, ListRuns, GetRun,
               StopRun, ResumeRun, DeleteRun, StreamRun, Sample, Compare, Export)
 }
-
-
-# =========================================================================== evals (#20): sweeps
-# Owned by the evaluation area: a sweep's results, read from its runs' directories.
-
-
-@record
-class ListSweeps(Command):
-    name = "list_sweeps"
-    route = Route("GET", "/sweeps", "query")
-    reply = SweepList
-
-
-@record
-class GetSweep(Command):
-    name = "get_sweep"
-    route = Route("GET", "/sweeps/{sweep_id}", "query")
-    reply = SweepResults
-    sweep_id: str = ""
-    """The sweep id, or a unique prefix of it."""
-    metric: str = ""
-    """Rank by this metric ("" = the sweep's own)."""
-
-
-COMMANDS.update({c.name: c for c in (ListSweeps, GetSweep)})
 
 
 # =========================================================================== parsing

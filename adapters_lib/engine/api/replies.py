@@ -51,11 +51,6 @@ __all__ = [
     "SAMPLE_ITEMS",
     "COMPARE_ITEMS",
     "stream_item",
-    # evals (#20): sweeps
-    "SweepPoint",
-    "SweepResults",
-    "SweepInfo",
-    "SweepList",
 ]
 
 
@@ -402,57 +397,3 @@ def stream_item(kind: str, data: Any, items: dict[str, type[Record] | None]) -> 
     """A received event as a typed item (an unknown type keeps its data as is)."""
     cls = items.get(kind)
     return StreamItem(type=kind, data=cls.from_json(data, key=kind) if cls else data)
-
-
-# =========================================================================== evals (#20): sweeps
-# Owned by the evaluation area (adapters_lib/sweeps): a sweep's results table.
-
-
-@record
-class SweepPoint(Record):
-    """One point of a sweep: its run and results. The ranking metric's final value travels
-    under the metric's own name (``"loss": 1.2``; read it with ``value(metric)``)."""
-
-    point: dict[str, Any] = dataclasses.field(default_factory=dict)
-    run_id: str = ""
-    state: str = "queued"
-    best_step: int | None = None
-    best_value: float | None = None
-    metrics: dict[str, float] = dataclasses.field(default_factory=dict)
-    """The final eval metrics (the run's last tuned eval.jsonl row)."""
-    wall_s: float | None = None
-    peak_bytes: int | None = None
-    trainable_params: int | None = None
-    index: int | None = None
-    """The point's place in the grid (1-based)."""
-    step: int = 0
-    total_steps: int = 0
-    dir: str = ""
-
-    def value(self, metric: str) -> float | None:
-        v = self.extra.get(metric)
-        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-@record
-class SweepResults(Record):
-    """``runs sweep ID --json`` (contract): ``{"sweep", "metric", "best", "points"}``."""
-
-    sweep: str
-    metric: str = "loss"
-    best: SweepPoint | None = None
-    """The point whose ``metric`` is best (None until a point has a value)."""
-    points: list[SweepPoint] = dataclasses.field(default_factory=list)
-
-
-@record
-class SweepInfo(Record):
-    sweep: str
-    metric: str = "loss"
-    points: int = 0
-    states: dict[str, int] = dataclasses.field(default_factory=dict)
-
-
-@record
-class SweepList(Record):
-    sweeps: list[SweepInfo] = dataclasses.field(default_factory=list)
