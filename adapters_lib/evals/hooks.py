@@ -1,18 +1,21 @@
 """The trainer hooks of the evaluation area (``train.trainer.TrainHook``), for both routes.
 
-``default_hooks(cfg)`` is what every run gets (``train.loop.run_training`` adds them):
+``default_hooks(cfg)`` is what every run gets, on either route (runs'
+``train.trainer.config_hooks`` makes them):
 
-- ``EvalHook`` scores the model a route hands over (``ModelAtStep``: the base before the first
-  step of a fresh run, the tuned model at each eval step) with the run's ``EvalPlan`` and
-  appends the ``eval.jsonl`` row; for ``exact_match`` at the base and the end it also writes
-  what the loop's exact-match wrote before (``exact_match`` events, ``exact_match_base`` /
-  ``exact_match_tuned`` in status.json, ``eval_exact_match`` / ``base_exact_match`` in the last
-  metrics record, the result's fields);
+- ``EvalHook`` scores the model as trained so far (``session.probe``: in ``on_start`` the base
+  of a fresh run, in ``on_eval`` the tuned model of that eval step) with the run's
+  ``EvalPlan`` and appends the ``eval.jsonl`` row; for ``exact_match`` at the base and the end
+  it also writes what the loop's exact-match wrote before (``exact_match`` events,
+  ``exact_match_base`` / ``exact_match_tuned`` in status.json, ``eval_exact_match`` /
+  ``base_exact_match`` in the last metrics record through ``session.final_fields``, the
+  result's fields);
 - ``BestHook`` follows ``train.best_metric`` over the tuned rows: a new best asks the route
-  for a checkpoint at that step (``wants_checkpoint``) and is kept whatever
-  ``keep_checkpoints`` says (``keep_steps``); status.json gets ``best_metric``, ``best_step``,
-  ``best_value``; ``train.early_stop_patience`` evals without improvement stop the run
-  (``should_stop``: the run ends ``completed``, the reason in its message);
+  for a checkpoint at that step (``session.request_checkpoint``) and is pinned
+  (``session.pin``: kept whatever ``keep_checkpoints`` says; the previous best unpinned);
+  status.json gets ``best_metric``, ``best_step``, ``best_value``;
+  ``train.early_stop_patience`` evals without improvement stop the run (``should_stop``: the
+  run ends ``completed``, the reason in its message);
 - ``TensorBoardHook`` writes the run's TensorBoard events (``tensorboard_log``);
 - ``RunFactsHook`` records what a sweep's table reads: the sweep and point, the trainable
   params, the peak memory seen, the wall time.
@@ -54,50 +57,63 @@ class EvalHook(TrainHook):
         self.tuned_em: float | None = None
 
     def on_start(self, session: Any, step: int) -> None:
+        """The route is set up: a fresh run scores its base model here; a resumed one drops
+        the rows past its checkpoint."""
         self.session = session
-        if step > 0 and _records(session):
-            records.truncate_after(session.run, step)
-        self.base_em = session.run.status().get("exact_match_base") if step > 0 else None
+        if step > 0:
+            if _records(session):
+                records.truncate_after(session.run, step)
+            self.base_em = session.run.status().get("exact_match_base")
+            return
+        probe = session.probe
+        if probe is not None:
+            self.score(step, "base", probe.eval_loss() if self.plan.likelihood else None)
 
-    def on_model(self, view: Any) -> dict[str, Any]:
-        plan = self.plan
-        values = likelihood(view.eval_loss(), plan.likelihood) if plan.likelihood else {}
+    def on_eval(self, step: int, results: dict[str, Any]) -> None:
+        """A tuned eval at ``step`` (the probe holds that step's params)."""
+        if "eval_loss" in results and self.session is not None and self.session.probe is not None:
+            self.score(step, "tuned", results["eval_loss"])
+
+    def score(self, step: int, phase: str, loss: float | None) -> None:
+        plan, probe = self.plan, self.session.probe
+        values = likelihood(loss, plan.likelihood)
         scored = None
-        end = view.phase == "base" or view.step >= self.cfg.train.steps
+        end = phase == "base" or step >= self.cfg.train.steps
         generated = [m for m in plan.generated if end or m not in plan.ends_only]
         if generated:
             if self.tasks is None:
-                self.tasks = TaskSet(view.tokenizer, view.examples, plan, max_length=view.max_length)
-            scored = self.tasks.score(view.apply_fn, view.params, generated)
+                self.tasks = TaskSet(probe.tokenizer, probe.eval_examples, plan,
+                                     max_length=self.cfg.data.max_length)
+            with probe.scope():
+                scored = self.tasks.score(probe.apply_fn, probe.params(), generated)
             values.update(scored.values)
         if not values:
-            return {}
-        row = records.make_row(view.step, view.phase, values)
+            return
+        row = records.make_row(step, phase, values)
         shown = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in ("step", "phase"))
-        log.info("eval (%s, step %d): %s%s", view.phase, view.step, shown,
+        log.info("eval (%s, step %d): %s%s", phase, step, shown,
                  f" — {scored.answered} answers in {scored.seconds:.1f}s" if scored else "")
         for s in (scored.samples if scored else []):
             log.info("  %r → %r (ref %r)", s["prompt"], s["prediction"], s["reference"])
         if _records(self.session):
-            records.append_row(self.session.run, view.step, view.phase, values)
+            records.append_row(self.session.run, step, phase, values)
         for listener in self.listeners:
             listener(row)
-        return self._exact_match_compat(view, row, scored)
+        self._exact_match_compat(step, phase, row, scored)
 
-    def _exact_match_compat(self, view: Any, row: dict[str, Any], scored: Any) -> dict[str, Any]:
+    def _exact_match_compat(self, step: int, phase: str, row: dict[str, Any], scored: Any) -> None:
         """What the loop's exact-match wrote at the base and the end (see the module doc)."""
         em = row.get("exact_match")
-        final = view.step >= self.cfg.train.steps
-        if em is None or scored is None or (view.phase == "tuned" and not final):
-            return {}
-        self.session.event("exact_match", phase=view.phase, step=view.step, exact_match=em,
+        if em is None or scored is None or (phase == "tuned" and step < self.cfg.train.steps):
+            return
+        self.session.event("exact_match", phase=phase, step=step, exact_match=em,
                            correct=scored.correct, total=scored.answered, per_task=scored.per_task)
-        self.session.progress(**{f"exact_match_{view.phase}": em})
-        if view.phase == "base":
+        self.session.progress(**{f"exact_match_{phase}": em})
+        if phase == "base":
             self.base_em = em
-            return {}
+            return
         self.tuned_em = em
-        return {"eval_exact_match": em, "base_exact_match": self.base_em}
+        self.session.final_fields.update(eval_exact_match=em, base_exact_match=self.base_em)
 
     def on_end(self, result: Any) -> None:
         if self.base_em is not None and result.exact_match_base is None:
@@ -113,7 +129,6 @@ class BestHook(TrainHook):
         self.plan = plan
         self.selection = Selection(plan.select, plan.patience, plan.min_delta)
         self.session: Any = None
-        self.wanted: int | None = None
 
     def on_start(self, session: Any, step: int) -> None:
         self.session = session
@@ -121,23 +136,24 @@ class BestHook(TrainHook):
             self.selection = Selection.replay(records.read_rows(session.run), self.plan.select,
                                               patience=self.plan.patience,
                                               min_delta=self.plan.min_delta, upto=step)
+            if self.selection.best_step is not None:
+                session.pin(self.selection.best_step)
 
     def row(self, row: dict[str, Any]) -> None:
+        """A tuned row (from ``EvalHook``, during ``on_eval`` of its step)."""
         if row["phase"] != "tuned":
             return
+        before = self.selection.best_step
         if self.selection.update(row["step"], row.get(self.plan.select)):
-            self.wanted = row["step"]
+            if before is not None:
+                self.session.unpin(before)  # retention may take the old best now
+            self.session.pin(row["step"])
+            self.session.request_checkpoint(row["step"])  # the best always has a checkpoint
         self.session.progress(**self.selection.to_status())
         if self.selection.should_stop:
             s = self.selection
             log.info("early stop: no better %s in %d evals (best %.4f at step %d)", s.metric,
                      s.since_best, s.best_value, s.best_step)
-
-    def wants_checkpoint(self, step: int) -> bool:
-        return step == self.wanted
-
-    def keep_steps(self) -> set[int]:
-        return {self.selection.best_step} if self.selection.best_step is not None else set()
 
     def should_stop(self) -> bool:
         return self.selection.should_stop
@@ -203,11 +219,13 @@ class RunFactsHook(TrainHook):
         self.last_write = 0.0
 
     def on_start(self, session: Any, step: int) -> None:
-        self.session = session
-        self.t0 = time.monotonic()
+        self.session = session  # self.t0 is when the hook was made: the run's start, set-up included
         status = session.run.status()
         if step > 0 and isinstance(status.get("wall_s"), (int, float)):
             self.prior_wall = float(status["wall_s"])
+        probe = session.probe
+        if probe is not None and probe.trainable_params is not None:
+            self.trainable = int(probe.trainable_params)
         if self.cfg.sweep.id:
             session.progress(sweep=self.cfg.sweep.id, point=self.cfg.sweep.point)
 
@@ -225,11 +243,6 @@ class RunFactsHook(TrainHook):
         if now - self.last_write > self.EVERY_S:
             self.last_write = now
             self.session.progress(**self.facts())
-
-    def on_model(self, view: Any) -> dict[str, Any]:
-        if view.trainable_params is not None:
-            self.trainable = int(view.trainable_params)
-        return {}
 
     def on_end(self, result: Any) -> None:
         run = self.session.run
@@ -270,8 +283,8 @@ def default_hooks(cfg: Any) -> list[TrainHook]:
     best = BestHook(plan) if plan.select else None
     tensorboard = TensorBoardHook(cfg)
     listeners = tuple(x.row for x in (best, tensorboard) if x is not None)
-    hooks: list[TrainHook] = [EvalHook(cfg, plan, listeners)]
+    # the listeners start first: the eval hook scores the base model in its on_start
+    hooks: list[TrainHook] = [tensorboard, RunFactsHook(cfg)]
     if best is not None:
         hooks.append(best)
-    hooks += [tensorboard, RunFactsHook(cfg)]
-    return hooks
+    return [*hooks, EvalHook(cfg, plan, listeners)]

@@ -164,21 +164,6 @@ class KerasTrainer(Trainer):
                 total, count = total + float(s), count + float(c)
         return total / max(count, 1.0)
 
-    def exact_match(self, phase: str, step: int) -> float | None:
-        from adapters_lib.keras_route.generate import exact_match
-
-        n = self.cfg.train.eval_exact_match
-        examples = list(self.pipeline.eval_examples)
-        examples = examples if n < 0 and self.cfg.data.path == "demo" else examples[:max(n, 0)]
-        if not examples:
-            return None
-        with self._scope():
-            res = exact_match(self.model, examples, base=(phase == "base"))
-        self.event("exact_match", phase=phase, step=step, **res.to_dict())
-        self.session.evaluated(step, {"exact_match": res.score, "phase": phase})
-        self.session.progress(**{f"exact_match_{phase}": res.score})
-        return res.score
-
     def fit(self, start: int, stop: int) -> tuple[int, dict[str, Any] | None]:
         """Train steps start+1..stop (fewer if asked to stop). Returns (last step, the record of
         step ``stop`` — held back, unwritten, for its eval_loss — or None if it stopped early)."""
@@ -244,7 +229,9 @@ class KerasTrainer(Trainer):
         return ModelProbe(route=self.route, apply_fn=generate._apply_fn(model.causal_lm),
                           params=lambda: generate.params(model, base=False),
                           tokenizer=generate._sp(model), eval_examples=list(self.pipeline.eval_examples),
-                          scope=self._scope)
+                          scope=self._scope, eval_loss=self.eval_loss,
+                          trainable_params=int(sum(np.prod(v.shape)
+                                                   for v in model.causal_lm.trainable_variables)))
 
     def checkpoint(self, step: int, *, confirmed_below: int | None = None) -> None:
         """Save ``step``; every loss up to it is known finite, so older checkpoints are confirmed."""
@@ -281,10 +268,8 @@ class KerasTrainer(Trainer):
             session.resumed(start)
         session.progress(step=start, total_steps=t.steps)
         session.probe = self.probe()
-        session.started(start)
         result.exact_match_base = run.status().get("exact_match_base")
-        if result.exact_match_base is None and not resume:
-            result.exact_match_base = self.exact_match("base", start)
+        session.started(start)  # the eval hooks score the base model here (a fresh run)
         step = start
         record = None
         while step < t.steps and not self.stop_requested:
@@ -298,9 +283,12 @@ class KerasTrainer(Trainer):
                 if ev is not None:
                     record["eval_loss"] = result.final_eval_loss = ev
                     session.evaluated(step, {"eval_loss": ev})
-            if step < t.steps:  # the final record waits for the exact-match
+                    if session.should_stop():  # a hook ends the run at this eval (early stop)
+                        self.stop_requested = True
+            if step < t.steps:  # the final record waits for the eval hooks' fields
                 self.metrics(record)
-            if step % t.checkpoint_every == 0 and step < t.steps and not self.stop_requested:
+            wanted = step % t.checkpoint_every == 0 or step in session.requested
+            if wanted and step < t.steps and not self.stop_requested:
                 self.checkpoint(step)
         result.step, result.losses = step, dict(self.losses)
         result.final_loss = self.losses.get(step)
@@ -309,9 +297,7 @@ class KerasTrainer(Trainer):
             self.checkpoint(step)
             return session.end_early(step, result)
         if record is not None:
-            result.exact_match_tuned = self.exact_match("tuned", step)
-            if result.exact_match_tuned is not None:
-                record.update(eval_exact_match=result.exact_match_tuned, base_exact_match=result.exact_match_base)
+            record.update(session.final_fields)  # e.g. the eval hook's exact-match
             self.metrics(record)
         self.checkpoint(step)
         checkpoints.prune(run.checkpoints_dir, t.keep_checkpoints, None, session.pinned)  # done: all good

@@ -17,8 +17,11 @@ The gemma route:
 4. writes ``metrics.jsonl`` (step numbers count updates: step k is the k-th update),
    ``events.jsonl`` and ``status.json`` (see ``adapters_lib.runs``) and checkpoints every
    ``checkpoint_every`` steps, on stop and at the end;
-5. on the demo data (or when ``train.eval_exact_match`` > 0) measures exact-match on the eval
-   split before (the base model) and after training.
+5. hands the hooks the model as trained so far (``session.probe``) when it starts and at each
+   eval step: the evaluation area's hooks (``train.trainer.config_hooks``) score the task
+   metrics into eval.jsonl — exact-match on the demo data before and after training, as
+   before — keep the best checkpoint (a checkpoint at an eval step a hook asks for) and stop
+   early.
 
 ``control`` (the engine's TrainControl) is polled between steps: ``should_stop()`` ends the
 run as ``stopped`` after a checkpoint; ``between_steps()`` lets the engine serve sampling;
@@ -57,13 +60,6 @@ __all__ = ["GemmaTrainer", "NullControl", "TrainControl", "TrainHook", "TrainRes
 log = logging.getLogger(__name__)
 
 _finite = finite  # the old private name
-
-
-def _exact_match_count(cfg: RunConfig, available: int) -> int:
-    n = cfg.train.eval_exact_match
-    if n < 0:  # auto: on the demo tasks (their answers are short and checkable)
-        return available if cfg.data.path == "demo" else 0
-    return min(n, available)
 
 
 def run_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any = None,
@@ -174,25 +170,24 @@ class GemmaTrainer(Trainer):
                 session.resumed(start)
             session.progress(step=start, total_steps=t.steps)
 
-            em_n = _exact_match_count(cfg, len(pipeline.eval_examples))
-            em = _ExactMatch(cfg, loaded, list(pipeline.eval_examples)[:em_n])
+            em = _ProbeModel(cfg, loaded)
+            eval_data = [steps.put_batch(b) for b in pipeline.eval_batches(t.eval_batches)]
 
             def current_params() -> Any:
                 return em.model_params(state.params)[1]
 
+            def current_eval_loss() -> float | None:
+                if not eval_data:
+                    return None
+                return _mean_eval(jax.device_get([steps.eval_step(state.params, b) for b in eval_data]))
+
             session.probe = ModelProbe(route=self.route, apply_fn=em.apply(), params=current_params,
                                        tokenizer=loaded.tokenizer,
-                                       eval_examples=list(pipeline.eval_examples))
-            session.started(start)
+                                       eval_examples=list(pipeline.eval_examples),
+                                       eval_loss=current_eval_loss,
+                                       trainable_params=_count(state.params))
             result.exact_match_base = run.status().get("exact_match_base")
-            if em.examples and result.exact_match_base is None:
-                base = em.measure(state.params, base=True)
-                result.exact_match_base = base.score
-                session.progress(exact_match_base=base.score)
-                session.event("exact_match", phase="base", step=start, **base.to_dict())
-                session.evaluated(start, {"exact_match": base.score, "phase": "base"})
-
-            eval_data = [steps.put_batch(b) for b in pipeline.eval_batches(t.eval_batches)]
+            session.started(start)  # the eval hooks score the base model here (a fresh run)
             stopping = False
             while step < t.steps:
                 batch = pipeline.train_batch(step)
@@ -207,7 +202,7 @@ class GemmaTrainer(Trainer):
                 if due_ckpt or ev is not None:
                     # a checkpoint's history must be known finite; an eval's hooks see this step
                     log_.flush(everything=True)
-                    if due_ckpt:
+                    if due_ckpt or (step in session.requested and step < t.steps):
                         save(step, log_.last_loss)
                 elif step % t.log_every == 0:
                     log_.flush(everything=False)  # all but the newest step: no wait on the device
@@ -225,13 +220,7 @@ class GemmaTrainer(Trainer):
                 store.wait()
                 return session.end_early(step, result)
 
-            if em.examples:
-                tuned = em.measure(state.params, base=False)
-                result.exact_match_tuned = tuned.score
-                session.event("exact_match", phase="tuned", step=step, **tuned.to_dict())
-                session.evaluated(step, {"exact_match": tuned.score, "phase": "tuned"})
-                log_.final_extra.update(eval_exact_match=tuned.score, base_exact_match=result.exact_match_base)
-                session.progress(exact_match_tuned=tuned.score)
+            log_.final_extra.update(session.final_fields)  # e.g. the eval hook's exact-match
             log_.finish()
             save(step, result.final_loss)
             store.wait()
@@ -338,6 +327,13 @@ class _MetricLog:
         _progress(self.session, record)
 
 
+def _count(tree: Any) -> int:
+    import jax
+    import numpy as np
+
+    return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(tree)))
+
+
 def _mean_eval(outs: list[dict[str, Any]]) -> float:
     """Token-weighted mean eval loss over the eval batches (``{"loss_sum", "n_tokens"}`` each)."""
     total = sum(float(o["loss_sum"]) for o in outs)
@@ -354,13 +350,13 @@ def _progress(session: RunSession, record: dict[str, Any]) -> None:
     log.info("%s", text)
 
 
-class _ExactMatch:
-    """Exact-match on the eval examples with one compiled decoder for base and tuned."""
+class _ProbeModel:
+    """The model the probe applies: LoRA merged into the base, one apply function for the run
+    (one compiled decoder for every greedy answer the eval hooks ask for)."""
 
-    def __init__(self, cfg: RunConfig, loaded: Any, examples: list[dict[str, Any]]):
+    def __init__(self, cfg: RunConfig, loaded: Any):
         self.cfg = cfg
         self.loaded = loaded
-        self.examples = examples
         self.apply_fn = None
 
     def model_params(self, trainable: Any) -> tuple[Any, Any]:
@@ -373,27 +369,9 @@ class _ExactMatch:
         return loaded.model, trainable
 
     def apply(self) -> Any:
-        """One apply function for every decode of this run (one compiled decoder)."""
         if self.apply_fn is None:
             from adapters_lib import evaluate, lora
 
             model = lora.wrap(self.loaded.model, self.cfg.lora) if self.cfg.lora.enabled else self.loaded.model
             self.apply_fn = evaluate.model_apply_fn(model)
         return self.apply_fn
-
-    def measure(self, trainable: Any, *, base: bool) -> Any:
-        import jax
-
-        from adapters_lib import evaluate
-
-        t0 = time.perf_counter()
-        loaded = self.loaded
-        model, params = self.model_params(trainable)
-        out = evaluate.exact_match(model, params, loaded.tokenizer, self.examples,
-                                   max_length=max(self.cfg.data.max_length, 64), apply_fn=self.apply())
-        jax.block_until_ready(params)
-        log.info("exact-match (%s) %.3f (%d/%d) in %.1fs", "base" if base else "tuned", out.score,
-                 out.correct, out.total, time.perf_counter() - t0)
-        for prompt, ref, pred in out.samples[:3]:
-            log.info("  %r → %r (ref %r)", prompt, pred, ref)
-        return out

@@ -21,9 +21,11 @@ routes (eval metrics, best-checkpoint selection, early stopping, TensorBoard):
 ``on_checkpoint(step)``, ``should_stop()``, ``on_end(result)``. A hook that raises fails the
 run like any other error (a hook is part of the run). During ``on_start`` and ``on_eval``
 ``session.probe`` (``ModelProbe``) is the model as trained so far (apply function, current
-params, tokenizer, eval examples) for hooks that score it; ``session.pin(step)`` keeps a
-checkpoint whatever ``train.keep_checkpoints`` says (a best checkpoint); ``config_hooks`` is
-where hooks a config asks for are made, for every run of either route.
+params, tokenizer, eval examples, the eval loss) for hooks that score it;
+``session.pin(step)`` keeps a checkpoint whatever ``train.keep_checkpoints`` says (a best
+checkpoint), ``session.request_checkpoint(step)`` in ``on_eval`` asks for one at that eval step,
+``session.final_fields`` joins the last metrics record; ``config_hooks`` is where hooks a
+config asks for are made, for every run of either route.
 """
 
 from __future__ import annotations
@@ -111,12 +113,20 @@ class ModelProbe:
     tokenizer: Any
     eval_examples: Sequence[dict[str, Any]] = ()
     scope: Callable[[], Any] = contextlib.nullcontext
+    eval_loss: Callable[[], float | None] = lambda: None
+    """The eval split's mean token loss at the current params, by the route's own eval (what
+    ``eval_loss`` in metrics.jsonl measures); None without an eval split."""
+    trainable_params: int | None = None
+    """How many values the run trains (the adapters, or every param of a full fine-tune)."""
 
 
 def config_hooks(cfg: Any, run: RunDir) -> list[Any]:
-    """The hooks ``cfg`` asks for (none yet: the eval hooks — task metrics, best checkpoint,
-    early stop, TensorBoard — are made here when they land), before any the caller adds."""
-    return []
+    """The hooks ``cfg`` asks for, before any the caller adds: the evaluation area's
+    (``evals.hooks.default_hooks``: task metrics into eval.jsonl, best checkpoint, early stop,
+    TensorBoard events, run facts)."""
+    from adapters_lib.evals.hooks import default_hooks
+
+    return default_hooks(cfg)
 
 
 class TrainingDiverged(WorkbenchError):
@@ -172,6 +182,10 @@ class RunSession:
         self.stopped_by_hook = ""
         self.probe: ModelProbe | None = None
         self.pinned: set[int] = set()
+        self.requested: set[int] = set()
+        """Eval steps a hook wants a checkpoint at (a new best between checkpoint steps)."""
+        self.final_fields: dict[str, Any] = {}
+        """Fields hooks add to the run's last metrics record (exact-match's, for instance)."""
 
     # ---------------------------------------------------------------- records
     def event(self, kind: str, **fields: Any) -> dict[str, Any]:
@@ -212,6 +226,10 @@ class RunSession:
 
     def unpin(self, step: int) -> None:
         self.pinned.discard(int(step))
+
+    def request_checkpoint(self, step: int) -> None:
+        """Ask the route for a checkpoint at ``step`` (called from ``on_eval`` of that step)."""
+        self.requested.add(int(step))
 
     def checkpointed(self, step: int) -> None:
         self.event("checkpoint", step=step)
