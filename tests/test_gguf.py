@@ -155,3 +155,21 @@ def test_models_json_lists_gguf_from_the_cli(gguf_stores, capsys):
     listed = {e["id"]: e for e in json.loads(capsys.readouterr().out)}
     e = listed[gguf_stores.ids["ollama"]]
     assert e["format"] == "gguf" and e["quant"] == "Q8_0" and e["status"] == "ok"
+
+
+def test_gemma2_and_split_ggufs_load(gguf_env):
+    import jax.numpy as jnp
+    from fixtures_weights import tiny_params
+
+    from adapters_lib.models import families
+
+    g2 = load_model(ModelSpec(source=str(gguf_env.files["gemma2"])))
+    assert g2.family == "gemma2" and g2.model.config.attn_logits_soft_cap == 50.0
+    reference = families.model_class(TINY_GEMMA2)()  # the same weights, gemma's own layout
+    ids = jnp.asarray([[2, 105, 40, 41, 42, 43, 106, 7]])
+    want = reference.apply({"params": tiny_params(TINY_GEMMA2, seed=4)}, ids).logits
+    got = g2.model.apply({"params": g2.params}, ids).logits
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+    split = _leaves(load_model(ModelSpec(source=str(gguf_env.files["split"]))).params)
+    whole = _leaves(load_model(ModelSpec(source=str(gguf_env.files["q8"]))).params)
+    assert all(np.array_equal(split[k], whole[k]) for k in whole)
