@@ -20,6 +20,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("KERAS_BACKEND", "jax")
 os.environ.setdefault("KAGGLEHUB_CACHE", "/nonexistent-kagglehub-cache")
+os.environ.setdefault("OLLAMA_MODELS", "/nonexistent-ollama-models")  # the catalog's stores:
+os.environ.setdefault("LMSTUDIO_MODELS", "/nonexistent-lmstudio-models")  # none of the user's
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 REPO = Path(__file__).resolve().parent.parent

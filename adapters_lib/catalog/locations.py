@@ -29,11 +29,12 @@ def ollama_models_dir() -> Path:
 
 
 def lmstudio_models_dirs() -> list[Path]:
-    """LM Studio's model folders: ``$LMSTUDIO_MODELS``, the ``downloadsFolder`` of its
-    settings, ``~/.lmstudio/models`` (0.3+) and ``~/.cache/lm-studio/models`` (older)."""
-    found: list[Path] = []
+    """LM Studio's model folders: ``$LMSTUDIO_MODELS`` alone when set, else the
+    ``downloadsFolder`` of its settings, ``~/.lmstudio/models`` (0.3+) and
+    ``~/.cache/lm-studio/models`` (older)."""
     if os.environ.get("LMSTUDIO_MODELS"):
-        found.append(Path(os.environ["LMSTUDIO_MODELS"]).expanduser())
+        return [Path(os.environ["LMSTUDIO_MODELS"]).expanduser()]
+    found: list[Path] = []
     settings = Path("~/.lmstudio/settings.json").expanduser()
     try:
         folder = json.loads(settings.read_text()).get("downloadsFolder")
