@@ -222,8 +222,12 @@ def test_a_keras_preset_with_the_gemma_backend_gives_one_line_cause(tmp_path):
 def test_a_keras_source_that_is_not_a_preset_is_named(tmp_path):
     from adapters_lib.keras_route.model import model_dims
 
-    with pytest.raises(WorkbenchError, match="is not a Keras preset folder"):
+    (tmp_path / "notes.txt").write_text("no weights here\n")
+    with pytest.raises(WorkbenchError, match="is not a Keras preset folder") as err:
         model_dims(_cfg(model={"source": str(tmp_path)}))
+    line = str(err.value)  # what the keras route converts, not the gemma route's orbax
+    assert line.startswith(f"[model] source = {str(tmp_path)!r}:"), line
+    assert "model.weights.h5" in line and ".gguf" in line and "orbax" not in line, line
 
 
 def test_keras_demo_tokenizer_has_the_demo_ids():

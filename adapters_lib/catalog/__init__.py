@@ -32,7 +32,13 @@ from adapters_lib.catalog.entry import (
 )
 from adapters_lib.catalog.folders import TOKENIZER_NAMES, detect_format, inspect_dir, scan_folder
 from adapters_lib.catalog.gguf_entries import ensure_tokenizer, gguf_entry
-from adapters_lib.catalog.listing import demo_entry, list_models, resolve, store_entries
+from adapters_lib.catalog.listing import (
+    NoWeightsFound,
+    demo_entry,
+    list_models,
+    resolve,
+    store_entries,
+)
 from adapters_lib.catalog.locations import (
     configured_folders,
     hf_cache_dir,
@@ -45,7 +51,7 @@ from adapters_lib.catalog.orbax_meta import orbax_shapes
 
 __all__ = [
     "FORMATS", "KAGGLE_FRAMEWORKS", "PADDING_ROWS", "SOURCES", "STATUSES", "TOKENIZER_NAMES",
-    "ModelEntry", "configured_folders", "demo_entry", "detect_format", "ensure_tokenizer",
+    "ModelEntry", "NoWeightsFound", "configured_folders", "demo_entry", "detect_format", "ensure_tokenizer",
     "gguf_entry", "hf_cache_dir", "inspect_dir", "kaggle_cache_dir", "list_models",
     "lmstudio_models_dirs", "ollama_models_dir", "orbax_shapes", "resolve", "scan_folder",
     "scan_hf", "scan_kaggle", "store_entries", "user_config_file", "vocab_mismatch",

@@ -23,6 +23,11 @@ from adapters_lib.errors import WorkbenchError
 from adapters_lib.models import families
 
 
+class NoWeightsFound(WorkbenchError):
+    """A ``[model] source`` folder that holds no weights in any format the catalog knows
+    (a route that reads fewer formats names its own needs instead)."""
+
+
 def store_entries() -> list[ModelEntry]:
     """Ollama's and LM Studio's models."""
     entries = ollama_entries(ollama_models_dir())
@@ -73,8 +78,8 @@ def _find(source: str, paths: tuple[str | Path, ...]) -> ModelEntry:
         if found:
             return found[0]
     path = Path(source.removeprefix("local:")).expanduser()
-    if path.exists():
-        return _by_path(path)
+    if path.exists():  # a relative path is relative to the current directory; entries hold it absolute
+        return _by_path(Path(os.path.abspath(path)))
     if source.startswith(("ollama:", "lmstudio:")):
         entries = store_entries()
     else:
@@ -122,7 +127,7 @@ def _by_path(path: Path) -> ModelEntry:
             raise WorkbenchError(f"{path} holds {len(found)} GGUF files", where="[model] source",
                                  hint="name one of them: " + ", ".join(
                                      Path(e.path).name for e in found[:3]))
-        raise WorkbenchError(f"no Gemma weights found in {path}", where="[model] source",
+        raise NoWeightsFound(f"no Gemma weights found in {path}", where="[model] source",
                              hint="point at a folder with an orbax checkpoint, "
                                   "*.safetensors + config.json, a Keras preset or a .gguf file")
     return entry

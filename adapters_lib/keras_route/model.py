@@ -63,10 +63,17 @@ def preset_dir(cfg: RunConfig) -> Path:
     src = cfg.model.source
     if is_keras_preset(src):
         return Path(src).expanduser()
-    from adapters_lib.catalog import resolve
+    from adapters_lib.catalog import NoWeightsFound, resolve
 
-    entry = resolve(src)
     where = f"[model] source = {src!r}"
+    try:
+        entry = resolve(src)
+    except NoWeightsFound:
+        raise WorkbenchError(f"{src} is not a Keras preset folder, and holds no weights the "
+                             "Keras route converts", where=where,
+                             hint="point at a Keras preset (config.json + model.weights.h5), "
+                                  "a Hugging Face folder (config.json + *.safetensors) or a "
+                                  ".gguf file") from None
     if entry.status != "ok":
         raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where)
     if entry.format == "hf-safetensors":
