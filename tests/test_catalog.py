@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -92,6 +93,9 @@ def test_folders_from_user_config_are_scanned(weights_cache, workbench_home):
     try:
         ids = {e.id for e in catalog.list_models()}
         assert env.ids["folder_hf"] in ids and env.ids["keras"] not in ids
+        relative = os.path.relpath(env.folder / "exports", config.parent)
+        config.write_text(f'folders = ["{relative}"]\n')  # relative to models.toml's folder
+        assert env.ids["folder_hf"] in {e.id for e in catalog.list_models()}
         config.write_text("folders = 3\n")
         with pytest.raises(WorkbenchError, match="folders"):
             catalog.list_models()
@@ -99,12 +103,16 @@ def test_folders_from_user_config_are_scanned(weights_cache, workbench_home):
         config.unlink()
 
 
-def test_resolve_by_id_handle_and_path(weights_cache):
+def test_resolve_by_id_handle_and_path(weights_cache, monkeypatch):
     env = weights_cache
     assert catalog.resolve(env.ids["hf_single"]).format == "hf-safetensors"
     assert catalog.resolve("google/gemma-3/flax/gemma3-demo-it/1").id == env.ids["ok_flat"]
     by_path = catalog.resolve(str(env.folder / "exports" / "gemma3-demo-export"))
     assert by_path.status == "ok" and by_path.family == "gemma3"
+    monkeypatch.chdir(env.folder / "exports")  # a relative path: to the current directory
+    relative = catalog.resolve("gemma3-demo-export")
+    assert (relative.id, relative.path) == (by_path.id, by_path.path)
+    assert os.path.isabs(relative.path)
     in_cache = catalog.resolve(str(env.kaggle / "models/google/gemma-3/flax/gemma3-1b-pt/1"))
     assert (in_cache.id, in_cache.status) == (env.ids["incomplete"], "incomplete")
     with pytest.raises(WorkbenchError, match="did you mean"):

@@ -56,7 +56,8 @@ def user_config_file() -> Path:
 
 
 def configured_folders() -> list[Path]:
-    """``folders = [...]`` from ``<config dir>/models.toml`` (absent file: none)."""
+    """``folders = [...]`` from ``<config dir>/models.toml`` (absent file: none); a relative
+    folder is relative to the folder of models.toml."""
     file = user_config_file()
     if not file.is_file():
         return []
@@ -69,4 +70,5 @@ def configured_folders() -> list[Path]:
     if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
         raise WorkbenchError("folders must be a list of paths", where=f"{file}: folders",
                              hint='write folders = ["/path/to/models", ...]')
-    return [Path(f).expanduser() for f in folders]
+    # a relative folder is relative to models.toml's own folder, as a config file's paths are
+    return [file.parent / Path(f).expanduser() for f in folders]
