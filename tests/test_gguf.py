@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -173,3 +176,50 @@ def test_gemma2_and_split_ggufs_load(gguf_env):
     split = _leaves(load_model(ModelSpec(source=str(gguf_env.files["split"]))).params)
     whole = _leaves(load_model(ModelSpec(source=str(gguf_env.files["q8"]))).params)
     assert all(np.array_equal(split[k], whole[k]) for k in whole)
+
+
+_LIST = ("import json, sys\n"
+         "from workbench.cli import main\n"
+         "main(['models', '--json', '--path', sys.argv[1]])\n"
+         "print('LOADED', json.dumps(sorted({m.split('.')[0] for m in sys.modules} & "
+         "{'numpy', 'gguf'})))\n")
+
+
+def _list_in_a_fresh_process(folder, home):
+    env = dict(os.environ, GEMMA_WORKBENCH_HOME=str(home))
+    out = subprocess.run([sys.executable, "-c", _LIST, str(folder)], capture_output=True,
+                         text=True, timeout=120, env=env, check=True).stdout
+    listed, loaded = out.rsplit("LOADED", 1)
+    return {e["id"]: e for e in json.loads(listed)}, json.loads(loaded)
+
+
+def test_a_second_listing_reads_gguf_headers_from_the_disk_cache(gguf_env, tmp_path):
+    """Listing again imports neither numpy nor gguf (~0.6 s of the ~1.5 s a listing took);
+    a file that changed, or a split file whose other shard went, is read again."""
+    folder, home = tmp_path / "models", tmp_path / "home"
+    shutil.copytree(gguf_env.files["split"].parent, folder / "split")
+    whole = folder / "gemma3-demo-f32.gguf"
+    shutil.copy(gguf_env.files["f32"], whole)
+    shutil.copy(gguf_env.files["truncated"], folder / "gemma3-demo-truncated.gguf")
+    first, loaded = _list_in_a_fresh_process(folder, home)
+    assert "gguf" in loaded
+    again, loaded = _list_in_a_fresh_process(folder, home)
+    assert loaded == [] and again == first
+    mine = {k: v for k, v in first.items() if str(folder) in v["path"]}
+    assert sorted(e["status"] for e in mine.values()) == ["incomplete", "ok", "ok"], mine
+    assert "truncated" in next(e["reason"] for e in mine.values() if e["status"] != "ok")
+
+    whole.write_bytes(whole.read_bytes()[:-1000])  # cut: another size, another key
+    (folder / "split" / "gemma3-demo-00002-of-00003.gguf").unlink()
+    after, _ = _list_in_a_fresh_process(folder, home)
+    cut, split = after[f"local:{whole.resolve()}"], after[
+        f"local:{(folder / 'split' / 'gemma3-demo-00001-of-00003.gguf').resolve()}"]
+    assert (cut["status"], split["status"]) == ("incomplete", "incomplete"), (cut, split)
+    assert "truncated" in cut["reason"], cut["reason"]
+    assert "missing" in split["reason"] and "00002-of-00003" in split["reason"], split["reason"]
+
+    cache = home / "data" / "catalog" / "gguf-headers.json"
+    cache.write_text("{not json")  # a damaged cache is read past and rewritten
+    redone, loaded = _list_in_a_fresh_process(folder, home)
+    assert redone == after and "gguf" in loaded
+    assert json.loads(cache.read_text())["version"] >= 1

@@ -4,7 +4,8 @@ Family, size, variant, quant type, bytes, params and status all come from the me
 and the tensor table (``models.gguf_file``, ``models.gguf_arch``); the file name is never
 trusted for the architecture. A truncated file, a shard missing from a split file, a
 file without a vocabulary or of another architecture is listed with its one-line reason.
-Headers are remembered per process by (path, size, mtime): a rescan costs a ``stat``.
+Headers are remembered by (path, size, mtime), per process and on disk
+(``catalog.header_cache``): a rescan costs a ``stat`` per file.
 """
 
 from __future__ import annotations
@@ -43,15 +44,17 @@ def gguf_files(folder: Path) -> list[Path]:
 
 @functools.lru_cache(maxsize=128)
 def _info(path: str, size: int, mtime_ns: int, logical_size: int | None):
-    from adapters_lib.models.gguf_file import read_info
+    from adapters_lib.catalog import header_cache
 
-    return read_info(path, logical_size=logical_size)
+    return header_cache.read_header(path, os.stat(path), logical_size)
 
 
 def read_header(path: Path, logical_size: int | None = None):
-    """``GGUFInfo`` of ``path`` (cached per process while the file is unchanged)."""
-    st = path.stat()
-    return _info(os.path.realpath(path), st.st_size, st.st_mtime_ns, logical_size)
+    """``GGUFInfo`` of ``path`` (remembered while the file is unchanged: per process, and
+    on disk by ``catalog.header_cache``)."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    return _info(real, st.st_size, st.st_mtime_ns, logical_size)
 
 
 def gguf_entry(path: Path, *, entry_id: str, source: str, name: str = "",
@@ -62,7 +65,7 @@ def gguf_entry(path: Path, *, entry_id: str, source: str, name: str = "",
     ``logical_size``: ``path`` is the first part of a file that size (the starter chunks);
     ``shown_path``: the path to list (default ``path``).
     """
-    from adapters_lib.models.gguf_file import GGUFError
+    from adapters_lib.models.gguf_info import GGUFError
 
     shown = shown_path or path
     entry = ModelEntry(id=entry_id, format="gguf", path=str(shown), source=source,

@@ -24,7 +24,7 @@ from typing import Any
 
 from adapters_lib.models import families
 from adapters_lib.models.families import Arch, ArchError
-from adapters_lib.models.gguf_file import GGUFInfo
+from adapters_lib.models.gguf_info import GGUFInfo
 
 SUPPORTED = ("gemma2", "gemma3")
 
@@ -183,7 +183,7 @@ def _pattern(info: GGUFInfo, layers: int, every: int) -> tuple[str, ...]:
 
 def check_tensors(arch: Arch, info: GGUFInfo) -> str | None:
     """None when the file's tensors are exactly what ``arch`` needs; else one line."""
-    from adapters_lib.models.hf_convert import hf_shapes
+    from adapters_lib.models.hf_layout import hf_shapes
 
     want = hf_shapes(arch)
     for hf, name in gguf_names(arch).items():

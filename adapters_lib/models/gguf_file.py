@@ -23,25 +23,17 @@ from __future__ import annotations
 import os
 import re
 import struct
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from adapters_lib.models.gguf_info import GGUFError, GGUFInfo, TensorInfo  # noqa: F401 (re-exported)
+
 MAGIC = b"GGUF"
 _BIG_ARRAY = 64  # metadata arrays longer than this are kept as counts in GGUFInfo.metadata
 _U64 = struct.Struct("<Q")
 _SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$")
-
-
-class GGUFError(Exception):
-    """A GGUF file that cannot be used: ``status`` (catalog vocabulary) and a one-line reason."""
-
-    def __init__(self, reason: str, status: str = "unreadable"):
-        super().__init__(reason)
-        self.reason = reason
-        self.status = status
 
 
 def is_gguf(path: str | os.PathLike[str]) -> bool:
@@ -196,70 +188,6 @@ def open_reader(path: str | os.PathLike[str], *, header_only: bool = False,
         raise GGUFError(f"damaged GGUF metadata: {first}") from None
     except OSError as e:
         raise GGUFError(f"cannot read {p}: {e.strerror}") from None
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """One tensor of a GGUF file (shape in numpy order: the GGUF lists dims innermost first)."""
-
-    name: str
-    type: str
-    """GGML type name: F32, F16, BF16, Q8_0, Q4_K, …"""
-    shape: tuple[int, ...]
-    n_elements: int
-    n_bytes: int
-    shard: int = 0
-
-
-@dataclass
-class GGUFInfo:
-    """What a GGUF file says about itself, read from its header alone."""
-
-    path: Path
-    bytes: int
-    """On disk, every shard together."""
-    architecture: str
-    metadata: dict[str, Any]
-    """Scalars and short arrays; long arrays (the vocabulary) appear as ``{"count": n}``."""
-    tensors: dict[str, TensorInfo] = field(default_factory=dict)
-    shards: tuple[Path, ...] = ()
-    vocab_size: int | None = None
-    """Pieces in the tokenizer vocabulary (``tokenizer.ggml.tokens``), None without one."""
-
-    def get(self, key: str, default: Any = None) -> Any:
-        """A metadata value; ``{arch}`` in ``key`` is the file's architecture."""
-        return self.metadata.get(key.replace("{arch}", self.architecture), default)
-
-    @property
-    def name(self) -> str:
-        return str(self.get("general.name") or self.path.name)
-
-    @property
-    def quant(self) -> str:
-        """The file type as llama.cpp names it (Q4_K_M, Q8_0, F16, …), else the commonest type."""
-        import gguf
-
-        ftype = self.get("general.file_type")
-        if isinstance(ftype, int):
-            try:
-                return gguf.LlamaFileType(ftype).name.removeprefix("MOSTLY_").removeprefix("ALL_")
-            except ValueError:
-                pass
-        counts: dict[str, int] = {}
-        for t in self.tensors.values():
-            if len(t.shape) > 1:
-                counts[t.type] = counts.get(t.type, 0) + t.n_elements
-        return max(counts, key=counts.__getitem__) if counts else "?"
-
-    def param_count(self) -> int:
-        return sum(t.n_elements for t in self.tensors.values())
-
-    def tensor_types(self) -> dict[str, int]:
-        """GGML type → how many tensors use it."""
-        out: dict[str, int] = {}
-        for t in self.tensors.values():
-            out[t.type] = out.get(t.type, 0) + 1
-        return dict(sorted(out.items()))
 
 
 def _field_value(f: Any) -> Any:

@@ -30,13 +30,20 @@ Only reshapes and transposes: the round trip is bit-exact. The safetensors reade
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from adapters_lib.models.families import Arch, hf_config_for
+from adapters_lib.models.hf_layout import (  # noqa: F401 - re-exported
+    _NORMS,
+    _PREFIXES,
+    check_hf_shapes,
+    hf_prefix,
+    hf_shapes,
+)
 from adapters_lib.models.safetensors_io import (  # noqa: F401 - re-exported (callers import them here)
     _CODES,
     _DTYPES,
@@ -52,25 +59,6 @@ __all__ = ["gemma_to_hf", "hf_to_gemma", "hf_config_for", "export_hf", "save_hf"
            "SafetensorsDir", "read_header", "write_safetensors"]
 
 # --------------------------------------------------------------------------- the name map
-
-_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
-
-
-def hf_prefix(names: Iterator[str] | list[str]) -> str:
-    """The prefix before ``embed_tokens.weight`` (``model.`` for a CausalLM)."""
-    names = list(names)
-    for prefix in _PREFIXES:
-        if f"{prefix}embed_tokens.weight" in names:
-            return prefix
-    raise KeyError("embed_tokens.weight")
-
-
-_NORMS = {
-    "pre_attention_norm": "input_layernorm",
-    "post_attention_norm": "post_attention_layernorm",
-    "pre_ffw_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-}
 
 Fetch = Callable[[str], np.ndarray]
 
@@ -145,43 +133,6 @@ def gemma_shapes(arch: Arch) -> dict[tuple[str, ...], tuple[int, ...]]:
         out[(lay, "mlp", "gating_einsum")] = (2, f, d) if arch.transpose_gating else (2, d, f)
         out[(lay, "mlp", "linear")] = (f, d)
     return out
-
-
-def hf_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
-    """The HF tensor shapes (``model.`` prefix) of ``arch``."""
-    n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
-    out = {"model.embed_tokens.weight": (arch.vocab_size, d), "model.norm.weight": (d,)}
-    for i in range(arch.num_layers):
-        p = f"model.layers.{i}."
-        for theirs in _NORMS.values():
-            out[f"{p}{theirs}.weight"] = (d,)
-        out[f"{p}self_attn.q_proj.weight"] = (n * h, d)
-        out[f"{p}self_attn.k_proj.weight"] = (k * h, d)
-        out[f"{p}self_attn.v_proj.weight"] = (k * h, d)
-        out[f"{p}self_attn.o_proj.weight"] = (d, n * h)
-        if arch.use_qk_norm:
-            out[f"{p}self_attn.q_norm.weight"] = (h,)
-            out[f"{p}self_attn.k_norm.weight"] = (h,)
-        out[f"{p}mlp.gate_proj.weight"] = (f, d)
-        out[f"{p}mlp.up_proj.weight"] = (f, d)
-        out[f"{p}mlp.down_proj.weight"] = (d, f)
-    return out
-
-
-def check_hf_shapes(arch: Arch, shapes: Mapping[str, tuple[int, ...]]) -> str | None:
-    """None when the HF tensors fit ``arch``; else a one-line reason."""
-    try:
-        prefix = hf_prefix(shapes)
-    except KeyError:
-        return "no embed_tokens.weight tensor: not a Gemma causal LM"
-    for name, shape in hf_shapes(arch).items():
-        theirs = shapes.get(prefix + name[len("model."):])
-        if theirs is None:
-            return f"tensor {prefix + name[len('model.'):]} missing"
-        if tuple(theirs) != shape:
-            return (f"tensor {prefix + name[len('model.'):]} has shape {tuple(theirs)}, "
-                    f"config.json implies {shape}")
-    return None
 
 
 def hf_to_gemma(tensors: Mapping[str, np.ndarray], arch: Arch) -> dict[str, Any]:

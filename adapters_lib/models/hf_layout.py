@@ -1,0 +1,65 @@
+"""The Hugging Face tensor names and shapes of an ``Arch`` (no numpy: the catalog checks a
+GGUF's tensor table against them without importing it). ``hf_convert`` re-exports these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from adapters_lib.models.families import Arch
+
+_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
+
+
+def hf_prefix(names: Iterator[str] | list[str]) -> str:
+    """The prefix before ``embed_tokens.weight`` (``model.`` for a CausalLM)."""
+    names = list(names)
+    for prefix in _PREFIXES:
+        if f"{prefix}embed_tokens.weight" in names:
+            return prefix
+    raise KeyError("embed_tokens.weight")
+
+
+_NORMS = {
+    "pre_attention_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "pre_ffw_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+}
+
+
+def hf_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
+    """The HF tensor shapes (``model.`` prefix) of ``arch``."""
+    n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
+    out = {"model.embed_tokens.weight": (arch.vocab_size, d), "model.norm.weight": (d,)}
+    for i in range(arch.num_layers):
+        p = f"model.layers.{i}."
+        for theirs in _NORMS.values():
+            out[f"{p}{theirs}.weight"] = (d,)
+        out[f"{p}self_attn.q_proj.weight"] = (n * h, d)
+        out[f"{p}self_attn.k_proj.weight"] = (k * h, d)
+        out[f"{p}self_attn.v_proj.weight"] = (k * h, d)
+        out[f"{p}self_attn.o_proj.weight"] = (d, n * h)
+        if arch.use_qk_norm:
+            out[f"{p}self_attn.q_norm.weight"] = (h,)
+            out[f"{p}self_attn.k_norm.weight"] = (h,)
+        out[f"{p}mlp.gate_proj.weight"] = (f, d)
+        out[f"{p}mlp.up_proj.weight"] = (f, d)
+        out[f"{p}mlp.down_proj.weight"] = (d, f)
+    return out
+
+
+def check_hf_shapes(arch: Arch, shapes: Mapping[str, tuple[int, ...]]) -> str | None:
+    """None when the HF tensors fit ``arch``; else a one-line reason."""
+    try:
+        prefix = hf_prefix(shapes)
+    except KeyError:
+        return "no embed_tokens.weight tensor: not a Gemma causal LM"
+    for name, shape in hf_shapes(arch).items():
+        theirs = shapes.get(prefix + name[len("model."):])
+        if theirs is None:
+            return f"tensor {prefix + name[len('model.'):]} missing"
+        if tuple(theirs) != shape:
+            return (f"tensor {prefix + name[len('model.'):]} has shape {tuple(theirs)}, "
+                    f"config.json implies {shape}")
+    return None
