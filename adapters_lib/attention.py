@@ -16,6 +16,10 @@ logits' dtype. A row whose keys are all masked (padding) is uniform over its blo
 instead of over all keys; padding carries no loss, so losses and gradients are unchanged.
 Sampling (a KV cache) goes through gemma unchanged.
 
+``training_attention(kind)`` chooses: ``blocked`` (above, the default off GPUs) or one fused
+``jax.nn.dot_product_attention`` call (``fused_attention``): ``cudnn`` flash attention on an
+NVIDIA GPU, ``xla`` anywhere (dense, the reference the CPU tests compare with gemma).
+
 The key blocks rely on what the train step guarantees: inside one packed example the
 positions advance by one per token, so a key more than ``window`` tokens back is out of the
 window or in another example (masked either way).
@@ -24,6 +28,7 @@ window or in another example (masked either way).
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 
 import jax
@@ -34,15 +39,32 @@ from gemma.gm.nn import _modules
 
 from adapters_lib.memory import ATTENTION_GLOBAL_BLOCK as GLOBAL_BLOCK  # the estimate uses it too
 
+KINDS = ("blocked", "xla", "cudnn")
+"""How training attention is computed: ``blocked`` (block-sparse scores, below), or one fused
+``jax.nn.dot_product_attention`` call with that implementation (``fused_attention``)."""
+
+
+def default_kind(platform: str) -> str:
+    """cuDNN's fused (flash) attention on an NVIDIA GPU, block-sparse scores elsewhere (on a CPU
+    the fused XLA implementation materialises every score, as gemma does)."""
+    return "cudnn" if platform in ("gpu", "cuda") else "blocked"
+
 
 @contextlib.contextmanager
-def blocked() -> Iterator[None]:
-    """Within this context, gemma ``Attention`` calls without a cache use block-sparse scores."""
-    with nn.intercept_methods(_intercept):
+def training_attention(kind: str = "blocked") -> Iterator[None]:
+    """Within this context, gemma ``Attention`` calls without a cache use ``kind`` (``KINDS``)."""
+    if kind not in KINDS:
+        raise ValueError(f"attention kind {kind!r}: choose one of {KINDS}")
+    with nn.intercept_methods(functools.partial(_intercept, kind)):
         yield
 
 
-def _intercept(next_fun, args, kwargs, context):
+def blocked() -> contextlib.AbstractContextManager[None]:
+    """``training_attention("blocked")``."""
+    return training_attention("blocked")
+
+
+def _intercept(kind, next_fun, args, kwargs, context):
     module = context.module
     if context.method_name != "__call__" or not isinstance(module, _modules.Attention):
         return next_fun(*args, **kwargs)
@@ -50,11 +72,12 @@ def _intercept(next_fun, args, kwargs, context):
     bound = dict(zip(names, args, strict=False)) | kwargs
     if bound.get("cache") is not None or set(bound) != set(names):
         return next_fun(*args, **kwargs)
-    return None, _attention(module, bound["x"], bound["segment_pos"], bound["attn_mask"])
+    return None, _attention(module, bound["x"], bound["segment_pos"], bound["attn_mask"], kind)
 
 
-def _attention(m: _modules.Attention, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
-    """gemma's ``Attention.__call__`` without a cache, with the score matrix in blocks."""
+def _attention(m: _modules.Attention, x: jax.Array, positions: jax.Array, mask: jax.Array,
+               kind: str = "blocked") -> jax.Array:
+    """gemma's ``Attention.__call__`` without a cache, its scores computed as ``kind`` says."""
     if m.use_qkv_einsum:
         query, key, value = m.qkv_einsum("BTD,SNDH->SBTNH", x)
     else:
@@ -69,9 +92,36 @@ def _attention(m: _modules.Attention, x: jax.Array, positions: jax.Array, mask: 
     window = m.sliding_window_size if m.attn_type == _modules.AttentionType.LOCAL_SLIDING else None
     if m.attn_type == _modules.AttentionType.LOCAL_SLIDING and window is None:
         raise ValueError("Sliding_window_size must be set if Local Sliding attention type")
-    encoded = block_sparse_attention(query, key, value, mask, positions, window=window,
-                                     soft_cap=m.attn_logits_soft_cap)
+    if kind != "blocked" and m.attn_logits_soft_cap is None:  # the fused kernels have no soft-cap
+        encoded = fused_attention(query, key, value, mask, positions, window=window, implementation=kind)
+    else:
+        encoded = block_sparse_attention(query, key, value, mask, positions, window=window,
+                                         soft_cap=m.attn_logits_soft_cap)
     return m.attn_vec_einsum("BTNH,NHD->BTD", encoded)
+
+
+def fused_attention(query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array,
+                    positions: jax.Array, *, window: int | None = None,
+                    implementation: str = "xla") -> jax.Array:
+    """gemma's masked softmax attention as one ``jax.nn.dot_product_attention`` call.
+
+    Arguments as ``block_sparse_attention`` (no soft-cap: the fused kernels have none). ``xla``:
+    the mask (causal, same example) and gemma's sliding window on ``positions`` as one boolean
+    mask — every score is computed, as gemma does (the CPU test path). ``cudnn`` (NVIDIA GPUs,
+    bf16/f16): flash attention; causality and the window (``window − 1`` keys back, which inside
+    one packed example is gemma's rule on positions) go to the kernel, which skips the blocks they
+    exclude, and the example boundaries ride along as the boolean mask (cuDNN adds it as a bias).
+    f32 inputs, which cuDNN refuses, take the ``xla`` path. Returns ``[B, T, N, H]``.
+    """
+    mask = mask.astype(jnp.bool_)
+    if implementation == "cudnn" and query.dtype in (jnp.bfloat16, jnp.float16):
+        return jax.nn.dot_product_attention(
+            query, key, value, mask=mask[:, None], scale=1.0, is_causal=True,
+            local_window_size=None if window is None else (window - 1, 0), implementation="cudnn")
+    if window is not None:
+        mask = mask & _modules.create_sliding_mask(positions, sliding_window_size=window)
+    return jax.nn.dot_product_attention(query, key, value, mask=mask[:, None], scale=1.0,
+                                        implementation="xla")
 
 
 def _scores_to_values(q, k, v, mask, soft_cap):

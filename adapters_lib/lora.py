@@ -244,10 +244,9 @@ def _traced_class(cls: type, spec: LoraSpec) -> type:
 
 
 def _retrace(model: nn.Module, spec: LoraSpec) -> nn.Module:
-    cls = _traced_class(type(model), spec)
-    fields_ = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
-               if f.init and f.name not in ("parent", "name")}
-    return cls(**fields_)
+    from adapters_lib.train.variants import rebuild_as
+
+    return rebuild_as(model, _traced_class(type(model), spec))
 
 
 def wrap(model: nn.Module, spec: LoraSpec) -> nn.Module:
@@ -342,15 +341,10 @@ def count_params(tree: Any) -> int:
 
 
 def expected_lora_params(config: Any, spec: LoraSpec) -> int:
-    """Closed-form adapter parameter count for a gemma ``TransformerConfig``."""
-    d, n, k, h, f = (config.embed_dim, config.num_heads, config.num_kv_heads, config.head_dim,
-                     config.hidden_dim)
-    per_target = {
-        "q": (d, n * h), "k": (d, k * h), "v": (d, k * h), "o": (n * h, d),
-        "gate": (d, f), "up": (d, f), "down": (f, d),
-    }
-    layers = len(config.attention_types)
-    return layers * sum(spec.rank * (a + b) for t, (a, b) in per_target.items() if t in spec.targets)
+    """Closed-form adapter parameter count for a gemma ``TransformerConfig`` (``memory.lora_param_count``)."""
+    from adapters_lib.memory import lora_param_count
+
+    return lora_param_count(config, spec.rank, tuple(spec.targets))
 
 
 # --------------------------------------------------------------------------- fusing

@@ -158,6 +158,13 @@ def lora_param_shapes(config: Any, rank: int, targets: tuple[str, ...]):
     return out
 
 
+def lora_param_count(config: Any, rank: int, targets: tuple[str, ...] | list[str]) -> int:
+    """Adapter parameters for ``targets`` at ``rank``: the one count (``lora.expected_lora_params``
+    and the TUI's LoRA form call it). ``config``: a gemma config or a mapping of its fields
+    (``num_layers`` may stand for ``attention_types``)."""
+    return sum(math.prod(shape) for _, shape in lora_param_shapes(config, int(rank), tuple(targets)))
+
+
 def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool,
                    heads: Mapping[str, int]) -> tuple[int, int]:
     """(total elements, elements per device) of a list of (path, shape)."""

@@ -1,4 +1,5 @@
-"""Block-sparse training attention: the same outputs and gradients as gemma's dense attention."""
+"""Training attention (block-sparse scores; one fused dot_product_attention): the same outputs and
+gradients as gemma's dense attention."""
 
 from __future__ import annotations
 
@@ -8,8 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from gemma.gm.nn import _modules
 
-from adapters_lib import memory
+from adapters_lib import attention, memory
 from adapters_lib.models import demo
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train import step as step_lib
@@ -31,14 +33,16 @@ def _packed_batch(length: int, seed: int = 0):
     return jnp.asarray(tokens), jnp.asarray(pos), loss_lib.attention_mask(jnp.asarray(seg)), seg > 0
 
 
-@pytest.mark.parametrize("length", [192, 256])
+@pytest.mark.parametrize(("kind", "length"), [("blocked", 192), ("blocked", 256), ("xla", 96)])
 @pytest.mark.parametrize("layout", list(LAYOUTS))
-def test_blocked_attention_matches_dense_outputs_and_gradients(layout, length):
+def test_training_attention_matches_gemma_outputs_and_gradients(layout, kind, length):
+    # blocked: block-sparse scores; xla: the fused jax.nn.dot_product_attention path (on a GPU the
+    # same call runs cuDNN's kernel), each against gemma's own dense attention
     config = dataclasses.replace(demo.demo_transformer_config(), num_kv_heads=LAYOUTS[layout])
     model = demo.demo_model_class()(config=config, dtype=jnp.float32)
     tokens, positions, mask, valid = _packed_batch(length)
     params = model.init(jax.random.key(0), tokens[:, :8])["params"]
-    blocked = step_lib.with_blocked_attention(model)
+    blocked = step_lib.with_training_attention(model, kind)
     weights = jax.random.normal(jax.random.key(1), (*tokens.shape, config.num_embed)) * valid[..., None]
 
     def run(m):
@@ -76,3 +80,25 @@ def test_blocked_attention_scores_fewer_keys():
     assert memory.scored_keys(256, config.sliding_window_size) == 2 * config.sliding_window_size
     assert memory.scored_keys(256) == 256 * 3 / 4
     assert memory.scored_keys(200) == 200
+
+
+def test_fused_attention_equals_gemma_on_bf16_with_a_window_across_packed_examples():
+    # the fused call alone, bf16, a window shorter than the examples: gemma's rule on positions
+    rng = np.random.default_rng(3)
+    b, t, n, k, h, window = 2, 64, 4, 2, 16, 8
+    q, key, value = (jnp.asarray(rng.normal(size=(b, t, c, h)), jnp.bfloat16) for c in (n, k, k))
+    seg = np.ones((b, t), np.int32)
+    seg[0, 20:] = 2
+    seg[1, 50:] = 0
+    pos = np.concatenate([np.arange(20), np.arange(44)])[None].repeat(2, 0).astype(np.int32)
+    mask = loss_lib.attention_mask(jnp.asarray(seg))
+    full = mask & _modules.create_sliding_mask(jnp.asarray(pos), sliding_window_size=window)
+    q32, k32, v32 = (x.astype(jnp.float32) for x in (q, key, value))  # gemma's math, in f32
+    logits = jnp.einsum("btkgh,bskh->btkgs", q32.reshape(b, t, k, n // k, h), k32).reshape(b, t, n, t)
+    probs = jax.nn.softmax(jnp.where(full[:, :, None], logits, _modules.K_MASK), axis=-1)
+    ref = jnp.einsum("btkgs,bskh->btkgh", probs.reshape(b, t, k, n // k, t), v32).reshape(b, t, n, h)
+    got = attention.fused_attention(q, key, value, mask, jnp.asarray(pos), window=window)
+    keep = seg > 0
+    np.testing.assert_allclose(np.asarray(got, np.float32)[keep], np.asarray(ref, np.float32)[keep],
+                               rtol=2e-2, atol=2e-2)
+    assert attention.default_kind("gpu") == "cudnn" and attention.default_kind("cpu") == "blocked"

@@ -54,8 +54,8 @@ def test_attention_mask_is_causal_within_one_packed_example():
     np.testing.assert_array_equal(got, expected)
 
 
-@pytest.mark.parametrize("softcap", [None, 5.0])
-def test_chunked_cross_entropy_equals_full_cross_entropy(softcap):
+@pytest.mark.parametrize(("softcap", "split_vocab"), [(None, 1), (5.0, 4)])
+def test_chunked_cross_entropy_equals_full_cross_entropy(softcap, split_vocab):
     k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
     hidden = jax.random.normal(k1, (2, 32, 16))
     table = jax.random.normal(k2, (64, 16))
@@ -69,7 +69,7 @@ def test_chunked_cross_entropy_equals_full_cross_entropy(softcap):
         return loss_lib.full_ce_sum(logits, targets, mask)
 
     def chunked(h, t):
-        return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8, softcap=softcap)
+        return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8, softcap=softcap, split_vocab=split_vocab)
 
     v_full, g_full = jax.jit(jax.value_and_grad(full, argnums=(0, 1)))(hidden, table)
     v_chunk, g_chunk = jax.jit(jax.value_and_grad(chunked, argnums=(0, 1)))(hidden, table)
@@ -178,7 +178,8 @@ def test_grad_accumulation_two_by_four_equals_one_batch_of_eight(demo, one_mesh,
     _tree_close(p2, p1, rtol=1e-5, atol=1e-6)
     # chunked CE: no [micro-batch, L, V] logits buffer anywhere in the compiled step
     hlo = steps2._train.lower(steps2.abstract_state, steps2.base_params,
-                              {k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()}).compile().as_text()
+                              {k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()},
+                              L).compile().as_text()
     ce_shapes = {line.split("=")[1].split("{")[0].strip() for line in hlo.splitlines()
                  if "ce_chunk" in line and "1024]" in line.split("=")[1].split("metadata")[0]}
     assert "f32[4,8,1024]" in ce_shapes and not any(f",{L},1024]" in s for s in ce_shapes)
@@ -228,3 +229,91 @@ def test_train_step_donates_the_state_and_returns_device_scalars(lora_steps, lor
     assert all(isinstance(v, jax.Array) and v.shape == () for v in metrics.values())
     new2, m2 = lora_steps.train_step(new, make_batch(8, L, seed=8))
     assert float(m2["loss"]) < float(metrics["loss"])  # SGD on the same batch descends
+
+
+# --------------------------------------------------------------------------- logits only where the loss is
+
+
+def _answer_only(batch: dict, prompt_share: float = 0.6) -> dict:
+    """``batch`` with the loss on the last part of each packed example only (a chat answer)."""
+    out = {k: v.copy() for k, v in batch.items()}
+    for r in range(out["segment_ids"].shape[0]):
+        for s in np.unique(out["segment_ids"][r]):
+            if s == 0:
+                continue
+            idx = np.where(out["segment_ids"][r] == s)[0]
+            out["loss_mask"][r, idx[: int(len(idx) * prompt_share)]] = 0
+    return out
+
+
+def test_loss_slots_round_the_busiest_row_up_to_an_eighth_of_the_length():
+    mask = np.zeros((3, 64), np.float32)
+    mask[0, 10:20] = 1  # 10
+    mask[1, 5:30] = 1  # 25: the busiest row → 32
+    assert loss_lib.loss_slots(mask) == 32
+    assert loss_lib.loss_slots(np.zeros((2, 64))) == 8  # at least one granule
+    assert loss_lib.loss_slots(np.ones((2, 64))) == 64
+    mask[2, :57] = 1  # 57 > 7/8 · 64: every position
+    assert loss_lib.loss_slots(mask) == 64
+    assert loss_lib.loss_slots(np.ones((1, 30))[:, :27]) == 27  # granule 4, capped at L
+
+
+def test_gathered_positions_give_the_full_loss_and_gradients():
+    k1, k2, k3 = jax.random.split(jax.random.key(2), 3)
+    hidden = jax.random.normal(k1, (3, 32, 16))
+    table = jax.random.normal(k2, (64, 16))
+    targets = jax.random.randint(k3, (3, 32), 0, 64)
+    mask = np.zeros((3, 32), np.float32)
+    mask[0, 3:9] = 1
+    mask[1, 20:31] = 0.5  # weights other than 1 are kept
+    mask[1, 1] = 1
+    slots = loss_lib.loss_slots(mask)
+    assert slots == 12
+    mask = jnp.asarray(mask)
+
+    def full(h, t):
+        return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8, softcap=3.0)
+
+    def gathered(h, t):
+        hg, tg, mg = loss_lib.gather_loss_positions(h, targets, mask, slots)
+        return loss_lib.chunked_ce_sum(hg, t, tg, mg, chunk=4, softcap=3.0)
+
+    v_full, g_full = jax.jit(jax.value_and_grad(full, argnums=(0, 1)))(hidden, table)
+    v_gath, g_gath = jax.jit(jax.value_and_grad(gathered, argnums=(0, 1)))(hidden, table)
+    np.testing.assert_allclose(v_gath, v_full, rtol=1e-6)
+    _tree_close(g_gath, g_full, rtol=1e-5, atol=1e-6)
+    assert float(jnp.abs(g_gath[0][2]).max()) == 0.0  # a row with no loss gets no gradient
+
+
+@pytest.mark.parametrize("kind", ["lora f32", "lora bf16", "full f32"])
+def test_train_and_eval_steps_gathering_loss_positions_equal_the_full_computation(
+        kind, demo, one_mesh, lora_params, make_batch):
+    model, base = demo
+    cfg = _cfg(compute_dtype="bfloat16" if "bf16" in kind else "float32")
+    if kind.startswith("full"):
+        cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, enabled=False))
+        trainable = base
+    else:
+        trainable = lora_params(cfg.lora)
+    batch = _answer_only(make_batch(8, L, seed=12, packed=True))
+    out = {}
+    for gather in (False, True):
+        steps = step_lib.build_steps(model, cfg, optax.sgd(1.0), one_mesh, base, trainable, ce_chunk=8,
+                                     gather_loss=gather)
+        placed = steps.put_batch(batch)
+        assert placed.slots == (loss_lib.loss_slots(batch["loss_mask"]) if gather else L)
+        ev = jax.device_get(steps.eval_step(steps.init_state(trainable).params, placed))
+        state, metrics = steps.train_step(steps.init_state(trainable), placed)
+        update = jax.tree.map(lambda a, b: np.asarray(a, np.float32) - np.asarray(b, np.float32),
+                              jax.device_get(state.params), jax.device_get(trainable))
+        out[gather] = ev, jax.device_get(metrics), update
+    assert loss_lib.loss_slots(batch["loss_mask"]) < L  # the gathered path did run
+    (ev0, m0, u0), (ev1, m1, u1) = out[False], out[True]
+    rtol = 2e-2 if "bf16" in kind else 1e-5
+    np.testing.assert_allclose(ev1["loss_sum"], ev0["loss_sum"], rtol=rtol)
+    np.testing.assert_allclose(m1["loss"], m0["loss"], rtol=rtol)
+    np.testing.assert_allclose(m1["grad_norm"], m0["grad_norm"], rtol=5 * rtol)
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(u1)[0], jax.tree.leaves(u0), strict=True):
+        scale = float(np.abs(b).max()) or 1.0
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=(5e-2 if "bf16" in kind else 1e-5) * scale,
+                                   err_msg=jax.tree_util.keystr(path))

@@ -12,10 +12,13 @@ Pure functions of their inputs (no params are created here):
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.custom_derivatives import SymbolicZero
 
 from adapters_lib.memory import CE_CHUNK_BYTES
 
@@ -66,6 +69,11 @@ def ce_chunk_budget(device: Any = None) -> int:
     return max(CE_CHUNK_BYTES, limit // 64)
 
 
+def ce_split_vocab(device: Any = None) -> int:
+    """Vocabulary blocks for the cross-entropy's ``∂hidden`` matmul: 64 on a CPU, 1 elsewhere."""
+    return 64 if device is None or getattr(device, "platform", "cpu") == "cpu" else 1
+
+
 def chunk_length(seq_len: int, rows_per_device: int, vocab_per_device: int,
                  budget_bytes: int = CE_CHUNK_BYTES) -> int:
     """The longest divisor of ``seq_len`` whose f32 logits chunk per device fits the budget."""
@@ -76,66 +84,156 @@ def chunk_length(seq_len: int, rows_per_device: int, vocab_per_device: int,
     return best
 
 
-@jax.custom_vjp
-def chunk_logits(hidden: jax.Array, table: jax.Array) -> jax.Array:
-    """``hidden · tableᵀ`` accumulated and returned in f32 (``[B, L, D] × [V, D] → [B, L, V]``).
+# --------------------------------------------------------------------------- loss positions
 
-    The backward casts the f32 cotangent to the compute dtype before its two matmuls.
-    Autodiff would multiply the f32 cotangent by the bf16 table, which XLA runs as an f32
-    (TF32) matmul over the whole vocabulary: on an H200 that one product took 41 of 149 ms
-    of a Gemma-3-1B LoRA step (BENCHMARKS.md). With f32 compute nothing changes.
+SLOT_BUCKETS = 8
+"""The gathered loss positions per row are rounded up to a multiple of ``length / SLOT_BUCKETS``:
+at most this many compiled programs per step shape (``loss_slots``)."""
+
+
+def loss_slots(loss_mask: Any, buckets: int = SLOT_BUCKETS) -> int:
+    """Positions per row to keep for the loss: the most loss-bearing positions of any row of
+    ``loss_mask`` (host ``[B, L]``), rounded up to a multiple of ``ceil(L / buckets)``, at most L.
+
+    The step is compiled once per value, so the rounding bounds the recompiles to ``buckets``
+    per batch shape; a packed corpus keeps a steady fraction of loss tokens and stays on one or
+    two. ``L`` means no gathering.
     """
-    return _logits(hidden, table)
+    mask = np.asarray(loss_mask)
+    length = mask.shape[-1]
+    granule = max(1, -(-length // buckets))
+    most = int(np.count_nonzero(mask, axis=-1).max()) if mask.size else 0
+    return min(length, max(granule, -(-most // granule) * granule))
 
 
-def _logits(hidden, table):
-    return jnp.einsum("bld,vd->blv", hidden, table, preferred_element_type=jnp.float32)
+def gather_loss_positions(hidden: jax.Array, targets: jax.Array, loss_mask: jax.Array,
+                          slots: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """The first ``slots`` loss-bearing positions of each row: ``[B, slots, D]``, ``[B, slots]`` ×2.
+
+    Rows with fewer fill the rest with position 0 at weight 0. ``slots`` must be at least every
+    row's count (``loss_slots``); a position dropped would change the loss, so the step only
+    passes a bound computed from the same mask. The gather's backward scatters into ``[B, L, D]``.
+    """
+    keep = loss_mask != 0
+    idx = jax.vmap(lambda row: jnp.nonzero(row, size=slots, fill_value=0)[0])(keep)
+    filled = jnp.arange(slots)[None, :] < jnp.sum(keep, axis=-1, keepdims=True)
+    h = jnp.take_along_axis(hidden, idx[..., None], axis=1)
+    t = jnp.take_along_axis(targets, idx, axis=1)
+    m = jnp.where(filled, jnp.take_along_axis(loss_mask, idx, axis=1), 0).astype(loss_mask.dtype)
+    return h, t, m
 
 
-def _chunk_logits_fwd(hidden, table):
-    return _logits(hidden, table), (hidden, table)
-
-
-def _chunk_logits_bwd(res, g):
-    hidden, table = res
-    g = g.astype(hidden.dtype)
-    d_hidden = jnp.einsum("blv,vd->bld", g, table, preferred_element_type=jnp.float32)
-    d_table = jnp.einsum("blv,bld->vd", g, hidden, preferred_element_type=jnp.float32)
-    return d_hidden.astype(hidden.dtype), d_table.astype(table.dtype)
-
-
-chunk_logits.defvjp(_chunk_logits_fwd, _chunk_logits_bwd)
+# --------------------------------------------------------------------------- chunked cross-entropy
 
 
 def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss_mask: jax.Array,
-                   *, chunk: int, softcap: float | None = None) -> jax.Array:
+                   *, chunk: int, softcap: float | None = None, split_vocab: int = 1) -> jax.Array:
     """Σ CE·mask with logits = softcap(hidden · tableᵀ), ``chunk`` positions at a time.
 
-    ``hidden`` [B, L, D] (compute dtype), ``table`` [V, D]; logits accumulate in f32.
+    ``hidden`` [B, L, D] (compute dtype), ``table`` [V, D]; logits accumulate in f32 and the
+    ``[B, L, V]`` logits never exist at once. Under differentiation the gradient is computed in
+    the same pass as the loss (``_fused_ce``): two vocabulary matmuls per position (logits,
+    ``∂hidden``), plus ``∂table`` only when the table is trained, and no recompute.
+    ``split_vocab``: contract ``∂hidden``'s vocabulary in that many blocks (``ce_split_vocab``).
     """
-    b, length, d = hidden.shape
+    length = hidden.shape[1]
     if length % chunk:
         raise ValueError(f"chunk {chunk} does not divide sequence length {length}")
+    return _fused_ce(hidden, table, targets, loss_mask, chunk, softcap, split_vocab)
+
+
+def _chunks(x: jax.Array, chunk: int) -> jax.Array:
+    """[B, L, ...] → [n, B, chunk, ...]; the batch dim keeps its sharding."""
+    b, length = x.shape[:2]
+    return jnp.moveaxis(x.reshape(b, length // chunk, chunk, *x.shape[2:]), 1, 0)
+
+
+def _unchunk(x: jax.Array) -> jax.Array:
+    n, b, c = x.shape[:3]
+    return jnp.moveaxis(x, 0, 1).reshape(b, n * c, *x.shape[3:])
+
+
+def _times_table(g: jax.Array, table: jax.Array, split: int) -> jax.Array:
+    """``g [B, c, V] · table [V, D] → [B, c, D]`` in f32; ``split`` > 1 contracts the vocabulary in
+    that many blocks (a batched matmul, then a sum): on a CPU, XLA's single contraction over
+    262,144 rows for a few hundred outputs runs at half the speed of 64 blocks (BENCHMARKS.md)."""
+    vocab = table.shape[0]
+    if split <= 1 or vocab % split:
+        return jnp.einsum("blv,vd->bld", g, table, preferred_element_type=jnp.float32)
+    gs = g.reshape(*g.shape[:-1], split, vocab // split)
+    ts = table.reshape(split, vocab // split, table.shape[-1])
+    return jnp.einsum("blsv,svd->sbld", gs, ts, preferred_element_type=jnp.float32).sum(0)
+
+
+def _ce_scan(hidden, table, targets, mask, chunk, softcap, *, want_hidden=False, want_table=False,
+             split_vocab=1):
+    """(Σ CE·mask, ∂/∂hidden or None, ∂/∂table or None), one chunk of positions at a time.
+
+    The gradients are those of the sum (cotangent 1): per chunk ``g = (softmax − onehot)·mask``
+    (times the soft-cap's derivative), cast to the compute dtype before its matmuls — an f32
+    ``g`` times a bf16 table would run as an f32 (TF32 on a GPU) matmul over the vocabulary,
+    41 of 149 ms of a Gemma-3-1B LoRA step on an H200 (BENCHMARKS.md).
+    """
+    dt = hidden.dtype
+    tab = table.astype(dt)
+    grads = want_hidden or want_table
 
     def one(h, t, m):
         with jax.named_scope("ce_chunk"):
-            return _one(h, t, m)
+            logits = _softcap(jnp.einsum("bld,vd->blv", h, tab, preferred_element_type=jnp.float32),
+                              softcap)
+            lse = jax.nn.logsumexp(logits, axis=-1)
+            target_logit = jnp.take_along_axis(logits, t[..., None], axis=-1)[..., 0]  # no pass over V
+            m = m.astype(jnp.float32)
+            ce = jnp.sum((lse - target_logit) * m)
+            if not grads:
+                return ce, None, None
+            # softmax·mask in one pass over the logits; the target's −1 is a scatter of B·chunk values
+            g = jnp.exp(logits - lse[..., None]) * m[..., None]
+            at_target = (jnp.exp(target_logit - lse) - 1.0) * m
+            if softcap is not None:
+                g = g * (1.0 - jnp.square(logits / softcap))
+                at_target = at_target * (1.0 - jnp.square(target_logit / softcap))
+            g = jnp.put_along_axis(g.astype(dt), t[..., None], at_target[..., None].astype(dt), axis=-1,
+                                   inplace=False)
+            dh = _times_table(g, tab, split_vocab).astype(dt) if want_hidden else None
+            dtab = jnp.einsum("blv,bld->vd", g, h, preferred_element_type=jnp.float32) if want_table else None
+            return ce, dh, dtab
 
-    def _one(h, t, m):
-        logits = chunk_logits(h, table.astype(h.dtype))
-        return _ce_terms(_softcap(logits, softcap), t, m)
+    if hidden.shape[1] == chunk:
+        ce, dh, dtab = one(hidden, targets, mask)
+    else:
+        def body(carry, xs):
+            total, acc = carry
+            ce, dh, dtab = one(*xs)
+            return (total + ce, None if acc is None else acc + dtab), dh
 
-    n = length // chunk
-    if n == 1:
-        return one(hidden, targets, loss_mask)
-    one = jax.checkpoint(one)  # the backward recomputes each chunk's logits
+        acc0 = jnp.zeros(table.shape, jnp.float32) if want_table else None
+        (ce, dtab), dh = jax.lax.scan(body, (jnp.zeros((), jnp.float32), acc0),
+                                      (_chunks(hidden, chunk), _chunks(targets, chunk), _chunks(mask, chunk)))
+        dh = None if dh is None else _unchunk(dh)
+    return ce, dh, (None if dtab is None else dtab.astype(table.dtype))
 
-    def split(x):  # [B, L, ...] → [n, B, chunk, ...]; the batch dim keeps its sharding
-        return jnp.moveaxis(x.reshape(b, n, chunk, *x.shape[2:]), 1, 0)
 
-    def body(total, xs):
-        return total + one(*xs), None
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _fused_ce(hidden, table, targets, mask, chunk, softcap, split_vocab):
+    return _ce_scan(hidden, table, targets, mask, chunk, softcap)[0]
 
-    total, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32),
-                            (split(hidden), split(targets), split(loss_mask)))
-    return total
+
+def _fused_ce_fwd(hidden, table, targets, mask, chunk, softcap, split_vocab):
+    ce, dh, dtab = _ce_scan(hidden.value, table.value, targets.value, mask.value, chunk, softcap,
+                            want_hidden=hidden.perturbed, want_table=table.perturbed, split_vocab=split_vocab)
+    return ce, (dh, dtab)
+
+
+def _fused_ce_bwd(chunk, softcap, split_vocab, res, ct):
+    del chunk, softcap, split_vocab
+    dh, dtab = res
+    if isinstance(ct, SymbolicZero):
+        return None, None, None, None
+    d_hidden = None if dh is None else dh * ct.astype(dh.dtype)
+    d_table = None if dtab is None else dtab * ct.astype(dtab.dtype)
+    return d_hidden, d_table, None, None
+
+
+_fused_ce.defvjp(_fused_ce_fwd, _fused_ce_bwd, symbolic_zeros=True)

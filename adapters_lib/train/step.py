@@ -4,11 +4,15 @@
 
 - the loss is Σ CE·loss_mask / Σ loss_mask over the global batch (all micro-batches),
   with a chunked cross-entropy over the final hidden states (``loss.py``), so the
-  ``[B, L, V]`` logits are never materialised;
+  ``[B, L, V]`` logits are never materialised, and only at the loss-bearing positions:
+  each row's are gathered before the output projection (``loss.gather_loss_positions``),
+  ``slots`` per row, a bound read from the host loss mask and rounded up to an eighth of
+  the length (``loss.loss_slots``): the step compiles once per value, at most 8 per shape;
 - the attention mask comes from ``segment_ids`` (causal, same packed example), positions
   from the batch;
 - the attention scores are computed in blocks that skip the masked-out ones (causal and
-  sliding-window; ``attention.py``), the same values as gemma's dense scores;
+  sliding-window; ``attention.py``), the same values as gemma's dense scores; on a GPU
+  one fused cuDNN ``dot_product_attention`` instead (``build_steps(attention_kind=)``);
 - ``train.remat`` rematerialises every transformer block in the backward pass;
 - ``train.compute_dtype = "bfloat16"`` casts params (base and trainable) inside the step;
   gradients, optimizer state and the trainable params stay in their own dtype;
@@ -26,7 +30,6 @@ Batch contract: a dict of ``tokens``, ``targets``, ``loss_mask``, ``positions``,
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -41,6 +44,11 @@ from adapters_lib import attention, lora
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
 from adapters_lib.train import loss as loss_lib
+from adapters_lib.train.variants import (  # noqa: F401 - the step's model variants, re-exported
+    with_blocked_attention,
+    with_remat,
+    with_training_attention,
+)
 
 log = logging.getLogger(__name__)
 
@@ -55,69 +63,6 @@ class TrainState(NamedTuple):
     params: Any
     """The trainable params: the adapters, or every param for a full fine-tune."""
     opt_state: Any
-
-
-# --------------------------------------------------------------------------- remat
-
-
-def _run_block(block: nn.Module, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
-    return block(x, positions, None, mask)[1]
-
-
-@functools.cache
-def _remat_class(cls: type) -> type:
-    def _apply_attention(self, inputs, cache):
-        if cache is not None:  # sampling with a KV cache: nothing to rematerialise
-            return super(new_cls, self)._apply_attention(inputs, cache)
-        run = nn.remat(_run_block)
-        x = inputs.embeddings
-        for block in self.blocks:
-            x = run(block, x, inputs.positions, inputs.attention_mask)
-        return self.final_norm(x), {}
-
-    new_cls = type(f"{cls.__name__}Remat", (cls,), {
-        "_apply_attention": _apply_attention, "__module__": cls.__module__})
-    return new_cls
-
-
-def with_remat(model: nn.Module) -> nn.Module:
-    """The same gemma Transformer, each block rematerialised in the backward pass."""
-    if not hasattr(type(model), "_apply_attention"):
-        log.warning("remat: %s has no _apply_attention (not a gm.nn.Transformer); "
-                    "training without remat", type(model).__name__)
-        return model
-    return _rebuild_as(model, _remat_class(type(model)))
-
-
-def _rebuild_as(model: nn.Module, cls: type) -> nn.Module:
-    """``model``'s fields in a (subclass) ``cls``: a module that traces apart from ``model``."""
-    kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
-              if f.init and f.name not in ("parent", "name")}
-    return cls(**kwargs)
-
-
-@functools.cache
-def _blocked_class(cls: type) -> type:
-    def _apply_attention(self, inputs, cache):
-        if cache is not None:  # sampling: gemma's own attention
-            return super(new_cls, self)._apply_attention(inputs, cache)
-        with attention.blocked():
-            return super(new_cls, self)._apply_attention(inputs, cache)
-
-    new_cls = type(f"{cls.__name__}Blocked", (cls,), {
-        "_apply_attention": _apply_attention, "__module__": cls.__module__})
-    return new_cls
-
-
-def with_blocked_attention(model: nn.Module) -> nn.Module:
-    """The same gemma Transformer with block-sparse attention scores (``attention.py``).
-
-    A subclass, not a context around ``apply``: gemma's ``Transformer.__call__`` is an
-    ``nn.jit`` keyed on the module, so an equal module would reuse a dense trace.
-    """
-    if not hasattr(type(model), "_apply_attention"):
-        return model
-    return _rebuild_as(model, _blocked_class(type(model)))
 
 
 # --------------------------------------------------------------------------- the steps
@@ -150,6 +95,11 @@ class Steps:
     _eval: Any
     _init_opt: Any
     _copy: Any
+    gather_loss: bool = True
+    """Compute the logits only at loss-bearing positions (``loss.gather_loss_positions``)."""
+    attention_kind: str = "blocked"
+    """How the training attention is computed (``attention.KINDS``)."""
+    _compiled: set = dataclasses.field(default_factory=set)
 
     # -- state
     def init_state(self, trainable_params: Any, *, copy: bool = True) -> TrainState:
@@ -166,29 +116,64 @@ class Steps:
         step = jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings.step)
         return TrainState(step, params, opt_state)
 
-    def put_batch(self, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
-        """The batch's arrays on the mesh (leading dim on data×fsdp)."""
-        return {k: jax.device_put(np.asarray(batch[k]) if not isinstance(batch[k], jax.Array)
-                                  else batch[k], self.batch_sharding) for k in BATCH_KEYS}
+    def put_batch(self, batch: Mapping[str, Any]) -> DeviceBatch:
+        """The batch's arrays on the mesh (leading dim on data×fsdp), with the loss positions
+        per row its loss mask needs (``slots``), read from the host arrays before they move."""
+        placed = DeviceBatch({k: jax.device_put(np.asarray(batch[k]) if not isinstance(batch[k], jax.Array)
+                                                else batch[k], self.batch_sharding) for k in BATCH_KEYS})
+        placed.slots = self.slots_for(batch)
+        return placed
+
+    def slots_for(self, batch: Mapping[str, Any]) -> int:
+        """Loss positions per row the step keeps for ``batch`` (its length: no gathering).
+
+        ``loss.loss_slots`` of the host loss mask; a batch spread over processes (not
+        addressable here) keeps every position, so that all processes run the same program.
+        """
+        known = getattr(batch, "slots", None)
+        if known is not None:
+            return known
+        mask = batch["loss_mask"]
+        length = int(np.shape(mask)[-1])
+        if not self.gather_loss or (isinstance(mask, jax.Array) and not mask.is_fully_addressable):
+            return length
+        return loss_lib.loss_slots(np.asarray(mask))
 
     # -- steps
     def train_step(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
         """One optimizer update; ``state`` is donated (do not reuse it)."""
-        return self._train(state, self.base_params, _batch(batch))
+        return self._train(state, self.base_params, _batch(batch), self._slots(batch, "train"))
 
     def eval_step(self, trainable: Any, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         """``{"loss_sum", "n_tokens"}`` for one batch (device scalars)."""
-        return self._eval(trainable, self.base_params, _batch(batch))
+        return self._eval(trainable, self.base_params, _batch(batch), self._slots(batch, "eval"))
+
+    def _slots(self, batch: Mapping[str, Any], kind: str) -> int:
+        slots = self.slots_for(batch)
+        shape = (kind, tuple(np.shape(batch["loss_mask"])), slots)
+        if shape not in self._compiled:
+            self._compiled.add(shape)
+            log.info("%s step for batch %s: loss on %d positions per row (compiles once per value)",
+                     kind, shape[1], slots)
+        return slots
 
     # -- introspection
-    def compiled_memory(self, batch_shape: tuple[int, int]) -> dict[str, int]:
-        """The compiled train step's memory analysis (bytes per device) for ``[B, L]``."""
+    def compiled_memory(self, batch_shape: tuple[int, int], slots: int | None = None) -> dict[str, int]:
+        """The compiled train step's memory analysis (bytes per device) for ``[B, L]``, with
+        ``slots`` loss positions per row (default ``L``, every position: the most memory)."""
         abstract_batch = {k: jax.ShapeDtypeStruct(batch_shape, jnp.float32 if k == "loss_mask" else jnp.int32,
                                                   sharding=self.batch_sharding) for k in BATCH_KEYS}
         base = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             self.base_params, self.base_shardings)
-        compiled = self._train.lower(self.abstract_state, base, abstract_batch).compile()
+        compiled = self._train.lower(self.abstract_state, base, abstract_batch,
+                                     batch_shape[1] if slots is None else slots).compile()
         return memory_of(compiled)
+
+
+class DeviceBatch(dict):
+    """A batch placed on the mesh (``Steps.put_batch``); ``slots``: its loss positions per row."""
+
+    slots: int | None = None
 
 
 def memory_of(compiled: Any) -> dict[str, int]:
@@ -210,7 +195,8 @@ def _batch(batch: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTransformation, mesh: Any,
                 base_params: Any, trainable_params: Any, *, ce_chunk: int | None = None,
-                ce_chunk_bytes: int | None = None, seq_len: int | None = None) -> Steps:
+                ce_chunk_bytes: int | None = None, seq_len: int | None = None,
+                gather_loss: bool = True, attention_kind: str | None = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -219,7 +205,10 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     ``ce_chunk``: positions per cross-entropy chunk (default: the longest divisor of the
     sequence length whose per-device f32 logits fit ``ce_chunk_bytes``; needs ``seq_len``,
     else ``data.max_length``). ``ce_chunk_bytes``: default ``loss.ce_chunk_budget`` of the
-    mesh's devices (128 MiB on CPU, 1/64 of an accelerator's memory).
+    mesh's devices (128 MiB on CPU, 1/64 of an accelerator's memory). ``gather_loss``: the
+    logits only at the loss-bearing positions (default), else at every position.
+    ``attention_kind``: ``attention.KINDS``; default ``attention.default_kind`` of the platform
+    (cuDNN flash attention on a GPU, block-sparse scores elsewhere).
     """
     t = cfg.train
     full_ft = not cfg.lora.enabled
@@ -228,8 +217,11 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     config = model.config
     softcap = config.final_logit_softcap
 
+    split_vocab = loss_lib.ce_split_vocab(mesh.devices.flat[0])
+    if attention_kind is None:
+        attention_kind = attention.default_kind(mesh.devices.flat[0].platform)
     run_model = with_remat(model) if t.remat else model
-    run_model = lora.wrap(with_blocked_attention(run_model), cfg.lora)
+    run_model = lora.wrap(with_training_attention(run_model, attention_kind), cfg.lora)
 
     sizes = mesh_lib.mesh_sizes(mesh)
     dp = sizes["data"] * sizes["fsdp"]
@@ -271,21 +263,23 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
             return trainable
         return lora.merge_lora(_cast(base, compute_dtype), trainable)
 
-    def loss_sum(trainable, base, mb):
+    def loss_sum(trainable, base, mb, slots):
         params = params_for(trainable, base)
         mask = loss_lib.attention_mask(mb["segment_ids"])
         out = run_model.apply({"params": params}, mb["tokens"], positions=mb["positions"],
                               attention_mask=mask, return_hidden_states=True)
+        hidden, targets, weights = out.hidden_states, mb["targets"], mb["loss_mask"]
+        if slots < hidden.shape[1]:  # logits only where the loss is
+            hidden, targets, weights = loss_lib.gather_loss_positions(hidden, targets, weights, slots)
         table = params["embedder"]["input_embedding"]
-        return loss_lib.chunked_ce_sum(out.hidden_states, table, mb["targets"], mb["loss_mask"],
-                                       chunk=_divisor_at_most(mb["tokens"].shape[1], ce_chunk),
-                                       softcap=softcap)
+        return loss_lib.chunked_ce_sum(hidden, table, targets, weights, softcap=softcap,
+                                       chunk=_divisor_at_most(hidden.shape[1], ce_chunk), split_vocab=split_vocab)
 
     grad_fn = jax.value_and_grad(loss_sum)
 
-    def grads_of(trainable, base, batch):
+    def grads_of(trainable, base, batch, slots):
         if accum == 1:
-            return grad_fn(trainable, base, batch)
+            return grad_fn(trainable, base, batch, slots)
         rows = batch["tokens"].shape[0]
 
         def micro(x):  # [A·b, L] → [A, b, L]; row r goes to micro-batch r % A (no data moves)
@@ -298,7 +292,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
         def body(carry, mb):
             total, acc = carry
-            value, g = grad_fn(trainable, base, mb)
+            value, g = grad_fn(trainable, base, mb, slots)
             acc = jax.tree.map(jnp.add, acc, g)
             acc = jax.lax.with_sharding_constraint(acc, trainable_shardings)
             return (total + value, acc), None
@@ -306,10 +300,10 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         (total, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro_batches)
         return total, grads
 
-    def train_fn(state: TrainState, base, batch):
+    def train_fn(state: TrainState, base, batch, slots):
         n_tokens = jnp.sum(batch["loss_mask"].astype(jnp.float32))
         denom = jnp.maximum(n_tokens, 1.0)
-        total, grads = grads_of(state.params, base, batch)
+        total, grads = grads_of(state.params, base, batch, slots)
         grads = jax.tree.map(lambda g: g / denom.astype(g.dtype), grads)
         grads = jax.lax.with_sharding_constraint(grads, trainable_shardings)
         updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
@@ -317,15 +311,17 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         metrics = {"loss": total / denom, "grad_norm": optax.tree.norm(grads), "n_tokens": n_tokens}
         return TrainState(state.step + 1, params, opt_state), metrics
 
-    def eval_fn(trainable, base, batch):
-        return {"loss_sum": loss_sum(trainable, base, batch),
+    def eval_fn(trainable, base, batch, slots):
+        return {"loss_sum": loss_sum(trainable, base, batch, slots),
                 "n_tokens": jnp.sum(batch["loss_mask"].astype(jnp.float32))}
 
     metric_shardings = {"loss": rep, "grad_norm": rep, "n_tokens": rep}
+    # ``slots`` (static): loss positions kept per row (``loss.loss_slots``), one program per value
     train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, batch_shardings),
-                        out_shardings=(state_shardings, metric_shardings), donate_argnums=(0,))
+                        out_shardings=(state_shardings, metric_shardings), donate_argnums=(0,),
+                        static_argnums=(3,))
     eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, batch_shardings),
-                       out_shardings={"loss_sum": rep, "n_tokens": rep})
+                       out_shardings={"loss_sum": rep, "n_tokens": rep}, static_argnums=(3,))
     init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
     copy = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.array(x, copy=True), tree),
                    in_shardings=(trainable_shardings,), out_shardings=trainable_shardings)
@@ -334,7 +330,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                   trainable_shardings=trainable_shardings, base_shardings=base_shardings,
                   state_shardings=state_shardings, batch_sharding=batch_sharding, ce_chunk=ce_chunk,
                   abstract_state=abstract_state, _train=train_jit, _eval=eval_jit, _init_opt=init_opt,
-                  _copy=copy)
+                  _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind)
     return steps
 
 

@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from adapters_lib.config import DTYPES, LORA_TARGETS, LoraSpec
+from adapters_lib.memory import lora_param_count
 
 
 def parse_number(text: str, kind: type) -> Any:
@@ -26,18 +27,15 @@ def parse_number(text: str, kind: type) -> Any:
 
 
 def trainable_count(arch: dict[str, Any], lora: dict[str, Any]) -> int | None:
-    """Closed-form adapter size from a catalog ``arch`` (same formula as the engine's)."""
+    """Closed-form adapter size from a catalog ``arch`` (``memory.lora_param_count``, the engine's)."""
+    keys = ("embed_dim", "num_heads", "num_kv_heads", "head_dim", "hidden_dim")
     try:
-        d, n, k, h, f = (int(arch[key]) for key in
-                         ("embed_dim", "num_heads", "num_kv_heads", "head_dim", "hidden_dim"))
-        layers = int(arch.get("num_layers") or len(arch["attention"]))
+        fields = {key: int(arch[key]) for key in keys}
+        fields["num_layers"] = int(arch.get("num_layers") or len(arch["attention"]))
         rank = int(lora["rank"])
     except (KeyError, TypeError, ValueError):
         return None
-    shapes = {"q": (d, n * h), "k": (d, k * h), "v": (d, k * h), "o": (n * h, d),
-              "gate": (d, f), "up": (d, f), "down": (f, d)}
-    return layers * sum(rank * (a + b) for t, (a, b) in shapes.items()
-                        if t in lora.get("targets", ()))
+    return lora_param_count(fields, rank, tuple(t for t in lora.get("targets", ()) if t in LORA_TARGETS))
 
 
 class LoraForm(Vertical):

@@ -1,0 +1,93 @@
+"""The gemma Transformer as the train step runs it: subclasses that change how, not what, it computes.
+
+- ``with_remat(model)``: each block rematerialised in the backward pass;
+- ``with_training_attention(model, kind)``: the attention without a cache computed as
+  ``attention.KINDS`` says (block-sparse scores, or one fused ``dot_product_attention``);
+- ``rebuild_as(model, cls)``: ``model``'s fields in a subclass (``lora`` retraces with it too).
+
+Subclasses, not contexts around ``apply``: gemma's ``Transformer.__call__`` is an ``nn.jit``
+keyed on the module, so an equal module would reuse a trace made without the change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+
+import jax
+from flax import linen as nn
+
+from adapters_lib import attention
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- remat
+
+
+def _run_block(block: nn.Module, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+    return block(x, positions, None, mask)[1]
+
+
+@functools.cache
+def _remat_class(cls: type) -> type:
+    def _apply_attention(self, inputs, cache):
+        if cache is not None:  # sampling with a KV cache: nothing to rematerialise
+            return super(new_cls, self)._apply_attention(inputs, cache)
+        run = nn.remat(_run_block)
+        x = inputs.embeddings
+        for block in self.blocks:
+            x = run(block, x, inputs.positions, inputs.attention_mask)
+        return self.final_norm(x), {}
+
+    new_cls = type(f"{cls.__name__}Remat", (cls,), {
+        "_apply_attention": _apply_attention, "__module__": cls.__module__})
+    return new_cls
+
+
+def with_remat(model: nn.Module) -> nn.Module:
+    """The same gemma Transformer, each block rematerialised in the backward pass."""
+    if not hasattr(type(model), "_apply_attention"):
+        log.warning("remat: %s has no _apply_attention (not a gm.nn.Transformer); "
+                    "training without remat", type(model).__name__)
+        return model
+    return rebuild_as(model, _remat_class(type(model)))
+
+
+def rebuild_as(model: nn.Module, cls: type) -> nn.Module:
+    """``model``'s fields in a (subclass) ``cls``: a module that traces apart from ``model``."""
+    kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+              if f.init and f.name not in ("parent", "name")}
+    return cls(**kwargs)
+
+
+@functools.cache
+def _attention_class(cls: type, kind: str) -> type:
+    def _apply_attention(self, inputs, cache):
+        if cache is not None:  # sampling: gemma's own attention
+            return super(new_cls, self)._apply_attention(inputs, cache)
+        with attention.training_attention(kind):
+            return super(new_cls, self)._apply_attention(inputs, cache)
+
+    suffix = "Blocked" if kind == "blocked" else f"Fused{kind.capitalize()}"
+    new_cls = type(f"{cls.__name__}{suffix}", (cls,), {
+        "_apply_attention": _apply_attention, "__module__": cls.__module__})
+    return new_cls
+
+
+def with_training_attention(model: nn.Module, kind: str = "blocked") -> nn.Module:
+    """The same gemma Transformer whose training attention is ``kind`` (``attention.KINDS``):
+    block-sparse scores, or one fused ``dot_product_attention`` (xla or cudnn).
+
+    A subclass, not a context around ``apply``: gemma's ``Transformer.__call__`` is an
+    ``nn.jit`` keyed on the module, so an equal module would reuse a dense trace.
+    """
+    if not hasattr(type(model), "_apply_attention"):
+        return model
+    return rebuild_as(model, _attention_class(type(model), kind))
+
+
+def with_blocked_attention(model: nn.Module) -> nn.Module:
+    """``with_training_attention(model, "blocked")``."""
+    return with_training_attention(model, "blocked")
