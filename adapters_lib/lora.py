@@ -341,8 +341,8 @@ def count_params(tree: Any) -> int:
 
 
 def expected_lora_params(config: Any, spec: LoraSpec) -> int:
-    """Closed-form adapter parameter count for a gemma ``TransformerConfig`` (``memory.lora_param_count``)."""
-    from adapters_lib.memory import lora_param_count
+    """Closed-form adapter parameter count for a gemma ``TransformerConfig`` (``lora_shapes.lora_param_count``)."""
+    from adapters_lib.lora_shapes import lora_param_count
 
     return lora_param_count(config, spec.rank, tuple(spec.targets))
 

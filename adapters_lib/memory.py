@@ -30,6 +30,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from adapters_lib import mesh as mesh_lib
+from adapters_lib.lora_shapes import config_field as _cfg
+from adapters_lib.lora_shapes import lora_param_count, lora_param_shapes  # noqa: F401 - memory's names too
+from adapters_lib.lora_shapes import uses_qkv as _uses_qkv
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 FIT_FRACTION = 0.8
@@ -92,12 +95,6 @@ def fmt_bytes(n: float) -> str:
     return f"{n:.2f} TiB"
 
 
-def _cfg(config: Any, name: str, default: Any = None) -> Any:
-    if isinstance(config, Mapping):
-        return config.get(name, default)
-    return getattr(config, name, default)
-
-
 # --------------------------------------------------------------------------- params
 
 
@@ -126,43 +123,6 @@ def base_param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...
         if qk_norm:
             out += [((p, "attn", "_query_norm", "scale"), (h,)), ((p, "attn", "_key_norm", "scale"), (h,))]
     return out
-
-
-def _uses_qkv(config: Any) -> bool:
-    # gemma uses one qkv_einsum when num_heads == num_kv_heads (Gemma 1 style).
-    return int(_cfg(config, "num_heads")) == int(_cfg(config, "num_kv_heads"))
-
-
-_LORA_KIND = {"q": "q_einsum", "k": "kv_einsum", "v": "kv_einsum", "o": "attn_vec_einsum",
-              "gate": "gating_einsum", "up": "gating_einsum", "down": "linear"}
-
-
-def lora_param_shapes(config: Any, rank: int, targets: tuple[str, ...]):
-    """(path, shape) of every adapter matrix (A: in×r, B: r×out) for ``targets``."""
-    d, f = int(_cfg(config, "embed_dim")), int(_cfg(config, "hidden_dim"))
-    n, h, k = int(_cfg(config, "num_heads")), int(_cfg(config, "head_dim")), int(_cfg(config, "num_kv_heads"))
-    in_out = {"q": (d, n * h), "k": (d, k * h), "v": (d, k * h), "o": (n * h, d),
-              "gate": (d, f), "up": (d, f), "down": (f, d)}
-    qkv = _uses_qkv(config)
-    out = []
-    for i in range(mesh_lib.num_layers(config)):
-        for t in targets:
-            kind = _LORA_KIND[t]
-            if qkv and kind in ("q_einsum", "kv_einsum"):
-                kind = "qkv_einsum"
-            block = "mlp" if t in ("gate", "up", "down") else "attn"
-            node = (f"lora_{kind}",) if block == "mlp" else (kind, "lora")
-            fin, fout = in_out[t]
-            out.append(((f"layer_{i}", block, *node, f"{t}_a"), (fin, rank)))
-            out.append(((f"layer_{i}", block, *node, f"{t}_b"), (rank, fout)))
-    return out
-
-
-def lora_param_count(config: Any, rank: int, targets: tuple[str, ...] | list[str]) -> int:
-    """Adapter parameters for ``targets`` at ``rank``: the one count (``lora.expected_lora_params``
-    and the TUI's LoRA form call it). ``config``: a gemma config or a mapping of its fields
-    (``num_layers`` may stand for ``attention_types``)."""
-    return sum(math.prod(shape) for _, shape in lora_param_shapes(config, int(rank), tuple(targets)))
 
 
 def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool,

@@ -24,6 +24,7 @@ from typing import Any
 
 from adapters_lib.config import MeshSpec
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.lora_shapes import num_layers  # noqa: F401 - mesh.num_layers (memory, lora call it)
 
 log = logging.getLogger(__name__)
 
@@ -181,13 +182,6 @@ def _cfg(config: Any, name: str, default: Any = None) -> Any:
     if isinstance(config, Mapping):
         return config.get(name, default)
     return getattr(config, name, default)
-
-
-def num_layers(config: Any) -> int:
-    types = _cfg(config, "attention_types")
-    if types is not None:
-        return len(types)
-    return int(_cfg(config, "num_layers", 0))
 
 
 def resolve(spec: MeshSpec, available: int) -> MeshSpec:

@@ -14,7 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from adapters_lib.config import DTYPES, LORA_TARGETS, LoraSpec
-from adapters_lib.memory import lora_param_count
+from adapters_lib.lora_shapes import lora_param_count
 
 
 def parse_number(text: str, kind: type) -> Any:
@@ -27,7 +27,7 @@ def parse_number(text: str, kind: type) -> Any:
 
 
 def trainable_count(arch: dict[str, Any], lora: dict[str, Any]) -> int | None:
-    """Closed-form adapter size from a catalog ``arch`` (``memory.lora_param_count``, the engine's)."""
+    """Closed-form adapter size from a catalog ``arch`` (``lora_shapes.lora_param_count``, the engine's)."""
     keys = ("embed_dim", "num_heads", "num_kv_heads", "head_dim", "hidden_dim")
     try:
         fields = {key: int(arch[key]) for key in keys}
