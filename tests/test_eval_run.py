@@ -100,6 +100,16 @@ def test_early_stop_ends_completed_and_keeps_the_best_checkpoint(stopped_early):
     assert best_step(run) == (2, "loss", pytest.approx(status["best_value"]))
 
 
+def test_runs_show_names_the_best_checkpoint_and_the_run_facts(stopped_early):
+    from workbench.commands.runs import render_run
+
+    run, _ = stopped_early
+    status = run.status()
+    text = render_run({**status, "id": run.run_id, "dir": str(run.path), "checkpoints": run.checkpoints()})
+    assert f"  best         loss {status['best_value']:.4f} at step 2 (--step best)" in text
+    assert f"{status['trainable_params']:,} trainable params" in text and "peak memory" in text
+
+
 def test_step_best_loads_the_best_checkpoint(stopped_early, tmp_path, capsys):
     from adapters_lib import tuned
 

@@ -226,8 +226,8 @@ class RunFactsHook(TrainHook):
         probe = session.probe
         if probe is not None and probe.trainable_params is not None:
             self.trainable = int(probe.trainable_params)
-        if self.cfg.sweep.id:
-            session.progress(sweep=self.cfg.sweep.id, point=self.cfg.sweep.point)
+        sweep = {"sweep": self.cfg.sweep.id, "point": self.cfg.sweep.point} if self.cfg.sweep.id else {}
+        session.progress(**sweep, **self.facts())  # a sweep's table has them from the first step
 
     def facts(self) -> dict[str, Any]:
         out: dict[str, Any] = {"wall_s": round(self.prior_wall + time.monotonic() - self.t0, 3)}

@@ -126,6 +126,14 @@ def render_run(r: dict[str, Any]) -> str:
         evals = [m for m in metrics if "eval_loss" in m]
         if evals:
             lines.append(f"  eval_loss    {_fmt(evals[-1]['eval_loss'])} (step {evals[-1]['step']})")
+    if r.get("best_metric") and r.get("best_step") is not None:  # evals' BestHook (#20)
+        lines.append(f"  best         {r['best_metric']} {_fmt(r.get('best_value'))} at step "
+                     f"{r['best_step']} (--step best)")
+    facts = [f"{r['trainable_params']:,} trainable params" if r.get("trainable_params") else "",
+             f"peak memory {r['peak_bytes'] / 2**30:.2f} GiB" if r.get("peak_bytes") else "",
+             f"wall {r['wall_s']:.0f} s" if isinstance(r.get("wall_s"), (int, float)) else ""]
+    if any(facts):
+        lines.append(f"  facts        {'  '.join(f for f in facts if f)}")
     lines.append(f"  checkpoints  {', '.join(map(str, r.get('checkpoints') or [])) or 'none'}")
     return "\n".join(lines)
 
