@@ -1,7 +1,7 @@
 """A 2×2 grid sweep through a real engine (#20 item 4): ``sweep`` queues four demo runs, each
 in its own directory naming its sweep and point; ``runs sweep ID`` ranks them by the metric.
 
-Slow (~2–4 min on a busy 2-core machine: an engine start and four short demo runs); it is
+Slow (~3–7 min on a busy 2-core machine: an engine start and four short demo runs); it is
 the one test of the whole path (CLI → engine queue → trainer hooks → results table).
 """
 
@@ -57,6 +57,19 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
     assert sweep_id.startswith("sweep-") and "\n" not in sweep_id and "4 runs queued" in err
 
     queued = engine.client.get_sweep(sweep_id)
+
+    # the TUI's key-press sweep (Runs, w) is a one-point sweep of the run under the cursor;
+    # queued behind the grid's points, it is stopped before it starts: its record is the point
+    from workbench.sweep_launch import queue_one_point
+
+    parent = engine.client.get_run(queued.points[0].run_id, metrics=False, events=False)
+    one_id, summary = queue_one_point(engine.client, dict(parent["config"]), {"lora.rank": 8},
+                                      name="grid-r8")
+    assert engine.client.stop_run(summary["id"])["state"] == "stopped"
+    one = engine.client.get_sweep(one_id)
+    assert [(p.run_id, p.point) for p in one.points] == [(summary["id"], {"lora.rank": 8})]
+    assert load_config(f"{one.points[0].dir}/config.toml").lora.rank == 8
+
     for p in queued.points:
         done = engine.client.wait_run(p.run_id, timeout=900)
         assert done.state == "completed", (done, engine.log_text()[-3000:])
@@ -101,14 +114,3 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
     assert text[2].startswith("*") and best["run_id"] in text[2]
     assert text[-1].startswith(f"best: {best['run_id']}")
 
-
-    # the TUI's key-press sweep is a one-point sweep of the run under the cursor
-    from workbench.sweep_launch import queue_one_point
-
-    parent = engine.client.get_run(best["run_id"], metrics=False, events=False)
-    one_id, summary = queue_one_point(engine.client, dict(parent["config"]), {"lora.rank": 8},
-                                      name="grid-r8")
-    engine.client.stop_run(summary["id"])  # only its record matters here
-    one = engine.client.get_sweep(one_id)
-    assert [(p.run_id, p.point) for p in one.points] == [(summary["id"], {"lora.rank": 8})]
-    assert load_config(f"{one.points[0].dir}/config.toml").lora.rank == 8
