@@ -7,7 +7,9 @@ Runs are tiny (max_length 64, 1 device, a few steps).
 
 from __future__ import annotations
 
+import json
 import time
+from pathlib import Path
 
 import pytest
 from fixtures_engine import demo_run_config
@@ -96,8 +98,16 @@ async def test_compare_streams_base_and_tuned_side_by_side(engine, finished_runs
         tokens = app.screen.summary["tokens"]
         shown = {side: str(app.screen.query_one(f"#out-{side}", Static).render())
                  for side in ("base", "tuned")}
+        saved = Path(app.screen.summary["saved"])
+        # the compare is kept beside the run, and the screen lists it among the earlier ones
+        await until(pilot, lambda: any(e.get("when") == saved.stem for e in app.screen.earlier),
+                    what="the compare among the earlier ones")
     assert tokens["base"] >= 1 and tokens["tuned"] >= 1
     assert all(shown.values())  # the text, or the note that the model said nothing
+    [kept] = [json.loads(line) for line in saved.read_text(encoding="utf-8").splitlines()]
+    assert saved.parent.name == "compare" and kept["prompt"] == "Is 16 even or odd?"
+    assert kept["tokens"] == tokens and kept["settings"]["max_new_tokens"] == 8
+    assert kept["stop_reason"]["base"] in ("stop", "length")
 
 
 async def test_runs_overlay_two_curves_and_rank_sweep_relaunches_on_top(engine, finished_runs):

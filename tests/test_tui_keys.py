@@ -8,9 +8,14 @@ footer says so.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import threading
+import time
+
 import pytest
 from fixtures_tui import StaticClient
-from textual.widgets import DataTable, Footer, Input, Static, Tabs
+from textual.widgets import DataTable, Footer, Input, Select, Static, Tabs
 
 from workbench.app import WorkbenchApp
 
@@ -94,3 +99,111 @@ async def test_tables_have_the_focus_on_arrival(mode, table):
         await settle(pilot)
         assert app.focused is app.screen.query_one(table, DataTable)
         assert app.screen.query_one(table, DataTable).row_count >= 2
+
+
+class TalkingClient(StaticClient):
+    """The static stand-in, remembering each compare request; ``hold`` keeps a stream open
+    after its first token (until cancelled) to see escape cancel it."""
+
+    def __init__(self, run_dir: str = "", best: int | None = None, hold: bool = False) -> None:
+        self.requests: list[dict] = []
+        self.run_dir, self.best, self.hold = run_dir, best, hold
+        self.hung_up = threading.Event()
+
+    def _summary(self, rid: str) -> dict:
+        return {**super()._summary(rid), "dir": self.run_dir or f"/runs/{rid}",
+                **({"best_step": self.best} if self.best is not None else {})}
+
+    def compare(self, prompt: str = "", run_id: str = "", **kw):
+        self.requests.append({"prompt": prompt, "run_id": run_id, **kw})
+        turn = max(0, sum(1 for m in kw.get("messages") or () if m["role"] == "user") - 1)
+        try:
+            yield {"type": "token", "data": {"side": "base", "text": f"b{turn}", "token": 7}}
+            yield {"type": "token", "data": {"side": "tuned", "text": f"t{turn}", "token": 7}}
+            until = time.monotonic() + 30  # a failing test still ends
+            while self.hold and time.monotonic() < until:
+                time.sleep(0.05)
+            yield {"type": "done", "data": {"base": f"b{turn}", "tuned": f"t{turn}",
+                                            "tokens": {"base": 1, "tuned": 1},
+                                            "stop_reason": {"base": "stop", "tuned": "length"}}}
+        finally:
+            self.hung_up.set()
+
+
+async def test_compare_multi_turn_sends_the_history_and_shows_every_turn():
+    client = TalkingClient()
+    app = WorkbenchApp(client, mode="compare", run_id=RUN, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press(*"Is 17 even or odd?", "enter")
+        await settle(pilot)
+        assert client.requests[-1]["prompt"] == "Is 17 even or odd?"
+        assert client.requests[-1]["save"] is True  # every compare is kept beside the run
+        assert "stop: end of turn" in app.screen.query_one("#pane-base").border_subtitle
+        assert "stop: max tokens" in app.screen.query_one("#pane-tuned").border_subtitle
+
+        await pilot.press("ctrl+n")  # a conversation: each prompt is the next turn
+        prompt = app.screen.query_one("#compare-prompt", Input)
+        assert "turn 1" in str(prompt.border_title)
+        await pilot.press("ctrl+u", *"Is 17 even or odd?", "enter")
+        await settle(pilot)
+        assert prompt.value == "" and "turn 2" in str(prompt.border_title)
+        await pilot.press(*"And 18?", "enter")
+        await settle(pilot)
+        sent = client.requests[-1]
+        assert sent["prompt"] == ""
+        assert sent["messages"] == [
+            {"role": "user", "content": "Is 17 even or odd?"},
+            {"role": "assistant", "base": "b0", "tuned": "t0"},
+            {"role": "user", "content": "And 18?"}]
+        tuned = str(app.screen.query_one("#out-tuned", Static).render())
+        assert tuned == "› Is 17 even or odd?\nt0\n\n› And 18?\nt1"
+        await pilot.press("ctrl+n")  # ends it: the next prompt stands alone
+        await pilot.press("ctrl+u", *"Is 19 odd?", "enter")
+        await settle(pilot)
+        assert client.requests[-1]["prompt"] == "Is 19 odd?"
+        assert "messages" not in client.requests[-1]
+
+
+async def test_escape_cancels_a_running_compare_and_hangs_up():
+    client = TalkingClient(hold=True)
+    app = WorkbenchApp(client, mode="compare", run_id=RUN, remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press(*"Is 17 even or odd?", "enter")
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if "t0" in str(app.screen.query_one("#out-tuned", Static).render()):
+                break
+        assert app.screen.generating and "escape" in footer_keys(app)  # "esc Cancel"
+        await pilot.press("escape")
+        assert not app.screen.generating
+        assert app.focused is app.screen.query_one("#compare-prompt", Input)  # still typing
+        client.hold = False
+        assert await asyncio.to_thread(client.hung_up.wait, 20)
+        await settle(pilot)
+        assert app.screen.summary is None  # the cancelled stream's end is not shown
+        await pilot.press("escape")  # nothing runs: escape leaves the field again
+        assert app.focused is None
+
+
+async def test_compare_picker_marks_the_best_step_and_lists_earlier_compares(tmp_path):
+    folder = tmp_path / "compare"
+    folder.mkdir()
+    (folder / "20260101-120000.jsonl").write_text(json.dumps(
+        {"messages": [{"role": "user", "content": "Is 17 odd?"},
+                      {"role": "user", "content": "And 18?"}],
+         "base": ["no", "yes"], "tuned": ["odd", "even"], "step": 20}) + "\n", encoding="utf-8")
+    app = WorkbenchApp(TalkingClient(str(tmp_path), best=20), mode="compare", run_id=RUN,
+                       remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        picker = app.screen.query_one("#compare-step", Select)
+        labels = [str(label) for label, _ in picker._options]
+        assert labels == ["latest (40)", "step 40", "step 20 ★ best"]
+        assert "1 earlier compare" in str(app.screen.query_one("#compare-wait", Static).render())
+        await pilot.press("escape", "left_square_bracket")
+        assert str(app.screen.query_one("#out-tuned", Static).render()) == \
+            "› Is 17 odd?\nodd\n\n› And 18?\neven"
+        wait = str(app.screen.query_one("#compare-wait", Static).render())
+        assert "step 20" in wait and "And 18? (turn 2)" in wait

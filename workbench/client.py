@@ -407,19 +407,20 @@ class EngineClient:
     def compare(self, prompt: str = "", run_id: str = "", *, step: int = -1, max_tokens: int = 128,
                 temperature: float = 0.0, seed: int = 0, chat: bool = True, top_k: int = 0,
                 top_p: float = 1.0, messages: Sequence[Mapping[str, Any]] = (), system: str = "",
-                adapter: str = "", model: str = "") -> Iterator[api.StreamItem]:
+                adapter: str = "", model: str = "", save: bool = False) -> Iterator[api.StreamItem]:
         """Base vs tuned: ``token`` items carry ``side`` ("base"/"tuned"), then ``done``
         (``CompareDone``: per side tokens, tokens_per_s, stop_reason).
 
         ``messages`` (multi-turn A/B): the conversation so far; every user turn without an
         answer is answered, each side with its own history. Send earlier answers back as
         ``{"role": "assistant", "base": ..., "tuned": ...}``; token items then carry ``turn``
-        and the done reply has ``turns``."""
+        and the done reply has ``turns``. ``save``: keep the result in ``<run>/compare/``
+        (the done reply's ``saved`` names the file)."""
         return self.stream(api.Compare(prompt=prompt, run_id=run_id, step=step,
                                        max_tokens=max_tokens, temperature=temperature,
                                        seed=seed, chat=chat, top_k=top_k, top_p=top_p,
                                        messages=_chat(messages), system=system, adapter=adapter,
-                                       model=model))
+                                       model=model, save=save))
 
     def compare_set(self, entries: Sequence[Mapping[str, Any]], *, run_id: str = "", adapter: str = "",
                     model: str = "", step: int = -1, max_tokens: int = 128, temperature: float = 0.0,

@@ -267,6 +267,12 @@ def compare_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[s
                          **({"sides": {s: t.answers[s].to_dict() for s in ("base", "tuned")}}
                             if not t.given and "base" in t.answers else {})}
                         for t in conv.turns]
+    if getattr(cmd, "save", False) and model.run_path is not None and not cancelled:
+        from adapters_lib.sample.compare_sets import save_compare
+
+        kept = {**conv.record(), "settings": model.settings_record(prepared.settings),
+                "step": model.step, **stats}
+        out["saved"] = str(save_compare(model.run_path, [kept]))
     return out
 
 

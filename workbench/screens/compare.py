@@ -8,12 +8,16 @@ of their side. Up/down in the prompt walk the prompt history (remembered in sett
 Arriving here puts the focus in the prompt (digits and ``?`` go into it); ``escape`` leaves
 it and ``enter`` comes back. A line over the prompt says that both sides get the same seed
 and settings; each pane's frame says what that side made (tokens, tokens/s, why it stopped).
-Earlier compares of the run (``<run>/compare/*.jsonl``) are listed under the panes: ``[`` and
-``]`` walk them when the prompt does not have the focus.
+Every compare is kept beside the run (``save``: ``<run>/compare/*.jsonl``); the earlier ones
+are counted under the panes and ``[`` and ``]`` walk them when the prompt does not have the
+focus. ``ctrl+n`` starts a conversation (multi-turn A/B: each prompt is the next user turn,
+each side keeps its own answers; ``compare_turns``) and ends it. ``escape`` (or ``ctrl+x``)
+cancels a generation while it runs.
 """
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import Any
 
 from rich.markup import escape
@@ -25,7 +29,8 @@ from textual.widgets import Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
 from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
-from workbench.screens.compare_history import earlier_compares, side_stats
+from workbench.screens.compare_history import earlier_compares, side_stats, token_side
+from workbench.screens.compare_turns import Conversation, record_prompt, record_text
 from workbench.screens.runstate import RunView
 from workbench.widgets.lora_form import parse_number
 from workbench.widgets.nav import NavBar
@@ -34,27 +39,17 @@ from workbench.widgets.waits import WaitNote
 LATEST = -1
 
 
-def token_side(ev: dict[str, Any]) -> tuple[str, str]:
-    """(side, text) of one compare stream item; side is base, tuned, done or error."""
-    kind = str(ev.get("type", ev.get("event", "")))
-    if isinstance(ev.get("data"), dict):
-        ev = {**ev["data"], "type": kind}
-    if kind in ("done", "end"):
-        return "done", ""
-    if kind == "error" or "error" in ev and "side" not in ev:
-        err = ev.get("error") or ev.get("message")
-        return "error", err.get("message", str(err)) if isinstance(err, dict) else str(err)
-    side = str(ev.get("side", ev.get("model", "")))
-    text = ev.get("text", ev.get("token", ev.get("delta", "")))
-    return side, str(text or "")
-
-
 class CompareScreen(WorkbenchScreen):
     AUTO_FOCUS = "#compare-prompt"
     BINDINGS = [
         Binding("ctrl+r", "send", "Send", id="compare.send"),
-        # priority: the prompt's own ctrl+x (cut) must not swallow it while tokens stream
-        Binding("ctrl+x", "cancel", "Cancel", id="compare.cancel", priority=True),
+        # priority: the prompt's own ctrl+x (cut) and escape (leave the field) must not
+        # swallow it while tokens stream; when nothing streams they do their usual work
+        Binding("escape", "cancel", "Cancel", id="compare.cancel", priority=True),
+        Binding("ctrl+x", "cancel", "Cancel", id="compare.cancel_x", priority=True, show=False),
+        # a key bound here replaces the screens' own escape binding: bound again
+        Binding("escape", "leave_field", "Leave field", id="compare.leave_field"),
+        Binding("ctrl+n", "conversation", "Multi-turn", id="compare.conversation"),
         Binding("enter", "focus_prompt", "Type a prompt", id="compare.focus_prompt"),
         Binding("up", "history(1)", "Older prompt", id="compare.history_older", show=False),
         Binding("down", "history(-1)", "Newer prompt", id="compare.history_newer", show=False),
@@ -75,6 +70,10 @@ class CompareScreen(WorkbenchScreen):
         self.earlier: list[dict[str, Any]] = []
         """Earlier compares of the run, newest first; ``earlier_pos`` is the one shown."""
         self.earlier_pos = -1
+        self.conversation: Conversation | None = None
+        """The multi-turn A/B under way (``ctrl+n``), or None: every prompt alone."""
+        self.asked = ""
+        """The prompt being answered."""
 
     def compose(self) -> ComposeResult:
         yield NavBar("compare")
@@ -134,6 +133,8 @@ class CompareScreen(WorkbenchScreen):
                 action == "focus_prompt" else self.focused is self.query_one("#compare-prompt")
         if action == "earlier":
             return not is_text_field(self.focused) and bool(self.earlier)
+        if action == "leave_field" and self.generating:
+            return False  # escape cancels first
         return super().check_action(action, parameters)
 
     def action_focus_prompt(self) -> None:
@@ -184,9 +185,13 @@ class CompareScreen(WorkbenchScreen):
         picker = self.query_one("#compare-step", Select)
         keep = picker.value if same_run and picker.value in view.checkpoints else LATEST
         latest = f"latest ({view.checkpoints[-1]})" if view.checkpoints else "latest"
-        picker.set_options([(latest, LATEST)] + [(f"step {s}", s) for s in
-                                                 reversed(view.checkpoints)])
+        picker.set_options([(latest, LATEST)] + [
+            (f"step {s} ★ best" if s == view.best_step else f"step {s}", s)
+            for s in reversed(view.checkpoints)])
         picker.value = keep
+        if not same_run and self.conversation is not None:
+            self.conversation = Conversation()  # another run: a new conversation
+            self.show_conversation()
         self.query_one("#pane-tuned").border_title = f"tuned · {escape(view.run_id)}"
         model = (view.config.get("model") or {}).get("source", "")
         self.query_one("#pane-base").border_title = f"base · {escape(str(model))}" if model \
@@ -227,67 +232,93 @@ class CompareScreen(WorkbenchScreen):
             self.notify(f"{', '.join(bad)}: not a valid value", severity="error")
             return None
         step = self.query_one("#compare-step", Select).value
-        return {"prompt": prompt, "run_id": str(run), "step": int(step), "max_tokens": max_tokens,
-                "temperature": temp, "seed": seed}
+        req: dict[str, Any] = {"prompt": prompt, "run_id": str(run), "step": int(step),
+                               "max_tokens": max_tokens, "temperature": temp, "seed": seed,
+                               "save": True}
+        if self.conversation is not None and self.conversation.turns:
+            req["messages"] = self.conversation.messages(req.pop("prompt"))
+            req["prompt"] = ""
+        return req
 
     def action_send(self) -> None:
         req = self.request()
         if req is None:
             return
-        self.app.remember_prompt(req["prompt"])  # type: ignore[attr-defined]
+        prompt_field = self.query_one("#compare-prompt", Input)
+        self.asked = prompt_field.value.strip()
+        self.app.remember_prompt(self.asked)  # type: ignore[attr-defined]
+        if self.conversation is not None:
+            prompt_field.value = ""  # the next turn is typed afresh
         self.history_pos = -1
         self.texts = {"base": "", "tuned": ""}
         self.summary = None
         self.generating = True
         self.refresh_bindings()
-        self.query_one("#out-base", Static).update("[dim]…[/]")
-        self.query_one("#out-tuned", Static).update("[dim]…[/]")
+        for side in ("base", "tuned"):
+            self.show_text(side, "[dim]…[/]")
         for side in ("base", "tuned"):
             self.query_one(f"#pane-{side}").border_subtitle = ""
         step = "the latest checkpoint" if req["step"] == LATEST else f"step {req['step']}"
         self.query_one("#compare-wait", WaitNote).start(
             f"loading {step} (restore + compile the first time), then generating",
-            hint="ctrl+x cancels")
+            hint="esc cancels")
         self.stream(req)
 
     @work(thread=True, exclusive=True, group="compare-stream")
     def stream(self, req: dict[str, Any]) -> None:
         worker = get_current_worker()
-        first = True
-        try:
-            for ev in self.client.compare(**req):
-                if worker.is_cancelled:
+        try:  # closing: a cancelled compare hangs up, and the engine stops generating
+            with closing(self.client.compare(**req)) as items:  # type: ignore[arg-type]
+                if self.follow(items, worker) or worker.is_cancelled:
                     return
-                side, text = token_side(ev)
-                if side == "done":
-                    data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
-                    self.ui(self.finish, data)
-                    return
-                if side == "error":
-                    self.ui(self.failed, text)
-                    return
-                if side in self.texts and text:
-                    if first:
-                        first = False
-                        self.ui(self.query_one("#compare-wait", WaitNote).start,
-                                "generating", "ctrl+x cancels")
-                    self.ui(self.append, side, text)
         except Exception as err:  # noqa: BLE001
             if not worker.is_cancelled:
                 self.ui(self.failed, error_text(err))
             return
-        if not worker.is_cancelled:
-            self.ui(self.failed, "the engine closed the stream before the end")
+        self.ui(self.failed, "the engine closed the stream before the end")
+
+    def follow(self, items: Any, worker: Any) -> bool:
+        """Fold the stream into the panes; True once it ended (done, error or cancelled)."""
+        first = True
+        for ev in items:
+            if worker.is_cancelled:
+                return True
+            side, text = token_side(ev)
+            if side == "done":
+                data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
+                self.ui(self.finish, data)
+                return True
+            if side == "error":
+                self.ui(self.failed, text)
+                return True
+            if side in self.texts and text:
+                if first:
+                    first = False
+                    self.ui(self.query_one("#compare-wait", WaitNote).start,
+                            "generating", "esc cancels")
+                self.ui(self.append, side, text)
+        return False
 
     def failed(self, text: str) -> None:
         self.generating = False
         self.refresh_bindings()
+        for side in ("base", "tuned"):
+            if not self.texts[side]:
+                self.show_text(side, "")
         self.query_one("#compare-wait", WaitNote).done(f"[b red]✗[/] {escape(text)}")
         self.notify(text, title="compare", severity="error", timeout=8)
 
     def append(self, side: str, text: str) -> None:
         self.texts[side] += text
-        self.query_one(f"#out-{side}", Static).update(escape(self.texts[side]))
+        self.show_text(side, escape(self.texts[side]))
+
+    def show_text(self, side: str, markup: str) -> None:
+        """A pane's text: the answer so far, under the conversation's turns if one is on."""
+        if self.conversation is not None and self.asked:
+            history = self.conversation.transcript(side)
+            markup = f"[b]› {escape(self.asked)}[/b]\n{markup}"
+            markup = f"{history}\n\n{markup}" if history else markup
+        self.query_one(f"#out-{side}", Static).update(markup)
 
     def finish(self, summary: dict[str, Any]) -> None:
         """Both sides are done: each pane's frame says what its side made and why it stopped
@@ -297,9 +328,16 @@ class CompareScreen(WorkbenchScreen):
         self.refresh_bindings()
         for side in ("base", "tuned"):
             if not self.texts[side]:
-                self.query_one(f"#out-{side}", Static).update(
-                    "[dim](no text: the model ended its turn at once)[/]")
+                self.show_text(side, "[dim](no text: the model ended its turn at once)[/]")
+        if self.conversation is not None:
+            self.conversation.add(self.asked, self.texts)
+            self.asked = ""
+            self.show_conversation()
+        for side in ("base", "tuned"):
             self.query_one(f"#pane-{side}").border_subtitle = side_stats(summary, side)
+        run = self.query_one("#compare-run", Select).value
+        if summary.get("saved") and run is not Select.NULL:
+            self.load_checkpoints(str(run))  # the new compare joins the earlier ones
         seconds = summary.get("seconds")
         took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
         step = summary.get("step")
@@ -313,6 +351,24 @@ class CompareScreen(WorkbenchScreen):
         self.query_one("#compare-wait", WaitNote).done("[yellow]cancelled[/]")
         self.notify("cancelled", timeout=2)
 
+    def action_conversation(self) -> None:
+        """``ctrl+n``: start a multi-turn A/B (each prompt the next turn), or end it."""
+        self.conversation = None if self.conversation is not None else Conversation()
+        self.show_conversation()
+        for side in ("base", "tuned"):
+            self.query_one(f"#out-{side}", Static).update("")
+            self.query_one(f"#pane-{side}").border_subtitle = ""
+        self.notify("multi-turn: each prompt is the next turn" if self.conversation else
+                    "multi-turn ended: every prompt alone", timeout=3)
+
+    def show_conversation(self) -> None:
+        prompt = self.query_one("#compare-prompt", Input)
+        if self.conversation is None:
+            prompt.border_title = None
+            return
+        turn = len(self.conversation.turns) + 1
+        prompt.border_title = f"multi-turn · turn {turn} · ctrl+n ends it"
+
     def action_earlier(self, delta: int) -> None:
         """Show an earlier compare of the run (``[`` older, ``]`` newer) in the panes."""
         if not self.earlier:
@@ -320,12 +376,14 @@ class CompareScreen(WorkbenchScreen):
         self.earlier_pos = max(0, min(len(self.earlier) - 1, self.earlier_pos + delta))
         item = self.earlier[self.earlier_pos]
         for side in ("base", "tuned"):
-            self.query_one(f"#out-{side}", Static).update(escape(str(item.get(side, ""))))
+            self.query_one(f"#out-{side}", Static).update(record_text(item, side))
             self.query_one(f"#pane-{side}").border_subtitle = side_stats(item, side)
+        step = item.get("step")
+        at = f" · step {step}" if isinstance(step, int) else ""
         self.query_one("#compare-wait", WaitNote).done(
             f"earlier compare {self.earlier_pos + 1}/{len(self.earlier)} · "
-            f"{escape(str(item.get('when', '')))} · prompt: "
-            f"{escape(str(item.get('prompt', ''))[:60])}")
+            f"{escape(str(item.get('when', '')))}{at} · prompt: "
+            f"{escape(record_prompt(item)[:60])}")
 
     def action_history(self, delta: int) -> None:
         prompt = self.query_one("#compare-prompt", Input)

@@ -1,4 +1,4 @@
-"""What the Compare screen reads besides the token stream: earlier compares of a run and
+"""What the Compare screen reads: the token stream's items, earlier compares of a run and
 the per-side figures of a finished one.
 
 Earlier compares are the run's ``compare/*.jsonl`` files (one object per prompt: ``prompt``,
@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 MAX_EARLIER = 200
+STOP_WORDS = {"stop": "end of turn", "length": "max tokens", "cancelled": "cancelled"}
+"""The engine's ``stop_reason`` values as the pane's frame says them."""
 
 
 def earlier_compares(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -54,10 +56,25 @@ def side_stats(summary: dict[str, Any], side: str) -> str:
         parts.append(f"{speed:.1f} tok/s")
     reason = _per_side(summary, "stop_reason", side)
     if reason:
-        parts.append(f"stop: {str(reason).replace('_', ' ')}")
+        parts.append(f"stop: {STOP_WORDS.get(str(reason), str(reason).replace('_', ' '))}")
     return " · ".join(parts)
 
 
 def _per_side(summary: dict[str, Any], key: str, side: str) -> Any:
     value = summary.get(key)
     return value.get(side) if isinstance(value, Mapping) else None
+
+
+def token_side(ev: dict[str, Any]) -> tuple[str, str]:
+    """(side, text) of one compare stream item; side is base, tuned, done or error."""
+    kind = str(ev.get("type", ev.get("event", "")))
+    if isinstance(ev.get("data"), dict):
+        ev = {**ev["data"], "type": kind}
+    if kind in ("done", "end"):
+        return "done", ""
+    if kind == "error" or "error" in ev and "side" not in ev:
+        err = ev.get("error") or ev.get("message")
+        return "error", err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    side = str(ev.get("side", ev.get("model", "")))
+    text = ev.get("text", ev.get("token", ev.get("delta", "")))
+    return side, str(text or "")

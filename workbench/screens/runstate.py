@@ -26,6 +26,8 @@ class RunView:
     events: list[dict[str, Any]] = field(default_factory=list)
     checkpoints: list[int] = field(default_factory=list)
     error: str = ""
+    best_step: int | None = None
+    """The step the run pinned as its best (``status.json`` ``best_step``, evals' selection)."""
     _seen_events: set[str] = field(default_factory=set, repr=False)
 
     def add_event(self, e: dict[str, Any]) -> bool:
@@ -62,6 +64,9 @@ class RunView:
             self.add_metrics(m)
         for e in record.get("events") or []:
             self.add_event(e)
+        best = status.get("best_step", record.get("best_step"))
+        if isinstance(best, int) and not isinstance(best, bool):
+            self.best_step = best
         ckpts = record.get("checkpoints")
         if isinstance(ckpts, list):
             self.checkpoints = sorted(int(c.get("step", c) if isinstance(c, dict) else c)

@@ -298,6 +298,10 @@ class Compare(Command):
     adapter: str = ""
     model: str = ""
     """The base model of ``adapter`` (default: the adapter's)."""
+    # tui2 (#19, additive)
+    save: bool = False
+    """Keep the result beside the run (``<run>/compare/<timestamp>.jsonl``, one record as a
+    compare set keeps it, plus each side's figures): how the TUI's compares are browsable."""
 
 
 @record

@@ -373,6 +373,9 @@ class CompareDone(Record):
     stop_reason: dict[str, str] = dataclasses.field(default_factory=dict)
     turns: list[CompareTurn] | None = None
     """For a ``messages`` request: every user turn, answered now or given as history."""
+    # tui2 (#19, additive)
+    saved: str | None = None
+    """The file the result was kept in (a ``save`` request), else null."""
 
 
 @record
