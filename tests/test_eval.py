@@ -102,3 +102,20 @@ def test_a_file_with_nothing_to_score_says_so(demo, tmp_path):
     only_users.write_text(json.dumps({"messages": [{"role": "user", "content": "hi"}]}) + "\n")
     with pytest.raises(WorkbenchError):
         perplexity.evaluate_file(demo.model, demo.params, demo.tokenizer, str(only_users))
+
+
+def test_a_model_path_goes_to_the_engine_absolute(tmp_path, monkeypatch):
+    """The engine's working directory is the first client's: ``--model ./x.gguf`` (eval,
+    sample, compare) is sent as this directory's file; names the catalog takes first are not."""
+    from workbench.commands._generation_args import model_ref
+
+    (tmp_path / "my.gguf").write_bytes(b"GGUF")
+    for name in ("weights", "demo", "gemma-3-270m"):
+        (tmp_path / name).mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert model_ref("my.gguf") == str(tmp_path / "my.gguf")
+    assert model_ref("./weights") == str(tmp_path / "weights")
+    assert model_ref("local:weights") == f"local:{tmp_path / 'weights'}"
+    for as_typed in ("demo", "gemma-3-270m", "hf:google/gemma-3-1b-it", "starter:gemma-3-270m",
+                     "missing.gguf", ""):
+        assert model_ref(as_typed) == as_typed

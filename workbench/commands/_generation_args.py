@@ -111,6 +111,22 @@ def run_ref(ref: str) -> str:
     return ref
 
 
+_CATALOG_IDS = ("hf:", "kaggle:", "ollama:", "lmstudio:", "starter:")
+
+
+def model_ref(value: str | None) -> str:
+    """A ``--model`` for the engine: a path that exists here (a model folder, a .gguf),
+    absolute, as ``local_path``; "demo", a catalog id or a name that is no path here, as typed."""
+    from adapters_lib.models import starter  # light: no jax
+
+    if not value or value.startswith(_CATALOG_IDS) or value in ("demo", *starter.ALIASES):
+        return value or ""  # the names the catalog takes before any path of that name
+    bare = value.removeprefix("local:")
+    if not Path(bare).expanduser().exists():
+        return value
+    return value[: len(value) - len(bare)] + local_path(bare)
+
+
 def local_path(value: str | None) -> str:
     """A path the user typed, absolute (the engine's working directory is not this one); for a
     remote engine, as typed (a path on its machine)."""

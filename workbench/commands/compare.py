@@ -23,6 +23,7 @@ from workbench.commands._generation_args import (
     add_decoding_args,
     engine_client,
     local_path,
+    model_ref,
     quiet_engine_logs,
     run_ref,
     settings_body,
@@ -130,7 +131,7 @@ def _through_engine(args: argparse.Namespace, convs: list[Any], settings: Any) -
     done: Any = None
     with engine_client() as client:
         for item in client.compare_set(entries, run_id=run_ref(args.run) if args.run else "",
-                                       adapter=local_path(args.adapter), model=args.model,
+                                       adapter=local_path(args.adapter), model=model_ref(args.model),
                                        step=-1 if args.step is None else args.step, chat=not args.raw,
                                        save=not args.no_save, **settings_body(settings)):
             if item.type == "done":

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import add_in_process_arg, step_arg
@@ -93,14 +92,10 @@ def run(args: argparse.Namespace) -> int:
 
 def _through_engine(args: argparse.Namespace):
     """The same computation in the engine; a reply with the ``EvalResult`` attributes."""
-    from workbench.commands._generation_args import engine_client, local_path, run_ref
+    from workbench.commands._generation_args import engine_client, local_path, model_ref, run_ref
 
-    model = args.model
-    if model and not model.startswith(("hf:", "kaggle:", "ollama:", "lmstudio:", "starter:")) \
-            and Path(model).expanduser().exists():
-        model = local_path(model)  # a model folder or .gguf named relative to this directory
-    with engine_client() as client:
-        return client.eval(local_path(args.data), model=model,
+    with engine_client() as client:  # a model path relative to this directory goes absolute
+        return client.eval(local_path(args.data), model=model_ref(args.model),
                            run_id=run_ref(args.run) if args.run else "",
                            step=-1 if args.step is None else args.step, format=args.format,
                            loss_on=args.loss_on, max_length=args.max_length or 0,

@@ -17,6 +17,7 @@ from workbench.commands._generation_args import (
     add_decoding_args,
     engine_client,
     local_path,
+    model_ref,
     quiet_engine_logs,
     run_ref,
     settings_body,
@@ -93,7 +94,7 @@ def _in_process(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[s
 def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[str, int | None, dict]:
     fields: dict[str, Any] = {"run_id": run_ref(args.run) if args.run else "",
                               "adapter": local_path(args.adapter),
-                              "model": args.model or ("" if args.adapter else "demo"),  # an adapter's own base
+                              "model": model_ref(args.model) or ("" if args.adapter else "demo"),  # an adapter's own base
                               "step": -1 if args.step is None else args.step, "chat": not args.raw,
                               **settings_body(settings)}
     if isinstance(prompt, str):
