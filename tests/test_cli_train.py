@@ -20,6 +20,10 @@ from fixtures_runs import demo_overrides
 from adapters_lib.runs import RunDir, list_runs
 from workbench.cli import main
 
+ONE_TRAIN_STEP = {"train__schedule": "constant"}
+"""The foreground and Ctrl-C runs (6 and 5000 steps): a cosine schedule bakes the length into
+the compiled train step; a constant one lets the engine compile it once for all three."""
+
 
 @pytest.fixture(scope="module")
 def engine_home(engine_factory) -> Path:
@@ -109,7 +113,8 @@ def test_the_demo_config_trains_on_8_devices_and_beats_the_base_exact_match(cli_
 
 def test_a_foreground_run_prints_its_dir_then_follows_the_engine_to_the_end(cli_engine, tmp_path, capsys):
     code = main(["train"] + _sets(demo_overrides(train__steps=6, train__eval_every=100,
-                                                 train__checkpoint_every=3, run__dir=f'"{tmp_path}"')))
+                                                 train__checkpoint_every=3, run__dir=f'"{tmp_path}"',
+                                                 **ONE_TRAIN_STEP)))
     captured = capsys.readouterr()
     assert code == 0, captured.err[-2000:]
     run = RunDir(captured.out.strip().splitlines()[0])
@@ -130,7 +135,7 @@ def _start_train(home: Path, root: Path, stdin) -> subprocess.Popen:
     env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(home)}
     argv = [sys.executable, "-m", "workbench", "train"] + _sets(demo_overrides(
         train__steps=5000, train__eval_every=10000, train__checkpoint_every=50,
-        run__dir=f'"{root}"'))
+        run__dir=f'"{root}"', **ONE_TRAIN_STEP))
     return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, text=True)
 

@@ -41,6 +41,10 @@ FAULTS = [sys.executable, str(Path(__file__).with_name("engine_faults.py"))]
 FSIZE_ENV = {"WB_FAULT_FSIZE": "1", "WB_FAULT_CKPT_AT": "4", "WB_FAULT_METRICS_AT": "20"}
 """The last engine of the story limits file sizes for the runs named fail-* only."""
 SEED = int(os.environ.get("WB_FAULT_SEED", random.randrange(1 << 30)))
+COSINE = {"schedule": "cosine"}
+"""The story's runs (crash, doomed, straight): a resume that restored the wrong step count
+would change their curve. The write-failure and SIGTERM runs (other lengths) keep
+``demo_run_config``'s constant schedule: one compiled train step for all of them."""
 
 
 def _config(name: str, **train) -> dict:
@@ -74,7 +78,7 @@ def story(engine_factory, tmp_path_factory):
 def test_kill_9_during_a_checkpoint_commit_leaves_the_previous_checkpoint(story):
     first = story["factory"](home=story["home"], command=FAULTS,
                              env={"WB_FAULT_SLOW_FINALIZE_S": "120", "WB_FAULT_SLOW_FROM_STEP": "6"})
-    run_id = first.client.create_run(_config("crash"))["id"]
+    run_id = first.client.create_run(_config("crash", **COSINE))["id"]
     run = RunDir(story["runs"] / run_id)
     story["run"] = run
     _until(lambda: (story["home"] / "commit-pending-6").exists(), 300, "checkpoint 6 written")
@@ -134,8 +138,8 @@ def test_resume_completes_a_removed_queued_run_fails_and_load_loses_nothing(stor
     run, engine = story["run"], story["engine"]
     client = engine.client
     client.resume_run(run.run_id)
-    doomed = client.create_run(_config("doomed"))["id"]
-    straight = client.create_run(_config("straight"))["id"]
+    doomed = client.create_run(_config("doomed", **COSINE))["id"]
+    straight = client.create_run(_config("straight", **COSINE))["id"]
     assert client.get_run(doomed, metrics=False)["state"] == "queued"
     doomed_items: list[dict] = []
     errors: list[str] = []

@@ -103,6 +103,17 @@ def test_bad_compare_requests_are_4xx_before_the_stream_opens(engine, run_id, fi
     assert err.value.status == status and words in str(err.value)
 
 
+TRAIN_LIKE_THE_RUN = {"mesh.devices": 1, "data.max_length": 64, "lora.rank": 4, "train.steps": 3,
+                      "train.batch_size": 4, "train.warmup_steps": 2, "train.schedule": "constant",
+                      "train.eval_every": 100, "train.eval_batches": 1, "train.eval_exact_match": 0}
+"""A foreground ``train`` with the shapes and schedule of the module's run (``demo_run_config``):
+the engine reuses the train step it compiled for that run instead of compiling another."""
+
+
+def _sets(settings: dict) -> list[str]:
+    return [x for k, v in settings.items() for x in ("--set", f"{k}={v}")]
+
+
 @pytest.fixture(scope="module")
 def cli_home(engine_process):
     return engine_process.home
@@ -153,9 +164,7 @@ codes = [
     main(["sample", "--run", {run_id!r}, "--prompt", "Is 3 even or odd?", "--max-new-tokens", "3", "--json"]),
     main(["compare", "--run", {run_id!r}, "--prompt", "Is 3 even or odd?", "--max-new-tokens", "3", "--no-save"]),
     main(["export", {run_id!r}, "--format", "adapter", "--out", {str(tmp_path / "adapter")!r}]),
-    main(["train", "-q", "--set", "mesh.devices=1", "--set", "data.max_length=64", "--set", "train.steps=2",
-          "--set", "train.eval_every=100", "--set", "train.eval_exact_match=0",
-          "--set", 'run.dir="{tmp_path / "runs"}"']),
+    main(["train", "-q", *{_sets(TRAIN_LIKE_THE_RUN)!r}, "--set", 'run.dir="{tmp_path / "runs"}"']),
     main(["eval", "--run", {run_id!r}, "--data", {str(tmp_path / "eval.txt")!r}, "--max-length", "64"]),
     main(["sample", "--in-process", "--prompt", "x"]),
 ]

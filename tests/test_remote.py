@@ -209,6 +209,8 @@ def _dataset(path: Path) -> Path:
 
 
 def _config(path: Path, steps: int) -> Path:
+    """The shapes and schedule of the engine tests' demo runs (``demo_run_config``): the remote
+    engine finds that train step in the session's compile cache instead of compiling it."""
     path.write_text(f"""[data]
 max_length = 64
 [lora]
@@ -224,6 +226,7 @@ eval_every = 1000
 eval_batches = 1
 eval_exact_match = 0
 warmup_steps = 2
+schedule = "constant"
 """)
     return path
 
