@@ -202,3 +202,18 @@ def test_a_saved_compare_set_scores_with_the_same_metrics():
     got = compare_sets.score(records, m.scorers(["numeric_match", "exact_match", "loss"]))
     assert got["base"] == {"n": 3, "numeric_match": pytest.approx(1 / 3), "exact_match": 0.0}
     assert got["tuned"] == {"n": 3, "numeric_match": pytest.approx(2 / 3), "exact_match": pytest.approx(1 / 3)}
+
+
+def test_the_answered_examples_span_a_split_sorted_by_task():
+    """The demo eval split is sorted by task (20 of each): 12 examples answered must cover
+    all six tasks, not the first (parity) only."""
+    from adapters_lib.evals.task import answerable, spread
+    from adapters_lib.models.demo_tasks import TASKS, demo_splits
+
+    evals = answerable(demo_splits()[1])
+    assert [ex["task"] for ex in evals[:12]] == ["parity"] * 12  # how the split is laid out
+    chosen = spread(evals, 12)
+    assert len(chosen) == 12 and {ex["task"] for ex in chosen} == set(TASKS)
+    assert chosen == sorted(chosen, key=evals.index)  # in file order, no repeats
+    assert len({id(ex) for ex in chosen}) == 12
+    assert spread(evals, 10_000) == evals and spread(evals, 0) == []

@@ -7,7 +7,8 @@ tree and scores:
 - ``loss``/``perplexity`` over the **whole** data set (``perplexity.score_tokens``: the
   chunked cross-entropy the training uses; chat data scores the model turns only), so they
   differ from the run's ``eval_loss``, which covers its first ``train.eval_batches`` batches;
-- the generated metrics over the first ``train.eval_examples`` examples that have an answer,
+- the generated metrics over ``train.eval_examples`` examples that have an answer (evenly
+  spaced over the split: ``task.spread``),
   answered greedily (``metrics.GENERATION``).
 
 The data: ``data`` (a file or folder, read with the run's ``[data]`` rules), else the run's

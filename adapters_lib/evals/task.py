@@ -51,6 +51,16 @@ def answerable(examples: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def spread(items: Sequence[Any], n: int) -> list[Any]:
+    """``n`` of ``items`` evenly spaced over them, in order (all of them when ``n`` covers
+    them): an eval file sorted by task — the demo split is — is answered across its tasks,
+    not only on the first ones."""
+    items = list(items)
+    if n >= len(items):
+        return items
+    return [items[i * len(items) // n] for i in range(max(n, 0))]
+
+
 @dataclass
 class Scored:
     values: dict[str, float]
@@ -74,7 +84,7 @@ class TaskSet:
         self.plan = plan
         self.tokenizer = tokenizer
         self.max_length = max_length
-        chosen = answerable(examples)[:plan.examples] if plan.generated else []
+        chosen = spread(answerable(examples), plan.examples) if plan.generated else []
         if plan.generated and not chosen:
             raise WorkbenchError(
                 f"{', '.join(plan.generated)} need eval examples with an answer, and the eval "
