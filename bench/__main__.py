@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         stood_in = import_stubs.install()
         if stood_in:
             print(f"[bench] standing in for missing packages: {', '.join(stood_in)}", file=sys.stderr)
-    from bench import measures, report
+    from bench import measures, real_270m, report  # noqa: F401 - real_270m registers its measure
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer steps/repetitions (< 10 min on 2 cores)")
@@ -64,10 +64,30 @@ def main(argv: list[str] | None = None) -> int:
     previous = _load(Path(args.json))
     results = dict(previous.get("results", {})) if args.only else {}
     elsewhere = {k: v for k, v in previous.get("results", {}).items() if v.get("machine")}
+    for row in results.values():  # rows kept from the last run keep the command and date that made them
+        if row.get("machine"):  # measured elsewhere: its own command and date
+            continue
+        row.setdefault("run_command", previous.get("meta", {}).get("command", ""))
+        row.setdefault("run_date", previous.get("meta", {}).get("date", ""))
     started = time.time()
+    date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+    def write() -> None:  # after each measure: a run cut short keeps what it measured
+        for key, row in elsewhere.items():  # rows measured on another machine stay until measured here
+            if results.get(key, {}).get("ours") is None:
+                results[key] = row
+        command = "python -m bench" + (" --quick" if args.quick else "") + (
+            f" --only {' '.join(args.only)}" if args.only else "")
+        meta = {"date": date, "machine": machine(), "command": command, "wall_s": round(time.time() - started, 1)}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+        Path(args.out).write_text(report.render_markdown(meta, results))
+        print(f"[bench] wrote {args.out} and {args.json} ({meta['wall_s']} s so far)", file=sys.stderr)
+
     for name in names:
         print(f"[bench] {name} …", file=sys.stderr, flush=True)
         t = time.time()
+        load = round(os.getloadavg()[0], 1)
         try:
             rows = measures.MEASURES[name](quick=args.quick)
         except Exception as e:  # noqa: BLE001 - a failed measure is reported, not fatal
@@ -75,25 +95,12 @@ def main(argv: list[str] | None = None) -> int:
             rows = [report.Row(measure=name, note=f"failed: {type(e).__name__}: {e}")]
         for row in rows:
             row.seconds = round(time.time() - t, 1)
+            row.run_command = "python -m bench" + (" --quick" if args.quick else "") + f" --only {name}"
+            row.run_date, row.run_load = date, load
             results[row.measure] = row.to_dict()
             print(f"[bench]   {row.line()}", file=sys.stderr, flush=True)
+        write()
 
-    for name, row in elsewhere.items():  # rows measured on another machine stay until measured here
-        if results.get(name, {}).get("ours") is None:
-            results[name] = row
-
-    command = "python -m bench" + (" --quick" if args.quick else "") + (
-        f" --only {' '.join(args.only)}" if args.only else "")
-    meta = {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": machine(),
-        "command": command,
-        "wall_s": round(time.time() - started, 1),
-    }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-    Path(args.out).write_text(report.render_markdown(meta, results))
-    print(f"[bench] wrote {args.out} and {args.json} in {meta['wall_s']} s", file=sys.stderr)
     return 0
 
 

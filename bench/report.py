@@ -22,6 +22,11 @@ class Row:
     ref_name: str = ""
     note: str = ""
     seconds: float | None = None
+    run_command: str = ""
+    """The command that measured this row (``python -m bench … --only NAME``)."""
+    run_date: str = ""
+    run_load: float | None = None
+    """The machine's 1-minute load average when this row's measure started (shared machines)."""
 
     def __post_init__(self):
         if self.ratio is None and self.ours is not None and self.reference:
@@ -62,6 +67,13 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t
 
 
+def _provenance(r: dict, meta: dict) -> str:
+    command = r.get("run_command") or r.get("command") or meta.get("command", "")
+    date = r.get("run_date") or r.get("date") or meta.get("date", "")
+    load = r.get("run_load")
+    return f"`{command}` ({date}" + (f", load {load:.1f})" if load is not None else ")")
+
+
 def render_markdown(meta: dict, results: dict[str, dict]) -> str:
     def f(x, digits=4):
         if x is None:
@@ -74,15 +86,19 @@ def render_markdown(meta: dict, results: dict[str, dict]) -> str:
         "# Benchmarks",
         "",
         "Ours against the reference implementations in `bench/refs.py`, measured side by side in",
-        "one process (alternating, after warm-up, median of ≥ 5 repetitions). Ratios, not absolute",
-        "times, are the result: these machines are noisy. Regenerate with the command below.",
+        "one process (alternating, after warm-up, the median of the repetitions each row's note",
+        "gives). Ratios, not absolute times, are the result: these machines are noisy. The last",
+        "run is below; each row's own command (last column) re-measures it.",
         "",
         f"- date: {meta.get('date')}",
         f"- machine: {meta.get('machine')}",
         f"- command: `{meta.get('command')}` ({meta.get('wall_s')} s)",
         "",
-        "| measure | ours | reference | unit | ratio | target | met | notes |",
-        "|---|---|---|---|---|---|---|---|",
+        "Each row names the command that measured it, its date and the 1-minute load average when",
+        "it started (2 cores shared: a load above 2 means the cores were contended).",
+        "",
+        "| measure | ours | reference | unit | ratio | target | met | notes | measured by (date, load) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results.values():
         met = {True: "yes", False: "**no**", None: "–"}[r.get("met")]
@@ -91,7 +107,7 @@ def render_markdown(meta: dict, results: dict[str, dict]) -> str:
         where = f"[{r['machine']}, {r.get('date')}] " if r.get("machine") else ""  # measured elsewhere
         lines.append(
             f"| {r['measure']} | {f(r.get('ours'))} | {ref} | {r.get('unit', '')} | {ratio} | "
-            f"{r.get('target', '')} | {met} | {where}{r.get('note', '')} |"
+            f"{r.get('target', '')} | {met} | {where}{r.get('note', '')} | {_provenance(r, meta)} |"
         )
     lines.append("")
     analysis = Path(__file__).with_name("analysis.md")
