@@ -201,6 +201,9 @@ async def test_compare_picker_marks_the_best_step_and_lists_earlier_compares(tmp
         picker = app.screen.query_one("#compare-step", Select)
         labels = [str(label) for label, _ in picker._options]
         assert labels == ["latest (40)", "step 40", "step 20 ★ best"]
+        assert str(picker.query_one("SelectCurrent #label").render()) == "latest (40)"
+        assert "escape, then [ and ] walk" in str(
+            app.screen.query_one("#compare-wait", Static).render())
         assert "1 earlier compare" in str(app.screen.query_one("#compare-wait", Static).render())
         await pilot.press("escape", "left_square_bracket")
         assert str(app.screen.query_one("#out-tuned", Static).render()) == \

@@ -4,7 +4,8 @@ an entry that is not ok, the Train header and memory line, the Compare per-side 
 from __future__ import annotations
 
 from workbench.screens.base import EnginePhase, phase_of
-from workbench.screens.compare_history import earlier_compares, side_stats
+from workbench.screens.compare_history import blank_words, earlier_compares, side_stats
+from workbench.screens.compare_turns import answer_markup, record_text
 from workbench.screens.models import model_detail, model_row
 from workbench.screens.runstate import RunView
 from workbench.screens.train_text import checkpoints_text, header_text, memory_text
@@ -125,3 +126,13 @@ def test_the_models_screen_scans_this_machine_only_for_a_local_engine():
         assert not app.local_catalog and app.remote.host == "tpu-vm"
     finally:
         remote.select(None)
+
+
+def test_an_answer_of_blank_space_says_so():
+    # the demo's base answered "Is 17 even or odd?" with 64 line breaks: the pane looked empty
+    assert blank_words("\n" * 64) == "64 line breaks"
+    assert blank_words("\n ") == "1 line break and 1 space"
+    assert answer_markup("\n" * 3) == "[dim](only blank space: 3 line breaks)[/]"
+    assert answer_markup("odd [x]") == "odd \\[x]"
+    assert record_text({"prompt": "p", "base": "\n\n", "tuned": "odd"}, "base") == \
+        "[dim](only blank space: 2 line breaks)[/]"

@@ -1,18 +1,12 @@
 """Compare: one prompt, base and tuned model streaming side by side.
 
-Pick the run and one of its checkpoints, set the decoding (temperature, max tokens, seed),
-type a prompt and press enter (ctrl+r also sends: some terminals cannot send ctrl+enter).
-Tokens arrive from ``client.compare(...)`` in a thread worker and are appended to the pane
-of their side. Up/down in the prompt walk the prompt history (remembered in settings.toml).
-
-Arriving here puts the focus in the prompt (digits and ``?`` go into it); ``escape`` leaves
-it and ``enter`` comes back. A line over the prompt says that both sides get the same seed
-and settings; each pane's frame says what that side made (tokens, tokens/s, why it stopped).
-Every compare is kept beside the run (``save``: ``<run>/compare/*.jsonl``); the earlier ones
-are counted under the panes and ``[`` and ``]`` walk them when the prompt does not have the
-focus. ``ctrl+n`` starts a conversation (multi-turn A/B: each prompt is the next user turn,
-each side keeps its own answers; ``compare_turns``) and ends it. ``escape`` (or ``ctrl+x``)
-cancels a generation while it runs.
+Pick the run and a checkpoint, set the decoding, type a prompt, enter (or ctrl+r). Tokens
+from ``client.compare(...)`` (a thread worker) fill the pane of their side; up/down walk
+the prompt history. Arriving puts the focus in the prompt; ``escape`` leaves it, ``enter``
+comes back, and while a compare runs ``escape`` (or ``ctrl+x``) cancels it. Each pane's frame
+says what its side made (tokens, tokens/s, why it stopped). Every compare is kept beside the
+run (``save``: ``<run>/compare/*.jsonl``); ``[`` ``]`` walk the earlier ones. ``ctrl+n``
+starts or ends a conversation (multi-turn A/B, ``compare_turns``).
 """
 
 from __future__ import annotations
@@ -29,7 +23,7 @@ from textual.widgets import Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
 from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
-from workbench.screens.compare_history import earlier_compares, side_stats, token_side
+from workbench.screens.compare_history import blank_words, earlier_compares, side_stats, token_side
 from workbench.screens.compare_turns import Conversation, record_prompt, record_text
 from workbench.screens.runstate import RunView
 from workbench.widgets.lora_form import parse_number
@@ -37,6 +31,7 @@ from workbench.widgets.nav import NavBar
 from workbench.widgets.waits import WaitNote
 
 LATEST = -1
+
 
 
 class CompareScreen(WorkbenchScreen):
@@ -189,6 +184,7 @@ class CompareScreen(WorkbenchScreen):
             (f"step {s} ★ best" if s == view.best_step else f"step {s}", s)
             for s in reversed(view.checkpoints)])
         picker.value = keep
+        picker.mutate_reactive(Select.value)  # the same value: its new label is shown anyway
         if not same_run and self.conversation is not None:
             self.conversation = Conversation()  # another run: a new conversation
             self.show_conversation()
@@ -201,7 +197,7 @@ class CompareScreen(WorkbenchScreen):
             count = len(earlier)
             self.query_one("#compare-wait", WaitNote).done(
                 f"[dim]{count} earlier compare{'s' if count != 1 else ''} of this run: "
-                "escape, then [ and ] walk them[/]" if count else
+                "escape, then \\[ and ] walk them[/]" if count else
                 f"[dim]{len(view.checkpoints)} checkpoint(s) · the tuned side uses the one "
                 "picked above[/]")
 
@@ -329,6 +325,8 @@ class CompareScreen(WorkbenchScreen):
         for side in ("base", "tuned"):
             if not self.texts[side]:
                 self.show_text(side, "[dim](no text: the model ended its turn at once)[/]")
+            elif not self.texts[side].strip():  # the demo's base says 64 line breaks
+                self.show_text(side, f"[dim](only blank space: {blank_words(self.texts[side])})[/]")
         if self.conversation is not None:
             self.conversation.add(self.asked, self.texts)
             self.asked = ""

@@ -78,3 +78,11 @@ def token_side(ev: dict[str, Any]) -> tuple[str, str]:
     side = str(ev.get("side", ev.get("model", "")))
     text = ev.get("text", ev.get("token", ev.get("delta", "")))
     return side, str(text or "")
+
+
+def blank_words(text: str) -> str:
+    """``"64 line breaks"``: what an answer of blank space holds."""
+    breaks = text.count("\n")
+    spaces = len(text) - breaks
+    return " and ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in
+                        ((breaks, "line break"), (spaces, "space")) if n)

@@ -15,6 +15,8 @@ from typing import Any
 
 from rich.markup import escape
 
+from workbench.screens.compare_history import blank_words
+
 SIDES = ("base", "tuned")
 
 
@@ -46,15 +48,22 @@ class Conversation:
 
 
 def transcript_markup(turns: Sequence[tuple[str, str]]) -> str:
-    return "\n\n".join(f"[b]› {escape(user)}[/b]\n{escape(answer)}"
+    return "\n\n".join(f"[b]› {escape(user)}[/b]\n{answer_markup(answer)}"
                        for user, answer in turns)
+
+
+def answer_markup(answer: str) -> str:
+    """An answer as a pane shows it; one of blank space only says so (it would look empty)."""
+    if answer and not answer.strip():
+        return f"[dim](only blank space: {blank_words(answer)})[/]"
+    return escape(answer)
 
 
 def record_text(item: Mapping[str, Any], side: str) -> str:
     """A saved compare's pane (markup): the answer, or a conversation's transcript."""
     answers = item.get(side)
     if not isinstance(answers, list):
-        return escape(str(answers or ""))
+        return answer_markup(str(answers or ""))
     users = [str(m.get("content", "")) for m in item.get("messages") or []
              if isinstance(m, Mapping) and m.get("role") == "user"]
     return transcript_markup(list(zip(users, (str(a or "") for a in answers), strict=False)))

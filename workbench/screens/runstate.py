@@ -116,12 +116,11 @@ class RunView:
         return tuple(p[0] for p in pts), tuple(p[1] for p in pts)
 
     def step_time(self) -> float | None:
-        """Seconds a step takes now: the median of the last 20 steps, without the first step of
-        the process (it compiles: 40 s against 2 s would skew an average for minutes)."""
-        first = self.metrics[0].get("step") if len(self.metrics) > 1 else None
+        """Seconds a step takes now: the median of the last 20 steps, without step 1 (it
+        compiles: 130 s against 2 s; until step 2 there is no figure)."""
         times = sorted([float(m["step_time_s"]) for m in self.metrics[-21:]
                         if isinstance(m.get("step_time_s"), (int, float)) and m["step_time_s"] > 0
-                        and m.get("step") != first][-20:])
+                        and m.get("step") != 1][-20:])
         if not times:
             return None
         mid = len(times) // 2
