@@ -78,6 +78,25 @@ def test_eval_split_is_a_seeded_fraction_disjoint_from_train(write, codec):
     assert len(batches) == a.eval_batch_count >= 1 and batches[-1]["tokens"].shape == (4, 128)
 
 
+def test_a_few_eval_batches_score_the_whole_split_not_its_first_tasks(write, codec):
+    """A file sorted by task: two eval batches of a four-batch split hold examples of every
+    task, spread over the split, the same at every call."""
+    tasks = ["add", "parity", "larger", "reverse"]
+    records = [{"question": f"{t} {i}?", "answer": f"{t}{i}"} for t in tasks for i in range(40)]
+    p = write("sorted.jsonl", jsonl(records))
+    pipe = build_pipeline(DataSpec(path=str(p), eval_fraction=0.2, packing=False), codec,
+                          batch_size=8, seed=0)
+    assert pipe.eval_batch_count == 4
+    two = pipe.eval_batches(2)
+    assert len(two) == 2 and all(b["tokens"].shape == (8, 128) for b in two)
+    text = " ".join(codec.decode([int(t) for t in b["tokens"][r] if t > 0])
+                    for b in two for r in range(8))
+    assert all(t in text for t in tasks), text[:400]
+    assert [b["tokens"].tolist() for b in pipe.eval_batches(2)] == [b["tokens"].tolist() for b in two]
+    every = pipe.eval_batches(10)
+    assert len(every) == 4  # asking for more than the split: all of it, in file order
+
+
 def test_gsm8k_qa_pipeline_packs_densely(shared_data, codec):
     spec = DataSpec(path=str(shared_data / "gsm8k" / "test.jsonl"), max_length=512, eval_fraction=0.05)
     pipe = build_pipeline(spec, codec, batch_size=8, seed=0)

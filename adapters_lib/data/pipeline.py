@@ -114,13 +114,16 @@ class Pipeline:
         return math.ceil(len(self._eval_rows) / self.batch_size)
 
     def eval_batches(self, n: int) -> list[Batch]:
-        """The first ``n`` eval batches, in file order (fewer if the split is smaller; the
-        last may hold padding rows, whose ``loss_mask`` is 0)."""
-        out = []
-        for k in range(min(n, self.eval_batch_count)):
-            rows = self._eval_rows[k * self.batch_size:(k + 1) * self.batch_size]
-            out.append(assemble(self.eval, rows, self.batch_size, self.max_length))
-        return out
+        """``n`` eval batches (fewer if the split is smaller; the last may hold padding rows,
+        whose ``loss_mask`` is 0). When ``n`` batches hold only part of the split, their rows
+        are spread evenly over it, in file order: a file sorted by task (or by length) is
+        scored on all of it, not on its first tasks. The same rows at every eval."""
+        rows = self._eval_rows
+        want = min(n, self.eval_batch_count) * self.batch_size
+        if want < len(rows):  # spacing >= 1: the floors are distinct rows
+            rows = [rows[i] for i in np.linspace(0, len(rows) - 1, num=want).astype(int)]
+        return [assemble(self.eval, rows[k:k + self.batch_size], self.batch_size, self.max_length)
+                for k in range(0, len(rows), self.batch_size)]
 
 
 def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
