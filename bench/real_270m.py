@@ -23,9 +23,9 @@ from bench.measures import (
     _gsm8k_examples,
     _random_batch,
     _row,
-    lora_step_flops,
     measure,
 )
+from bench.mfu import lora_step_flops
 from bench.report import Row, median_alternating
 
 STARTER = "starter:gemma-3-270m"
