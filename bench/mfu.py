@@ -180,7 +180,7 @@ def gpu_mfu(quick: bool = False) -> list[Row]:
               f"{main['step_tflop']:.1f} TFLOP/step), vendor peak {peak} TFLOP/s"
               f"{f', matmul peak measured {measured_peak:.0f}' if measured_peak else ''}; batch {b}×{seq}, LoRA r16 all targets, CE chunk {main['ce_chunk']} "
               f"positions (recomputed in the backward: not counted); "
-              f"FLOPs = bench.measures.lora_step_flops")))
+              f"FLOPs = bench.mfu.lora_step_flops")))
     if main.get("top_ops"):
         print("[bench] top device ops (ms/step):", file=sys.stderr)
         for op, ms in main["top_ops"]:

@@ -165,7 +165,7 @@ def _train_rows(loaded, quick: bool) -> list[Row]:
                              f"{step_s[dtype]:.2f} s/step, batch {b}×{seq}) against {peaks['bf16'] * 1e3:.1f} "
                              f"GFLOP/s of a bf16 2048³ matmul measured in this run (best of 4; f32: "
                              f"{peaks['f32'] * 1e3:.1f} GFLOP/s, {100 * achieved / peaks['f32']:.0f} % of it); "
-                             "model FLOPs only (bench.measures.lora_step_flops: every logit, as random "
+                             "model FLOPs only (bench.mfu.lora_step_flops: every logit, as random "
                              "tokens need)"))
     return rows
 
