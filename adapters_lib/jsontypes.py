@@ -1,4 +1,5 @@
-"""JSON values checked against type hints: the one coercer, and the base of typed replies.
+"""JSON and TOML values checked against type hints: the one coercer, and the base of typed
+replies (``adapters_lib.typed_values`` re-exports the coercer for the run config).
 
 ``coerce(value, type, key=, where=)`` checks one JSON value against a type hint (``bool``,
 ``int``, ``float``, ``str``, ``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[str, X]``,
@@ -99,10 +100,13 @@ def coerce(value: Any, typ: Any, *, key: str, where: str | None = None,
         raise _bad(value, typ, key, where)
     if typ is int:
         if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                raise _bad(value, typ, key, where, f"got {value!r} (write it without a "
+                                                   "decimal point)")
             raise _bad(value, typ, key, where)
         if strict and not INT_MIN <= value <= INT_MAX:
-            raise WorkbenchError(f"{key} is out of range ({_shown(value)})", where=where,
-                                 hint="use an integer that fits in 64 bits")
+            raise _bad(value, typ, key, where, f"got a {_digits(value)}-digit number (more "
+                                               "than 64 bits)")
         return value
     if typ is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -110,11 +114,10 @@ def coerce(value: Any, typ: Any, *, key: str, where: str | None = None,
         if not strict:
             return value
         if isinstance(value, int) and not INT_MIN <= value <= INT_MAX:
-            raise WorkbenchError(f"{key} is out of range ({_shown(value)})", where=where)
-        value = float(value)
+            raise _bad(value, typ, key, where, f"got a {_digits(value)}-digit number")
         if not math.isfinite(value):
-            raise WorkbenchError(f"{key} must be a finite number, got {value!r}", where=where)
-        return value
+            raise WorkbenchError(f"{key} is {value!r}; it must be a finite number", where=where)
+        return float(value)
     if typ is str:
         if isinstance(value, str):
             return value
@@ -138,7 +141,7 @@ def coerce(value: Any, typ: Any, *, key: str, where: str | None = None,
             raise
         return tuple(items) if origin is tuple else items
     if origin is dict or typ is dict:
-        if not isinstance(value, dict):
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             raise _bad(value, typ, key, where)
         args = get_args(typ)
         if len(args) == 2 and args[1] is not Any:
@@ -155,8 +158,14 @@ def coerce(value: Any, typ: Any, *, key: str, where: str | None = None,
     raise AssertionError(f"unhandled type {typ!r} for {key}")
 
 
-def _bad(value: Any, typ: Any, key: str, where: str | None) -> WorkbenchError:
-    return WorkbenchError(f"{key} must be {describe(typ)}, got {_shown(value)}", where=where)
+def _bad(value: Any, typ: Any, key: str, where: str | None, got: str = "") -> WorkbenchError:
+    return WorkbenchError(f"{key} must be {describe(typ)}, {got or 'got ' + _shown(value)}",
+                          where=where)
+
+
+def _digits(value: int) -> int:
+    """How many digits ``value`` has, without ``str()`` (refused beyond 4300 digits)."""
+    return max(1, math.floor(abs(value).bit_length() * math.log10(2)) + 1)
 
 
 @functools.cache

@@ -10,6 +10,8 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 
 import httpx
 import pytest
@@ -238,7 +240,7 @@ def test_deep_nesting_and_huge_integers_in_a_body_are_400_not_500(engine_process
         assert r.status_code == 400, (name, r.status_code, r.text[:300])
         assert r.json()["error"]["message"], name
     assert "nested too deeply" in answers["deep"].json()["error"]["message"]
-    assert "out of range" in answers["big"].json()["error"]["message"]
+    assert "64 bits" in answers["big"].json()["error"]["message"]
     assert "finite" in answers["nan"].json()["error"]["message"]
     _still_serving(engine)
 
@@ -257,3 +259,150 @@ def test_an_unreadable_model_says_why_and_what_to_do(engine, tmp_path):
     assert bad.hint
     demo = [m for m in engine.models() if m.id == "demo"][0]
     assert demo.problems == [] and demo.arch and demo.arch["num_layers"] >= 1
+
+
+def test_the_catalog_and_runs_are_answered_before_jax_is_warm(engine_factory):
+    proc = engine_factory()  # a fresh engine: JAX and gemma import in the background
+    t0 = time.monotonic()
+    models = proc.client.models()
+    runs = proc.client.list_runs()
+    seconds = time.monotonic() - t0
+    warm = "engine modules imported" in proc.log_text()
+    assert [m for m in models if m.id == "demo"] and runs == []
+    if warm:
+        pytest.skip(f"the heavy imports were done before the catalog was asked ({seconds:.1f} s)")
+    status = proc.client.status()
+    assert not status.jax.modules_ready  # answered while gemma was still importing
+    print(f"catalog + runs on a cold engine in {seconds:.2f} s")
+
+
+def test_long_generations_do_not_hold_the_threads_that_answer_status(engine):
+    """More generations than the server has threads: status and runs still answer at once
+    (each generation waits for the device thread as a future, holding no thread)."""
+    streams = 10
+    done: list[str] = []
+
+    def generate() -> None:
+        done.append(list(engine.sample("Tell me a long story.", model="demo",
+                                       max_tokens=48))[-1].type)
+
+    threads = [threading.Thread(target=generate) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    t0 = time.monotonic()
+    while engine.status().pending_jobs < streams - 1:  # all but the one on the device
+        assert time.monotonic() - t0 < 120, "the generations did not reach the engine"
+        time.sleep(0.05)
+    slowest = 0.0
+    for _ in range(5):
+        t1 = time.monotonic()
+        engine.status()
+        engine.list_runs()
+        slowest = max(slowest, time.monotonic() - t1)
+    pending = engine.status().pending_jobs
+    for t in threads:
+        t.join(600)
+    assert done == ["done"] * streams
+    assert pending >= 1, "the generations were over before status was asked"
+    assert slowest < 5.0, f"status waited {slowest:.1f} s behind generations"
+    print(f"status + runs while {streams} generations queued: slowest {slowest * 1000:.0f} ms")
+
+
+def _leftovers(run_dir) -> list[str]:
+    return sorted(p.name for p in run_dir.glob("engine.*") if p.name != "engine.lock")
+
+
+@pytest.mark.parametrize("value", ["nonsense", "127.0.0.1:http", "127.0.0.1:70000", "::1:80",
+                                   "0.0.0.0:0", "example.com:8765"])
+def test_a_bad_tcp_value_is_one_line_and_leaves_no_socket_or_token(tmp_path, value):
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(tmp_path)}
+    for argv in (["-m", "workbench", "engine", "start", "--tcp", value],
+                 ["-m", "adapters_lib.engine", "--tcp", value]):
+        out = subprocess.run([sys.executable, *argv], env=env, capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode == 2, (argv, out.stdout, out.stderr)
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:") and "--tcp" in lines[0], lines
+        assert "Traceback" not in out.stderr
+        assert _leftovers(tmp_path / "run") == []
+    if value.startswith("0.0.0.0"):
+        assert "loopback" in lines[0] and "--tcp-any-address" in lines[0]
+
+
+def test_a_tcp_port_already_taken_ends_the_engine_in_words_and_cleans_up(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(tmp_path)}
+        out = subprocess.run([sys.executable, "-m", "adapters_lib.engine", "--no-warm",
+                              "--tcp", f"127.0.0.1:{port}"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert out.returncode == 2, out.stderr
+    log = (tmp_path / "state" / "engine.log").read_text()  # a detached engine's stderr is its log
+    assert "engine not started: --tcp: cannot listen on TCP" in log and "Traceback" not in log
+    assert _leftovers(tmp_path / "run") == []
+
+
+def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(tmp_path):
+    """The engine's lock and socket are in the state dir: removing the runtime dir (what
+    logind does at logout) leaves both, so the next client finds the engine that runs."""
+    import shutil
+
+    base = {k: v for k, v in os.environ.items() if k != "GEMMA_WORKBENCH_HOME"}
+    xdg = {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data"),
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    first_runtime, later_runtime = tmp_path / "xdg-1", tmp_path / "xdg-2"
+    for d in (first_runtime, later_runtime):
+        d.mkdir(mode=0o700)
+    env = {**base, **xdg, "XDG_RUNTIME_DIR": str(first_runtime)}
+    proc = subprocess.Popen([sys.executable, "-m", "adapters_lib.engine", "--no-warm"], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        sock = tmp_path / "state" / "gemma-workbench" / "run" / "engine.sock"
+        t0 = time.monotonic()
+        while not sock.exists():
+            assert proc.poll() is None and time.monotonic() - t0 < 60, "the engine did not start"
+            time.sleep(0.05)
+        shutil.rmtree(first_runtime)  # logout
+        later = {**base, **xdg, "XDG_RUNTIME_DIR": str(later_runtime)}
+        found = subprocess.run([sys.executable, "-m", "workbench", "engine", "status", "--json"],
+                               env=later, capture_output=True, text=True, timeout=120)
+        assert found.returncode == 0, found.stdout + found.stderr
+        assert json.loads(found.stdout)["pid"] == proc.pid
+        second = subprocess.run([sys.executable, "-m", "adapters_lib.engine", "--no-warm"],
+                                env=later, capture_output=True, text=True, timeout=120)
+        assert second.returncode == 3 and "already running" in second.stderr
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+@pytest.mark.slow  # ~40-90 s on 2 cores: a real run must be training when the signal comes
+def test_sigterm_checkpoints_and_stops_the_run_it_trains(engine_factory):
+    import signal
+    from pathlib import Path
+
+    from fixtures_engine import demo_run_config
+
+    from adapters_lib import runs
+
+    proc = engine_factory()
+    client = proc.client
+    run = client.create_run(demo_run_config(steps=500, checkpoint_every=1000))
+    t0 = time.monotonic()
+    while client.get_run(run.id, metrics=False, events=False).step < 2:
+        assert time.monotonic() - t0 < 300, "the run did not start training"
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.proc.wait(240) == 0, proc.log_text()[-3000:]
+    on_disk = runs.RunDir(Path(run.dir))
+    status = on_disk.status()
+    assert status["state"] == "stopped", status
+    assert 2 <= status["step"] < 500
+    assert runs.list_checkpoints(on_disk)[-1] == status["step"]  # saved where it stopped
+    assert not (proc.runtime / "engine.sock").exists()
+    assert not (proc.runtime / "engine.token").exists()

@@ -66,3 +66,57 @@ def test_static_import_contracts_hold():
                          capture_output=True, text=True, timeout=300, cwd=root)
     assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
     assert "0 broken" in out.stdout
+
+
+KEPT_ACYCLIC = ("adapters_lib.engine", "adapters_lib.multihost", "adapters_lib.config",
+                "adapters_lib.runs", "adapters_lib.train", "adapters_lib.keras_route",
+                "adapters_lib.jsontypes")
+"""Packages no import circle may touch (the circles #16 removed: engine/sampling ↔
+engine/service, config ↔ keras_route/options, keras_route/train → train/loop → keras_route,
+runs ↔ train/checkpoints)."""
+
+
+def _import_circles() -> list[list[str]]:
+    """Strongly connected sets of modules (function-level imports count; typing-only do not)."""
+    import grimp
+
+    graph = grimp.build_graph("adapters_lib", cache_dir=None, exclude_type_checking_imports=True)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:  # Tarjan, iterative enough for this graph's depth
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph.find_modules_directly_imported_by(v):
+            if w not in graph.modules:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                circles.append(sorted(comp))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for module in sorted(graph.modules):
+        if module not in index:
+            visit(module)
+    return circles
+
+
+def test_no_import_circle_touches_the_engine_runs_config_or_training():
+    bad = [c for c in _import_circles() if any(m.startswith(KEPT_ACYCLIC) for m in c)]
+    assert bad == [], f"import circles: {bad}"

@@ -22,9 +22,7 @@ This module never imports JAX: it is safe in the TUI process.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -32,16 +30,22 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from adapters_lib import paths
 from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
+from workbench.engine_process import (  # noqa: F401  (part of this module's interface)
+    START_TIMEOUT_S,
+    EngineNotRunning,
+    _tail,
+    engine_files,
+    read_token,
+    spawn_engine,
+)
 
 if TYPE_CHECKING:
     from workbench.remote.link import LinkEvent, RemoteLink
 
 API_VERSION = api.API_VERSION
 API = api.PREFIX
-START_TIMEOUT_S = 60.0
 
 
 class EngineRequestError(WorkbenchError):
@@ -51,56 +55,6 @@ class EngineRequestError(WorkbenchError):
                  hint: str | None = None):
         super().__init__(message, where=where, hint=hint)
         self.status = status
-
-
-class EngineNotRunning(WorkbenchError):
-    pass
-
-
-def engine_files() -> dict[str, Path]:
-    run = paths.runtime_dir()
-    return {"socket": run / "engine.sock", "token": run / "engine.token",
-            "pid": run / "engine.pid", "info": run / "engine.json",
-            "log": paths.state_dir() / "engine.log"}
-
-
-def read_token(path: Path | None = None) -> str:
-    path = path or engine_files()["token"]
-    try:
-        return path.read_text(encoding="utf-8").strip()
-    except FileNotFoundError:
-        raise EngineNotRunning("the engine is not running (no token file)", where=str(path),
-                               hint="start it with `gemma-workbench engine start`") from None
-
-
-def spawn_engine(*, tcp: str | None = None, env: dict[str, str] | None = None,
-                 on_demand: bool = True) -> subprocess.Popen:
-    """Start ``python -m adapters_lib.engine`` detached: own session, no terminal, log to file.
-
-    An engine started on demand (``on_demand``: by the TUI or a CLI command, not by
-    ``engine start``) exits after ``GEMMA_WORKBENCH_ENGINE_IDLE_EXIT`` seconds (default 1800)
-    with no run, no job and no client, so that it does not hold the accelerator forever.
-    """
-    log_path = engine_files()["log"]
-    paths.ensure_private_dir(log_path.parent)
-    cmd = [sys.executable, "-m", "adapters_lib.engine"]
-    if on_demand:
-        idle = os.environ.get("GEMMA_WORKBENCH_ENGINE_IDLE_EXIT", "1800")
-        cmd += ["--idle-exit", idle]
-    if tcp:
-        cmd += ["--tcp", tcp]
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    with os.fdopen(fd, "ab") as log:
-        return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                                start_new_session=True, close_fds=True,
-                                env=env if env is not None else os.environ.copy())
-
-
-def _tail(path: Path, lines: int = 5) -> str:
-    try:
-        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
-    except OSError:
-        return ""
 
 
 class EngineClient:

@@ -1,13 +1,14 @@
 """The engine's pure-compute requests: catalog, data check, memory/mesh estimate.
 
 No weights are loaded and nothing is compiled; they run in request threads (after the
-engine's heavy imports, see ``service.Engine._import_jax``).
+engine's heavy imports, see ``runtime``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,17 @@ HINTS = {
 }
 
 
+_CATALOG_LOCK = threading.Lock()
+"""One catalog scan at a time: a second caller waits for the first, then reads its caches
+(the catalog caches what it read per file; the engine scans once at start-up)."""
+
+
 def models(folders: tuple[str, ...] = ()) -> api.ModelList:
     """Every model the catalog finds (the demo, caches, configured and given folders)."""
     from adapters_lib import catalog
 
-    found = catalog.list_models([Path(f).expanduser() for f in folders])
+    with _CATALOG_LOCK:
+        found = catalog.list_models([Path(f).expanduser() for f in folders])
     return api.ModelList(models=[model_info(m) for m in found])
 
 

@@ -1,7 +1,8 @@
 """``python -m adapters_lib.engine``: the engine process.
 
 Start-up order (fast to ready: JAX is imported after the socket answers):
-1. take an exclusive lock (``engine.lock`` in the runtime dir): one engine per user/home;
+1. take an exclusive lock (``engine.lock`` in ``<state dir>/run``, where logout does not
+   remove it; ``locations``): one engine per user/home;
 2. log to ``<state dir>/engine.log`` (fds 1 and 2 too, so native libraries never write to a
    terminal), write ``engine.pid``;
 3. write a fresh random token to ``engine.token`` (0600), bind ``engine.sock`` (0600) and,
@@ -30,6 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from adapters_lib import __version__, paths
+from adapters_lib.engine import locations
+from adapters_lib.errors import WorkbenchError
 
 if TYPE_CHECKING:
     from adapters_lib.engine.service import Engine
@@ -38,15 +41,8 @@ log = logging.getLogger("adapters_lib.engine")
 
 
 def files() -> dict[str, Path]:
-    run = paths.runtime_dir()
-    return {
-        "socket": run / "engine.sock",
-        "token": run / "engine.token",
-        "pid": run / "engine.pid",
-        "lock": run / "engine.lock",
-        "info": run / "engine.json",
-        "log": paths.state_dir() / "engine.log",
-    }
+    """The engine's files (``locations.engine_files``: the state dir, never the runtime dir)."""
+    return locations.engine_files()
 
 
 def write_private(path: Path, text: str) -> None:
@@ -59,14 +55,8 @@ def write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def parse_tcp(text: str) -> tuple[str, int]:
-    from adapters_lib.errors import WorkbenchError
-
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise WorkbenchError(f"--tcp {text!r} is not HOST:PORT", where="--tcp",
-                             hint="e.g. --tcp 127.0.0.1:8765 (port 0 picks a free one)")
-    return host.strip("[]"), int(port)
+def parse_tcp(text: str, *, any_address: bool = False) -> tuple[str, int]:
+    return locations.parse_tcp(text, any_address=any_address)
 
 
 def _setup_logging(log_path: Path, foreground: bool) -> None:
@@ -113,25 +103,40 @@ async def _exit_when_idle(engine, stop: asyncio.Event, idle_exit: float) -> None
 
 
 async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: float = 0,
-                engine_factory: Callable[..., Engine] | None = None) -> int:
+                engine_factory: Callable[..., Engine] | None = None,
+                tcp_any_address: bool = False) -> int:
     """Serve the API until asked to stop. ``engine_factory(warm=...)`` makes the engine
-    (default ``service.Engine``; the multi-host leader passes its ``LeaderEngine``)."""
+    (default ``service.Engine``; the multi-host leader passes its ``LeaderEngine``).
+
+    Whatever ends it (a stop, a port already taken, a crash), its socket, token and info
+    files go with it: a client never finds a token for an engine that is not there."""
+    f = files()
+    address = parse_tcp(tcp, any_address=tcp_any_address) if tcp else None
+    locations.check_socket_path(f["socket"])
+    try:
+        return await _serve(f, foreground=foreground, address=address, warm=warm,
+                            idle_exit=idle_exit, engine_factory=engine_factory)
+    finally:
+        for key in ("socket", "token", "info", "pid"):
+            with contextlib.suppress(FileNotFoundError):
+                f[key].unlink()
+
+
+async def _serve(f: dict[str, Path], *, foreground: bool, address: tuple[str, int] | None,
+                 warm: bool, idle_exit: float,
+                 engine_factory: Callable[..., Engine] | None) -> int:
     from aiohttp import web
 
     from adapters_lib.engine.server import STOP_KEY, make_app
     from adapters_lib.engine.service import Engine
 
     t0 = time.perf_counter()
-    f = files()
     engine = (engine_factory or Engine)(warm=warm)
     token = secrets.token_urlsafe(32)
     write_private(f["token"], token + "\n")
     app = make_app(engine, token)
     runner = web.AppRunner(app, handle_signals=False, access_log=None, shutdown_timeout=2.0)
     await runner.setup()
-    if len(os.fsencode(f["socket"])) > 100:
-        raise SystemExit(f"socket path too long for a Unix socket: {f['socket']}; "
-                         "set XDG_RUNTIME_DIR or GEMMA_WORKBENCH_HOME to a shorter path")
     with contextlib.suppress(FileNotFoundError):
         f["socket"].unlink()  # stale: we hold the lock, so no engine is using it
     old_umask = os.umask(0o077)
@@ -141,10 +146,15 @@ async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: flo
         os.umask(old_umask)
     os.chmod(f["socket"], 0o600)
     engine.listen = {"socket": str(f["socket"])}
-    if tcp:
-        host, port = parse_tcp(tcp)
-        site = web.TCPSite(runner, host, port)
-        await site.start()
+    if address is not None:
+        site = web.TCPSite(runner, *address)
+        try:
+            await site.start()
+        except OSError as e:
+            await runner.cleanup()
+            raise WorkbenchError(f"cannot listen on TCP {address[0]}:{address[1]}: "
+                                 f"{e.strerror or e}", where="--tcp",
+                                 hint="choose another port (0 picks a free one)") from None
         sock = site._server.sockets[0]  # the real port when 0 was asked
         bound = sock.getsockname()
         engine.listen["tcp"] = f"{bound[0]}:{bound[1]}"
@@ -168,9 +178,6 @@ async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: flo
     await asyncio.to_thread(engine.shutdown)
     await asyncio.sleep(0.1)  # let the shutdown response go out
     await runner.cleanup()
-    for key in ("socket", "info", "pid"):
-        with contextlib.suppress(FileNotFoundError):
-            f[key].unlink()
     log.info("engine stopped")
     return 0
 
@@ -181,7 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--foreground", action="store_true",
                         help="also log to this terminal (default: only to the log file)")
     parser.add_argument("--tcp", metavar="HOST:PORT",
-                        help="also listen on TCP (token still required); port 0 picks one")
+                        help="also listen on TCP, on a loopback address (token still "
+                             "required); port 0 picks one")
+    parser.add_argument("--tcp-any-address", action="store_true",
+                        help="allow --tcp on a non-loopback address (plain HTTP: the token "
+                             "crosses the network in clear text)")
     parser.add_argument("--idle-exit", type=float, default=0, metavar="SECONDS",
                         help="exit after this long with no run, no job and no client "
                              "(0 = never; engines started on demand use "
@@ -190,20 +201,50 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     f = files()
-    paths.ensure_private_dir(f["socket"].parent)
-    os.chmod(f["socket"].parent, 0o700)
-    lock = _lock(f["lock"])
+    try:  # a mistake in the arguments: one line, and nothing made
+        if args.tcp:
+            parse_tcp(args.tcp, any_address=args.tcp_any_address)
+        locations.check_socket_path(f["socket"])
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    lock, held_by = take_lock(f)
     if lock is None:
-        pid = f["pid"].read_text().strip() if f["pid"].exists() else "?"
-        print(f"engine already running (pid {pid}); socket {f['socket']}", file=sys.stderr)
+        print(f"engine already running (pid {held_by}); socket {f['socket']}", file=sys.stderr)
         return 3
-    _setup_logging(f["log"], args.foreground)
-    write_private(f["pid"], f"{os.getpid()}\n")
     try:
+        _setup_logging(f["log"], args.foreground)
+        write_private(f["pid"], f"{os.getpid()}\n")
         return asyncio.run(serve(foreground=args.foreground, tcp=args.tcp,
+                                 tcp_any_address=args.tcp_any_address,
                                  warm=not args.no_warm, idle_exit=args.idle_exit))
+    except WorkbenchError as e:
+        log.error("engine not started: %s", e)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except Exception:
         log.exception("engine crashed")
         return 1
     finally:
-        os.close(lock)
+        for held in lock:
+            os.close(held)
+
+
+def take_lock(f: dict[str, Path]) -> tuple[list[int] | None, str]:
+    """The engine lock (one engine per user and device set), and the lock of an engine of an
+    earlier version (in the runtime dir), so neither runs beside this one. ``(None, pid)``
+    when another engine holds one of them."""
+    paths.ensure_private_dir(f["socket"].parent)
+    os.chmod(f["socket"].parent, 0o700)
+    held: list[int] = []
+    for path in (f["lock"], locations.legacy_lock()):
+        if path is None or (path != f["lock"] and not path.exists()):
+            continue
+        fd = _lock(path)
+        if fd is None:
+            for other in held:
+                os.close(other)
+            pid_file = path.with_name("engine.pid")
+            return None, pid_file.read_text().strip() if pid_file.exists() else "?"
+        held.append(fd)
+    return held, ""

@@ -302,7 +302,7 @@ def compare_set_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> di
 
 
 def jobs() -> dict[type, Callable[..., dict[str, Any]]]:
-    """The device job of each streaming generation command (``Engine.execute_stream``, after
+    """The device job of each streaming generation command (``engine.handlers.generation``, after
     ``prepare``): ``job(engine, cmd, prepared, emit) -> done data``."""
     from adapters_lib.engine import api
 
@@ -311,7 +311,8 @@ def jobs() -> dict[type, Callable[..., dict[str, Any]]]:
 
 def handlers() -> dict[type, Callable[[Any, Any], Any]]:
     """The answer of each non-streaming command of this area: ``handler(engine, cmd) -> reply``
-    (for the engine's handler table; today ``Engine.cmd_export``/``cmd_eval`` call them)."""
+    (the engine's handler table, ``engine.handlers.generation``, keeps export and eval off the
+    request threads: it awaits their device futures instead of calling these)."""
     from adapters_lib.engine import api
 
     return {api.Export: export, api.Eval: evaluate}

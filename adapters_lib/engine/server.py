@@ -10,6 +10,7 @@ documented in docs/engine-api.md.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import hmac
 import json
@@ -33,6 +34,10 @@ PING_S = float(os.environ.get("GEMMA_WORKBENCH_SSE_PING_S", "10"))
 ENGINE_KEY = web.AppKey("engine", Engine)
 TOKEN_KEY = web.AppKey("token", str)
 STOP_KEY = web.AppKey("stop", asyncio.Event)
+WORK_POOL_KEY = web.AppKey("work_pool", concurrent.futures.ThreadPoolExecutor)
+WORK_THREADS = 4
+STREAM_PATHS = frozenset(api.PREFIX + c.route.path for c in api.COMMANDS.values()
+                         if c.streams and "{" not in c.route.path)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -63,8 +68,7 @@ async def auth_and_errors(request: web.Request, handler: Handler) -> web.StreamR
         return error_response(413, f"request body too large ({length} > {MAX_BODY} bytes)",
                               where=request.path)
     try:
-        if request.path.endswith("/stream") or request.path in ("/v1/sample", "/v1/compare",
-                                                                 "/v1/compare-set"):
+        if request.path.endswith("/stream") or request.path in STREAM_PATHS:
             engine.open_streams += 1
             try:
                 return await handler(request)
@@ -140,9 +144,23 @@ def _query(request: web.Request, cls: type[api.Command]) -> dict[str, Any]:
     return out
 
 
-async def _run(request: web.Request, cmd: api.Command) -> web.Response:
+async def execute(request: web.Request, cmd: api.Command) -> Any:
+    """``engine.execute(cmd)`` off the event loop: quick commands in the loop's default pool,
+    slow ones (``cmd.slow``) in a pool of their own, so status and runs never wait behind a
+    catalog scan or a model load. Device work comes back as a future, awaited here: no
+    thread waits while a generation or an export runs."""
     engine = request.app[ENGINE_KEY]
-    result = await asyncio.to_thread(engine.execute, cmd)
+    loop = asyncio.get_running_loop()
+    slow = cmd.slow or bool(getattr(cmd, "wait", False))  # status?wait=1 waits for JAX
+    pool = request.app[WORK_POOL_KEY] if slow else None
+    result = await loop.run_in_executor(pool, engine.execute, cmd)
+    if isinstance(result, concurrent.futures.Future):
+        result = await asyncio.wrap_future(result)
+    return result
+
+
+async def _run(request: web.Request, cmd: api.Command) -> web.Response:
+    result = await execute(request, cmd)
     return web.json_response(api.to_jsonable(result), dumps=_dumps)
 
 
@@ -157,6 +175,10 @@ def route(cls: type[api.Command], source: str = "body", **path_params: str) -> H
         raw = await _body(request) if source == "body" else _query(request, cls)
         values = {field: request.match_info[name] for field, name in path_params.items()}
         cmd = api.parse_command(cls, raw, **values)
+        if isinstance(cmd, api.StreamRun):
+            return await stream_run(request, cmd)
+        if cmd.streams:
+            return await stream_generation(request, cmd)
         return await _run(request, cmd)
 
     return handler
@@ -183,11 +205,9 @@ class EventStream:
         await self.response.write(b": ping\n\n")
 
 
-async def stream_run(request: web.Request) -> web.StreamResponse:
+async def stream_run(request: web.Request, cmd: api.StreamRun) -> web.StreamResponse:
     engine = request.app[ENGINE_KEY]
-    cmd = api.parse_command(api.StreamRun, _query(request, api.StreamRun),
-                          run_id=request.match_info["run_id"])
-    run = await asyncio.to_thread(engine.execute, cmd)  # logs it, finds the run
+    run = await execute(request, cmd)  # logs it, finds the run
     sub = engine.hub.subscribe(run.run_id)
     stream = EventStream(request)
     try:
@@ -239,19 +259,11 @@ async def stream_run(request: web.Request) -> web.StreamResponse:
     return stream.response
 
 
-def generation(cls: type[api.Command]) -> Handler:
-    """The streaming handler of a generation command (sample, compare, compare_set)."""
-
-    async def handler(request: web.Request) -> web.StreamResponse:
-        return await stream_generation(request, cls)
-
-    return handler
-
-
-async def stream_generation(request: web.Request, cls: type[api.Command]) -> web.StreamResponse:
-    engine = request.app[ENGINE_KEY]
-    cmd = api.parse_command(cls, await _body(request))
-    run = await asyncio.to_thread(engine.prepare_generation, cmd)
+async def stream_generation(request: web.Request, cmd: api.Command) -> web.StreamResponse:
+    """A generation (sample, compare, ...): the handler checks it (errors are the HTTP status),
+    the device thread runs it, each piece is sent as it comes; the future of its ``done``
+    data is awaited on the event loop."""
+    generation = await execute(request, cmd)
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] = asyncio.Queue()
     gone = asyncio.Event()
@@ -263,7 +275,7 @@ async def stream_generation(request: web.Request, cls: type[api.Command]) -> web
         return True
 
     stream = EventStream(request)
-    task = loop.run_in_executor(None, engine.execute_stream, cmd, run, emit)
+    task = asyncio.wrap_future(generation.start(emit))
     try:
         await stream.open()
         getter: asyncio.Future | None = None
@@ -311,6 +323,10 @@ async def not_found(request: web.Request) -> web.Response:
                       hint="see docs/engine-api.md")
 
 
+async def _close_pool(app: web.Application) -> None:
+    app[WORK_POOL_KEY].shutdown(wait=False, cancel_futures=True)
+
+
 def _path_fields(path: str) -> list[str]:
     return [part[1:-1] for part in path.split("/") if part.startswith("{")]
 
@@ -320,8 +336,10 @@ def make_app(engine: Engine, token: str) -> web.Application:
     app[ENGINE_KEY] = engine
     app[TOKEN_KEY] = token
     app[STOP_KEY] = asyncio.Event()
-    special = {api.Shutdown: shutdown, api.StreamRun: stream_run, api.Sample: generation(api.Sample),
-               api.Compare: generation(api.Compare), api.CompareSet: generation(api.CompareSet)}
+    app[WORK_POOL_KEY] = concurrent.futures.ThreadPoolExecutor(
+        max_workers=WORK_THREADS, thread_name_prefix="engine-work")
+    app.on_cleanup.append(_close_pool)
+    special = {api.Shutdown: shutdown}
     for cls in api.COMMANDS.values():
         method, path, source = cls.route
         handler = special.get(cls) or route(cls, source, **{f: f for f in _path_fields(path)})

@@ -18,9 +18,12 @@ segment ids, so the Keras route always trains one example per row (unpacked).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from adapters_lib.config import RunConfig
 from adapters_lib.errors import WorkbenchError
+
+if TYPE_CHECKING:  # config calls these checks: importing it here would make a circle
+    from adapters_lib.config import RunConfig
 
 # our LoRA target names → keras-hub Gemma layer names (GemmaBackbone, Gemma2, Gemma3Backbone)
 KERAS_LORA_LAYERS = {

@@ -28,7 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     start.add_argument("--foreground", action="store_true",
                        help="run in this terminal and log here (Ctrl-C stops it)")
     start.add_argument("--tcp", metavar="HOST:PORT",
-                       help="also listen on TCP (token still required); use with care")
+                       help="also listen on TCP, on a loopback address (token still "
+                            "required); prefer --remote HOST")
+    start.add_argument("--tcp-any-address", action="store_true",
+                       help="allow --tcp on a non-loopback address (plain HTTP: the token "
+                            "crosses the network in clear text)")
     start.add_argument("--json", action="store_true", help="print one JSON object")
     start.add_argument("--multihost", action="store_true",
                        help="one engine per host of a multi-host job (jax.distributed; stays in "
@@ -74,13 +78,18 @@ def render_status(s: dict[str, Any]) -> str:
 
 
 def run_start(args: argparse.Namespace) -> int:
+    from adapters_lib.engine.locations import parse_tcp
     from workbench.client import EngineClient, engine_files, spawn_engine
 
+    if args.tcp:  # a mistake is one line, before anything starts or is written
+        parse_tcp(args.tcp, any_address=args.tcp_any_address)
+    tcp_argv = (["--tcp", args.tcp] if args.tcp else []) + (
+        ["--tcp-any-address"] if args.tcp_any_address else [])
     if args.multihost:
         from adapters_lib.engine.multihost import main as multihost_main
 
-        argv = ["--foreground"] if args.foreground else []
-        for flag, value in (("--tcp", args.tcp), ("--coordinator", args.coordinator),
+        argv = (["--foreground"] if args.foreground else []) + tcp_argv
+        for flag, value in (("--coordinator", args.coordinator),
                             ("--num-processes", args.num_processes),
                             ("--process-id", args.process_id)):
             if value is not None:
@@ -92,8 +101,7 @@ def run_start(args: argparse.Namespace) -> int:
     if args.foreground:
         from adapters_lib.engine.daemon import main as engine_main
 
-        argv = ["--foreground"] + (["--tcp", args.tcp] if args.tcp else [])
-        return engine_main(argv)
+        return engine_main(["--foreground", *tcp_argv])
     client = EngineClient()
     if client.ping():
         s = client.status().to_json()
@@ -104,7 +112,7 @@ def run_start(args: argparse.Namespace) -> int:
         _print(args, s, "engine already running\n" + render_status(s))
         return 0
     t0 = time.monotonic()
-    proc = spawn_engine(tcp=args.tcp, on_demand=False)
+    proc = spawn_engine(tcp=args.tcp, tcp_any_address=args.tcp_any_address, on_demand=False)
     client.wait_ready(proc=proc)
     seconds = time.monotonic() - t0
     s = client.status().to_json()

@@ -20,8 +20,9 @@ device code: a multi-host leader broadcasts it to every process), ``streams`` (t
 a server-sent event stream). ``route`` is its HTTP method, path and where its values travel
 (body or query); ``reply`` (or ``items``, for a stream) the type of its answer.
 
-``replies.py`` holds the reply types, ``commands.py`` the commands and their parser; this
-package exports both. Another area adds its own commands and replies there, each in a
+``replies.py`` holds the reply types, ``streams.py`` the stream items, ``commands.py`` the
+commands and their parser (``chat.py``, ``generation.py``: the generation area's); this
+package exports them all. Another area adds its own commands and replies there, each in a
 block of its own at the end of the file (and in that file's ``__all__``), never by
 reshaping these.
 """
@@ -36,6 +37,8 @@ from adapters_lib.engine.api.generation import *  # noqa: F403  (gen: registers 
 from adapters_lib.engine.api.generation import __all__ as _generation
 from adapters_lib.engine.api.replies import *  # noqa: F403
 from adapters_lib.engine.api.replies import __all__ as _replies
+from adapters_lib.engine.api.streams import *  # noqa: F403
+from adapters_lib.engine.api.streams import __all__ as _streams
 from adapters_lib.jsontypes import Record, to_jsonable
 
-__all__ = [*_replies, *_commands, *_chat, *_generation, *_evals, "Record", "to_jsonable"]
+__all__ = [*_replies, *_streams, *_commands, *_chat, *_generation, *_evals, "Record", "to_jsonable"]

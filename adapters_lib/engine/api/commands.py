@@ -14,10 +14,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from adapters_lib.engine.api.chat import ChatMessage
 from adapters_lib.engine.api.replies import (
-    COMPARE_ITEMS,
     PREFIX,
-    RUN_STREAM_ITEMS,
-    SAMPLE_ITEMS,
     DataCheckReply,
     DeleteReply,
     EngineStatus,
@@ -29,6 +26,7 @@ from adapters_lib.engine.api.replies import (
     RunSummary,
     ShutdownReply,
 )
+from adapters_lib.engine.api.streams import COMPARE_ITEMS, RUN_STREAM_ITEMS, SAMPLE_ITEMS
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.export.formats import FORMATS as EXPORT_FORMATS
 from adapters_lib.jsontypes import Record, coerce, record, type_hints
@@ -87,6 +85,9 @@ class Command(Record):
     touches_devices: ClassVar[bool] = False
     """Runs device code (multi-host: every process runs it)."""
     streams: ClassVar[bool] = False
+    slow: ClassVar[bool] = False
+    """May take seconds (a catalog scan, a data check, loading a model): the server runs it
+    in a pool of its own, so that status and run requests never wait behind it."""
     reply: ClassVar[type[Record] | None] = None
     items: ClassVar[dict[str, type[Record] | None]] = {}
     """For a stream: its item types."""
@@ -140,6 +141,7 @@ class Shutdown(Command):
 class ListModels(Command):
     name = "models"
     route = Route("GET", "/models", "query")
+    slow = True
     reply = ModelList
     folders: tuple[str, ...] = ()
     """Extra folders to search for weights, besides the configured ones."""
@@ -149,6 +151,7 @@ class ListModels(Command):
 class CheckData(Command):
     name = "data_check"
     route = Route("POST", "/data/check")
+    slow = True
     reply = DataCheckReply
     path: str = ""
     """The data file or folder."""
@@ -164,6 +167,7 @@ class CheckData(Command):
 class Estimate(Command):
     name = "estimate"
     route = Route("POST", "/estimate")
+    slow = True
     needs_jax = True
     reply = EstimateReply
     config: dict[str, Any] | None = None
@@ -249,6 +253,7 @@ class StreamRun(Command):
 class Sample(Command):
     name = "sample"
     route = Route("POST", "/sample")
+    slow = True
     needs_jax = touches_devices = streams = True
     items = SAMPLE_ITEMS
     prompt: str = ""
@@ -278,6 +283,7 @@ class Sample(Command):
 class Compare(Command):
     name = "compare"
     route = Route("POST", "/compare")
+    slow = True
     needs_jax = touches_devices = streams = True
     items = COMPARE_ITEMS
     prompt: str = ""
@@ -308,6 +314,7 @@ class Compare(Command):
 class Export(Command):
     name = "export"
     route = Route("POST", "/export")
+    slow = True
     needs_jax = touches_devices = True
     reply = ExportReply
     run_id: str = ""

@@ -14,7 +14,7 @@ from typing import Any
 
 from adapters_lib.engine.api.chat import CompareItem
 from adapters_lib.engine.api.commands import COMMANDS, LIMITS, Command, Route
-from adapters_lib.engine.api.replies import StreamError, TokenChunk
+from adapters_lib.engine.api.streams import StreamError, TokenChunk
 from adapters_lib.jsontypes import Record, record
 
 __all__ = ["CompareSet", "CompareSetDone", "COMPARE_SET_ITEMS", "Eval", "EvalReply"]
@@ -44,6 +44,7 @@ class CompareSet(Command):
 
     name = "compare_set"
     route = Route("POST", "/compare-set")
+    slow = True
     needs_jax = touches_devices = streams = True
     items = COMPARE_SET_ITEMS
     run_id: str = ""
@@ -87,6 +88,7 @@ class Eval(Command):
 
     name = "eval"
     route = Route("POST", "/eval")
+    slow = True
     needs_jax = touches_devices = True
     reply = EvalReply
     data: str = ""

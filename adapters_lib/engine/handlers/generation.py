@@ -1,0 +1,52 @@
+"""Handlers of the device jobs: sample, compare (streams) and export.
+
+Each checks its request in the request thread (errors become the HTTP status, before a
+stream opens), then hands the work to the device thread and returns at once: a
+``GenerationStream`` or a future. The jobs themselves are the generation area's
+(``engine/sampling.py``).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import TYPE_CHECKING, Any
+
+from adapters_lib.engine import api
+from adapters_lib.engine.handlers.table import Emit, GenerationStream, handles, then
+
+if TYPE_CHECKING:
+    from adapters_lib.engine.service import Engine
+
+
+@handles(api.Sample, api.Compare, api.CompareSet)
+def generate(engine: Engine, cmd: Any) -> GenerationStream:
+    """Checked here (the generation area's ``sampling.prepare``: a 4xx before the stream
+    opens), generated on the device thread (``sampling.jobs()``)."""
+    from adapters_lib.engine import sampling
+
+    prepared = sampling.prepare(engine, cmd)
+    job = sampling.jobs()[type(cmd)]
+
+    def start(emit: Emit) -> concurrent.futures.Future:
+        return engine.scheduler.submit(lambda: job(engine, cmd, prepared, emit), label=cmd.name)
+
+    return GenerationStream(prepared, start)
+
+
+@handles(api.Export)
+def export(engine: Engine, cmd: api.Export) -> concurrent.futures.Future:
+    from adapters_lib.engine import sampling
+
+    run, fmt = sampling.check_export(engine, cmd)  # a 4xx before the device thread
+    future = engine.scheduler.submit(lambda: sampling.export_job(engine, cmd, run, fmt),
+                                     label="export")
+    return then(future, api.ExportReply.from_json)
+
+
+@handles(api.Eval)
+def evaluate(engine: Engine, cmd: api.Eval) -> api.EvalReply:
+    """Loss/perplexity on a data file (``sampling.eval_job``: its checks, then the device
+    thread; it waits in the slow pool, never in the one status uses)."""
+    from adapters_lib.engine import sampling
+
+    return api.EvalReply.from_json(sampling.eval_job(engine, cmd))

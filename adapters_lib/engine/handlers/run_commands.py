@@ -1,0 +1,136 @@
+"""Handlers of the run commands: create, list, get, stop, resume, delete, stream.
+
+None needs JAX: they read and write run directories (``adapters_lib.runs``), and change the
+queue and a run's state together under the scheduler's lock (``Engine.state_of`` reads both).
+"""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from typing import TYPE_CHECKING
+
+from adapters_lib import runs
+from adapters_lib.engine import api
+from adapters_lib.engine.errors import EngineError
+from adapters_lib.engine.handlers.table import handles
+from adapters_lib.engine.scheduler import QueuedRun
+from adapters_lib.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from adapters_lib.engine.service import Engine
+
+log = logging.getLogger("adapters_lib.engine")
+
+
+def _open(engine: Engine) -> None:
+    if engine.scheduler.closing.is_set():
+        raise EngineError("the engine is shutting down", status=503)
+
+
+@handles(api.CreateRun)
+def create_run(engine: Engine, cmd: api.CreateRun) -> api.RunSummary:
+    cfg = engine.config_of(cmd.config, cmd.config_toml, cmd.overrides,
+                           cmd.source or "<run config>")
+    _open(engine)
+    with engine.scheduler.lock:  # created and queued together (state_of reads both)
+        run = engine.registry.create(cfg)
+        engine.scheduler.enqueue(QueuedRun(run, resume=False))
+    engine.publish_status(run)
+    log.info("run %s queued", run.run_id)
+    return engine.summary(run)
+
+
+@handles(api.ListRuns)
+def list_runs(engine: Engine, cmd: api.ListRuns) -> api.RunList:
+    return api.RunList(runs=[engine.summary(r) for r in engine.all_runs()])
+
+
+@handles(api.GetRun)
+def get_run(engine: Engine, cmd: api.GetRun) -> api.RunDetail:
+    run = engine.find_run(cmd.run_id)
+    out = engine.summary(run).to_json()
+    try:
+        out["config"] = tomllib.loads(run.config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        out["config"] = None
+    out["checkpoints"] = engine.registry.checkpoints(run)
+    if cmd.metrics:
+        out["metrics"] = run.metrics()
+    if cmd.events:
+        out["events"] = run.events()
+    return api.RunDetail.from_json(out)
+
+
+@handles(api.StopRun)
+def stop_run(engine: Engine, cmd: api.StopRun) -> api.RunSummary:
+    run = engine.find_run(cmd.run_id)
+    sched = engine.scheduler
+    with sched.lock:  # queue and state change together (state_of reads both)
+        active = sched.active if sched.works_on(run.path)[0] else None
+        queued = sched.take_queued(run.path)
+        if queued:
+            runs.lifecycle.settle(run, "stopped", "stopped before it started")
+    if active is not None:
+        # The loop sees it before its next step, checkpoints, and writes stopping/stopped;
+        # until then the API reports "stopping" (state_of).
+        active.stop.set()
+        engine.publish_status(run)
+    elif queued:
+        engine.publish_status(run, end=True)
+    else:
+        state = engine.state_of(run).get("state")
+        if state in runs.ACTIVE_STATES:  # a live process other than this engine trains it
+            owner = runs.lease.owner_of(run)
+            who = owner.describe() if owner else "another process"
+            raise EngineError(f"run {run.run_id} is {state} in {who}, not in this engine",
+                              status=409, hint="stop it where it runs (Ctrl-C in its terminal"
+                              + (f", or kill -INT {owner.pid}" if owner else "") + ")")
+        raise EngineError(f"run {run.run_id} is not running (it is {state})", status=409,
+                          hint="resume it with `gemma-workbench runs resume`"
+                          if state in runs.RESUMABLE_STATES else None)
+    return engine.summary(run)
+
+
+@handles(api.ResumeRun)
+def resume_run(engine: Engine, cmd: api.ResumeRun) -> api.RunSummary:
+    run = engine.find_run(cmd.run_id)
+    state = engine.summary(run).state
+    if state not in runs.RESUMABLE_STATES:
+        raise EngineError(f"run {run.run_id} is {state}; only a stopped, failed or "
+                          "interrupted run can be resumed", status=409)
+    _open(engine)
+    resume = bool(engine.registry.checkpoints(run))
+    with engine.scheduler.lock:  # the state and the queue change together
+        try:
+            runs.lease.claim(run, "queued")
+            run.set_state("queued", "resume requested" if resume
+                          else "restart requested (no checkpoint)")
+        except (runs.IllegalTransition, runs.RunOwned) as e:
+            raise EngineError(e.message, status=409, hint=e.hint) from None
+        engine.scheduler.enqueue(QueuedRun(run, resume=resume))
+    engine.publish_status(run)
+    return engine.summary(run)
+
+
+@handles(api.DeleteRun)
+def delete_run(engine: Engine, cmd: api.DeleteRun) -> api.DeleteReply:
+    run = engine.find_run(cmd.run_id)
+    state = engine.summary(run).state
+    with engine.scheduler.lock:
+        busy = any(engine.scheduler.works_on(run.path))
+    if busy or state in runs.ACTIVE_STATES:
+        raise EngineError(f"run {run.run_id} is {state}; stop it before deleting it",
+                          status=409, hint="gemma-workbench runs stop " + run.run_id)
+    try:
+        engine.registry.delete(run)
+    except WorkbenchError as e:
+        raise EngineError(e.message, status=409, where=e.where, hint=e.hint) from None
+    log.info("run %s deleted", run.run_id)
+    return api.DeleteReply(id=run.run_id, deleted=True)
+
+
+@handles(api.StreamRun)
+def stream_run(engine: Engine, cmd: api.StreamRun) -> runs.RunDir:
+    """Find the run to stream (the server does the streaming)."""
+    return engine.find_run(cmd.run_id)

@@ -1,0 +1,236 @@
+"""The device thread and its queues: one training run at a time, device jobs in between.
+
+- ``submit(fn, label)`` queues a device job (sampling, export) and returns its
+  ``concurrent.futures.Future``: nobody blocks a thread waiting for it (the server awaits it
+  on the event loop), so a long generation never holds a request thread.
+- ``enqueue(item)`` queues a training run (FIFO). While a run trains, jobs are served between
+  its steps (``drain_jobs``, called by the run's control); when idle, the device thread runs
+  them at once.
+- The device thread is supervised: whatever escapes a job or a run (a bug) is logged, the
+  run is failed through ``on_failure`` (``runs.lifecycle.record_failure``), and the loop goes
+  on; if the thread itself ends (it should not), the next ``submit``/``enqueue`` restarts it.
+  ``health()`` says which (status ``health``).
+
+``lock`` is a condition shared with the engine: the queue and a run's state change together
+under it (``Engine.state_of`` reads both).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import logging
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.engine import api
+from adapters_lib.engine.errors import EngineError
+
+log = logging.getLogger("adapters_lib.engine")
+
+
+@dataclass
+class Job:
+    """A function to run on the device thread; its result (or exception) lands in ``future``."""
+
+    fn: Callable[[], Any]
+    label: str
+    internal: bool = False
+    """Engine housekeeping (the multi-host heartbeat): not counted as work in ``status``."""
+    future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
+
+
+@dataclass
+class QueuedRun:
+    run: Any
+    """The ``runs.RunDir``."""
+    resume: bool
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class Scheduler:
+    def __init__(self, *, train: Callable[[QueuedRun], None],
+                 on_failure: Callable[[QueuedRun, BaseException], None],
+                 prepare: Callable[[], None] = lambda: None):
+        self.lock = threading.Condition()
+        self.jobs: collections.deque[Job] = collections.deque()
+        self.queue: collections.deque[QueuedRun] = collections.deque()
+        self.active: QueuedRun | None = None
+        self.closing = threading.Event()
+        self.thread: threading.Thread | None = None
+        self.thread_id: int | None = None
+        self.last_activity = time.monotonic()
+        self.restarts = 0
+        self.last_error: str | None = None
+        self._train = train
+        self._on_failure = on_failure
+        self._prepare = prepare
+
+    # ----------------------------------------------------------------- life cycle
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._supervise, name="device", daemon=True)
+        self.thread.start()
+
+    def _ensure_thread(self) -> None:
+        """Restart the device thread if it ended without being asked to."""
+        if self.thread is not None and not self.thread.is_alive() and not self.closing.is_set():
+            self.restarts += 1
+            log.error("the device thread had ended (%s): restarting it", self.last_error)
+            self.start()
+
+    def shutdown(self, settle_queued: Callable[[QueuedRun], None], timeout: float = 120.0,
+                 ) -> list[QueuedRun]:
+        """Ask the active run to stop at its next step, settle the queued ones, end the thread.
+        Returns the runs that were queued."""
+        self.closing.set()
+        with self.lock:
+            queued = list(self.queue)
+            self.queue.clear()
+            if self.active is not None:
+                self.active.stop.set()
+            for item in queued:
+                settle_queued(item)
+            self.lock.notify_all()
+        if self.thread is not None and self.thread is not threading.current_thread():
+            self.thread.join(timeout)
+        return queued
+
+    def health(self) -> api.Health:
+        thread = self.thread
+        if thread is None:
+            return api.Health(device_thread="starting", restarts=self.restarts)
+        if thread.is_alive():
+            return api.Health(device_thread="alive", error=self.last_error,
+                              restarts=self.restarts)
+        if self.closing.is_set():
+            return api.Health(device_thread="stopped", restarts=self.restarts)
+        return api.Health(device_thread="dead", error=self.last_error, restarts=self.restarts)
+
+    # ----------------------------------------------------------------- queues
+
+    def submit(self, fn: Callable[[], Any], label: str = "job", *,
+               internal: bool = False) -> concurrent.futures.Future:
+        """Queue ``fn`` for the device thread (between steps when a run trains)."""
+        if self.closing.is_set():
+            raise EngineError("the engine is shutting down", status=503)
+        job = Job(fn, label, internal)
+        with self.lock:
+            self.jobs.append(job)
+            self.lock.notify_all()
+        self._ensure_thread()
+        return job.future
+
+    def enqueue(self, item: QueuedRun) -> None:
+        """Queue a run; call with ``lock`` held when its state changes in the same step."""
+        with self.lock:
+            self.queue.append(item)
+            self.lock.notify_all()
+        self._ensure_thread()
+
+    def works_on(self, path: Path) -> tuple[bool, bool]:
+        """(active here, queued here) for the run at ``path``; call with ``lock`` held."""
+        active = self.active is not None and self.active.run.path == path
+        return active, any(q.run.path == path for q in self.queue)
+
+    def take_queued(self, path: Path) -> list[QueuedRun]:
+        """Remove the queued items of the run at ``path``; call with ``lock`` held."""
+        items = [q for q in self.queue if q.run.path == path]
+        for q in items:
+            self.queue.remove(q)
+        return items
+
+    def snapshot(self) -> tuple[str | None, list[str], int]:
+        """(active run id, queued run ids, pending jobs that are work)."""
+        with self.lock:
+            active = self.active.run.run_id if self.active else None
+            return (active, [q.run.run_id for q in self.queue],
+                    sum(1 for j in self.jobs if not j.internal))
+
+    def idle_for(self, open_streams: int = 0) -> float:
+        """Seconds since the device thread last did anything (0 while busy or streaming)."""
+        with self.lock:
+            busy = self.active is not None or bool(self.queue) or any(
+                not j.internal for j in self.jobs)
+        if busy or open_streams:
+            self.last_activity = time.monotonic()
+            return 0.0
+        return time.monotonic() - self.last_activity
+
+    def drain_jobs(self) -> None:
+        """Run the device jobs waiting now (called between training steps)."""
+        while True:
+            with self.lock:
+                if not self.jobs:
+                    return
+                job = self.jobs.popleft()
+            self._run_job(job)
+
+    # ----------------------------------------------------------------- the device thread
+
+    def _supervise(self) -> None:
+        self.thread_id = threading.get_ident()
+        while True:
+            try:
+                self._loop()
+                return
+            except BaseException as e:  # noqa: BLE001 - a bug in the loop itself
+                self.last_error = f"{type(e).__name__}: {e}"
+                self.restarts += 1
+                log.error("device loop failed (restart %d): %s\n%s", self.restarts,
+                          self.last_error, traceback.format_exc(limit=20))
+                with self.lock:
+                    self.active = None
+                if self.closing.is_set() or isinstance(e, (KeyboardInterrupt, SystemExit)):
+                    return
+                time.sleep(min(5.0, 0.1 * self.restarts))
+
+    def _loop(self) -> None:
+        while True:
+            with self.lock:
+                while not self.jobs and not self.queue and not self.closing.is_set():
+                    self.lock.wait()
+                if self.closing.is_set() and not self.jobs:
+                    return
+                job = self.jobs.popleft() if self.jobs else None
+                item = None
+                if job is None and self.queue:
+                    item = self.queue.popleft()
+                    self.active = item
+            if job is not None:
+                self._run_job(job)
+            elif item is not None:
+                self._run_item(item)
+
+    def _run_job(self, job: Job) -> None:
+        if not job.future.set_running_or_notify_cancel():
+            return
+        try:
+            self._prepare()
+            job.future.set_result(job.fn())
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting request
+            job.future.set_exception(e)
+        finally:
+            self.last_activity = time.monotonic()
+
+    def _run_item(self, item: QueuedRun) -> None:
+        try:
+            self._prepare()
+            self._train(item)
+        except Exception as e:  # noqa: BLE001 - the device thread outlives any run
+            self.last_error = f"run {item.run.run_id}: {type(e).__name__}: {e}"
+            log.exception("run %s: unexpected error around the run", item.run.run_id)
+            try:
+                self._on_failure(item, e)
+            except Exception:  # noqa: BLE001 - recording it failed too: logged, go on
+                log.exception("run %s: its failure could not be recorded", item.run.run_id)
+        finally:
+            with self.lock:
+                if self.active is item:
+                    self.active = None
+            self.last_activity = time.monotonic()
