@@ -19,6 +19,7 @@ import pytest
 
 from adapters_lib import multihost, runs
 from adapters_lib.config import load_config
+from adapters_lib.errors import WorkbenchError
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = 6
@@ -45,13 +46,13 @@ def _launch(run: runs.RunDir, tmp: Path, tag: str, *, resume: bool = False,
     port = _free_port()
     procs = []
     for i in range(2):
-        cmd = [sys.executable, "-m", "adapters_lib.multihost", "train", str(run.path),
+        entry = (["-m", "adapters_lib.multihost"] if not (stall_at and i == 1) else
+                 [str(REPO / "tests" / "multihost_stall.py"), "--stall-at-step", str(stall_at)])
+        cmd = [sys.executable, *entry, "train", str(run.path),
                "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i),
                "--timeout", "120", "--watchdog", "5"]
         if resume:
             cmd.append("--resume")
-        if stall_at and i == 1:
-            cmd += ["--stall-at-step", str(stall_at)]
         log = open(tmp / f"{tag}-{i}.log", "w")  # noqa: SIM115 - closed with the process
         procs.append(subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT))
     return procs
@@ -168,7 +169,7 @@ def test_multi_host_mesh_must_span_every_device():
 
 
 def test_incomplete_multihost_arguments_are_refused_in_words():
-    with pytest.raises(multihost.WorkbenchError, match="go together"):
+    with pytest.raises(WorkbenchError, match="go together"):
         multihost.initialize(coordinator="127.0.0.1:1234")
-    with pytest.raises(multihost.WorkbenchError, match="not in 0..1"):
+    with pytest.raises(WorkbenchError, match="not in 0..1"):
         multihost.initialize(coordinator="127.0.0.1:1234", num_processes=2, process_id=2)

@@ -5,7 +5,8 @@ Process 0 serves the API on its Unix socket; a detached run created through the 
 ``EngineClient`` trains on a mesh that spans both processes (``fsdp = 2``: every step
 all-gathers the weights across them), so it completes only if process 1 runs each step too.
 Sampling (the base model or the run's checkpoint) runs on process 0 alone; exporting a run's
-checkpoint is refused (HTTP 501) instead of hanging. ``POST /v1/shutdown`` on process 0 stops both.
+checkpoint runs on every process (its restores wait on all of them), process 0 writing it.
+``POST /v1/shutdown`` on process 0 stops both.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.client import EngineClient, EngineRequestError
+from workbench.client import EngineClient
 
 REPO = Path(__file__).resolve().parent.parent
 STEPS = 4
@@ -134,10 +135,14 @@ def test_multihost_engine_trains_a_detached_run_on_both_processes(short_home):
         # orbax restore, no barrier over the busy follower) and samples with them.
         items = list(client.sample("1 + 2 =", run_id=created["id"], max_tokens=4))
         assert items[-1]["type"] == "done" and items[-1]["data"]["complete"] is True, items[-3:]
-        # Export's restore paths still wait on every process: refused in words, engine responsive.
-        with pytest.raises(EngineRequestError, match="multi-host engine") as refused:
-            client.export(created["id"])
-        assert refused.value.status == 501
+        # Export runs on every process (OnEveryProcess): process 0 writes it, the engine stays
+        # responsive, and the follower ran the same export into a folder of its own.
+        out = home / "exported"
+        reply = client.export(created["id"], format="adapter", out=str(out))
+        assert reply.out == str(out) and reply.format == "adapter"
+        assert (out / "adapter_config.json").is_file(), sorted(p.name for p in out.iterdir())
+        follower_log = (home / "state" / "engine-process-1.log").read_text(errors="replace")
+        assert f"export of run {created['id']} done here" in follower_log, follower_log[-3000:]
         assert client.status()["busy"] is False
 
         # Stopping process 0 stops process 1 (the ``shutdown`` message), both cleanly.

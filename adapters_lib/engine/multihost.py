@@ -5,17 +5,19 @@ runs an engine; the mesh of a run spans every global device.
 
 - Process 0 runs the normal engine (``LeaderEngine``: the API on its Unix socket, the TUI and
   CLI attach to it as usual). Its device thread sends every device-touching step of the
-  SPMD program to the others through ``multihost.Bus`` *before* running it: ``train`` (run
-  dir, resume) when a run starts, then one ``step`` message a step (the stop decision, so
-  every process leaves the loop at the same step), ``heartbeat`` every few seconds while
-  idle, ``shutdown`` at the end. Sampling (base model, or a run's checkpoint restored by
-  process 0 alone: ``checkpoints.restore_params`` is process-local) runs on process 0's own
-  first device, so it needs no broadcast; export is refused (its restore paths wait on every
-  process: it would hang).
+  SPMD program to the others through ``multihost.Bus`` *before* running it, as a command's
+  ``to_json()`` (``multihost.messages``): ``Train`` when a run starts, then one ``Step`` a
+  step (the stop decision, so every process leaves the loop at the same step), ``Heartbeat``
+  every few seconds while idle, ``Stop`` at the end, and ``OnEveryProcess`` around an API
+  command that every process must run (export: its checkpoint restores wait on every
+  process). Sampling (base model, or a run's checkpoint restored by process 0 alone:
+  ``checkpoints.restore_params`` is process-local) runs on process 0's own first device, so
+  it needs no broadcast.
   ``daemon.serve`` builds this engine through its ``engine_factory`` argument.
 - Processes ≠ 0 run ``run_follower``: no API; they execute each message with the same code
-  (``multihost.train_one``), writing no metrics, events or status (``FollowerRunDir``), and
-  call orbax's save/restore on the shared ``checkpoints/`` with process 0.
+  (``multihost.train_one``; an export into a folder of their own, thrown away), writing no
+  metrics, events or status (``FollowerRunDir``), and call orbax's save/restore on the
+  shared ``checkpoints/`` with process 0.
 - A ``multihost.Watchdog`` in every process notices a lost process: process 0 marks the
   active run ``interrupted``, and every process exits (restart all of them, then resume).
 
@@ -27,18 +29,24 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import functools
 import logging
 import os
+import tempfile
 import threading
 import time
+import types
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-from adapters_lib import multihost, paths
+from adapters_lib import multihost, paths, runs
+from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
+from adapters_lib.engine.handlers import then
 from adapters_lib.engine.service import Engine, QueuedRun, RunControl
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.multihost import messages
 
 log = logging.getLogger("adapters_lib.engine")
 
@@ -55,6 +63,7 @@ class LeaderEngine(Engine):
         self.heartbeat_s = heartbeat_s
         self._beat_stop = threading.Event()
         self.watchdog: multihost.Watchdog | None = None
+        self.handlers[api.Export] = lambda engine, cmd: engine._export(cmd)
 
     def start(self) -> None:
         super().start()
@@ -64,26 +73,26 @@ class LeaderEngine(Engine):
     def _beat(self) -> None:
         while not self._beat_stop.wait(self.heartbeat_s):
             try:
-                self.on_device(self._idle_heartbeat, label="heartbeat")
+                self.on_device(self._idle_heartbeat, label="heartbeat", internal=True)
             except WorkbenchError:  # shutting down
                 return
 
     def _idle_heartbeat(self) -> None:
-        with self._cond:
-            training = self._active is not None
+        with self.scheduler.lock:
+            training = self.scheduler.active is not None
         if not training:  # a run's step messages are its heartbeat
-            self.bus.send({"command": "heartbeat", "time": time.time()})
+            self.bus.send_command(messages.Heartbeat(time=time.time()))
 
     def _on_lost(self, reason: str) -> None:
-        with self._cond:
-            active = self._active
+        with self.scheduler.lock:
+            active = self.scheduler.active
         if active is not None:
             multihost.mark_interrupted(active.run, reason, force=True)
 
     def estimate_json(self, cfg: Any) -> dict[str, Any]:
         """The estimate, plus the hosts: per-host devices and bytes, multi-host mesh problems."""
         out = super().estimate_json(cfg)
-        n, hosts = len(self._devices), multihost.process_count()
+        n, hosts = len(self.runtime.devices), multihost.process_count()
         problems = [p.to_dict() for p in multihost.validate_hosts(cfg.mesh, global_devices=n,
                                                                  processes=hosts)]
         out["mesh_problems"] = out["mesh_problems"] + problems
@@ -97,27 +106,31 @@ class LeaderEngine(Engine):
             out["summary"] = f"{out['summary']}; {out['hosts']['line']}"
         return out
 
-    def cmd_export(self, cmd: Any) -> Any:
-        self.find_run(cmd.run_id)  # a missing run is still a 404
-        self._refuse_restore("export")
+    def _export(self, cmd: api.Export) -> concurrent.futures.Future:
+        """Export on every process: its restores (merged weights, orbax catalog loaders) end
+        in barriers over every process of the job. Checked here first (a 4xx before anything
+        is broadcast), then ``OnEveryProcess`` goes out and process 0 exports."""
+        from adapters_lib.engine import sampling
 
-    @staticmethod
-    def _refuse_restore(what: str) -> NoReturn:
-        """Export restores through paths (merged weights, orbax catalog loaders) that end in a
-        barrier over every process of the job while the others wait on the ``Bus``: it would
-        hang the engine. Refuse in words instead (HTTP 501)."""
-        raise EngineError(
-            f"{what} is not available on a multi-host engine: its checkpoint restore on "
-            "process 0 alone would wait for the other processes forever",
-            status=501, where="engine start --multihost",
-            hint="use `gemma-workbench export ID` (it runs in a process of its own) where the run "
-                 "directory is visible and devices are free, or a single-host engine")
+        run, fmt = sampling.check_export(self, cmd)
 
-    def _run_training(self, item: QueuedRun) -> None:
+        def job() -> dict[str, Any]:
+            if self.scheduler.active is not None:  # between two steps: the others are in the
+                raise EngineError(                  # loop, waiting for a Step message
+                    f"run {self.scheduler.active.run.run_id} is training on every process",
+                    status=409, where="export request",
+                    hint="export when it ends (or stop it: it checkpoints and can resume)")
+            self.bus.send_command(messages.OnEveryProcess(request=cmd.to_json(),
+                                                          run_dir=str(run.path.resolve())))
+            return sampling.export_job(self, cmd, run, fmt)
+
+        return then(self.scheduler.submit(job, label="export"), api.ExportReply.from_json)
+
+    def run_training(self, item: QueuedRun) -> None:
         """The run broadcast to every process, then trained on all of them: every process
         leaves the loop at the same step; a lost peer means ``interrupted``.
 
-        The ``train`` message goes out here (inside ``Engine._train``, after its own checks)
+        The ``train`` message goes out here (inside ``training.train``, after its own checks)
         and its ``stop`` is the decision process 0 acts on, so process 0 and the others
         always agree on whether the run starts.
         """
@@ -125,10 +138,10 @@ class LeaderEngine(Engine):
 
         run = item.run
         stop = item.stop.is_set()
-        self.bus.send({"command": "train", "run_dir": str(run.path.resolve()),
-                       "resume": item.resume, "stop": stop})
+        self.bus.send_command(messages.Train(run_dir=str(run.path.resolve()),
+                                             resume=item.resume, stop=stop))
         if stop:  # the others skip it too
-            run.set_state("stopped", "stopped before it started")
+            runs.lifecycle.settle(run, "stopped", "stopped before it started")
             return
         log.info("run %s on %d processes", run.run_id, multihost.process_count())
         run.write_status("running", pid=os.getpid(), processes=multihost.process_count())
@@ -147,35 +160,67 @@ class LeaderEngine(Engine):
         if self.watchdog is not None:
             self.watchdog.stop()
         try:
-            self.bus.send({"command": "shutdown"})  # the device thread has ended: no race
+            self.bus.send_command(messages.Stop())  # the device thread has ended: no race
         except Exception:  # noqa: BLE001 - the followers may be gone already
             log.warning("multi-host: could not tell the other processes to stop", exc_info=True)
 
 
 def run_follower(bus: multihost.Bus | None = None) -> int:
-    """A process ≠ 0: execute process 0's messages until ``shutdown``."""
+    """A process ≠ 0: execute process 0's commands until ``Stop``."""
     bus = bus or multihost.Bus()
     watchdog = multihost.Watchdog().start()
     try:
         while True:
-            msg = bus.receive()
-            kind = msg.get("command")
-            if kind == "heartbeat":
+            msg = bus.receive_command()
+            if isinstance(msg, messages.Heartbeat):
                 continue
-            if kind == "shutdown":
+            if isinstance(msg, messages.Stop):
                 log.info("multi-host: process 0 asked to stop")
                 return 0
-            if kind == "train":
-                if msg.get("stop"):
-                    continue  # process 0 does not start it either
-                try:
-                    multihost.train_one(Path(msg["run_dir"]), resume=bool(msg["resume"]), bus=bus)
-                except Exception:  # noqa: BLE001 - process 0 reports it; stay in step
-                    log.exception("multi-host: run %s failed here", msg["run_dir"])
+            handler = FOLLOWER_HANDLERS.get(type(msg))
+            if handler is None:
+                log.error("multi-host: unexpected message %r", msg.name)
                 continue
-            log.error("multi-host: unexpected message %r", kind)
+            try:
+                handler(msg, bus)
+            except Exception:  # noqa: BLE001 - process 0 reports it; stay in step
+                log.exception("multi-host: %s failed here", msg.name)
     finally:
         watchdog.stop()
+
+
+def _follow_train(msg: messages.Train, bus: multihost.Bus) -> None:
+    if not msg.stop:  # else process 0 does not start it either
+        multihost.train_one(Path(msg.run_dir), resume=msg.resume, bus=bus)
+
+
+def _follow_export(cmd: api.Export, run_dir: str) -> None:
+    """Process 0's export, run here for its collectives, into a folder thrown away after."""
+    from adapters_lib.engine import sampling
+
+    run = multihost.run_dir_for(run_dir)
+    here = types.SimpleNamespace(find_run=lambda run_id: run)
+    with tempfile.TemporaryDirectory(prefix="gemma-workbench-export-") as tmp:
+        local = cmd.replace(out=str(Path(tmp) / "out"), force=False)
+        _, fmt = sampling.check_export(here, local)
+        sampling.export_job(here, local, run, fmt)
+    log.info("multi-host: export of run %s done here", run.run_id)
+
+
+FOLLOWED_COMMANDS: dict[type[api.Command], Any] = {api.Export: _follow_export}
+"""API commands a follower runs when process 0 sends them in ``OnEveryProcess``."""
+
+
+def _follow_every(msg: messages.OnEveryProcess, bus: multihost.Bus) -> None:
+    cmd = msg.api_command()
+    follow = FOLLOWED_COMMANDS.get(type(cmd))
+    if follow is None:
+        raise EngineError(f"{cmd.name} is not run on every process", status=501)
+    follow(cmd, msg.run_dir)
+
+
+FOLLOWER_HANDLERS: dict[type[api.Command], Any] = {
+    messages.Train: _follow_train, messages.OnEveryProcess: _follow_every}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--process-id", type=int)
     parser.add_argument("--foreground", action="store_true")
     parser.add_argument("--tcp", metavar="HOST:PORT")
+    parser.add_argument("--tcp-any-address", action="store_true")
     args = parser.parse_args(argv)
+    if args.tcp:  # before jax.distributed waits for the other processes
+        daemon.parse_tcp(args.tcp, any_address=args.tcp_any_address)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     info = multihost.initialize(coordinator=args.coordinator, num_processes=args.num_processes,
                                 process_id=args.process_id)
@@ -206,22 +254,23 @@ def main(argv: list[str] | None = None) -> int:
 def _serve_leader(args: argparse.Namespace, daemon: Any) -> int:
     """``daemon.main`` for process 0, serving a ``LeaderEngine`` (``engine_factory``)."""
     f = daemon.files()
-    paths.ensure_private_dir(f["socket"].parent)
-    lock = daemon._lock(f["lock"])
+    lock, held_by = daemon.take_lock(f)
     if lock is None:
-        raise WorkbenchError("an engine is already running on this host",
+        raise WorkbenchError(f"an engine is already running on this host (pid {held_by})",
                              hint="stop it (`gemma-workbench engine stop`) first")
     daemon._setup_logging(f["log"], args.foreground)
     daemon.write_private(f["pid"], f"{os.getpid()}\n")
     factory = functools.partial(LeaderEngine, bus=multihost.Bus())
     try:
         return asyncio.run(daemon.serve(foreground=args.foreground, tcp=args.tcp, warm=True,
+                                        tcp_any_address=args.tcp_any_address,
                                         engine_factory=factory))
     except Exception:
         log.exception("engine crashed")
         return 1
     finally:
-        os.close(lock)
+        for held in lock:
+            os.close(held)
 
 
 if __name__ == "__main__":
