@@ -233,4 +233,5 @@ class Scheduler:
             with self.lock:
                 if self.active is item:
                     self.active = None
+                    self.lock.notify_all()
             self.last_activity = time.monotonic()

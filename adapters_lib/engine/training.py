@@ -97,6 +97,7 @@ def train(engine: Engine, item: QueuedRun) -> None:
         with engine.scheduler.lock:  # before reconciling: this engine no longer works on it
             if engine.scheduler.active is item:
                 engine.scheduler.active = None
+                engine.scheduler.lock.notify_all()  # a delete waits for the loop to let go
             queued_again = engine.scheduler.works_on(run.path)[1]
         if not queued_again:  # resumed meanwhile: the queue owns it now
             runs.lifecycle.reconcile(run, here=False)

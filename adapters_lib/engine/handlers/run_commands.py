@@ -117,8 +117,11 @@ def resume_run(engine: Engine, cmd: api.ResumeRun) -> api.RunSummary:
 def delete_run(engine: Engine, cmd: api.DeleteRun) -> api.DeleteReply:
     run = engine.find_run(cmd.run_id)
     state = engine.summary(run).state
-    with engine.scheduler.lock:
-        busy = any(engine.scheduler.works_on(run.path))
+    sched = engine.scheduler
+    with sched.lock:
+        if state not in runs.ACTIVE_STATES:  # just ended (stopped): its loop is letting go
+            sched.lock.wait_for(lambda: not sched.works_on(run.path)[0], timeout=30)
+        busy = any(sched.works_on(run.path))
     if busy or state in runs.ACTIVE_STATES:
         raise EngineError(f"run {run.run_id} is {state}; stop it before deleting it",
                           status=409, hint="gemma-workbench runs stop " + run.run_id)
