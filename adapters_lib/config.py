@@ -325,6 +325,12 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
                              hint="fix the syntax at that line") from None
     except RecursionError:
         raise WorkbenchError("invalid TOML: nested too deeply", where=source) from None
+    except ValueError:  # an integer of thousands of digits (int()'s 4300-digit limit)
+        long = re.search(r"[0-9_]{4000,}", text)
+        line = text.count("\n", 0, long.start()) + 1 if long else None
+        raise WorkbenchError("invalid TOML: an integer of more than 4300 digits",
+                             where=f"{source}:{line}" if line else source,
+                             hint="integers must fit in 64 bits") from None
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> RunConfig:

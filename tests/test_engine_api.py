@@ -245,6 +245,31 @@ def test_deep_nesting_and_huge_integers_in_a_body_are_400_not_500(engine_process
     _still_serving(engine)
 
 
+def test_a_deep_or_huge_config_toml_and_an_uncreatable_run_dir_are_400_not_500(engine, tmp_path):
+    before = {r.id for r in engine.list_runs()}
+    deep = "[data]\nfield_map = " + "{a=" * 3000 + '"x"' + "}" * 3000 + "\n"
+    huge = "[run]\nname = 'x'\n[train]\nsteps = " + "9" * 5000 + "\n"
+    afile = tmp_path / "a-file"
+    afile.write_text("not a folder\n", encoding="utf-8")
+    cases = {"deep": dict(config_toml=deep, source="deep.toml"),
+             "huge": dict(config_toml=huge, source="huge.toml"),
+             "file": dict(config={"run": {"dir": str(afile)}}),
+             "proc": dict(config={"run": {"dir": "/proc"}})}  # exists; nothing can be made there
+    errors = {}
+    for name, kwargs in cases.items():
+        with pytest.raises(EngineRequestError) as info:
+            engine.create_run(**kwargs)
+        errors[name] = info.value
+        assert info.value.status == 400, (name, info.value.status, info.value.message)
+        assert "\n" not in info.value.message and "Traceback" not in info.value.message, name
+    assert "nested too deeply" in errors["deep"].message and errors["deep"].where == "deep.toml"
+    assert "4300 digits" in errors["huge"].message and errors["huge"].where == "huge.toml:4"
+    assert errors["file"].where == errors["proc"].where == "[run] dir"
+    assert "cannot create" in errors["proc"].message and "/proc" in errors["proc"].message
+    assert {r.id for r in engine.list_runs()} == before  # nothing half-made
+    _still_serving(engine)
+
+
 def test_an_unreadable_model_says_why_and_what_to_do(engine, tmp_path):
     folder = tmp_path / "weights" / "broken-gemma"
     folder.mkdir(parents=True)

@@ -21,13 +21,12 @@ import json
 import logging
 import threading
 import time
-import tomllib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from adapters_lib import runs
-from adapters_lib.config import RunConfig, config_from_dict
+from adapters_lib.config import RunConfig, config_from_dict, parse_toml
 from adapters_lib.engine import api, compute, handlers, training
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.hub import Hub
@@ -170,13 +169,8 @@ class Engine:
         if config is not None and toml_text:
             raise EngineError("send either config or config_toml, not both", where=source)
         raw: dict[str, Any] = config or {}
-        if toml_text:
-            try:
-                raw = tomllib.loads(toml_text)
-            except tomllib.TOMLDecodeError as e:
-                line = getattr(e, "lineno", None)
-                raise EngineError(f"invalid TOML: {getattr(e, 'msg', e)}",
-                                  where=f"{source}:{line}" if line else source) from None
+        if toml_text:  # a syntax error cites source:line; nesting too deep is one line too
+            raw = parse_toml(toml_text, source)
         return config_from_dict(raw, source=source, text=toml_text, overrides=overrides)
 
     # ----------------------------------------------------------------- runs

@@ -100,6 +100,10 @@ def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) 
             path.mkdir()
         except FileExistsError:
             continue
+        except OSError as e:  # a read-only or special folder (/proc): one line, not a traceback
+            raise WorkbenchError(f"cannot create a run directory in {parent}: {e.strerror or e}",
+                                 where="[run] dir" if cfg.run.dir else str(parent),
+                                 hint="choose a folder you can write ([run] dir)") from None
         break
     else:  # pragma: no cover - a thousand runs in one second
         raise WorkbenchError(f"cannot make a unique run directory under {parent}")
