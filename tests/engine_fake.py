@@ -68,7 +68,9 @@ class EngineFake:
     def _find(self, run_id: str) -> api.RunDetail:
         known = {**{r: self._runs[r] for r in self.run_ids},
                  **{r: api.RunDetail.from_json(s.to_json()) for r, s in self._new.items()}}
-        matches = [r for r in known if r == run_id or r.startswith(run_id)]
+        if run_id in known:  # an exact id first, then a unique prefix (as the registry)
+            return known[run_id]
+        matches = [r for r in known if r.startswith(run_id)]
         if len(matches) != 1:
             raise self._refuse("no_such_run")
         return known[matches[0]]
