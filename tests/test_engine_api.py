@@ -264,7 +264,7 @@ def test_a_deep_or_huge_config_toml_and_an_uncreatable_run_dir_are_400_not_500(e
         assert "\n" not in info.value.message and "Traceback" not in info.value.message, name
     assert "nested too deeply" in errors["deep"].message and errors["deep"].where == "deep.toml"
     assert "4300 digits" in errors["huge"].message and errors["huge"].where == "huge.toml:4"
-    assert errors["file"].where == errors["proc"].where == "[run] dir"
+    assert errors["file"].where.endswith("[run] dir") and errors["proc"].where == "[run] dir"
     assert "cannot create" in errors["proc"].message and "/proc" in errors["proc"].message
     assert {r.id for r in engine.list_runs()} == before  # nothing half-made
     _still_serving(engine)
