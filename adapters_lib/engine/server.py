@@ -146,12 +146,13 @@ def _query(request: web.Request, cls: type[api.Command]) -> dict[str, Any]:
 
 async def execute(request: web.Request, cmd: api.Command) -> Any:
     """``engine.execute(cmd)`` off the event loop: quick commands in the loop's default pool,
-    slow ones (``cmd.slow``) in a pool of their own, so status and runs never wait behind a
+    slow ones (``cmd.slow``, ``needs_jax``) in a pool of their own, so status and runs never wait behind a
     catalog scan or a model load. Device work comes back as a future, awaited here: no
     thread waits while a generation or an export runs."""
     engine = request.app[ENGINE_KEY]
     loop = asyncio.get_running_loop()
-    slow = cmd.slow or bool(getattr(cmd, "wait", False))  # status?wait=1 waits for JAX
+    # status?wait=1 and every needs_jax command (a new area's too) may wait for JAX start-up
+    slow = cmd.slow or cmd.needs_jax or bool(getattr(cmd, "wait", False))
     pool = request.app[WORK_POOL_KEY] if slow else None
     result = await loop.run_in_executor(pool, engine.execute, cmd)
     if isinstance(result, concurrent.futures.Future):
