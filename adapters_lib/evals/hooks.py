@@ -35,7 +35,7 @@ from adapters_lib.evals import records
 from adapters_lib.evals.plan import EvalPlan, plan_for
 from adapters_lib.evals.selection import Selection
 from adapters_lib.evals.task import TaskSet, likelihood
-from adapters_lib.train.trainer import TrainHook
+from adapters_lib.train.hooks import TrainHook
 
 log = logging.getLogger(__name__)
 

@@ -43,6 +43,7 @@ from typing import Any, ClassVar, Protocol
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs import ACTIVE_STATES, RunDir, lease, lifecycle
 from adapters_lib.runs.checkpoints import latest_complete
+from adapters_lib.train.hooks import TrainHook  # noqa: F401  (its home; kept importable here)
 
 log = logging.getLogger(__name__)
 
@@ -70,31 +71,6 @@ class NullControl:
 
     def between_steps(self) -> None:
         pass
-
-
-class TrainHook:
-    """Per-step/per-eval/per-checkpoint behaviour added to a run; every method is optional."""
-
-    name: ClassVar[str] = ""
-
-    def on_start(self, session: RunSession, step: int) -> None:
-        """Before the first step (``step`` > 0 on a resume)."""
-
-    def on_step(self, step: int, metrics: dict[str, Any]) -> None:
-        """A metrics record was written (every ``log_every`` steps, eval steps, the last)."""
-
-    def on_eval(self, step: int, results: dict[str, Any]) -> None:
-        """Eval results: ``{"eval_loss": x}``, or ``{"exact_match": s, "phase": ...}``."""
-
-    def on_checkpoint(self, step: int) -> None:
-        """A checkpoint of ``step`` was handed to the writer."""
-
-    def should_stop(self) -> bool:
-        """True ends the run early (checkpointed, ``completed``)."""
-        return False
-
-    def on_end(self, result: TrainResult) -> None:
-        """The run ended (completed, stopped); not called when it failed."""
 
 
 @dataclass
