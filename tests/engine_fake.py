@@ -129,7 +129,14 @@ class EngineFake:
         """The recorded creations in order (the first is a run the recording then finished);
         after them, the last one again."""
         self._log("create_run", config, **kwargs)
-        reply = self._created.pop(0) if len(self._created) > 1 else self._created[0]
+        name = ((config or {}).get("run") or {}).get("name")
+        named = [r for r in self._created if name and r.id.endswith("-" + name)]
+        if named:  # the recorded creation of a run of that name (the scenario's "stopped")
+            reply = named[0]
+            if len(self._created) > 1:
+                self._created.remove(reply)
+        else:
+            reply = self._created.pop(0) if len(self._created) > 1 else self._created[0]
         if reply.id not in self._runs:
             self._new[reply.id] = reply
         return reply
