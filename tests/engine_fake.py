@@ -65,6 +65,20 @@ class EngineFake:
         return EngineRequestError(err.message, status=err.status or 400, where=err.where,
                                   hint=err.hint)
 
+    @staticmethod
+    def _check_config(config: dict[str, Any] | None, toml_text: str, source: str) -> None:
+        """The real config check (``adapters_lib.config``, no JAX): a bad config is refused
+        as the engine refuses it (400, where, hint)."""
+        from adapters_lib.config import config_from_dict, parse_toml
+        from adapters_lib.errors import WorkbenchError
+
+        source = source or "<run config>"
+        try:
+            raw = parse_toml(toml_text, source) if toml_text else (config or {})
+            config_from_dict(raw, source=source, text=toml_text)
+        except WorkbenchError as e:
+            raise EngineRequestError(e.message, status=400, where=e.where, hint=e.hint) from None
+
     def _find(self, run_id: str) -> api.RunDetail:
         known = {**{r: self._runs[r] for r in self.run_ids},
                  **{r: api.RunDetail.from_json(s.to_json()) for r, s in self._new.items()}}
@@ -129,6 +143,7 @@ class EngineFake:
         """The recorded creations in order (the first is a run the recording then finished);
         after them, the last one again."""
         self._log("create_run", config, **kwargs)
+        self._check_config(config, kwargs.get("config_toml", ""), kwargs.get("source", ""))
         name = ((config or {}).get("run") or {}).get("name")
         named = [r for r in self._created if name and r.id.endswith("-" + name)]
         if named:  # the recorded creation of a run of that name (the scenario's "stopped")
