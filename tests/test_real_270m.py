@@ -1,8 +1,9 @@
 """The real Gemma 3 270M from its GGUF: a correct load, its tokenizer, LoRA that learns, and
 exact round trips through the adapter and Hugging Face exports.
 
-All tests share one load (``fixtures_real.real_270m``); together they take ~3-4 minutes
-on 2 cores (the LoRA run and the HF re-load dominate), which is why they are marked slow:
+All tests share one load (``fixtures_real.real_270m``); together they take ~3.5 minutes
+on 2 cores (measured at load 3-6: the LoRA test ~150 s, of it ~50 s compiles; the other five
+~50 s with the load), which is why they are marked slow:
 they are the only tests that show the workbench on real weights.
 """
 
