@@ -225,7 +225,7 @@ CLI_ROWS = [  # (id, argv, needle) — exit 2 each
     ("models in a missing folder", ["models", "--path", "does/not/exist"], "--path"),
     ("runs delete, no terminal, no --yes", ["runs", "delete", "x"],
      "runs delete: not deleting run 'x' without asking"),
-    ("export step not a number", ["export", "x", "--step", "last"], "argument --step: invalid int value"),
+    ("export step not a number", ["export", "x", "--step", "last"], "argument --step: 'last' is not a step number or 'best'"),
     ("export unknown format", ["export", "x", "--format", "pickle"], "argument --format: invalid choice"),
     ("export an unknown run", ["export", "--in-process", "no-such-run", "--format", "adapter"], "no run 'no-such-run'"),
     ("sample without a prompt", ["sample", "--model", "demo"], "the following arguments are required: --prompt"),
@@ -400,6 +400,27 @@ def test_an_ambiguous_prefix_deletes_nothing(with_engine, capsys):
 def _exe(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(EXE), *args], cwd=cwd, capture_output=True, text=True, timeout=300,
                           stdin=subprocess.DEVNULL, env={**os.environ, **env})
+
+
+@pytest.mark.parametrize(("source", "needle"), [
+    ("/nonexistent/gemma", "no such path"),
+    ("broken.gguf", "broken.gguf"),
+    ("no-such-model-id", "no model 'no-such-model-id'"),
+], ids=["missing-path", "unreadable-gguf", "unknown-id"])
+def test_a_detached_run_of_a_model_that_cannot_load_is_refused_before_its_folder_exists(
+        with_engine, capsys, tmp_path, source, needle):
+    (tmp_path / "broken.gguf").write_bytes(b"GGUF\x03\x00\x00\x00" + b"\0" * 20)  # cut short
+    config = tmp_path / "run.toml"
+    config.write_text(f'[model]\nsource = "{source}"\n[train]\nsteps = 3\n')
+    runs_dir = with_engine / "data" / "runs"
+    before = sorted(p.name for p in runs_dir.iterdir()) if runs_dir.is_dir() else []
+    code = main(["train", str(config), "--detach"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1 and err.startswith("error: ") and needle in err, err
+    assert "[model] source" in err
+    after = sorted(p.name for p in runs_dir.iterdir()) if runs_dir.is_dir() else []
+    assert after == before  # nothing made, nothing left failed behind
 
 
 LONG_NAME = "x" * 5000

@@ -35,6 +35,7 @@ from adapters_lib.catalog.gguf_entries import ensure_tokenizer, gguf_entry
 from adapters_lib.catalog.listing import (
     NoWeightsFound,
     demo_entry,
+    find,
     list_models,
     resolve,
     store_entries,
@@ -53,6 +54,6 @@ __all__ = [
     "FORMATS", "KAGGLE_FRAMEWORKS", "PADDING_ROWS", "SOURCES", "STATUSES", "TOKENIZER_NAMES",
     "ModelEntry", "NoWeightsFound", "configured_folders", "demo_entry", "detect_format", "ensure_tokenizer",
     "gguf_entry", "hf_cache_dir", "inspect_dir", "kaggle_cache_dir", "list_models",
-    "lmstudio_models_dirs", "ollama_models_dir", "orbax_shapes", "resolve", "scan_folder",
+    "lmstudio_models_dirs", "ollama_models_dir", "orbax_shapes", "resolve", "find", "scan_folder",
     "scan_hf", "scan_kaggle", "store_entries", "user_config_file", "vocab_mismatch",
 ]

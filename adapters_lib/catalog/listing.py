@@ -68,6 +68,12 @@ def resolve(source: str, paths: tuple[str | Path, ...] = ()) -> ModelEntry:
     return ensure_tokenizer(_find(source, paths))
 
 
+def find(source: str, paths: tuple[str | Path, ...] = ()) -> ModelEntry:
+    """``resolve`` without building a GGUF's tokenizer: metadata only, for a check before a
+    run exists (``WorkbenchError`` at ``[model] source`` when nothing answers to it)."""
+    return _find(source, paths)
+
+
 def _find(source: str, paths: tuple[str | Path, ...]) -> ModelEntry:
     from adapters_lib.models import starter
 

@@ -41,10 +41,13 @@ def load_from_source(spec: ModelSpec, *, param_dtype: str = "float32",
                       sharding=sharding, source=spec.source)
 
 
-def check_loadable(entry: ModelEntry, tokenizer: str = "") -> None:
-    """Raise the entry's own reason when it cannot be loaded by the gemma route."""
+def check_loadable(entry: ModelEntry, tokenizer: str = "", *, build_tokenizer: bool = True) -> None:
+    """Raise the entry's own reason when it cannot be loaded by the gemma route.
+
+    ``build_tokenizer=False``: a GGUF's tokenizer is not rebuilt here (a check before a run
+    exists stays metadata only; the load builds it)."""
     where = f"[model] source = {entry.id!r}"
-    if entry.format == "gguf" and entry.status == "ok" and not tokenizer:
+    if entry.format == "gguf" and entry.status == "ok" and not tokenizer and build_tokenizer:
         ensure_tokenizer(entry)
     if entry.format == "keras-preset":
         raise WorkbenchError("a Keras preset loads through the Keras route", where=where,

@@ -28,10 +28,24 @@ def _open(engine: Engine) -> None:
         raise EngineError("the engine is shutting down", status=503)
 
 
+def _check_model(cfg) -> None:
+    """A model the gemma route cannot find or load is refused before a run folder exists (a
+    detached run, a sweep point or the TUI's launch would otherwise leave a failed run behind).
+    Metadata only: the catalog entry and its status, no weights, no tokenizer build. The Keras
+    route also takes keras-hub preset names; it checks its source when it loads."""
+    if cfg.model.backend != "gemma" or cfg.model.source == "demo":
+        return
+    from adapters_lib import catalog
+    from adapters_lib.models.weights import check_loadable
+
+    check_loadable(catalog.find(cfg.model.source), cfg.model.tokenizer, build_tokenizer=False)
+
+
 @handles(api.CreateRun)
 def create_run(engine: Engine, cmd: api.CreateRun) -> api.RunSummary:
     cfg = engine.config_of(cmd.config, cmd.config_toml, cmd.overrides,
                            cmd.source or "<run config>")
+    _check_model(cfg)
     _open(engine)
     with engine.scheduler.lock:  # created and queued together (state_of reads both)
         run = engine.registry.create(cfg)
