@@ -145,3 +145,35 @@ def test_bad_settings_and_empty_prompts_are_user_errors(sampler):
         SamplingSettings(top_p=0.0)
     with pytest.raises(WorkbenchError, match="max_new_tokens"):
         SamplingSettings(max_new_tokens=0)
+
+
+def test_a_row_that_stops_early_in_a_batch_keeps_its_own_rate():
+    """A batched stream tells a stopped row it is done only when the batch ends (gemma's
+    sampler decodes every row to the longest): its time is its own last token's, so its
+    tokens/s is its own decode rate, not the slowest row's."""
+    import time
+
+    from adapters_lib.sample.settings import Piece, SamplingSettings
+    from adapters_lib.tuned.base import TunedModel
+
+    class Scripted(TunedModel):
+        """Two sides decoding together at ~100 tokens/s; base stops after 3 tokens, tuned
+        goes on to 30; both 'done' pieces come at the end, as a batch sends them."""
+
+        def stream(self, prompts, settings, *, chat=True):
+            for i in range(30):
+                time.sleep(0.01)
+                if i < 3:
+                    yield Piece(variant=0, row=0, text="b", token=1, side="base")
+                yield Piece(variant=1, row=0, text="t", token=1, side="tuned")
+            yield Piece(variant=0, row=0, text="", token=None, done=True, stop_reason="eos",
+                        side="base")
+            yield Piece(variant=1, row=0, text="", token=None, done=True, stop_reason="length",
+                        side="tuned")
+
+    got = Scripted().generate({"base": ["p"], "tuned": ["p"]}, SamplingSettings())
+    base, tuned = got["base"][0], got["tuned"][0]
+    assert (base.tokens, tuned.tokens) == (3, 30)
+    assert (base.stop_reason, tuned.stop_reason) == ("eos", "length")
+    assert base.seconds < tuned.seconds / 3
+    assert base.tokens_per_s > tuned.tokens_per_s / 3  # was ~1/10 of it: 2 tokens over 0.3 s

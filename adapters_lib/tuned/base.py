@@ -109,10 +109,14 @@ class TunedModel:
                 answer.text += piece.text
                 if piece.token is not None and answer.tokens == 0:
                     answer.first_token_s = time.perf_counter() - t0
-                answer.tokens += piece.token is not None
+                if piece.token is not None:
+                    answer.tokens += 1
+                    answer.seconds = time.perf_counter() - t0  # complete at its last token
                 if piece.done:
                     answer.stop_reason = piece.stop_reason or "stop"
-                    answer.seconds = time.perf_counter() - t0
+                    # in a batch, a row that stopped is told so when the batch ends: its time
+                    # (and so its rate) is its own last token's, not the slowest row's
+                    answer.seconds = answer.seconds or time.perf_counter() - t0
                 if on_piece is not None and on_piece(piece) is False:
                     break
         finally:
