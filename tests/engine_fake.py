@@ -6,7 +6,7 @@ Every answer is built with ``adapters_lib.engine.api``'s ``from_json``, so the f
 answer with a key or a type the engine does not have; ``tests/test_engine_contract.py``
 sends the same requests to a real engine and to this fake and compares the shapes. The
 recording holds two finished demo runs (``fake.run_ids``) with every metric and event, 8
-CPU devices, the catalog (the demo, and an unreadable folder), a data report, two
+CPU devices (the status at start-up and after the runs), the catalog (the demo, and an unreadable folder), a data report, two
 estimates (one with a mesh warning), sample and compare streams, an export and refusals.
 
 Use it where a test needs deterministic engine answers (TUI snapshots, screen logic);
@@ -111,8 +111,15 @@ class EngineFake:
         pass
 
     def status(self, *, wait: bool = False) -> api.EngineStatus:
+        """The first answer is the one recorded at start-up (JAX ready, gemma still
+        importing: ``modules_ready`` false); every later one is the one recorded after the
+        runs (gemma imported), as a real engine's status moves on. A recording without the
+        later answer repeats the first."""
+        first = not any(name == "status" for name, _, _ in self.calls)
         self._log("status", wait=wait)
-        return api.EngineStatus.from_json(self.data["status"])
+        later = self.data.get("status_later")
+        return api.EngineStatus.from_json(self.data["status"] if first or later is None
+                                          else later)
 
     def shutdown(self) -> api.ShutdownReply:
         self._log("shutdown")

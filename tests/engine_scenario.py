@@ -94,6 +94,7 @@ def play(client: Any, workdir: Path, *, runs: tuple[dict[str, Any], ...] | None 
         "completed_resume": refusal(lambda: client.resume_run(first)),
         "not_running": refusal(lambda: client.stop_run(first)),
     }
+    out["status_later"] = client.status()  # after runs: gemma imported (modules_ready)
     return to_jsonable(out)
 
 

@@ -1,8 +1,9 @@
 """TUI test fixtures: a static engine stand-in for deterministic snapshots.
 
 ``StaticClient`` answers like the engine client (same method names and reply shapes) from
-fixed data: a finished demo run with 40 steps of metrics, so the snapshots of every screen
-are the same on every machine. Flows that must prove the real thing (launch, stream, stop,
+fixed data: a finished demo run with 40 steps of metrics, for the key and form tests that
+assert on its exact texts. The snapshots use ``engine_fake.EngineFake`` (replies recorded
+from the real engine). Flows that must prove the real thing (launch, stream, stop,
 compare, overlay) use the real engine fixture instead.
 """
 

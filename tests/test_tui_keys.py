@@ -210,3 +210,31 @@ async def test_compare_picker_marks_the_best_step_and_lists_earlier_compares(tmp
             "› Is 17 odd?\nodd\n\n› And 18?\neven"
         wait = str(app.screen.query_one("#compare-wait", Static).render())
         assert "step 20" in wait and "And 18? (turn 2)" in wait
+
+
+async def test_quitting_while_the_engine_still_imports_gemma_does_not_wait_for_it():
+    from engine_fake import EngineFake, load_recording
+
+    recording = load_recording()
+    recording.pop("status_later", None)  # the engine never gets past "importing gemma"
+    fake = EngineFake(recording)
+    stuck = threading.Event()
+    status = fake.status
+
+    def status_until_released(*, wait: bool = False):
+        if stuck.is_set():  # a follower still polling after the test: end it, loudly
+            raise RuntimeError("the engine follower outlived the app")
+        return status(wait=wait)
+
+    fake.status = status_until_released
+    app = WorkbenchApp(fake, mode="help", remember=False)
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await pilot.pause(0.6)
+            assert "importing gemma" in app.engine_note()  # the wait is on the nav strip
+            await pilot.press("q")
+        polls = len(fake.calls)
+        await asyncio.sleep(1.0)  # the follower polls every 0.25 s while it runs
+        assert len(fake.calls) == polls, "the engine follower kept polling after quit"
+    finally:
+        stuck.set()

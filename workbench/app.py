@@ -161,8 +161,13 @@ class WorkbenchApp(App):
                             group="engine", exit_on_error=False)
 
     def follow_engine(self, client: EngineClient) -> None:
-        """(Thread worker) poll the engine's status until its JAX start-up is done."""
-        while True:
+        """(Thread worker) poll the engine's status until its JAX start-up is done, or until
+        the worker is cancelled (the app quits: an engine still importing, or one stuck in
+        its start-up, must not hold the exit)."""
+        from textual.worker import get_current_worker
+
+        worker = get_current_worker()
+        while not worker.is_cancelled:
             try:
                 phase = phase_of(client.status(), self.engine_phase)
             except Exception as err:  # noqa: BLE001
