@@ -47,6 +47,9 @@ def test_status_and_events_record_the_states(trained_demo_run):
     status = json.loads(run.status_path.read_text())
     assert status["state"] == "completed" and status["step"] == TRAINED_DEMO_STEPS
     assert status["total_steps"] == TRAINED_DEMO_STEPS and status["updated"] > 0
+    last = run.metrics()[-1]
+    assert last["step"] == TRAINED_DEMO_STEPS  # the status's loss is the last step's, as
+    assert status["loss"] == status["final_loss"] == last["loss"]  # Runs and Train show it
     events = run.events()
     states = [e["state"] for e in events if e["kind"] == "state"]
     assert states == ["queued", "running", "completed"]

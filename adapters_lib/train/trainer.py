@@ -255,11 +255,15 @@ class RunSession:
                         final_loss=result.final_loss, final_eval_loss=result.final_eval_loss)
         else:
             result.state, result.message = "stopped", self.stop_reason
-            self.settle("stopped", f"{self.stop_reason} at step {step}; resume to continue", step=step)
+            self.settle("stopped", f"{self.stop_reason} at step {step}; resume to continue", step=step,
+                        **({"loss": result.final_loss} if result.final_loss is not None else {}))
         return result
 
     def settle(self, state: str, message: str = "", **fields: Any) -> None:
-        """The run's own end (stopped, completed): state, event, lease released."""
+        """The run's own end (stopped, completed): state, event, lease released. The status's
+        ``loss`` (written at most once a second while training) becomes the last step's."""
+        if fields.get("final_loss") is not None:
+            fields.setdefault("loss", fields["final_loss"])
         self.state(state, message, **fields)
         lease.release(self.run)
 
