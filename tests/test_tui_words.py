@@ -136,3 +136,15 @@ def test_an_answer_of_blank_space_says_so():
     assert answer_markup("odd [x]") == "odd \\[x]"
     assert record_text({"prompt": "p", "base": "\n\n", "tuned": "odd"}, "base") == \
         "[dim](only blank space: 2 line breaks)[/]"
+
+
+def test_a_long_folder_id_keeps_its_start_and_its_name_in_the_table():
+    """At 80×24 a local folder's id (its whole path) pushed the status column off screen."""
+    from workbench.screens.models import ID_WIDTH, short_id
+
+    entry = {**UNREADABLE, "id": "local:/tmp/pytest-of-root/pytest-12/weights0/broken-gemma"}
+    shown = model_row(entry)[0]
+    assert len(shown) == ID_WIDTH and shown.startswith("local:…") and shown.endswith("broken-gemma")
+    assert short_id("starter:gemma-3-270m") == "starter:gemma-3-270m"
+    assert short_id("x" * 40).startswith("…") and len(short_id("x" * 40)) == ID_WIDTH
+    assert "broken-gemma" in model_detail(entry)  # the detail pane names it whole

@@ -60,10 +60,22 @@ def format_text(m: dict[str, Any]) -> str:
     return f"{m.get('format', '')} {quant}" if quant else str(m.get("format", ""))
 
 
+ID_WIDTH = 28
+"""The id column's most characters: a folder's id (``local:/a/long/path``) keeps its start
+and its end (the folder's own name); the detail pane shows it whole."""
+
+
+def short_id(entry_id: str, width: int = ID_WIDTH) -> str:
+    if len(entry_id) <= width:
+        return entry_id
+    head = entry_id.split(":", 1)[0] + ":" if ":" in entry_id[:12] else ""
+    return head + "…" + entry_id[-(width - len(head) - 1):]
+
+
 def model_row(m: dict[str, Any]) -> tuple[str, ...]:
     size = m.get("bytes")
     status = str(m.get("status", ""))
-    return (str(m.get("id", "?")), status if status == "ok" else f"✗ {status}",
+    return (short_id(str(m.get("id", "?"))), status if status == "ok" else f"✗ {status}",
             str(m.get("source", "")), format_text(m), str(m.get("size", "")),
             human_count(m.get("params")),
             gib(size) if isinstance(size, (int, float)) and size else "—",
