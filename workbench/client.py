@@ -21,7 +21,6 @@ This module never imports JAX: it is safe in the TUI process.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,21 +39,19 @@ from workbench.engine_process import (  # noqa: F401  (part of this module's int
     read_token,
     spawn_engine,
 )
+from workbench.engine_wire import (  # noqa: F401  (EngineRequestError: part of this interface)
+    EngineRequestError,
+    json_content,
+    query_params,
+    request_error,
+    sse_events,
+)
 
 if TYPE_CHECKING:
     from workbench.remote.link import LinkEvent, RemoteLink
 
 API_VERSION = api.API_VERSION
 API = api.PREFIX
-
-
-class EngineRequestError(WorkbenchError):
-    """The engine refused a request (4xx/5xx): ``status`` is the HTTP status."""
-
-    def __init__(self, message: str, *, status: int, where: str | None = None,
-                 hint: str | None = None):
-        super().__init__(message, where=where, hint=hint)
-        self.status = status
 
 
 class EngineClient:
@@ -166,10 +163,9 @@ class EngineClient:
     def _request(self, method: str, path: str, *, json_body: Any = None,
                  params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
         def send() -> httpx.Response:
-            kwargs: dict[str, Any] = {"headers": self._headers(), "params": params}
-            if json_body is not None:
-                kwargs["content"] = json.dumps(json_body).encode()
-                kwargs["headers"]["Content-Type"] = "application/json"
+            headers = self._headers()
+            kwargs: dict[str, Any] = {"headers": headers, "params": params,
+                                      "content": json_content(json_body, headers)}
             if timeout is not None:
                 kwargs["timeout"] = timeout
             return self._http.request(method, API + path, **kwargs)
@@ -178,45 +174,21 @@ class EngineClient:
         return self._result(response)
 
     @staticmethod
-    def _error(response: httpx.Response, body: bytes) -> EngineRequestError:
-        try:
-            err = json.loads(body)["error"]
-            return EngineRequestError(err.get("message") or response.reason_phrase,
-                                      status=response.status_code, where=err.get("where"),
-                                      hint=err.get("hint"))
-        except (ValueError, KeyError, TypeError):
-            return EngineRequestError(f"engine answered {response.status_code} "
-                                      f"{response.reason_phrase}", status=response.status_code)
-
-    def _result(self, response: httpx.Response) -> Any:
+    def _result(response: httpx.Response) -> Any:
         if response.status_code >= 400:
-            raise self._error(response, response.content)
+            raise request_error(response, response.content)
         return response.json()
 
     def _stream(self, method: str, path: str, *, json_body: Any = None,
                 params: dict[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         headers = self._headers() | {"Accept": "text/event-stream"}
-        content = None
-        if json_body is not None:
-            content = json.dumps(json_body).encode()
-            headers["Content-Type"] = "application/json"
+        content = json_content(json_body, headers)
         timeout = httpx.Timeout(60.0, connect=5.0)  # the engine pings every 10 s
         with self._http.stream(method, API + path, headers=headers, params=params,
                                content=content, timeout=timeout) as response:
             if response.status_code >= 400:
-                raise self._error(response, response.read())
-            kind, data = "message", []
-            for line in response.iter_lines():
-                if not line:
-                    if data:
-                        yield {"type": kind, "data": json.loads("\n".join(data))}
-                    kind, data = "message", []
-                elif line.startswith(":"):
-                    continue
-                elif line.startswith("event:"):
-                    kind = line[6:].strip()
-                elif line.startswith("data:"):
-                    data.append(line[5:].strip())
+                raise request_error(response, response.read())
+            yield from sse_events(response.iter_lines())
 
     # ----------------------------------------------------------------- typed calls
 
@@ -237,7 +209,7 @@ class EngineClient:
             method, _, source = c.route
             path = c.url()[len(api.PREFIX):]
             if source == "query":
-                return self._stream(method, path, params=_query(c))
+                return self._stream(method, path, params=query_params(c))
             return self._stream(method, path, json_body=c.payload())
 
         if self.link is None:
@@ -254,7 +226,7 @@ class EngineClient:
         method, _, source = cmd.route
         path = cmd.url()[len(api.PREFIX):]
         if source == "query":
-            return self._request(method, path, params=_query(cmd) or None, timeout=timeout)
+            return self._request(method, path, params=query_params(cmd) or None, timeout=timeout)
         return self._request(method, path, json_body=cmd.payload(), timeout=timeout)
 
     # ----------------------------------------------------------------- engine
@@ -409,12 +381,6 @@ class EngineClient:
 def _chat(messages: Sequence[Mapping[str, Any]]) -> tuple[api.ChatMessage, ...]:
     return tuple(m if isinstance(m, api.ChatMessage) else api.ChatMessage.from_json(dict(m), key="messages")
                  for m in messages)
-
-
-def _query(cmd: api.Command) -> dict[str, Any]:
-    """The command's set values (``payload``) as query parameters."""
-    return {key: ("1" if value else "0") if isinstance(value, bool) else value
-            for key, value in cmd.payload().items()}
 
 
 def connect(*, start: bool = True, timeout: float = START_TIMEOUT_S) -> EngineClient:
