@@ -20,7 +20,8 @@ down    ``mlp/linear`` (F, D)                       all
 Adapter params live beside the weight they adapt, under a key starting with ``lora``:
 ``layer_0/attn/q_einsum/lora/{q_a,q_b}``, ``layer_0/mlp/lora_gating_einsum/{gate_a,...}``.
 ``split_lora``/``merge_lora`` separate and rejoin them; ``fuse_lora`` folds them into the
-base weights (``W += scale · A·B`` per layout), which gemma's ``peft.fuse_params`` does not do.
+base weights (``W += scale · A·B`` per layout; in numpy, ``lora_fuse.py``), which gemma's
+``peft.fuse_params`` does not do.
 """
 
 from __future__ import annotations
@@ -33,25 +34,19 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import linen as nn
 from gemma import peft
 from gemma.gm.nn import _layers
 
-from adapters_lib.config import LORA_TARGETS, LoraSpec
-
-LORA_PREFIX = "lora"
-
-# weight name → the targets it can carry, with the slice index along the leading axis
-# (None = the whole weight).
-_EINSUM_TARGETS: dict[str, dict[str, int | None]] = {
-    "q_einsum": {"q": None},
-    "kv_einsum": {"k": 0, "v": 1},
-    "qkv_einsum": {"q": 0, "k": 1, "v": 2},
-    "attn_vec_einsum": {"o": None},
-    "gating_einsum": {"gate": 0, "up": 1},
-    "linear": {"down": None},
-}
+from adapters_lib.config import LoraSpec
+from adapters_lib.lora_fuse import (  # noqa: F401  (fuse_lora, iter_adapters: this module's interface)
+    _EINSUM_TARGETS,
+    LORA_PREFIX,
+    AdapterTensor,
+    _is_lora_key,
+    fuse_lora,
+    iter_adapters,
+)
 
 
 def _einsum_kind(module: _layers.Einsum) -> str | None:
@@ -257,10 +252,6 @@ def wrap(model: nn.Module, spec: LoraSpec) -> nn.Module:
 # --------------------------------------------------------------------------- trees
 
 
-def _is_lora_key(key: str) -> bool:
-    return key == LORA_PREFIX or key.startswith(LORA_PREFIX + "_")
-
-
 def split_lora(params: Mapping[str, Any]) -> tuple[dict, dict]:
     """(base, adapters): two nested dicts; neither keeps empty branches."""
     base: dict = {}
@@ -345,94 +336,3 @@ def expected_lora_params(config: Any, spec: LoraSpec) -> int:
     from adapters_lib.lora_shapes import lora_param_count
 
     return lora_param_count(config, spec.rank, tuple(spec.targets))
-
-
-# --------------------------------------------------------------------------- fusing
-
-
-def _target_delta(a: np.ndarray, b: np.ndarray, scale: float) -> np.ndarray:
-    return scale * (np.asarray(a, np.float32) @ np.asarray(b, np.float32))  # in × out
-
-
-def fuse_lora(params: Mapping[str, Any], spec: LoraSpec, transpose_gating: bool = True) -> dict:
-    """Fold adapters into the base weights: ``W += (alpha/rank)·A·B`` per einsum layout.
-
-    ``params`` is a merged tree (base + adapters); returns a plain base tree (numpy).
-    """
-    scale = spec.scale
-
-    def fuse_node(node: Mapping[str, Any]) -> dict:
-        out: dict = {}
-        adapters = {k: v for k, v in node.items() if _is_lora_key(k)}
-        for key, value in node.items():
-            if _is_lora_key(key):
-                continue
-            out[key] = fuse_node(value) if isinstance(value, Mapping) else value
-        for key, ad in adapters.items():
-            if key == LORA_PREFIX:  # attention einsum: weight is out["w"]
-                w = np.array(out["w"], np.float32)
-                targets = {t[:-2] for t in ad}
-                if w.ndim == 4:
-                    kind = "qkv_einsum" if w.shape[0] == 3 else "kv_einsum"
-                else:
-                    kind = "attn_vec_einsum" if "o" in targets else "q_einsum"
-                dtype = np.asarray(out["w"]).dtype
-                out["w"] = _fuse_weight(w, kind, ad, scale, transpose_gating).astype(dtype)
-            else:
-                weight_name = key[len(LORA_PREFIX) + 1:]
-                w = np.array(out[weight_name], np.float32)
-                dtype = np.asarray(out[weight_name]).dtype
-                out[weight_name] = _fuse_weight(w, weight_name, ad, scale, transpose_gating).astype(dtype)
-        return out
-
-    return fuse_node(params)
-
-
-def _fuse_weight(w: np.ndarray, kind: str, adapters: Mapping[str, Any], scale: float,
-                 transpose_gating: bool) -> np.ndarray:
-    slots = _EINSUM_TARGETS[kind]
-    for target, idx in slots.items():
-        if f"{target}_a" not in adapters:
-            continue
-        delta = _target_delta(adapters[f"{target}_a"], adapters[f"{target}_b"], scale)
-        if kind == "q_einsum":  # N D H ← (D, N*H)
-            n, d, h = w.shape
-            w = w + delta.reshape(d, n, h).transpose(1, 0, 2)
-        elif kind in ("kv_einsum", "qkv_einsum"):  # C K D H ← (D, K*H)
-            _, k, d, h = w.shape
-            w[idx] += delta.reshape(d, k, h).transpose(1, 0, 2)
-        elif kind == "attn_vec_einsum":  # N H D ← (N*H, D)
-            n, h, d = w.shape
-            w = w + delta.reshape(n, h, d)
-        elif kind == "gating_einsum":  # (2, F, D) transposed ← (D, F)
-            w[idx] += delta.T if transpose_gating else delta
-        elif kind == "linear":  # F D ← (F, D)
-            w = w + delta
-    return w
-
-
-@dataclasses.dataclass(frozen=True)
-class AdapterTensor:
-    """One adapter matrix pair, addressed in PEFT terms (for export)."""
-
-    layer: int
-    target: str
-    a: np.ndarray  # in × r
-    b: np.ndarray  # r × out
-
-
-def iter_adapters(lora: Mapping[str, Any]) -> list[AdapterTensor]:
-    """Every (layer, target) adapter in a LoRA tree, in layer then target order."""
-    found: list[AdapterTensor] = []
-
-    def walk(node: Mapping[str, Any], layer: int | None) -> None:
-        for key, value in node.items():
-            if isinstance(value, Mapping):
-                walk(value, int(key.split("_")[1]) if key.startswith("layer_") else layer)
-            elif key.endswith("_a") and key[:-2] in LORA_TARGETS and layer is not None:
-                t = key[:-2]
-                found.append(AdapterTensor(layer, t, np.asarray(value), np.asarray(node[f"{t}_b"])))
-
-    walk(lora, None)
-    order = {t: i for i, t in enumerate(LORA_TARGETS)}
-    return sorted(found, key=lambda x: (x.layer, order[x.target]))
