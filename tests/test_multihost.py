@@ -29,6 +29,12 @@ OVERRIDES = [f"train.steps={STEPS}", "train.checkpoint_every=3", "train.log_ever
              "mesh.tensor=1"]
 
 
+HEARTBEAT_S = 15
+"""jax.distributed's heartbeat timeout (default 100 s). When a host dies, the survivor's
+exit waits in jax's shutdown barrier until the dead one's heartbeat times out: the run is
+already marked ``interrupted`` by then, so a shorter timeout only ends the survivor sooner."""
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -50,7 +56,7 @@ def _launch(run: runs.RunDir, tmp: Path, tag: str, *, resume: bool = False,
                  [str(REPO / "tests" / "multihost_stall.py"), "--stall-at-step", str(stall_at)])
         cmd = [sys.executable, *entry, "train", str(run.path),
                "--coordinator", f"127.0.0.1:{port}", "--num-processes", "2", "--process-id", str(i),
-               "--timeout", "120", "--watchdog", "5"]
+               "--timeout", "120", "--watchdog", "5", "--heartbeat", str(HEARTBEAT_S)]
         if resume:
             cmd.append("--resume")
         log = open(tmp / f"{tag}-{i}.log", "w")  # noqa: SIM115 - closed with the process
