@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         stood_in = import_stubs.install()
         if stood_in:
             print(f"[bench] standing in for missing packages: {', '.join(stood_in)}", file=sys.stderr)
-    from bench import measures, mfu, real_270m, report, ui_measures  # noqa: F401 - each registers its measures
+    from bench import catalog_scan, measures, mfu, real_270m, report, ui_measures  # noqa: F401 - each registers its measures
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer steps/repetitions (< 10 min on 2 cores)")

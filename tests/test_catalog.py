@@ -103,6 +103,33 @@ def test_folders_from_user_config_are_scanned(weights_cache, workbench_home):
         config.unlink()
 
 
+def test_a_folder_of_models_with_one_checkpoint_lists_each_model(weights_cache, tmp_path):
+    """A folder holding one orbax checkpoint beside a GGUF and an export is a folder of models,
+    not one kagglehub-style model (which hid the other two), and a checkpoint kept in a
+    sub-folder named ``checkpoint`` is not taken for orbax's ``checkpoint`` marker file
+    (found by the 50-entry catalog bench)."""
+    import shutil
+
+    from fixtures_gguf import write_gguf
+    from fixtures_weights import DEMO_ARCH
+
+    env = weights_cache
+    mine = tmp_path / "models"
+    run = mine / "gemma3-lora-step1000"
+    shutil.copytree(env.kaggle / "models/google/gemma-3/flax/gemma3-demo-it/1/gemma3-demo-it",
+                    run / "checkpoint")
+    shutil.copy(env.tokenizer, run / "tokenizer.model")
+    gguf = write_gguf(mine / "gemma-3-demo-Q8_0.gguf", env.params, DEMO_ARCH, tokenizer=env.tokenizer,
+                      default="Q8_0")
+    shutil.copytree(env.folder / "exports" / "gemma3-demo-export", mine / "exports" / "merged")
+    found = {e.id: e for e in catalog.scan_folder(mine)}
+    want = {f"local:{p.resolve()}": fmt for p, fmt in ((run, "flax-orbax"), (gguf, "gguf"),
+                                                       (mine / "exports" / "merged", "hf-safetensors"))}
+    assert {i: found[i].format for i in found} == want
+    assert all(e.status == "ok" and e.family == "gemma3" for e in found.values()), found
+    assert found[f"local:{run.resolve()}"].checkpoint == str(run / "checkpoint")
+
+
 def test_resolve_by_id_handle_and_path(weights_cache, monkeypatch):
     env = weights_cache
     assert catalog.resolve(env.ids["hf_single"]).format == "hf-safetensors"

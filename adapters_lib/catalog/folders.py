@@ -56,8 +56,11 @@ def detect_format(folder: Path) -> tuple[str, Path] | None:
         return "hf-safetensors", folder
     if _is_orbax(folder):
         return "flax-orbax", folder
-    subs = [p for p in folder.iterdir() if p.is_dir() and _is_orbax(p)] if folder.is_dir() else []
-    if len(subs) == 1:
+    # kagglehub's <version>/ holds its checkpoint in one <variation>/ sub-folder; a folder
+    # holding that and more (GGUF files, other folders) is a folder of models, not one model
+    subs = [p for p in folder.iterdir() if p.is_dir() and not p.name.startswith(".")] \
+        if folder.is_dir() else []
+    if len(subs) == 1 and _is_orbax(subs[0]) and not gguf_files(folder):
         return "flax-orbax", subs[0]
     if config.is_file() and not gguf_files(folder):
         return "hf-safetensors", folder
@@ -65,8 +68,9 @@ def detect_format(folder: Path) -> tuple[str, Path] | None:
 
 
 def _is_orbax(folder: Path) -> bool:
-    return any((folder / n).exists() for n in ("_METADATA", "manifest.ocdbt",
-                                               "_CHECKPOINT_METADATA", "checkpoint"))
+    """Orbax's marker files (files: a sub-folder named ``checkpoint`` marks nothing)."""
+    return any((folder / n).is_file() for n in ("_METADATA", "manifest.ocdbt",
+                                                "_CHECKPOINT_METADATA", "checkpoint"))
 
 
 def _head(path: Path, n: int = 4096) -> str:
