@@ -1,11 +1,13 @@
 """Exact-match evaluation: greedy answers to the eval split's prompts, compared to the references.
 
-A small batched greedy decoder of fixed shape (one compile): prompts are right-padded into a
-``[N, T]`` buffer, each step runs the model over the whole buffer under a causal mask and
-writes the arg-max token after each row's last token. Answers are short (one word to a few
-words) so re-running the prefix costs less than setting up a KV cache, and the shapes never
-change. Generation of a row ends at the end-of-turn marker or EOS. Prompts are tokenized by
-the one prompt tokenizer (``sample.prompts.prompt_ids``), as sampling and training do.
+A small batched greedy decoder: prompts are right-padded into a ``[N, T]`` buffer and each
+row's arg-max token is appended after its last token. For a gemma Transformer
+(``model_apply_fn``) it decodes with a KV cache (``greedy_cache``: one prefill of the
+prompts, then one token a step); any other ``apply_fn`` (the Keras route's) re-runs the
+model over the whole buffer under a causal mask each step (fixed shape: one compile). The
+two give the same tokens. Generation of a row ends at the end-of-turn marker or EOS. Prompts
+are tokenized by the one prompt tokenizer (``sample.prompts.prompt_ids``), as sampling and
+training do.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from adapters_lib import greedy_cache
 from adapters_lib.sample.prompts import codec_of, prompt_ids  # noqa: F401 - the one prompt tokenizer
 
 log = logging.getLogger(__name__)
@@ -89,9 +92,9 @@ def greedy_completions(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequ
     width = min(max_length, longest + max_new_tokens)
     width = -(-width // 8) * 8  # a multiple of 8: fewer distinct shapes across calls
     stop = _stop_ids(tokenizer)
-    next_tokens = _next_tokens_fn(apply_fn)
     pieces = getattr(tokenizer, "vocab_size", 0)  # ids beyond it cannot be decoded
     pieces = int((pieces() if callable(pieces) else pieces) or 0)
+    cached = greedy_cache.decoder_for(apply_fn)
 
     results: list[tuple[list[int], bool]] = []
     for start in range(0, len(encoded), batch_size):
@@ -107,9 +110,14 @@ def greedy_completions(apply_fn: Any, params: Any, tokenizer: Any, encoded: Sequ
         done[len(chunk):] = True
         stopped = np.zeros((rows,), bool)
         out: list[list[int]] = [[] for _ in range(rows)]
+        next_tokens = cached and cached.start(params, tokens, lengths, max_new_tokens, limit=pieces)
+        if next_tokens is None:  # re-run the whole buffer each step
+            full = _next_tokens_fn(apply_fn)
+
+            def next_tokens(tokens, lengths, full=full):
+                return full(params, jnp.asarray(tokens), jnp.asarray(lengths), limit=pieces)
         for _ in range(max_new_tokens):
-            nxt = np.asarray(next_tokens(params, jnp.asarray(tokens), jnp.asarray(lengths),
-                                         limit=pieces))
+            nxt = np.asarray(next_tokens(tokens, lengths))
             for i in range(rows):
                 if done[i]:
                     continue
@@ -158,6 +166,7 @@ def model_apply_fn(model: Any) -> Any:
         out = model.apply({"params": params}, tokens, positions=positions, attention_mask=mask)
         return out.logits
 
+    apply.gemma_model = model  # greedy answers decode it with a KV cache (greedy_cache)
     return apply
 
 
