@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench import catalog_scan, measures, mfu, real_270m, report, ui_measures  # noqa: F401 - each registers its measures
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="fewer steps/repetitions (< 10 min on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="fewer steps/repetitions, and no demo-model twins of the real-270M rows "
+                             "(< 15 min on 2 cores)")
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME",
                         help=f"run only these: {', '.join(measures.MEASURES)}")
     parser.add_argument("--out", default=str(ROOT / "BENCHMARKS.md"))
@@ -56,13 +57,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         return merge(args.merge, Path(args.json), Path(args.out))
 
-    names = args.only or list(measures.MEASURES)
+    names = selected(args.only, args.quick)
     unknown = [n for n in names if n not in measures.MEASURES]
     if unknown:
         parser.error(f"unknown benchmark(s) {unknown}; choose from {list(measures.MEASURES)}")
 
     previous = _load(Path(args.json))
-    results = dict(previous.get("results", {})) if args.only else {}
+    partial = bool(args.only) or len(names) < len(measures.MEASURES)  # what is not run keeps its rows
+    results = dict(previous.get("results", {})) if partial else {}
     elsewhere = {k: v for k, v in previous.get("results", {}).items() if v.get("machine")}
     for row in results.values():  # rows kept from the last run keep the command and date that made them
         if row.get("machine"):  # measured elsewhere: its own command and date
@@ -102,6 +104,14 @@ def main(argv: list[str] | None = None) -> int:
         write()
 
     return 0
+
+
+def selected(only: list[str] | None, quick: bool) -> list[str]:
+    """The measures a run does: ``only`` as given, else every registered one (``--quick``: but the
+    demo-model twins of the real-270M rows, ``measures.NOT_QUICK``)."""
+    from bench import measures
+
+    return list(only) if only else [n for n in measures.MEASURES if not (quick and n in measures.NOT_QUICK)]
 
 
 def merge(files: list[str], json_path: Path, out: Path) -> int:

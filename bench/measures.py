@@ -16,11 +16,16 @@ from bench.report import Row, check, median_alternating
 
 SHARED_DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data"
 MEASURES: dict[str, Callable[..., list[Row]]] = {}
+NOT_QUICK: set[str] = set()
+"""Measures ``--quick`` leaves out (their rows stay, with the date that measured them): the
+demo-model twins of the real-270M rows. ``python -m bench`` and ``--only NAME`` run them."""
 
 
-def measure(name: str):
+def measure(name: str, *, quick: bool = True):
     def register(fn):
         MEASURES[name] = fn
+        if not quick:
+            NOT_QUICK.add(name)
         return fn
     return register
 
@@ -69,7 +74,7 @@ def _random_batch(rng: np.random.Generator, b: int, length: int, vocab: int) -> 
     }
 
 
-@measure("train_random")
+@measure("train_random", quick=False)  # real-270M twin: real_270m.py
 def train_random(quick: bool = False) -> list[Row]:
     """Training tokens/s, demo model, fixed-length random tokens: ours vs ref-gemma."""
     import jax
@@ -132,7 +137,7 @@ def _gsm8k_examples(limit: int) -> list[dict]:
     return out
 
 
-@measure("train_gsm8k")
+@measure("train_gsm8k", quick=False)  # real-270M twin: real_270m.py
 def train_gsm8k(quick: bool = False) -> list[Row]:
     """Useful (loss-bearing) tokens/s on GSM8K chat: ours (packing, no per-step sync) vs ref-gemma."""
     import jax
@@ -199,18 +204,51 @@ def train_gsm8k(quick: bool = False) -> list[Row]:
                  unit="tok/s", target="≥ 2×", ref_name="ref-gemma", note=note)]
 
 
-@measure("memory_270m")
-def memory_270m(quick: bool = False) -> list[Row]:
-    """Peak memory of one compiled LoRA step at the Gemma-3-270M shape (compiled analysis only)."""
+def ref_step_memory(model, abstract_base, b: int, length: int) -> dict:
+    """Compiled memory of the reference step (``gm.nn.LoRA`` r8 + adamw, full logits, no remat)
+    for ``model`` at batch ``b`` × ``length``: XLA's memory analysis, nothing runs."""
     import jax
     import jax.numpy as jnp
     import optax
     from gemma import gm, peft
 
+    from adapters_lib.train.step import memory_of
+
+    tokens = jnp.zeros((1, 8), jnp.int32)
+    ref_model = gm.nn.LoRA(rank=8, model=model, dtype=jnp.float32)
+    full = jax.eval_shape(lambda r: ref_model.init(r, tokens)["params"], jax.random.key(0))
+    _, ref_lora = peft.split_params(full)
+    ref_lora = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32), ref_lora)
+    ref_base = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract_base)
+    opt = optax.adamw(1e-4)
+
+    def loss_fn(lo, bs, tk, mk):
+        logits = ref_model.apply({"params": peft.merge_params(bs, lo)}, tk[:, :-1]).logits
+        ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), tk[:, 1:])
+        return jnp.sum(ce * mk[:, 1:]) / jnp.sum(mk[:, 1:])
+
+    def step(lo, st, bs, tk, mk):
+        loss, g = jax.value_and_grad(loss_fn)(lo, bs, tk, mk)
+        up, st = opt.update(g, st, lo)
+        return optax.apply_updates(lo, up), st, loss
+
+    opt_state = jax.eval_shape(opt.init, ref_lora)
+    tk = jax.ShapeDtypeStruct((b, length + 1), jnp.int32)
+    mk = jax.ShapeDtypeStruct((b, length + 1), jnp.float32)
+    return memory_of(jax.jit(step, donate_argnums=(0, 1)).lower(ref_lora, opt_state, ref_base, tk, mk).compile())
+
+
+@measure("memory_270m", quick=False)  # real-270M twin: real_270m.py
+def memory_270m(quick: bool = False) -> list[Row]:
+    """Peak memory of one compiled LoRA step at the Gemma-3-270M shape (compiled analysis only)."""
+    import jax
+    import jax.numpy as jnp
+    from gemma import gm
+
     from adapters_lib import lora
     from adapters_lib import mesh as mesh_lib
     from adapters_lib.train.optimizer import make_optimizer
-    from adapters_lib.train.step import build_steps, memory_of
+    from adapters_lib.train.step import build_steps
 
     b, length = 4, 1024
     model = gm.nn.Gemma3_270M(dtype=jnp.bfloat16, text_only=True) if "text_only" in gm.nn.Gemma3_270M.__dataclass_fields__ \
@@ -230,28 +268,7 @@ def memory_270m(quick: bool = False) -> list[Row]:
                         jax.tree.map(lambda x: jnp.zeros(x.shape, x.dtype), base), abstract_lora,
                         seq_len=length)
     ours = steps.compiled_memory((b, length))
-
-    # reference: gm.nn.LoRA + adamw, full logits, no remat, same dtypes
-    ref_model = gm.nn.LoRA(rank=8, model=model, dtype=jnp.float32)
-    full = jax.eval_shape(lambda r: ref_model.init(r, tokens)["params"], jax.random.key(0))
-    ref_base, ref_lora = peft.split_params(full)
-    ref_lora = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.float32), ref_lora)
-    opt = optax.adamw(1e-4)
-
-    def loss_fn(lo, bs, tk, mk):
-        logits = ref_model.apply({"params": peft.merge_params(bs, lo)}, tk[:, :-1]).logits
-        ce = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), tk[:, 1:])
-        return jnp.sum(ce * mk[:, 1:]) / jnp.sum(mk[:, 1:])
-
-    def step(lo, st, bs, tk, mk):
-        loss, g = jax.value_and_grad(loss_fn)(lo, bs, tk, mk)
-        up, st = opt.update(g, st, lo)
-        return optax.apply_updates(lo, up), st, loss
-
-    opt_state = jax.eval_shape(opt.init, ref_lora)
-    tk = jax.ShapeDtypeStruct((b, length + 1), jnp.int32)
-    mk = jax.ShapeDtypeStruct((b, length + 1), jnp.float32)
-    ref = memory_of(jax.jit(step, donate_argnums=(0, 1)).lower(ref_lora, opt_state, ref_base, tk, mk).compile())
+    ref = ref_step_memory(model, base, b, length)
     note = (f"Gemma3-270M shape (vocab 262,144), batch {b}×{length}, bf16 weights, LoRA r8 all targets; "
             f"ours: chunked CE + remat (temp {ours['temp'] / 2**30:.2f} GiB); "
             f"ref: full logits, no remat (temp {ref['temp'] / 2**30:.2f} GiB)")
@@ -267,7 +284,7 @@ def _quiet() -> None:
 # --------------------------------------------------------------------------- generation
 
 
-@measure("ab_pair")
+@measure("ab_pair", quick=False)  # real-270M twin: real_270m.py
 def ab_pair(quick: bool = False) -> list[Row]:
     """A/B pair tokens/s (one batched computation) vs two sequential gm.text.Sampler calls."""
     import jax

@@ -12,6 +12,7 @@ few minutes on 2 shared cores; the repetitions are in each row's note.
 
 from __future__ import annotations
 
+import re
 import resource
 import time
 
@@ -118,39 +119,68 @@ def _load_row() -> tuple[Row, object]:
     return row, loaded
 
 
+def _op_kind(name: str) -> str:
+    """A profiled XLA:CPU op's kind: its fusion name without the number (``ynn_fusion.78`` → ``ynn_fusion``)."""
+    return re.sub(r"[._]\d+$", "", name)
+
+
+def _profile_shares(run_step, top: int = 400) -> tuple[float, list[tuple[str, float]]]:
+    """(ms per step in the traced ops, [(op kind, share of them)]) from a ``jax.profiler`` trace of one step.
+
+    On a CPU the matmuls are ``ynn_fusion`` (YNNPACK dots, with what XLA fused into them) or ``dot``;
+    the rest are elementwise/reduction fusions and copies."""
+    import collections
+    import tempfile
+
+    from bench.mfu import _profile_top_ops
+
+    with tempfile.TemporaryDirectory() as logdir:
+        ops = _profile_top_ops(run_step, logdir, n_steps=1, top=top)
+    total = sum(ms for _, ms in ops) or 1.0
+    kinds: collections.Counter = collections.Counter()
+    for name, ms in ops:
+        kinds[_op_kind(name)] += ms
+    return total, [(k, ms / total) for k, ms in kinds.most_common(6)]
+
+
 def _train_rows(loaded, quick: bool) -> list[Row]:
-    """LoRA train tokens/s f32 and bf16 vs ref-gemma (random tokens), and the CPU MFU of both."""
+    """LoRA train tokens/s f32 and bf16 vs ref-gemma (random tokens), the CPU MFU of both, and
+    where our step's time goes (a profile of one step of each)."""
     import jax
     import jax.numpy as jnp
 
     from bench.refs import RefGemmaTrainer
 
-    b, seq, n_steps, reps = 1, (256 if quick else 512), 1, (3 if quick else 5)
+    b, seq, n_steps, reps = 1, 512, 1, (2 if quick else 5)
     rng = np.random.default_rng(0)
     batches = [_random_batch(rng, b, seq, loaded.config.num_embed) for _ in range(n_steps)]
     ref_batches = [(np.concatenate([x["tokens"], x["targets"][:, -1:]], 1), np.ones((b, seq + 1), np.int32))
                    for x in batches]
-    rows, step_s = [], {}
-    dtypes = ("float32",) if quick else ("float32", "bfloat16")  # --quick: f32 only (2 shared cores)
+    rows, step_s, profiles = [], {}, {}
+    dtypes = ("float32", "bfloat16")
     for dtype in dtypes:
         params = loaded.params if dtype == "float32" else jax.tree.map(lambda x: x.astype(jnp.bfloat16),
                                                                        loaded.params)
         steps, state = _steps(_train_cfg(b, seq, dtype), loaded, params, seq)
         ours = _runner(steps, state, batches)
-        # the reference computes in the model's dtype (its LoRA params stay f32, as ours)
+        # the reference computes in the model's dtype; its LoRA weights are gm.nn.LoRA's default
+        # dtype (bf16) in the bf16 row — f32 LoRA weights there would promote every adapted
+        # einsum's output, and so the whole reference step, to f32 — and f32 in the f32 row
         ref_model = loaded.model if dtype == "float32" else loaded.model.clone(dtype=jnp.bfloat16)
-        ref = RefGemmaTrainer(model=ref_model, base_params=params, rank=8)
+        ref = RefGemmaTrainer(model=ref_model, base_params=params, rank=8, dtype=jnp.dtype(dtype))
         reference = _ref_runner(ref, ref_batches)
         ours(), reference()  # compile
         med = median_alternating({"ours": ours, "ref": reference}, reps)
         step_s[dtype] = med["ours"] / n_steps
+        profiles[dtype] = _profile_shares(lambda ours=ours: (ours(), {"loss": jnp.zeros(())})[1])
         tokens = n_steps * b * seq
         target = "≥ 1.5×" if dtype == "float32" else ""
-        rows.append(_row(f"train tokens/s (real 270M, {dtype[:4] if dtype == 'bfloat16' else 'f32'})",
+        rows.append(_row(f"train tokens/s (real 270M, {'bf16' if dtype == 'bfloat16' else 'f32'})",
                          tokens / med["ours"], tokens / med["ref"], unit="tok/s", target=target,
                          ref_name="ref-gemma",
                          note=f"real weights, random tokens (loss on every position: both sides compute "
-                              f"every logit), LoRA r8 all targets, {dtype} weights+compute, batch {b}×{seq}, "
+                              f"every logit), LoRA r8 all targets, {dtype} weights+compute (ours keeps f32 LoRA "
+                              f"weights, cast per step; ref's LoRA weights {dtype}), batch {b}×{seq}, "
                               f"{n_steps} step × {reps} reps (median, alternating)"))
         del steps, state, ref
     flops = lora_step_flops(loaded.config, batch=b, seq=seq)
@@ -159,6 +189,8 @@ def _train_rows(loaded, quick: bool) -> list[Row]:
         label = "bf16" if dtype == "bfloat16" else "f32"
         achieved = flops / step_s[dtype] / 1e12
         mfu = 100 * achieved / peaks["bf16"]
+        traced, shares = profiles[dtype]
+        where = ", ".join(f"{kind} {100 * share:.0f} %" for kind, share in shares)
         rows.append(Row(measure=f"CPU MFU, real-270M LoRA step ({label})", ours=mfu, unit="% of bf16 peak",
                         target="≥ 40 %", met=mfu >= 40,
                         note=f"{achieved * 1e3:.1f} GFLOP/s achieved ({flops / 1e12:.3f} TFLOP/step, "
@@ -166,7 +198,8 @@ def _train_rows(loaded, quick: bool) -> list[Row]:
                              f"GFLOP/s of a bf16 2048³ matmul measured in this run (best of 4; f32: "
                              f"{peaks['f32'] * 1e3:.1f} GFLOP/s, {100 * achieved / peaks['f32']:.0f} % of it); "
                              "model FLOPs only (bench.mfu.lora_step_flops: every logit, as random "
-                             "tokens need)"))
+                             f"tokens need); profile of one step ({traced / 1e3:.2f} s in XLA ops; ynn_fusion "
+                             f"= the matmuls): {where}"))
     return rows
 
 
@@ -178,7 +211,7 @@ def _gsm8k_rows(loaded, quick: bool) -> list[Row]:
 
     if not (SHARED_DATA / "gsm8k" / "train.jsonl").is_file():
         return [Row(measure="useful tokens/s (GSM8K chat, real 270M)", note="skipped: ../shared/data/gsm8k missing")]
-    b, seq, n_steps, reps = 2, 512, 1, (3 if quick else 5)
+    b, seq, n_steps, reps = 2, 512, 1, (2 if quick else 5)
     cfg = _train_cfg(b, seq, "float32", path=str(SHARED_DATA / "gsm8k" / "train.jsonl"), format="qa",
                      packing=True, eval_fraction=0.0)
     pipe = build_pipeline(cfg.data, loaded.tokenizer, batch_size=b, seed=0)
@@ -292,13 +325,40 @@ def _ab_rows(loaded, quick: bool) -> list[Row]:
     keys = jax.random.split(jax.random.key(1), len(leaves))
     adapters = jax.tree.unflatten(tree, [x + 0.01 * jax.random.normal(k, x.shape)
                                          for x, k in zip(leaves, keys, strict=True)])
-    reps = 3 if quick else 5
+    reps = 2 if quick else 5
     out = measure_ab_speed(loaded, spec, adapters, ["What is 3 plus 4?"], max_new_tokens=16 if quick else 32,
                            repeats=reps)
     return [_row("A/B pair tokens/s (real 270M, 1 prompt)", out["ours_tokens_per_s"], out["ref_tokens_per_s"],
                  unit="tok/s", target="≥ 1.8×", ref_name="ref-sampler ×2",
                  note=f"real weights, greedy, {out['max_new_tokens']} new tokens, f32; ref unpadded "
                       f"(pad_length=None); {reps} reps")]
+
+
+def _memory_rows(loaded, quick: bool) -> list[Row]:
+    """Peak step memory at batch 4×1024 on the real weights (XLA's compiled memory analysis of
+    ours and of ref-gemma's step), with the GGUF load's own host memory beside it."""
+    import jax
+    import jax.numpy as jnp
+
+    from bench.measures import ref_step_memory
+
+    b, length = 4, 1024
+    params = jax.tree.map(lambda x: x.astype(jnp.bfloat16), loaded.params)
+    cfg = _cfg(lora={"rank": 8, "alpha": 16.0, "targets": ["all"], "dtype": "float32"},
+               train={"batch_size": b, "remat": True, "compute_dtype": "bfloat16", "param_dtype": "bfloat16"},
+               data={"max_length": length})
+    steps, _ = _steps(cfg, loaded, params, length)
+    ours = steps.compiled_memory((b, length))
+    ref = ref_step_memory(loaded.model.clone(dtype=jnp.bfloat16), params, b, length)
+    del steps, params
+    load_note = _LOADED["row"].note.split("; ")[1] if "row" in _LOADED else "load not measured"
+    return [_row("peak step memory (real 270M)", ours["total"] / 2**30, ref["total"] / 2**30, unit="GiB",
+                 target="≤ 0.0562×", ref_name="ref-gemma",
+                 note=f"real weights (bf16), batch {b}×{length}, LoRA r8 all targets; compiled memory analysis "
+                      f"of each step (weights, optimizer state, batch, temporaries); ours: chunked CE + remat "
+                      f"(temp {ours['temp'] / 2**30:.2f} GiB); ref: full logits, no remat (temp "
+                      f"{ref['temp'] / 2**30:.2f} GiB); target: no worse than the 270M-shape row's 0.0562×; "
+                      f"GGUF load: {load_note}")]
 
 
 _LOADED: dict = {}
@@ -330,6 +390,7 @@ def _part(fn):
 
 
 MEASURE_PARTS = {"real_270m_attention": _attention_rows, "real_270m_train": _train_rows,
+                 "real_270m_memory": _memory_rows,
                  "real_270m_ab": _ab_rows, "real_270m_gsm8k": _gsm8k_rows}
 for _name, _fn in MEASURE_PARTS.items():
     measure(_name)(_part(_fn))

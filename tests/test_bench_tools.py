@@ -45,3 +45,17 @@ def test_merge_keeps_rows_from_another_machine(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "bench", "--merge", str(tmp_path / "none.json"), "--json",
                           str(latest), "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "no results" in bad.stderr
+
+
+def test_quick_leaves_out_only_the_demo_twins_of_the_real_270m_rows():
+    code = textwrap.dedent("""
+        from bench import __main__ as bench_main
+        from bench import catalog_scan, measures, mfu, real_270m, ui_measures  # noqa: F401 - register
+        quick, full = bench_main.selected(None, True), bench_main.selected(None, False)
+        assert set(full) == set(measures.MEASURES) and set(full) - set(quick) == measures.NOT_QUICK
+        assert measures.NOT_QUICK == {"train_random", "train_gsm8k", "memory_270m", "ab_pair"}
+        assert {"real_270m_train", "real_270m_gsm8k", "real_270m_memory", "real_270m_ab"} <= set(quick)
+        assert bench_main.selected(["ab_pair"], True) == ["ab_pair"]  # --only runs what it names
+    """)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
