@@ -5,7 +5,7 @@ row's arg-max token is appended after its last token. For a gemma Transformer
 (``model_apply_fn``) it decodes with a KV cache (``greedy_cache``: one prefill of the
 prompts, then one token a step); any other ``apply_fn`` (the Keras route's) re-runs the
 model over the whole buffer under a causal mask each step (fixed shape: one compile). The
-two give the same tokens. Generation of a row ends at the end-of-turn marker or EOS. Prompts
+two give the same tokens in float32 (bfloat16: up to rounding). Generation of a row ends at the end-of-turn marker or EOS. Prompts
 are tokenized by the one prompt tokenizer (``sample.prompts.prompt_ids``), as sampling and
 training do.
 """

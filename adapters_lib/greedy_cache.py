@@ -9,7 +9,10 @@ never chosen), the caller appending it. The first call runs the prompts once (a 
 the cache), each later one only the token each row appended last, at its own position,
 attending to its prompt and the tokens it generated (the padding between them is masked):
 the same attention as a causal mask over the whole buffer, one token's work a step instead
-of the buffer's (~10× faster answers for the demo model on 2 cores).
+of the buffer's (~10× faster answers for the demo model on 2 cores). In float32 the tokens
+are the re-running decoder's (tests/test_greedy_cache.py; the demo's 105 eval answers on 1
+device and on the 2×4 mesh: all equal); in bfloat16 the different summation order can flip
+a near-tie (2 of the 105, measured, with random adapters).
 
 Prompt widths are rounded up to multiples of 8 (few distinct compiles). The cache dtype is
 the model's compute dtype: float32 is tried first, then bfloat16; a model neither fits
