@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def selected(only: list[str] | None, quick: bool) -> list[str]:
     """The measures a run does: ``only`` as given, else every registered one (``--quick``: but the
-    demo-model twins of the real-270M rows, ``measures.NOT_QUICK``)."""
+    demo-model twins of the real-270M rows and the Keras row, ``measures.NOT_QUICK``)."""
     from bench import measures
 
     return list(only) if only else [n for n in measures.MEASURES if not (quick and n in measures.NOT_QUICK)]

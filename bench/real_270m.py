@@ -19,9 +19,7 @@ import time
 import numpy as np
 
 from bench.measures import (
-    SHARED_DATA,
     _cfg,
-    _gsm8k_examples,
     _random_batch,
     _row,
     measure,
@@ -204,56 +202,15 @@ def _train_rows(loaded, quick: bool) -> list[Row]:
 
 
 def _gsm8k_rows(loaded, quick: bool) -> list[Row]:
-    """GSM8K useful tokens/s vs ref-gemma, and logits only where the loss is vs every position."""
-    from adapters_lib.data import build_pipeline
-    from adapters_lib.data.chat_template import segments
-    from bench.refs import RefGemmaTrainer, pad_to_longest
+    from bench.real_270m_gsm8k import gsm8k_rows
 
-    if not (SHARED_DATA / "gsm8k" / "train.jsonl").is_file():
-        return [Row(measure="useful tokens/s (GSM8K chat, real 270M)", note="skipped: ../shared/data/gsm8k missing")]
-    b, seq, n_steps, reps = 2, 512, 1, (2 if quick else 5)
-    cfg = _train_cfg(b, seq, "float32", path=str(SHARED_DATA / "gsm8k" / "train.jsonl"), format="qa",
-                     packing=True, eval_fraction=0.0)
-    pipe = build_pipeline(cfg.data, loaded.tokenizer, batch_size=b, seed=0)
-    batches = [pipe.train_batch(i) for i in range(n_steps)]
-    useful = sum(float(x["loss_mask"].sum()) for x in batches)
-    gathered, state = _steps(cfg, loaded, loaded.params, seq)
-    slots = gathered.slots_for(batches[0])
-    ours = _runner(gathered, state, batches)
-    full, full_state = _steps(cfg, loaded, loaded.params, seq, gather_loss=False)
-    ours_full = _runner(full, full_state, batches)
+    return gsm8k_rows(loaded, quick, "float32")
 
-    exs = _gsm8k_examples(b * n_steps * 3)  # the reference: same data, template and loss; padded
-    ref_batches, ref_useful = [], 0.0
-    for i in range(n_steps * 3):  # ~ as many examples as ours packs (≈ 3 per 512-token row)
-        toks, masks = [], []
-        for ex in exs[i * b:(i + 1) * b]:
-            ids, m = [2], [0]
-            for text, counts in segments(ex["messages"]):
-                piece = loaded.tokenizer.encode(text)
-                ids += piece
-                m += [int(counts)] * len(piece)
-            toks.append(ids[:seq])
-            masks.append(m[:seq])
-        tk, mk = pad_to_longest(toks, masks)
-        ref_batches.append((tk, mk))
-        ref_useful += float(mk[:, 1:].sum())
-    ref = RefGemmaTrainer(model=loaded.model, base_params=loaded.params, rank=8)
-    reference = _ref_runner(ref, ref_batches)
-    ours(), ours_full(), reference()  # compile (the reference once per padded width)
-    med = median_alternating({"ours": ours, "full": ours_full, "ref": reference}, reps)
-    widths = sorted({x[0].shape[1] for x in ref_batches})
-    return [
-        _row("useful tokens/s (GSM8K chat, real 270M)", useful / med["ours"], ref_useful / med["ref"],
-             unit="tok/s", target="≥ 3×", ref_name="ref-gemma",
-             note=f"real weights, LoRA r8, f32; ours: {n_steps} step × batch {b}, packed to {seq} (useful "
-                  f"{useful:.0f} tok), logits at {slots} gathered slots/row; ref: {len(ref_batches)} steps × "
-                  f"batch {b} padded to the longest (widths {widths}, useful {ref_useful:.0f} tok); {reps} reps"),
-        _row("logits only where the loss is vs every position (GSM8K, real 270M)", useful / med["ours"],
-             useful / med["full"], unit="tok/s", target="", ref_name="ours, full logits",
-             note=f"the same packed batch {b}×{seq}, ours both sides: {slots} loss slots/row gathered before "
-                  f"the 262,144×640 projection vs all {seq} (useful tokens/s both sides); {reps} reps"),
-    ]
+
+def _gsm8k_bf16_rows(loaded, quick: bool) -> list[Row]:
+    from bench.real_270m_gsm8k import gsm8k_rows
+
+    return gsm8k_rows(loaded, quick, "bfloat16")
 
 
 def _attention_rows(loaded, quick: bool) -> list[Row]:
@@ -391,6 +348,7 @@ def _part(fn):
 
 MEASURE_PARTS = {"real_270m_attention": _attention_rows, "real_270m_train": _train_rows,
                  "real_270m_memory": _memory_rows,
-                 "real_270m_ab": _ab_rows, "real_270m_gsm8k": _gsm8k_rows}
+                 "real_270m_ab": _ab_rows, "real_270m_gsm8k": _gsm8k_rows,
+                 "real_270m_gsm8k_bf16": _gsm8k_bf16_rows}
 for _name, _fn in MEASURE_PARTS.items():
     measure(_name)(_part(_fn))

@@ -53,8 +53,9 @@ def test_quick_leaves_out_only_the_demo_twins_of_the_real_270m_rows():
         from bench import catalog_scan, measures, mfu, real_270m, ui_measures  # noqa: F401 - register
         quick, full = bench_main.selected(None, True), bench_main.selected(None, False)
         assert set(full) == set(measures.MEASURES) and set(full) - set(quick) == measures.NOT_QUICK
-        assert measures.NOT_QUICK == {"train_random", "train_gsm8k", "memory_270m", "ab_pair"}
-        assert {"real_270m_train", "real_270m_gsm8k", "real_270m_memory", "real_270m_ab"} <= set(quick)
+        assert measures.NOT_QUICK == {"train_random", "train_gsm8k", "memory_270m", "ab_pair", "keras_train"}
+        assert {"real_270m_train", "real_270m_gsm8k", "real_270m_gsm8k_bf16", "real_270m_memory", "real_270m_ab",
+                "catalog_scan"} <= set(quick)
         assert bench_main.selected(["ab_pair"], True) == ["ab_pair"]  # --only runs what it names
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
