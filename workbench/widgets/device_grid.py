@@ -51,6 +51,20 @@ class DeviceGrid(Widget):
         d, f, t = self.shape
         return d * f * t == self.device_count and min(self.shape) >= 1
 
+    def mismatch(self) -> str:
+        """Why the shape does not fit the devices, in words (a -1 axis fills what is left)."""
+        n, sizes = self.device_count, self.shape
+        shape = "×".join(str(v) for v in sizes)
+        if -1 in sizes:
+            known = 1
+            for v in sizes:
+                known *= v if v != -1 else 1
+            if known < 1:
+                return f"{shape}: sizes must be ≥ 1 (or -1 on one axis, to fill)"
+            return (f"{shape}: the -1 axis cannot fill {n} device{'s' * (n != 1)}: {n} is not a multiple of "
+                    f"{known}")
+        return f"{shape} = {sizes[0] * sizes[1] * sizes[2]}, need {n}"
+
     def get_content_height(self, container, viewport, width: int) -> int:
         d, f, _ = self.shape
         rows = min(d * f, 8) if self.valid else 1
@@ -63,7 +77,7 @@ class DeviceGrid(Widget):
         text.append(f"{self.device_count}{kind} devices · mesh data×fsdp×tensor = {d}×{f}×{t}\n",
                     style="bold")
         if not self.valid:
-            text.append(f"✗ {d}×{f}×{t} = {d * f * t}, need {self.device_count}\n", style="bold red")
+            text.append(f"✗ {self.mismatch()}\n", style="bold red")
         else:
             text.append("            tensor →\n", style="dim")
             rows = d * f
