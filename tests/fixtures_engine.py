@@ -29,11 +29,11 @@ from workbench.client import EngineClient
 def demo_run_config(**train: Any) -> dict[str, Any]:
     """A demo LoRA run that trains fast on CPU: 1 device, max_length 64, no exact-match.
 
-    The schedule is ``constant`` (after 2 warm-up steps): a cosine schedule bakes ``steps``
-    into the compiled train step, so every run length would compile its own (~40 s on a busy
-    2-core machine); with this one, runs of any length >= 3 share one program, in one engine
-    and (through the session's compile cache) across engines. Pass ``schedule="cosine"`` where
-    the schedule is part of what a test checks."""
+    The schedule is ``constant`` (after 2 warm-up steps). The schedule's numbers (learning
+    rate, warm-up, length) are inputs of the compiled train step, so runs of any length share
+    one program, in one engine and (through the session's compile cache) across engines; the
+    schedule's kind is part of the program. Pass ``schedule="cosine"`` where the schedule is part
+    of what a test checks."""
     t = {"steps": 30, "batch_size": 4, "log_every": 1, "checkpoint_every": 5,
          "eval_every": 1000, "eval_batches": 1, "eval_exact_match": 0, "warmup_steps": 2,
          "schedule": "constant"}

@@ -21,8 +21,8 @@ from adapters_lib.runs import RunDir, list_runs
 from workbench.cli import main
 
 ONE_TRAIN_STEP = {"train__schedule": "constant"}
-"""The foreground and Ctrl-C runs (6 and 5000 steps): a cosine schedule bakes the length into
-the compiled train step; a constant one lets the engine compile it once for all three."""
+"""The foreground and Ctrl-C runs (6 and 5000 steps) share one schedule kind, so the engine
+compiles their train step once (the length is an input of the step; the kind is not)."""
 
 
 @pytest.fixture(scope="module")

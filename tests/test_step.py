@@ -179,10 +179,38 @@ def test_grad_accumulation_two_by_four_equals_one_batch_of_eight(demo, one_mesh,
     # chunked CE: no [micro-batch, L, V] logits buffer anywhere in the compiled step
     hlo = steps2._train.lower(steps2.abstract_state, steps2.base_params,
                               {k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()},
-                              L).compile().as_text()
+                              steps2.hparams, L).compile().as_text()
     ce_shapes = {line.split("=")[1].split("{")[0].strip() for line in hlo.splitlines()
                  if "ce_chunk" in line and "1024]" in line.split("=")[1].split("metadata")[0]}
     assert "f32[4,8,1024]" in ce_shapes and not any(f",{L},1024]" in s for s in ce_shapes)
+
+
+def test_learning_rate_and_run_length_are_inputs_of_one_compiled_step(demo, one_mesh, lora_params, make_batch):
+    """Runs differing only in learning rate, length and warm-up (sweep points) share one program,
+    and each still applies its own learning rate."""
+    from adapters_lib.train.optimizer import make_optimizer, make_schedule
+
+    model, base = demo
+    trainable = lora_params(LoraSpec(rank=4))
+    batch = make_batch(8, L, seed=4)
+    specs = [dict(learning_rate=1e-3, steps=100, warmup_steps=10, schedule="cosine"),
+             dict(learning_rate=4e-3, steps=37, warmup_steps=3, schedule="cosine")]
+    programs, moved = [], []
+    for spec in specs:
+        cfg = _cfg(**spec)
+        steps = step_lib.build_steps(model, cfg, make_optimizer(cfg.train), one_mesh, base, trainable)
+        abstract = {k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()}
+        programs.append(steps._train.lower(steps.abstract_state, steps.base_params, abstract, steps.hparams,
+                                           L).as_text())
+        state, _ = steps.train_step(steps.init_state(trainable), batch)
+        delta = [np.abs(np.asarray(a) - np.asarray(b)).max()
+                 for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(trainable), strict=True)]
+        moved.append((max(delta), float(make_schedule(cfg.train)(0))))
+    assert programs[0] == programs[1]  # the same program: the compile cache serves both
+    # Adam's first step moves each param by about the learning rate at step 0: each its own
+    (move_a, lr_a), (move_b, lr_b) = moved
+    assert lr_b / lr_a == pytest.approx((4e-3 / 4) / (1e-3 / 11))
+    assert move_b / move_a == pytest.approx(lr_b / lr_a, rel=0.05)
 
 
 def test_full_finetune_with_remat_matches_without(demo, one_mesh, make_batch):

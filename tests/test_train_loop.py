@@ -139,6 +139,25 @@ def test_schedules_warm_up_to_the_peak_then_decay(schedule, at_end):
         assert float(lr(50)) < 1e-2
 
 
+@pytest.mark.parametrize("schedule", ["constant", "linear", "cosine"])
+@pytest.mark.parametrize("steps, warmup", [(100, 10), (40, 0), (5, 9)])
+def test_schedules_equal_optax_warmup_then_decay(schedule, steps, warmup):
+    """The step's own schedule (its numbers are inputs) gives optax's composition of the same."""
+    import optax
+
+    from adapters_lib.train.optimizer import make_schedule
+
+    peak = 3e-3
+    w = min(warmup, steps - 1)
+    decay = max(steps - w, 1)
+    after = {"constant": optax.constant_schedule(peak), "linear": optax.linear_schedule(peak, 0.0, decay),
+             "cosine": optax.cosine_decay_schedule(peak, decay)}[schedule]
+    want = after if w == 0 else optax.join_schedules([optax.linear_schedule(peak / (w + 1), peak, w), after], [w])
+    got = make_schedule(_spec(schedule=schedule, steps=steps, warmup_steps=warmup, learning_rate=peak))
+    for count in range(0, steps + 3):
+        assert float(got(count)) == pytest.approx(float(want(count)), rel=1e-5, abs=1e-10), count
+
+
 def test_weight_decay_skips_norms_scales_and_vectors():
     from adapters_lib.train.optimizer import decay_mask
 

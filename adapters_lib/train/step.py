@@ -99,6 +99,8 @@ class Steps:
     """Compute the logits only at loss-bearing positions (``loss.gather_loss_positions``)."""
     attention_kind: str = "blocked"
     """How the training attention is computed (``attention.KINDS``)."""
+    hparams: dict = dataclasses.field(default_factory=dict)
+    """The schedule's numbers the train step is given (``optimizer.schedule_hparams``), on the mesh."""
     _compiled: set = dataclasses.field(default_factory=set)
 
     # -- state
@@ -142,7 +144,7 @@ class Steps:
     # -- steps
     def train_step(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
         """One optimizer update; ``state`` is donated (do not reuse it)."""
-        return self._train(state, self.base_params, _batch(batch), self._slots(batch, "train"))
+        return self._train(state, self.base_params, _batch(batch), self.hparams, self._slots(batch, "train"))
 
     def eval_step(self, trainable: Any, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         """``{"loss_sum", "n_tokens"}`` for one batch (device scalars)."""
@@ -165,7 +167,7 @@ class Steps:
                                                   sharding=self.batch_sharding) for k in BATCH_KEYS}
         base = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             self.base_params, self.base_shardings)
-        compiled = self._train.lower(self.abstract_state, base, abstract_batch,
+        compiled = self._train.lower(self.abstract_state, base, abstract_batch, self.hparams,
                                      batch_shape[1] if slots is None else slots).compile()
         return memory_of(compiled)
 
@@ -300,13 +302,20 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         (total, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro_batches)
         return total, grads
 
-    def train_fn(state: TrainState, base, batch, slots):
+    # the schedule's numbers are inputs of the step (one program for any learning rate and run
+    # length) when the optimizer is ours (``optimizer.Scheduled``); another optax one is used as is
+    scheduled = getattr(optimizer, "at", None)
+    hparams = {k: jax.device_put(jnp.float32(v), rep) for k, v in optimizer.hparams.items()} \
+        if scheduled else {}
+
+    def train_fn(state: TrainState, base, batch, hp, slots):
+        opt = scheduled(hp) if scheduled else optimizer
         n_tokens = jnp.sum(batch["loss_mask"].astype(jnp.float32))
         denom = jnp.maximum(n_tokens, 1.0)
         total, grads = grads_of(state.params, base, batch, slots)
         grads = jax.tree.map(lambda g: g / denom.astype(g.dtype), grads)
         grads = jax.lax.with_sharding_constraint(grads, trainable_shardings)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+        updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {"loss": total / denom, "grad_norm": optax.tree.norm(grads), "n_tokens": n_tokens}
         return TrainState(state.step + 1, params, opt_state), metrics
@@ -317,9 +326,10 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
     metric_shardings = {"loss": rep, "grad_norm": rep, "n_tokens": rep}
     # ``slots`` (static): loss positions kept per row (``loss.loss_slots``), one program per value
-    train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, batch_shardings),
+    train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, batch_shardings,
+                                                {k: rep for k in hparams}),
                         out_shardings=(state_shardings, metric_shardings), donate_argnums=(0,),
-                        static_argnums=(3,))
+                        static_argnums=(4,))
     eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, batch_shardings),
                        out_shardings={"loss_sum": rep, "n_tokens": rep}, static_argnums=(3,))
     init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
@@ -330,7 +340,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                   trainable_shardings=trainable_shardings, base_shardings=base_shardings,
                   state_shardings=state_shardings, batch_sharding=batch_sharding, ce_chunk=ce_chunk,
                   abstract_state=abstract_state, _train=train_jit, _eval=eval_jit, _init_opt=init_opt,
-                  _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind)
+                  _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind, hparams=hparams)
     return steps
 
 
