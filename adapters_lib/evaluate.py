@@ -148,9 +148,7 @@ def _next_tokens_fn(apply_fn: Any) -> Any:
         mask = jnp.broadcast_to(jnp.tril(jnp.ones((width, width), jnp.bool_)), (n, width, width))
         logits = apply_fn(p, tokens, positions, mask)
         last = jnp.take_along_axis(logits, (lengths - 1)[:, None, None], axis=1)[:, 0]
-        if 0 < limit < last.shape[-1]:  # embedding rows beyond the tokenizer: never chosen
-            last = jnp.where(jnp.arange(last.shape[-1]) < limit, last, -jnp.inf)
-        return jnp.argmax(last, axis=-1).astype(jnp.int32)
+        return greedy_cache.pick(last, limit)
 
     try:
         apply_fn._greedy_next = next_tokens

@@ -45,6 +45,14 @@ def decoder_for(apply_fn: Any) -> CachedGreedy | None:
     return decoder if decoder.usable else None
 
 
+def pick(logits: Any, limit: int) -> Any:
+    """The arg-max token of ``logits`` ``[..., V]``; ids from ``limit`` on (embedding rows beyond
+    the tokenizer) are never chosen (0: no limit)."""
+    if 0 < limit < logits.shape[-1]:
+        logits = jnp.where(jnp.arange(logits.shape[-1]) < limit, logits, -jnp.inf)
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
 def _round8(n: int) -> int:
     return -(-int(n) // 8) * 8
 
@@ -67,12 +75,6 @@ class CachedGreedy:
         self._prefill = jax.jit(self._prefill_impl, static_argnames=("cache_len", "limit", "dtype"))
         self._step = jax.jit(self._step_impl, static_argnames=("limit",), donate_argnums=(1,))
 
-    @staticmethod
-    def _pick(logits: Any, limit: int) -> Any:
-        if 0 < limit < logits.shape[-1]:  # embedding rows beyond the tokenizer: never chosen
-            logits = jnp.where(jnp.arange(logits.shape[-1]) < limit, logits, -jnp.inf)
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-
     def _prefill_impl(self, params, tokens, lengths, *, cache_len, limit, dtype):
         b, p = tokens.shape
         cache = self.config.init_cache(batch_size=b, dtype=dtype, cache_length=p)
@@ -89,12 +91,12 @@ class CachedGreedy:
                     "positions": jnp.pad(layer["positions"], ((0, 0), (0, pad))),
                     "end_index": layer["end_index"]}
 
-        return self._pick(last, limit), {name: grow(layer) for name, layer in out.cache.items()}
+        return pick(last, limit), {name: grow(layer) for name, layer in out.cache.items()}
 
     def _step_impl(self, params, cache, tokens, positions, valid, *, limit):
         out = self.model.apply({"params": params}, tokens[:, None], positions=positions[:, None],
                                attention_mask=valid[:, None, :], cache=cache, return_last_only=True)
-        return self._pick(out.logits.reshape(tokens.shape[0], -1), limit), out.cache
+        return pick(out.logits.reshape(tokens.shape[0], -1), limit), out.cache
 
     def _first(self, params, tokens, lengths, cache_len, limit):
         """The prefill, in the first dtype the model's key/value projections fit."""

@@ -144,9 +144,8 @@ def train_gsm8k(quick: bool = False) -> list[Row]:
     import jax
 
     from adapters_lib.data import build_pipeline
-    from adapters_lib.data.chat_template import segments
     from adapters_lib.models.loader import load_model
-    from bench.refs import RefGemmaTrainer, pad_to_longest
+    from bench.refs import RefGemmaTrainer, ref_chat_batches
 
     if not (SHARED_DATA / "gsm8k" / "train.jsonl").is_file():
         return [Row(measure="useful tokens/s (GSM8K chat)", note="skipped: ../shared/data/gsm8k missing")]
@@ -163,22 +162,8 @@ def train_gsm8k(quick: bool = False) -> list[Row]:
     dev_batches = [steps.put_batch(x) for x in our_batches]
 
     # reference: the same examples, chat template, loss on the answer, padded to the longest
-    sp = loaded.tokenizer
-    exs = _gsm8k_examples(b * n_steps)
-    ref_batches, ref_useful = [], 0.0
-    for i in range(n_steps):
-        toks, masks = [], []
-        for ex in exs[i * b:(i + 1) * b]:
-            ids, m = [2], [0]
-            for text, counts in segments(ex["messages"]):
-                piece = sp.encode(text)
-                ids += piece
-                m += [int(counts)] * len(piece)
-            toks.append(ids[:max_len])
-            masks.append(m[:max_len])
-        t, mk = pad_to_longest(toks, masks)
-        ref_batches.append((t, mk))
-        ref_useful += float(mk[:, 1:].sum())
+    ref_batches, ref_useful = ref_chat_batches(loaded.tokenizer, _gsm8k_examples(b * n_steps), b, n_steps,
+                                               max_len)
     ref = RefGemmaTrainer(model=loaded.model, base_params=loaded.params, rank=8)
     holder = {"state": state}
 

@@ -19,8 +19,7 @@ def gsm8k_rows(loaded, quick: bool, dtype: str) -> list[Row]:
     import jax.numpy as jnp
 
     from adapters_lib.data import build_pipeline
-    from adapters_lib.data.chat_template import segments
-    from bench.refs import RefGemmaTrainer, pad_to_longest
+    from bench.refs import RefGemmaTrainer, ref_chat_batches
 
     bf16 = dtype == "bfloat16"
     label = " (GSM8K chat, real 270M" + (", bf16)" if bf16 else ")")
@@ -40,21 +39,10 @@ def gsm8k_rows(loaded, quick: bool, dtype: str) -> list[Row]:
         full, full_state = _steps(cfg, loaded, params, seq, gather_loss=False)
         sides["full"] = _runner(full, full_state, batches)
 
-    exs = _gsm8k_examples(b * n_steps * 3)  # the reference: same data, template and loss; padded
-    ref_batches, ref_useful = [], 0.0
-    for i in range(n_steps * 3):  # ~ as many examples as ours packs (≈ 3 per 512-token row)
-        toks, masks = [], []
-        for ex in exs[i * b:(i + 1) * b]:
-            ids, m = [2], [0]
-            for text, counts in segments(ex["messages"]):
-                piece = loaded.tokenizer.encode(text)
-                ids += piece
-                m += [int(counts)] * len(piece)
-            toks.append(ids[:seq])
-            masks.append(m[:seq])
-        tk, mk = pad_to_longest(toks, masks)
-        ref_batches.append((tk, mk))
-        ref_useful += float(mk[:, 1:].sum())
+    # the reference: same data, template and loss; padded; ~ as many examples as ours packs
+    # (≈ 3 per 512-token row)
+    ref_batches, ref_useful = ref_chat_batches(loaded.tokenizer, _gsm8k_examples(b * n_steps * 3), b,
+                                               n_steps * 3, seq)
     ref = RefGemmaTrainer(model=loaded.model.clone(dtype=jnp.bfloat16) if bf16 else loaded.model,
                           base_params=params, rank=8, dtype=jnp.dtype(dtype))
     sides["ref"] = _ref_runner(ref, ref_batches)

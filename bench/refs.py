@@ -77,6 +77,30 @@ def pad_to_longest(examples: list[list[int]], loss_masks: list[list[int]]) -> tu
     return tokens, mask
 
 
+def ref_chat_batches(tokenizer, examples: list[dict], batch: int, n_batches: int,
+                     max_len: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], float]:
+    """The reference's training batches of chat ``examples``: BOS, then each turn's tokens (the
+    loss on the answer, as ours: ``chat_template.segments``), cut to ``max_len``, ``batch`` rows
+    padded to the longest. Returns the ``n_batches`` batches and their loss-bearing targets."""
+    from adapters_lib.data.chat_template import segments
+
+    batches, useful = [], 0.0
+    for i in range(n_batches):
+        toks, masks = [], []
+        for ex in examples[i * batch:(i + 1) * batch]:
+            ids, m = [2], [0]
+            for text, counts in segments(ex["messages"]):
+                piece = tokenizer.encode(text)
+                ids += piece
+                m += [int(counts)] * len(piece)
+            toks.append(ids[:max_len])
+            masks.append(m[:max_len])
+        tk, mk = pad_to_longest(toks, masks)
+        batches.append((tk, mk))
+        useful += float(mk[:, 1:].sum())
+    return batches, useful
+
+
 def ref_sampler_pair(model, base_params, tuned_params, tokenizer, prompt: str, max_new_tokens: int,
                      tuned_model=None) -> tuple[str, str, float]:
     """Two sequential gm.text.Sampler calls (base, then tuned). Returns texts and seconds."""

@@ -36,12 +36,17 @@ def schedule_hparams(spec: TrainSpec) -> dict[str, float]:
             "decay": float(max(spec.steps - warmup, 1))}
 
 
+def _kind(spec: TrainSpec) -> str:
+    """``spec.schedule``, checked (config validates it; kept for direct callers)."""
+    if spec.schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {spec.schedule!r}")
+    return spec.schedule
+
+
 def schedule_value(count: Any, hparams: Any, kind: str) -> jax.Array:
     """The learning rate at step ``count``: a linear warm-up from ``peak/(warmup+1)`` to ``peak``
     over ``warmup`` steps (so step 0 already moves the params), then ``kind``: constant,
     linear to zero or cosine to zero over ``decay`` steps. ``hparams`` may be traced."""
-    if kind not in SCHEDULES:  # validated by config; kept for direct callers
-        raise ValueError(f"unknown schedule {kind!r}")
     count = jnp.asarray(count, jnp.float32)
     peak, warm, decay = (jnp.asarray(hparams[k], jnp.float32) for k in ("peak", "warmup", "decay"))
     done = jnp.clip(count - warm, 0.0, decay) / decay
@@ -58,8 +63,7 @@ def schedule_value(count: Any, hparams: Any, kind: str) -> jax.Array:
 
 def make_schedule(spec: TrainSpec) -> optax.Schedule:
     """``spec``'s learning rate as a function of the step (what the loop logs)."""
-    hparams, kind = schedule_hparams(spec), spec.schedule
-    schedule_value(0, hparams, kind)  # an unknown schedule fails here, not at the first step
+    hparams, kind = schedule_hparams(spec), _kind(spec)
     return lambda count: schedule_value(count, hparams, kind)
 
 
@@ -90,7 +94,7 @@ class Scheduled:
         return schedule_hparams(self.spec)
 
     def at(self, hparams: Any) -> optax.GradientTransformation:
-        kind = self.spec.schedule
+        kind = _kind(self.spec)
         parts = []
         if self.spec.clip_norm > 0:
             parts.append(optax.clip_by_global_norm(self.spec.clip_norm))
@@ -107,5 +111,5 @@ class Scheduled:
 
 def make_optimizer(spec: TrainSpec) -> Scheduled:
     """AdamW on ``make_schedule(spec)``, clipped to ``clip_norm`` (0 = off): see ``Scheduled``."""
-    schedule_value(0, schedule_hparams(spec), spec.schedule)  # an unknown schedule fails here
+    _kind(spec)  # an unknown schedule fails here, not at the first step
     return Scheduled(spec)

@@ -8,6 +8,8 @@ divide) are listed under the picture.
 
 from __future__ import annotations
 
+import math
+
 from rich.text import Text
 from textual.widget import Widget
 
@@ -56,9 +58,7 @@ class DeviceGrid(Widget):
         n, sizes = self.device_count, self.shape
         shape = "×".join(str(v) for v in sizes)
         if -1 in sizes:
-            known = 1
-            for v in sizes:
-                known *= v if v != -1 else 1
+            known = math.prod(v for v in sizes if v != -1)
             if known < 1:
                 return f"{shape}: sizes must be ≥ 1 (or -1 on one axis, to fill)"
             return (f"{shape}: the -1 axis cannot fill {n} device{'s' * (n != 1)}: {n} is not a multiple of "
