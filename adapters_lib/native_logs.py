@@ -3,7 +3,8 @@
 TensorFlow (imported by gemma through kauldron, and by keras-hub) writes absl lines such as
 "oneDNN custom operations are on" and "Could not find cuda drivers" straight to fd 2 when its
 shared libraries load, before any Python logging is set up. A CLI command that computes in the
-foreground imports the stack once with fd 2 pointed at /dev/null, then restores it.
+foreground imports JAX with fd 2 pointed at /dev/null, then restores it; TensorFlow is imported
+only on first use, silenced the same way (``adapters_lib.tf_deferred``).
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ def fd2_silenced() -> Iterator[None]:
 
 
 def preimport_quietly() -> None:
-    """Import TensorFlow, tensorflow-text and JAX with their load-time lines silenced."""
+    """Import JAX with its load-time lines silenced; TensorFlow is deferred to its first use
+    (``adapters_lib.tf_deferred``, which imports it silenced too)."""
+    from adapters_lib import tf_deferred
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with fd2_silenced():
         import jax  # noqa: F401
-        import tensorflow  # noqa: F401
-
-        with contextlib.suppress(ImportError):
-            import tensorflow_text  # noqa: F401
+    tf_deferred.install()

@@ -35,6 +35,9 @@ def machine() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from adapters_lib import tf_deferred
+
+    tf_deferred.install()  # as the engine does (both sides of every row share it)
     if os.environ.get("BENCH_STUB_MISSING") == "1":
         from bench import import_stubs
 

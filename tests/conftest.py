@@ -4,6 +4,7 @@
   nothing touches the user's real directories.
 - JAX sees 8 simulated CPU devices (set before jax is imported anywhere); code that wants
   one device says so (``[mesh] devices = 1`` or ``jax.devices()[:1]``).
+- TensorFlow is imported on first use, as in the engine (``adapters_lib.tf_deferred``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ os.environ.setdefault("KAGGLEHUB_CACHE", "/nonexistent-kagglehub-cache")
 os.environ.setdefault("OLLAMA_MODELS", "/nonexistent-ollama-models")  # the catalog's stores:
 os.environ.setdefault("LMSTUDIO_MODELS", "/nonexistent-lmstudio-models")  # none of the user's
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from adapters_lib import tf_deferred  # noqa: E402 - after the environment above
+
+tf_deferred.install()  # as the engine's processes do: TensorFlow only on first use
 
 REPO = Path(__file__).resolve().parent.parent
 

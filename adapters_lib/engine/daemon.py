@@ -30,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters_lib import __version__, paths
+from adapters_lib import __version__, paths, tf_deferred
 from adapters_lib.engine import locations
 from adapters_lib.errors import WorkbenchError
 
@@ -200,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-warm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    tf_deferred.install()  # gemma's model code imports TensorFlow, which this process never runs
     f = files()
     try:  # a mistake in the arguments: one line, and nothing made
         if args.tcp:

@@ -40,7 +40,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from adapters_lib import multihost, paths, runs
+from adapters_lib import multihost, paths, runs, tf_deferred
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.handlers import then
@@ -236,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tcp", metavar="HOST:PORT")
     parser.add_argument("--tcp-any-address", action="store_true")
     args = parser.parse_args(argv)
+    tf_deferred.install()  # gemma's model code imports TensorFlow, which this process never runs
     if args.tcp:  # before jax.distributed waits for the other processes
         daemon.parse_tcp(args.tcp, any_address=args.tcp_any_address)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from adapters_lib import tf_deferred
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.multihost.distributed import initialize, process_index
 from adapters_lib.multihost.training import train_one
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None, *, control: Callable[..., Any] | None = 
     ``control(bus, inner)`` makes the training control (default ``SyncedControl``; tests
     pass one that stalls, as a wedged host would)."""
     args = args or parser().parse_args(argv)
+    tf_deferred.install()  # gemma's model code imports TensorFlow, which training never runs
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(process)d %(name)s: %(message)s")
     for noisy in ("absl", "jax._src", "orbax"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,148 @@
+"""TensorFlow imported when something uses it, not when gemma's model code is imported.
+
+gemma's model modules import ``kauldron.typing``, which runs ``import tensorflow as tf`` and
+reads ``tf.Tensor`` to define its TF array aliases; the gemma route never runs TensorFlow, yet
+every engine start paid its import (~5-7 s and ~1 GB on 2 cores). ``install()`` puts a stand-in
+under the name ``tensorflow``; the first use beyond ``tf.Tensor`` (any other attribute, or a
+``tensorflow.*`` submodule import) imports the real TensorFlow, with its native start-up lines
+kept off the terminal, and the stand-in takes on the real module's namespace, so a ``tf`` name
+held from before works as the real module from then on (``tf.Tensor`` included).
+
+The one trade: an alias built from ``tf.Tensor`` before that moment (kauldron's ``TfArray``
+family) holds a placeholder class that no object is an instance of. Nothing here hands
+TensorFlow tensors to kauldron's type checks.
+
+Installed by the processes that compute (the engine, its multi-host workers, a foreground CLI
+command, ``python -m bench``, the test session), never by importing a module. Training, eval,
+sampling and orbax checkpoints never need TensorFlow; ``gm.ckpts`` does (gemma's checkpoint
+helpers import kauldron's trainer, whose clu TensorBoard writer builds TF protos at import), so
+the engine, which resolves ``gm.ckpts`` in its start-up thread (``engine.runtime``: every heavy
+import happens there), still imports TensorFlow there; processes that never load orbax-format
+weights nor export the merged ``gemma`` format never import it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import threading
+import traceback
+import types
+
+NAME = "tensorflow"
+_lock = threading.RLock()
+_DUNDERS_THAT_LOAD = frozenset({"__version__", "__all__"})
+
+
+class TensorPlaceholder:
+    """Stands for ``tf.Tensor`` while TensorFlow is not imported: nothing is an instance of it."""
+
+
+class _Deferred(types.ModuleType):
+    """The stand-in module: ``Tensor`` is a placeholder; anything else imports TensorFlow."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__") and name not in _DUNDERS_THAT_LOAD:
+            raise AttributeError(name)  # import machinery, inspect and module scanners ask these
+        return getattr(_load(), name)
+
+    def __dir__(self):
+        return dir(_load())
+
+
+class _ExistingModule(importlib.abc.Loader):
+    """Hands the import system a submodule that importing TensorFlow itself already made (and
+    gives it back its own spec, which the import system overwrote with this one's)."""
+
+    def __init__(self, module: types.ModuleType):
+        self.module, self.spec = module, getattr(module, "__spec__", None)
+
+    def create_module(self, spec):
+        return self.module
+
+    def exec_module(self, module) -> None:
+        if self.spec is not None:
+            module.__spec__ = self.spec
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """``import tensorflow.x`` while the stand-in is in place: import TensorFlow first."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(NAME + ".") or sys.modules.get(NAME) is not _STAND_IN or not is_deferred():
+            return None  # (while TensorFlow's own import runs, its submodules are its business)
+        real = _load()
+        if fullname in sys.modules:  # TensorFlow's own import made it
+            made = sys.modules[fullname]
+            return importlib.machinery.ModuleSpec(fullname, _ExistingModule(made),
+                                                  is_package=hasattr(made, "__path__"))
+        parent = sys.modules.get(fullname.rpartition(".")[0], real)
+        return importlib.machinery.PathFinder.find_spec(fullname, getattr(parent, "__path__", real.__path__))
+
+
+_STAND_IN: _Deferred | None = None
+_REAL: types.ModuleType | None = None
+
+
+def is_deferred() -> bool:
+    """Whether the stand-in is installed and TensorFlow not yet imported."""
+    return _STAND_IN is not None and _REAL is None
+
+
+def _load() -> types.ModuleType:
+    """Import the real TensorFlow (once), quietly, and give the stand-in its namespace."""
+    global _REAL
+    with _lock:
+        if _REAL is not None:
+            return _REAL
+        from adapters_lib.native_logs import fd2_silenced
+
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        stand_in = sys.modules.get(NAME)
+        if stand_in is _STAND_IN:
+            del sys.modules[NAME]
+        try:
+            with fd2_silenced():
+                real = importlib.import_module(NAME)
+        except BaseException:
+            if stand_in is _STAND_IN:
+                sys.modules[NAME] = stand_in
+            raise
+        _REAL = real
+        if _STAND_IN is not None:
+            _STAND_IN.__dict__.update(real.__dict__)
+            logging.getLogger(__name__).info("TensorFlow imported on first use, by %s", _first_user())
+        return real
+
+
+def _first_user() -> str:
+    """``file:line`` of the innermost frame outside the import system and this module."""
+    for frame in reversed(traceback.extract_stack()):
+        if not (frame.filename.startswith("<frozen") or frame.filename == __file__):
+            return f"{frame.filename}:{frame.lineno}"
+    return "?"
+
+
+def install() -> bool:
+    """Put the stand-in in place unless TensorFlow is imported already or not installed.
+    Returns whether it is in place. Safe to call more than once."""
+    global _STAND_IN
+    with _lock:
+        if _STAND_IN is not None:
+            return is_deferred()
+        if NAME in sys.modules or importlib.util.find_spec(NAME) is None:
+            return False
+        stand_in = _Deferred(NAME, "TensorFlow, imported on first use (adapters_lib.tf_deferred)")
+        stand_in.__path__ = []
+        stand_in.__spec__ = importlib.machinery.ModuleSpec(NAME, None, is_package=True)
+        stand_in.__file__ = None
+        stand_in.Tensor = TensorPlaceholder
+        sys.modules[NAME] = stand_in
+        sys.meta_path.insert(0, _Finder())
+        _STAND_IN = stand_in
+        return True
