@@ -99,6 +99,24 @@ def _peak(dtype, n: int = 2048, reps: int = 4) -> float:
     return best
 
 
+def _bandwidth(n: int = 2**27, reps: int = 4) -> float:
+    """GB/s of one jitted elementwise pass over ``n`` float32 (read + write; 512 MiB each way),
+    best of ``reps``: the host's memory bandwidth now. The reference's step, with its full
+    [batch, seq, 262144] f32 logits, moves with it; ours (chunked) much less."""
+    import jax
+    import jax.numpy as jnp
+
+    x = jnp.ones((n,), jnp.float32)
+    f = jax.jit(lambda v: v * 1.5 + 1.0)
+    f(x).block_until_ready()
+    best = 0.0
+    for _ in range(reps):
+        t = time.perf_counter()
+        f(x).block_until_ready()
+        best = max(best, 8 * n / (time.perf_counter() - t) / 1e9)
+    return best
+
+
 def _load_row() -> tuple[Row, object]:
     import jax
 
@@ -157,6 +175,7 @@ def _train_rows(loaded, quick: bool) -> list[Row]:
                    for x in batches]
     rows, step_s, profiles = [], {}, {}
     dtypes = ("float32", "bfloat16")
+    bandwidth = _bandwidth()
     for dtype in dtypes:
         params = loaded.params if dtype == "float32" else jax.tree.map(lambda x: x.astype(jnp.bfloat16),
                                                                        loaded.params)
@@ -180,7 +199,9 @@ def _train_rows(loaded, quick: bool) -> list[Row]:
                          note=f"real weights, random tokens (loss on every position: both sides compute "
                               f"every logit), LoRA r8 all targets, {dtype} weights+compute (ours keeps f32 LoRA "
                               f"weights, cast per step; ref's LoRA weights {dtype}), batch {b}×{seq}, "
-                              f"{n_steps} step × {reps} reps (median, alternating)"))
+                              f"{n_steps} step × {reps} reps (median, alternating); host memory bandwidth "
+                              f"{bandwidth:.1f} GB/s in this run (bench.real_270m._bandwidth: the reference, "
+                              "with its full f32 logits, is the side that moves with it)"))
         del steps, state, ref
     flops = lora_step_flops(loaded.config, batch=b, seq=seq)
     peaks = {label: _peak(jnp.dtype(dt)) for dt, label in (("bfloat16", "bf16"), ("float32", "f32"))}

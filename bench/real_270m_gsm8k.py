@@ -14,7 +14,8 @@ from bench.report import Row, median_alternating
 
 def gsm8k_rows(loaded, quick: bool, dtype: str) -> list[Row]:
     """GSM8K useful tokens/s vs ref-gemma in ``dtype`` (weights and compute; the reference's LoRA
-    weights too, as in the train rows), and in f32 logits only where the loss is vs every position."""
+    weights too, as in the train rows), and (f32, not ``--quick``: one more 270M program to
+    compile) logits only where the loss is vs every position."""
     import jax
     import jax.numpy as jnp
 
@@ -35,7 +36,8 @@ def gsm8k_rows(loaded, quick: bool, dtype: str) -> list[Row]:
     gathered, state = _steps(cfg, loaded, params, seq)
     slots = gathered.slots_for(batches[0])
     sides = {"ours": _runner(gathered, state, batches)}
-    if not bf16:
+    twin = not bf16 and not quick  # the full-logits twin: python -m bench (not --quick)
+    if twin:
         full, full_state = _steps(cfg, loaded, params, seq, gather_loss=False)
         sides["full"] = _runner(full, full_state, batches)
 
@@ -57,7 +59,7 @@ def gsm8k_rows(loaded, quick: bool, dtype: str) -> list[Row]:
                   f"to {seq} (useful {useful:.0f} tok), logits at {slots} gathered slots/row; ref: {len(ref_batches)} steps × "
                   f"batch {b} padded to the longest (widths {widths}, useful {ref_useful:.0f} tok); {reps} reps"),
     ]
-    if bf16:
+    if not twin:
         return rows
     return rows + [
         _row("logits only where the loss is vs every position (GSM8K, real 270M)", useful / med["ours"],
