@@ -2,7 +2,8 @@
 
 gemma's model modules import ``kauldron.typing``, which runs ``import tensorflow as tf`` and
 reads ``tf.Tensor`` to define its TF array aliases; the gemma route never runs TensorFlow, yet
-every engine start paid its import (~5-7 s and ~1 GB on 2 cores). ``install()`` puts a stand-in
+every process that imported gemma's model code paid its import (~4.5 s and ~700 MB of RSS on 2
+cores). ``install()`` puts a stand-in
 under the name ``tensorflow``; the first use beyond ``tf.Tensor`` (any other attribute, or a
 ``tensorflow.*`` submodule import) imports the real TensorFlow, with its native start-up lines
 kept off the terminal, and the stand-in takes on the real module's namespace, so a ``tf`` name
