@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -301,19 +301,22 @@ def _adapter_init(model: nn.Module, spec: LoraSpec):
     step 0 equals the base model); one key per adapter, in path order.
     """
     leaves, tree = _adapter_shapes(model, spec)
-    dtype = jnp.dtype(spec.dtype)
+    return functools.partial(init_adapters, leaves, tree, jnp.dtype(spec.dtype),
+                             is_b=lambda name: name.endswith("_b"))
 
-    def init(r):
-        out = []
-        for i, (path, leaf) in enumerate(leaves):
-            name = str(getattr(path[-1], "key", path[-1]))
-            if name.endswith("_b"):
-                out.append(jnp.zeros(leaf.shape, dtype))
-            else:
-                out.append(_a_init(tuple(leaf.shape), dtype.name)(jax.random.fold_in(r, i)))
-        return jax.tree.unflatten(tree, out)
 
-    return init
+def init_adapters(leaves: list, tree: Any, dtype: Any, rng: jax.Array, *,
+                  is_b: Callable[[str], bool]) -> Any:
+    """Fresh LoRA params from abstract ``(path, shape)`` leaves (``tree_flatten_with_path``):
+    B zeros (``is_b`` of the last path key), A flax's kaiming-uniform with one key per adapter
+    (``fold_in(rng, i)``, in path order). gm.nn.LoRA's initialisers too (the bench reference)."""
+    out = []
+    for i, (path, leaf) in enumerate(leaves):
+        if is_b(str(getattr(path[-1], "key", path[-1]))):
+            out.append(jnp.zeros(leaf.shape, dtype))
+        else:
+            out.append(_a_init(tuple(leaf.shape), jnp.dtype(dtype).name)(jax.random.fold_in(rng, i)))
+    return jax.tree.unflatten(tree, out)
 
 
 @functools.lru_cache(maxsize=256)

@@ -69,18 +69,12 @@ def _lora_init(lora_model, dtype) -> Any:
     with the shapes from an abstract ``init``: a concrete one compiles and runs the whole model's
     initialisation (~40 s on 2 cores at 270M) only to throw the base weights away. Setup only:
     the timed step is the same either way."""
-    import flax.linen as nn
+    from adapters_lib.lora import init_adapters
 
     shapes = jax.eval_shape(lora_model.init, jax.random.key(0), jnp.zeros((1, 8), jnp.int32))["params"]
     _, lora_shapes = peft.split_params(shapes)
     flat, tree = jax.tree_util.tree_flatten_with_path(lora_shapes)
-    a_init, keys = nn.initializers.kaiming_uniform(), jax.random.split(jax.random.key(0), len(flat))
-    leaves = []
-    for (path, leaf), key in zip(flat, keys, strict=True):
-        name = str(getattr(path[-1], "key", path[-1]))
-        assert name in ("a", "b"), f"unexpected LoRA param {name}"
-        leaves.append(jnp.zeros(leaf.shape, dtype) if name == "b" else a_init(key, leaf.shape, dtype))
-    return jax.tree.unflatten(tree, leaves)
+    return init_adapters(flat, tree, dtype, jax.random.key(0), is_b=lambda name: name == "b")
 
 
 def pad_to_longest(examples: list[list[int]], loss_masks: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
