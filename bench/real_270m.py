@@ -83,20 +83,25 @@ def _train_cfg(b: int, seq: int, dtype: str, **data):
                 data={"max_length": seq, **data})
 
 
+def _best_seconds(f, *args, reps: int) -> float:
+    """The fastest of ``reps`` timed calls of a jitted ``f`` after one warm-up (a machine's
+    practical peak is what it does when it gets the cores)."""
+    f(*args).block_until_ready()
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        f(*args).block_until_ready()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def _peak(dtype, n: int = 2048, reps: int = 4) -> float:
     """Achieved TFLOP/s of one jitted n×n×n matmul in ``dtype`` (the machine's practical peak, now)."""
     import jax
 
     a = jax.random.normal(jax.random.key(0), (n, n), dtype)
     b = jax.random.normal(jax.random.key(1), (n, n), dtype)
-    f = jax.jit(lambda x, y: x @ y)
-    f(a, b).block_until_ready()
-    best = 0.0
-    for _ in range(reps):  # best of: the peak is what the machine can do when it gets the cores
-        t = time.perf_counter()
-        f(a, b).block_until_ready()
-        best = max(best, 2 * n**3 / (time.perf_counter() - t) / 1e12)
-    return best
+    return 2 * n**3 / _best_seconds(jax.jit(lambda x, y: x @ y), a, b, reps=reps) / 1e12
 
 
 def _bandwidth(n: int = 2**27, reps: int = 4) -> float:
@@ -107,14 +112,7 @@ def _bandwidth(n: int = 2**27, reps: int = 4) -> float:
     import jax.numpy as jnp
 
     x = jnp.ones((n,), jnp.float32)
-    f = jax.jit(lambda v: v * 1.5 + 1.0)
-    f(x).block_until_ready()
-    best = 0.0
-    for _ in range(reps):
-        t = time.perf_counter()
-        f(x).block_until_ready()
-        best = max(best, 8 * n / (time.perf_counter() - t) / 1e9)
-    return best
+    return 8 * n / _best_seconds(jax.jit(lambda v: v * 1.5 + 1.0), x, reps=reps) / 1e9
 
 
 def _load_row() -> tuple[Row, object]:
