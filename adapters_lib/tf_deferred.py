@@ -75,8 +75,8 @@ class _Finder(importlib.abc.MetaPathFinder):
     """``import tensorflow.x`` while the stand-in is in place: import TensorFlow first."""
 
     def find_spec(self, fullname, path=None, target=None):
-        if not fullname.startswith(NAME + ".") or sys.modules.get(NAME) is not _STAND_IN or not is_deferred():
-            return None  # (while TensorFlow's own import runs, its submodules are its business)
+        if not fullname.startswith(NAME + ".") or sys.modules.get(NAME) is not _STAND_IN:
+            return None  # TensorFlow imported, or its own import running: its submodules are its business
         real = _load()
         if fullname in sys.modules:  # TensorFlow's own import made it
             made = sys.modules[fullname]
