@@ -102,7 +102,8 @@ class MeshSpec:
         if product != device_count:
             raise WorkbenchError(
                 f"mesh data×fsdp×tensor = {sizes['data']}×{sizes['fsdp']}×{sizes['tensor']} "
-                f"= {product}, but there are {device_count} devices",
+                f"= {product}, but there {'is' if device_count == 1 else 'are'} {device_count} "
+                f"device{'s' if device_count != 1 else ''}",
                 where="[mesh]",
                 hint=f"make the product {device_count}, or set one axis to -1 to fill",
             )

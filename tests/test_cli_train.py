@@ -60,6 +60,31 @@ def test_a_mesh_that_does_not_fit_the_devices_fails_in_one_line(cli_engine, tmp_
     assert list_runs(tmp_path) == []  # refused before a run directory is made
 
 
+def test_a_mesh_for_this_shells_devices_names_the_engine_and_how_to_restart_it(
+        cli_engine, tmp_path, capsys, monkeypatch):
+    """The engine was started with 8 devices; this shell asks for 4 and a mesh of 4."""
+    from workbench.client import EngineClient
+
+    with EngineClient(socket_path=cli_engine / "run" / "engine.sock",
+                      token_path=cli_engine / "run" / "engine.token") as client:
+        pid = client.status().pid
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    code = main(["train", "-q"] + _sets(demo_overrides(mesh__devices=0, mesh__data=4, mesh__tensor=1,
+                                                       run__dir=f'"{tmp_path}"')))
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and err.count("\n") == 1
+    line = _last_line(err)
+    assert "4×1×1 = 4, but there are 8 devices" in line
+    assert f"the running engine (pid {pid}, since " in line and "8 cpu devices)" in line
+    assert "fixed its devices when it started" in line
+    assert "this shell asks for 4 (XLA_FLAGS=--xla_force_host_platform_device_count=4)" in line
+    assert "`gemma-workbench engine stop`, then run this command again" in line
+    code = main(["train", "--detach"] + _sets(demo_overrides(mesh__devices=0, mesh__data=4,
+                                                             mesh__tensor=1, run__dir=f'"{tmp_path}"')))
+    assert code == 2 and f"(pid {pid}, since " in capsys.readouterr().err
+    assert list_runs(tmp_path) == []
+
+
 def test_a_batch_the_mesh_cannot_split_fails_in_one_line(cli_engine, tmp_path, capsys):
     code = main(["train", "-q"] + _sets(demo_overrides(mesh__devices=0, mesh__data=8, mesh__tensor=1,
                                                        train__batch_size=4, run__dir=f'"{tmp_path}"')))

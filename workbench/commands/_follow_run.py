@@ -22,18 +22,32 @@ def _client() -> Any:
     return engine_client()
 
 
-def precheck_mesh(client: Any, config_toml: str, overrides: list[str]) -> None:
-    """A mesh that does not fit the engine's devices or the batch fails before a run dir exists."""
+def precheck_mesh(client: Any, config_toml: str, overrides: list[str],
+                  mesh: Any = None) -> None:
+    """A mesh that does not fit the engine's devices or the batch fails before a run dir exists.
+
+    When ``mesh`` (the config's ``MeshSpec``) cannot be laid on the engine's devices, the error
+    names the engine, what this shell asks for and how to restart it (``engine_devices``)."""
     est = client.estimate(config_toml=config_toml, overrides=overrides)
     errors = [p for p in est.mesh_problems or [] if p.level == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise WorkbenchError(errors[0].message + more, where="[mesh]", hint=errors[0].hint or None)
+        err = WorkbenchError(errors[0].message + more, where="[mesh]", hint=errors[0].hint or None)
+        if mesh is not None:
+            from workbench import engine_devices, remote
+
+            status = client.status()
+            if not engine_devices.fits(mesh, len(status.devices)):
+                spec = remote.selected()
+                raise engine_devices.device_mismatch(
+                    err, status, remote=spec.host if spec is not None else None) from None
+        raise err
 
 
-def train_and_follow(config_toml: str, overrides: list[str], *, source: str, quiet: bool = False) -> int:
+def train_and_follow(config_toml: str, overrides: list[str], *, source: str, quiet: bool = False,
+                     mesh: Any = None) -> int:
     with _client() as client:
-        precheck_mesh(client, config_toml, overrides)
+        precheck_mesh(client, config_toml, overrides, mesh)
         run = client.create_run(config_toml=config_toml, overrides=overrides, source=source)
         print(run.dir, flush=True)
         return follow(client, run.id, quiet=quiet)

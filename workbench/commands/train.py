@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
         text, overrides = engine_config(args, cfg)
         return train_and_follow(text, overrides, source=args.config or "<demo defaults>",
-                                quiet=args.quiet)
+                                quiet=args.quiet, mesh=cfg.mesh)
     with _progress_logging(args.quiet):
         _precheck_mesh(cfg)
         from adapters_lib import runs
@@ -182,12 +182,14 @@ def engine_config(args: argparse.Namespace, cfg: Any) -> tuple[str, list[str]]:
 
 def _detach(args: argparse.Namespace, cfg: Any) -> int:
     """Hand the run to the engine service (started on demand); print its id."""
-    try:
-        from workbench.client import submit_run
-    except ImportError:
-        raise WorkbenchError("--detach needs the engine service, not in this build",
-                             where="train --detach", hint="train in the foreground instead") from None
-    run_id = submit_run(*engine_config(args, cfg), source=args.config or "<demo defaults>")
+    from workbench.commands._follow_run import precheck_mesh
+    from workbench.commands._generation_args import engine_client
+
+    text, overrides = engine_config(args, cfg)
+    with engine_client() as client:
+        precheck_mesh(client, text, overrides, cfg.mesh)
+        run_id = client.create_run(config_toml=text, overrides=overrides,
+                                   source=args.config or "<demo defaults>").id
     print(run_id)
     print(f"follow with: gemma-workbench runs attach {run_id}", file=sys.stderr)
     return 0
