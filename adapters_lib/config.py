@@ -28,6 +28,8 @@ LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
 SCHEDULES = ("constant", "linear", "cosine")
 DTYPES = ("float32", "bfloat16")
 BACKENDS = ("gemma", "keras")
+QUANTIZE_MODES = ("none", "int8", "int4", "nf4", "gguf")
+"""``[model] quantize`` (contract): how the frozen base is held (``models.quantize``)."""
 DATA_FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 EVAL_METRICS = ("loss", "perplexity", "exact_match", "contains", "rouge_l", "numeric_match")
 """The task metrics (contract names; ``adapters_lib.evals.metrics`` computes them)."""
@@ -41,6 +43,11 @@ class ModelSpec:
     """"gemma" (the gm API, default) or "keras" (keras-hub GemmaCausalLM)."""
     tokenizer: str = ""
     """Path to tokenizer.model; empty = found beside the weights (or the demo tokenizer)."""
+    quantize: str = "none"
+    """The frozen base held quantized on the device (weight-only): "none", "int8", "int4",
+    "nf4", or "gguf" (a GGUF's own blocks where they map; ``models.quantize``)."""
+    quantize_tile_size: int = 64
+    """Weights per scale along each projection's contracted axis; must divide it."""
 
 
 @dataclass(frozen=True)
@@ -275,6 +282,7 @@ def config_from_dict(
         sections[name] = checks.build_section(SECTIONS[name], name, value, where)
     cfg = checks.check_values(RunConfig(**sections), where, lora_targets=LORA_TARGETS,
                               schedules=SCHEDULES, dtypes=DTYPES, backends=BACKENDS,
+                              quantize_modes=QUANTIZE_MODES,
                               data_formats=DATA_FORMATS, eval_metrics=EVAL_METRICS)
     cfg = checks.check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
     cfg = checks.resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,

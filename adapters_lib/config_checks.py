@@ -123,7 +123,7 @@ EVAL_MAX_NEW_TOKENS = 4096
 
 def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], schedules: tuple[str, ...],
                  dtypes: tuple[str, ...], backends: tuple[str, ...], data_formats: tuple[str, ...],
-                 eval_metrics: tuple[str, ...] = ()) -> Any:
+                 eval_metrics: tuple[str, ...] = (), quantize_modes: tuple[str, ...] = ("none",)) -> Any:
     """Every value in range; returns ``cfg`` with ``lora.targets = "all"`` expanded."""
     def fail(section: str, key: str, message: str, hint: str | None = None) -> None:
         raise WorkbenchError(message, where=where(section, key), hint=hint)
@@ -154,6 +154,12 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
         fail("model", "source", "model.source is empty", 'use "demo", a catalog id or a path')
     if m.backend not in backends:
         fail("model", "backend", f"model.backend is {m.backend!r}", f"expected one of {', '.join(backends)}")
+    if m.quantize not in quantize_modes:
+        fail("model", "quantize", f"model.quantize is {m.quantize!r}",
+             f"expected one of {', '.join(quantize_modes)}")
+    if not 1 <= m.quantize_tile_size <= 1 << 20:
+        fail("model", "quantize_tile_size", f"model.quantize_tile_size is {m.quantize_tile_size}",
+             "use a positive tile that divides the projections' dims, e.g. 64")
     if not d.path:
         fail("data", "path", "data.path is empty", 'use "demo" or a data file or folder')
     if d.format not in data_formats:

@@ -79,6 +79,11 @@ _LORA_AXES: dict[str, tuple[Axis, Axis]] = {
 }
 
 
+_QARRAY_FIELDS = ("qvalue", "scale", "zero_point")
+"""The children of a qwix ``QArray`` in a key path (``models.quantize``): each shards on
+its weight's axes (a scale's dim that no longer divides stays replicated)."""
+
+
 def _weight_kind(names: tuple[str, ...]) -> str:
     """The kind of weight a path names: its last meaningful key."""
     leaf = names[-1]
@@ -104,6 +109,8 @@ def logical_axes(path: Sequence[Any], shape: Sequence[int], *,
     Unknown params (norm scales, vision tower, ...) are replicated.
     """
     names = path_names(path)
+    if len(names) > 1 and names[-1] in _QARRAY_FIELDS:  # a quantized weight's parts: its axes
+        names = names[:-1]
     shape = tuple(int(s) for s in shape)
     lora_kind = _lora_kind(names)
     if lora_kind is not None:

@@ -62,6 +62,10 @@ def gemma_only_problems(cfg: RunConfig) -> list[tuple[str, str, str]]:
         out.append(("[lora] dtype", f"lora.dtype = {lo.dtype!r} differs from train.param_dtype = {t.param_dtype!r}; "
                     "Keras LoRA kernels take the model's variable dtype",
                     f'set lora.dtype = "{t.param_dtype}", {alt}'))
+    if cfg.model.quantize != "none":
+        out.append(("[model] quantize", f"model.quantize = {cfg.model.quantize!r} is gemma-only "
+                    "(Keras' own quantize() is not wired to this route)",
+                    f'set quantize = "none", {alt}'))
     if (t.param_dtype, t.compute_dtype) == ("bfloat16", "float32"):
         out.append(("[train] compute_dtype", "bfloat16 params with float32 compute has no Keras dtype policy",
                     'use compute_dtype = "bfloat16", or param_dtype = "float32" (mixed precision)'))

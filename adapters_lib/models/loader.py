@@ -28,6 +28,8 @@ class LoadedModel:
     """What was asked for: "demo", a catalog id, a path."""
     family: str = "gemma3"
     tokenizer_path: str = ""
+    quantize: str = "none"
+    """How the base params are held (``[model] quantize``; ``models.quantize``)."""
 
     @property
     def config(self) -> Any:
@@ -38,8 +40,19 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     """Load the base model for ``spec``.
 
     ``sharding``: a callable ``(path_tuple, ShapeDtypeStruct) -> jax.sharding.Sharding`` or
-    None (single device); params are placed at load time.
+    None (single device); params are placed at load time. ``spec.quantize`` other than
+    "none": the projection weights are then quantized where they lie and the model reads
+    them quantized (``models.quantize``).
     """
+    loaded = _load(spec, param_dtype, sharding)
+    if spec.quantize != "none":
+        from adapters_lib.models import quantize
+
+        loaded = quantize.quantize_loaded(loaded, spec)
+    return loaded
+
+
+def _load(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
     if spec.source == "demo":
         return _load_demo(spec, param_dtype, sharding)
     try:

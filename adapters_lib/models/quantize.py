@@ -1,0 +1,310 @@
+"""The quantized frozen base (``[model] quantize``): weight-only, tiled scales, over qwix.
+
+``quantize = "int8" | "int4" | "nf4"`` holds the base's projection weights as qwix
+``QArray`` leaves (``qvalue`` in the narrow type, ``scale`` in the param dtype) in the params
+tree itself, on the device, sharded like the weight they replace. What is quantized:
+
+==================  =================================  ===============================
+weight              contracted axis (tiled)            one scale per
+==================  =================================  ===============================
+``q_einsum``        D of (N, D, H)                     head × H × tile of D
+``kv_einsum``       D of (2, K, D, H)                  k/v × head × H × tile of D
+``qkv_einsum``      D of (3, N, D, H)                  q/k/v × head × H × tile of D
+``attn_vec_einsum`` H of (N, H, D)                     head × D × tile of H
+``gating_einsum``   D of (2, F, D) (or (2, D, F))      gate/up × F × tile of D
+``linear``          F of (F, D)                        D × tile of F
+==================  =================================  ===============================
+
+The tied embedding / logits table, the norms and everything else stay float (the table in
+bfloat16 when the param dtype is f32: it is the largest tensor of a small Gemma and is read
+as a gather and as the output projection; see docs/quantization.md). ``tile_size``
+(``[model] quantize_tile_size``, default 64, bitsandbytes' NF4 block) must divide every
+contracted axis; qwix's ``quantize`` does the arithmetic (absmax per tile, symmetric; nf4 is
+qwix's NormalFloat table), ``dequantize`` the inverse.
+
+The model sees it through ``with_quantized_base(model)``: a subclass whose calls intercept
+gemma's ``Einsum`` layers (``flax.linen.intercept_methods``); an Einsum whose weight is a
+``QArray`` computes ``einsum(x, dequantize(w))`` under ``jax.checkpoint``, so the backward
+pass dequantizes again instead of keeping the float weight alive from the forward pass: the
+float copy of one weight exists only while its own matmul runs. The params paths do not
+change (LoRA adapters sit beside the weights as before, in f32/bf16; ``lora.py`` is
+untouched) and nothing else in the tree does either: sampling, eval and the train step run the
+same modules. Export never merges into these leaves (``export.merged`` loads the float base).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from adapters_lib.config import QUANTIZE_MODES as MODES
+from adapters_lib.errors import WorkbenchError
+
+QUANTIZED = ("int8", "int4", "nf4")
+DEFAULT_TILE = 64
+BITS = {"int8": 8, "int4": 4, "nf4": 4}
+WHERE = "[model] quantize"
+TILE_WHERE = "[model] quantize_tile_size"
+
+QUANTIZED_KINDS = ("q_einsum", "kv_einsum", "qkv_einsum", "attn_vec_einsum", "gating_einsum", "linear")
+QARRAY_FIELDS = ("qvalue", "scale", "zero_point")
+"""The names a QArray's children take in a params key path (``mesh.logical_axes`` skips them)."""
+
+
+# --------------------------------------------------------------------------- the layout (pure)
+
+
+def _kind(path: tuple[str, ...]) -> str:
+    leaf = path[-1]
+    return path[-2] if leaf == "w" and len(path) >= 2 else leaf
+
+
+def tiled_axes(path: tuple[str, ...], shape: tuple[int, ...], tile: int, *,
+               transpose_gating: bool = True) -> dict[int, int] | None:
+    """qwix's ``tiled_axes`` for a base weight (axis → tile; 1 = one scale per index along
+    it), or None when the weight stays float. Axes not named are channelwise."""
+    if path and path[0] == "embedder":
+        return None
+    kind, n = _kind(path), len(shape)
+    if kind == "q_einsum" and n == 3:
+        return {1: tile}
+    if kind in ("kv_einsum", "qkv_einsum") and n == 4:
+        return {2: tile}
+    if kind == "attn_vec_einsum" and n == 3:
+        return {1: tile}
+    if kind == "gating_einsum" and n == 3:
+        return {2: tile} if transpose_gating else {1: tile}
+    if kind == "linear" and n == 2:
+        return {0: tile}
+    return None
+
+
+def _names(path: Iterable[Any]) -> tuple[str, ...]:
+    out = []
+    for k in path:
+        for attr in ("key", "name", "idx"):
+            if hasattr(k, attr):
+                out.append(str(getattr(k, attr)))
+                break
+        else:
+            out.append(str(k))
+    return tuple(out)
+
+
+def check(mode: str, tile: int, shapes: dict[tuple[str, ...], tuple[int, ...]], *,
+          transpose_gating: bool = True) -> None:
+    """Refuse a mode or a tile that cannot quantize these weights, in one line naming the key."""
+    if mode not in MODES:
+        raise WorkbenchError(f"model.quantize is {mode!r}", where=WHERE,
+                             hint=f"expected one of {', '.join(MODES)}")
+    if mode not in QUANTIZED:
+        return
+    for path, shape in shapes.items():
+        axes = tiled_axes(path, shape, tile, transpose_gating=transpose_gating)
+        for axis, size in (axes or {}).items():
+            if size > 1 and shape[axis] % size:
+                raise WorkbenchError(
+                    f"model.quantize_tile_size {tile} does not divide {'/'.join(path)} "
+                    f"(dim {axis} of {tuple(shape)} is {shape[axis]})", where=TILE_WHERE,
+                    hint=f"pick a tile that divides {shape[axis]}, e.g. "
+                         f"{math.gcd(shape[axis], tile)}")
+
+
+def quantized_bytes(shape: tuple[int, ...], mode: str, tile: int, scale_bytes: int = 4) -> int:
+    """Device bytes of one weight held as ``mode`` (packed qvalues + the scales)."""
+    n = math.prod(shape)
+    return (n * BITS[mode] + 7) // 8 + (n // max(tile, 1)) * scale_bytes
+
+
+def describe(mode: str, tile: int) -> str:
+    if mode not in QUANTIZED:
+        return "float base" if mode == "none" else f"base quantized as {mode}"
+    return (f"{mode} weights (tile {tile}) in the attention and MLP projections; "
+            "embedding table and norms float")
+
+
+# --------------------------------------------------------------------------- the params
+
+
+def qtype(mode: str) -> Any:
+    import jax.numpy as jnp
+
+    return {"int8": jnp.int8, "int4": jnp.int4, "nf4": "nf4"}[mode]
+
+
+@functools.lru_cache(maxsize=64)
+def _quantizer(mode: str, axes: tuple[tuple[int, int], ...], ndim: int, out_sharding: Any):
+    """A jitted ``float weight -> QArray`` for one layout (qwix's ``quantize``)."""
+    import jax
+    import qwix
+
+    tiled = dict(axes)
+    channelwise = tuple(a for a in range(ndim) if a not in tiled)
+    kw = {} if out_sharding is None else {"out_shardings": out_sharding}
+    return jax.jit(lambda w: qwix.quantize(w, qtype(mode), channelwise_axes=channelwise,
+                                           tiled_axes=tiled), **kw)
+
+
+def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int, int],
+                    mode: str) -> Any:
+    """The QArray's shardings: qvalue like the weight, its scale on the same mesh axes where
+    the scale's dims still divide (else replicated on that dim)."""
+    import qwix
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    if not isinstance(weight_sharding, NamedSharding):
+        return None
+    spec = tuple(weight_sharding.spec) + (None,) * (len(shape) - len(weight_sharding.spec))
+    sizes = dict(weight_sharding.mesh.shape)
+    scale_shape = [shape[a] // axes[a] if a in axes else shape[a] for a in range(len(shape))]
+    scale_spec = []
+    for dim, axis in zip(scale_shape, spec, strict=True):
+        names = (axis,) if isinstance(axis, str) else tuple(axis or ())
+        size = math.prod(sizes[a] for a in names) if names else 1
+        scale_spec.append(axis if names and dim % size == 0 else None)
+    scale = NamedSharding(weight_sharding.mesh, PartitionSpec(*scale_spec))
+    return qwix.QArray(qvalue=weight_sharding, scale=scale, zero_point=None, qtype=qtype(mode))
+
+
+def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None,
+                    table_dtype: str = "bfloat16") -> Any:
+    """The base tree with its projection weights as ``QArray`` (see the module doc).
+
+    Leaf by leaf: each float weight is quantized where it lies (same sharding) and deleted,
+    so the device holds the float base plus one quantized weight at most. The embedding table
+    is cast to ``table_dtype`` when it is wider. ``mode = "none"`` returns ``params``.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    if mode not in QUANTIZED:
+        return params
+    transpose = bool(getattr(config, "transpose_gating_einsum", True))
+    flat = jax.tree_util.tree_flatten_with_path(params)[0]
+    check(mode, tile, {_names(p): tuple(x.shape) for p, x in flat}, transpose_gating=transpose)
+
+    def one(path, x):
+        names = _names(path)
+        axes = tiled_axes(names, tuple(x.shape), tile, transpose_gating=transpose)
+        if axes is None:
+            if names[0] == "embedder" and x.dtype.itemsize > jnp.dtype(table_dtype).itemsize:
+                y = x.astype(table_dtype)
+                _delete(x)
+                return y
+            return x
+        sharding = getattr(x, "sharding", None)
+        out = qarray_sharding(sharding, tuple(x.shape), axes, mode)
+        q = _quantizer(mode, tuple(sorted(axes.items())), x.ndim, out)(x)
+        _delete(x)
+        return q
+
+    return jax.tree_util.tree_map_with_path(one, params)
+
+
+def _delete(x: Any) -> None:
+    try:
+        x.delete()
+    except (AttributeError, RuntimeError, ValueError):
+        pass
+
+
+def is_quantized(params: Any) -> bool:
+    import jax
+    import qwix
+
+    return any(isinstance(x, qwix.QArray)
+               for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, qwix.QArray)))
+
+
+def dequantize_params(params: Any, dtype: Any = None) -> Any:
+    """Every QArray leaf back to a float array (``dtype``, default the scale's)."""
+    import jax
+    import qwix
+
+    def one(x):
+        if isinstance(x, qwix.QArray):
+            y = qwix.dequantize(x)
+            return y.astype(dtype) if dtype is not None else y
+        return x
+
+    return jax.tree.map(one, params, is_leaf=lambda x: isinstance(x, qwix.QArray))
+
+
+def device_bytes(tree: Any) -> int:
+    """Bytes the device reports for a tree's buffers (``on_device_size_in_bytes`` of each
+    shard: packed int4 counts what XLA really allocates, not ``nbytes``)."""
+    import jax
+
+    total = 0
+    for x in jax.tree.leaves(tree):
+        for shard in getattr(x, "addressable_shards", ()):
+            total += int(shard.data.on_device_size_in_bytes())
+    return total
+
+
+# --------------------------------------------------------------------------- the model
+
+
+def _frozen_einsum(eqn: str, x: Any, w: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+    import qwix
+
+    def run(x, w):
+        return jnp.einsum(eqn, x, qwix.dequantize(w).astype(x.dtype))
+
+    return jax.checkpoint(run, policy=jax.checkpoint_policies.nothing_saveable)(x, w)
+
+
+def _interceptor(next_fun, args, kwargs, context):
+    import qwix
+    from gemma.gm.nn import _layers
+
+    module = context.module
+    if (context.method_name == "__call__" and isinstance(module, _layers.Einsum)
+            and module.has_variable("params", module.weight_name)):
+        w = module.get_variable("params", module.weight_name)
+        if isinstance(w, qwix.QArray):
+            eqn, x = args
+            return _frozen_einsum(eqn, x, w)
+    return next_fun(*args, **kwargs)
+
+
+@functools.cache
+def _quantized_class(cls: type) -> type:
+    from flax import linen as nn
+
+    def __call__(self, *args, **kwargs):  # noqa: N807
+        with nn.intercept_methods(_interceptor):
+            return super(new_cls, self).__call__(*args, **kwargs)
+
+    new_cls = type(f"{cls.__name__}QuantizedBase", (cls,), {
+        "__call__": __call__, "__module__": cls.__module__, "_quantized_base": True})
+    return new_cls
+
+
+def with_quantized_base(model: Any) -> Any:
+    """The same gemma Transformer, reading ``QArray`` weights where its params hold them
+    (a subclass: gemma's ``nn.jit`` keys traces on the module, see ``train.variants``)."""
+    import dataclasses
+
+    if getattr(type(model), "_quantized_base", False):
+        return model
+    kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+              if f.init and f.name not in ("parent", "name")}
+    return _quantized_class(type(model))(**kwargs)
+
+
+def quantize_loaded(loaded: Any, spec: Any) -> Any:
+    """A ``LoadedModel`` with its base held as ``spec.quantize`` (model and params)."""
+    mode = spec.quantize
+    if mode == "gguf":
+        raise WorkbenchError("model.quantize = \"gguf\" is not available in this build", where=WHERE,
+                             hint='use "int8", "int4" or "nf4"')
+    loaded.params = quantize_params(loaded.params, mode, spec.quantize_tile_size,
+                                    config=loaded.config)
+    loaded.model = with_quantized_base(loaded.model)
+    loaded.quantize = mode
+    return loaded
