@@ -6,8 +6,12 @@ sizes real Gemma models from their config alone. Terms, in bytes per device:
 
 - ``weights``: the base weights in ``param_dtype``, each divided by the mesh axes the
   sharding rules put it on (``mesh.param_partition``: a dim an axis does not divide is
-  replicated, so it is not divided);
-- ``compute_copy``: a ``compute_dtype`` copy of the weights when it differs from ``param_dtype``;
+  replicated, so it is not divided); with ``quantize`` (``models.quantize``) the
+  projections at their bits plus one ``param_dtype`` scale per tile, the embedding table in
+  bfloat16, norms in ``param_dtype``;
+- ``compute_copy``: a ``compute_dtype`` copy of the weights when it differs from ``param_dtype``
+  (a quantized base: of its float leaves, plus the largest projection dequantized, the one
+  float weight alive at a time);
 - ``adapters``, ``gradients``, ``optimizer`` (AdamW: two moments per trainable param, in its
   dtype), ``accumulator`` (grad accumulation keeps a second gradient tree);
 - ``activations``: what the backward pass keeps per layer (from B, L, D, F, heads), or, with
@@ -33,6 +37,7 @@ from adapters_lib import mesh as mesh_lib
 from adapters_lib.lora_shapes import config_field as _cfg
 from adapters_lib.lora_shapes import lora_param_count, lora_param_shapes  # noqa: F401 - memory's names too
 from adapters_lib.lora_shapes import uses_qkv as _uses_qkv
+from adapters_lib.models import quantize_layout as quantize_lib
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 FIT_FRACTION = 0.8
@@ -138,6 +143,24 @@ def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool,
     return total, per_dev
 
 
+def _quantized_weights(shapes, sizes: Mapping[str, int], transpose: bool, heads: Mapping[str, int],
+                       pb: int, cb: int, mode: str, tile: int) -> tuple[int, int]:
+    """(weights, compute_copy) bytes per device of a base held as ``mode`` (``models.quantize``)."""
+    weights = copy = largest = 0
+    for path, shape in shapes:
+        n = math.prod(shape)
+        axes = mesh_lib.param_partition(path, shape, sizes, transpose_gating=transpose, heads=heads)
+        dev = -(-n // math.prod(sizes[a] for a in axes if a is not None))
+        if quantize_lib.tiled_axes(path, shape, tile, transpose_gating=transpose) is not None:
+            weights += quantize_lib.quantized_bytes((dev,), mode, tile, scale_bytes=pb)
+            largest = max(largest, dev * cb)
+            continue
+        b = min(pb, DTYPE_BYTES["bfloat16"]) if path[0] == "embedder" else pb
+        weights += dev * b
+        copy += dev * cb if cb != b else 0
+    return weights, copy + largest
+
+
 # --------------------------------------------------------------------------- activations
 
 # Bytes kept per token per layer for the backward pass, in units of the compute dtype:
@@ -196,7 +219,8 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
              lora_targets: tuple[str, ...] = ("q", "k", "v", "o", "gate", "up", "down"),
              lora_dtype: str = "float32", param_dtype: str = "float32", compute_dtype: str = "float32",
              remat: bool = False, grad_accum: int = 1, chunked_ce: bool = True,
-             ce_chunk_bytes: int = CE_CHUNK_BYTES, device_bytes: int = 0) -> MemoryEstimate:
+             ce_chunk_bytes: int = CE_CHUNK_BYTES, device_bytes: int = 0,
+             quantize: str = "none", quantize_tile: int = 64) -> MemoryEstimate:
     """Bytes per device of one train step of ``config`` (see the module docstring).
 
     ``batch_size`` is the global batch of one optimizer step; ``grad_accum`` splits it;
@@ -208,9 +232,14 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     heads = mesh_lib.heads_of(config)
     pb, cb, lb = DTYPE_BYTES[param_dtype], DTYPE_BYTES[compute_dtype], DTYPE_BYTES[lora_dtype]
 
-    base_total, base_dev = _sharded_elems(base_param_shapes(config), sizes, transpose, heads)
-    weights = base_dev * pb
-    compute_copy = base_dev * cb if cb != pb else 0
+    base_shapes = base_param_shapes(config)
+    base_total, base_dev = _sharded_elems(base_shapes, sizes, transpose, heads)
+    if quantize in quantize_lib.QUANTIZED:
+        weights, compute_copy = _quantized_weights(base_shapes, sizes, transpose, heads, pb, cb,
+                                                   quantize, quantize_tile)
+    else:
+        weights = base_dev * pb
+        compute_copy = base_dev * cb if cb != pb else 0
     if lora_enabled:
         lora_total, lora_dev = _sharded_elems(lora_param_shapes(config, lora_rank, tuple(lora_targets)),
                                               sizes, transpose, heads)
@@ -281,7 +310,8 @@ def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int 
         lora_targets=tuple(cfg.lora.targets), lora_dtype=cfg.lora.dtype,
         param_dtype=cfg.train.param_dtype, compute_dtype=cfg.train.compute_dtype,
         remat=cfg.train.remat, grad_accum=cfg.train.grad_accum, device_bytes=device_bytes,
-        ce_chunk_bytes=ce_chunk_bytes)
+        ce_chunk_bytes=ce_chunk_bytes, quantize=cfg.model.quantize,
+        quantize_tile=cfg.model.quantize_tile_size)
 
 
 def host_memory_bytes() -> int:

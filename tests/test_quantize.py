@@ -77,3 +77,28 @@ def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, b
     np.testing.assert_allclose(np.asarray(out), np.asarray(exact), atol=2e-5, rtol=1e-5)
     ref = demo_float.model.apply({"params": demo_float.params}, tokens).logits
     assert 0 < _rel(out, ref) < tolerance
+
+
+def test_train_estimate_json_counts_the_quantized_base_as_the_device_holds_it(capsys):
+    """``train CONFIG --estimate --json`` (here its printer, in-process): ``weights_bytes`` of
+    an int4 base is what the device reports for the loaded int4 params, and below 0.3× of the
+    f32 base (the demo's table is small); ``total_bytes`` is the sum of the terms."""
+    import argparse
+    import json
+
+    from adapters_lib.memory import TERMS
+    from adapters_lib.models import quantize
+    from adapters_lib.models.loader import load_model
+    from workbench.commands._estimate import print_estimate
+
+    out = {}
+    for mode in ("none", "int4"):
+        cfg = load_config(None, ["mesh.devices=1", f"model.quantize={mode}"])
+        args = argparse.Namespace(in_process=True, json=True)
+        assert print_estimate(args, cfg, "", []) == 0
+        out[mode] = json.loads(capsys.readouterr().out)
+    q = out["int4"]
+    assert q["quantize"] == "int4" and q["total_bytes"] == sum(q[f"{t}_bytes"] for t in TERMS)
+    held = load_model(ModelSpec(quantize="int4")).params
+    assert q["weights_bytes"] == quantize.device_bytes(held)
+    assert q["weights_bytes"] < 0.3 * out["none"]["weights_bytes"]

@@ -36,94 +36,24 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
 from typing import Any
 
-from adapters_lib.config import QUANTIZE_MODES as MODES
 from adapters_lib.errors import WorkbenchError
-
-QUANTIZED = ("int8", "int4", "nf4")
-DEFAULT_TILE = 64
-BITS = {"int8": 8, "int4": 4, "nf4": 4}
-WHERE = "[model] quantize"
-TILE_WHERE = "[model] quantize_tile_size"
-
-QUANTIZED_KINDS = ("q_einsum", "kv_einsum", "qkv_einsum", "attn_vec_einsum", "gating_einsum", "linear")
-QARRAY_FIELDS = ("qvalue", "scale", "zero_point")
-"""The names a QArray's children take in a params key path (``mesh.logical_axes`` skips them)."""
-
-
-# --------------------------------------------------------------------------- the layout (pure)
-
-
-def _kind(path: tuple[str, ...]) -> str:
-    leaf = path[-1]
-    return path[-2] if leaf == "w" and len(path) >= 2 else leaf
-
-
-def tiled_axes(path: tuple[str, ...], shape: tuple[int, ...], tile: int, *,
-               transpose_gating: bool = True) -> dict[int, int] | None:
-    """qwix's ``tiled_axes`` for a base weight (axis → tile; 1 = one scale per index along
-    it), or None when the weight stays float. Axes not named are channelwise."""
-    if path and path[0] == "embedder":
-        return None
-    kind, n = _kind(path), len(shape)
-    if kind == "q_einsum" and n == 3:
-        return {1: tile}
-    if kind in ("kv_einsum", "qkv_einsum") and n == 4:
-        return {2: tile}
-    if kind == "attn_vec_einsum" and n == 3:
-        return {1: tile}
-    if kind == "gating_einsum" and n == 3:
-        return {2: tile} if transpose_gating else {1: tile}
-    if kind == "linear" and n == 2:
-        return {0: tile}
-    return None
-
-
-def _names(path: Iterable[Any]) -> tuple[str, ...]:
-    out = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                out.append(str(getattr(k, attr)))
-                break
-        else:
-            out.append(str(k))
-    return tuple(out)
-
-
-def check(mode: str, tile: int, shapes: dict[tuple[str, ...], tuple[int, ...]], *,
-          transpose_gating: bool = True) -> None:
-    """Refuse a mode or a tile that cannot quantize these weights, in one line naming the key."""
-    if mode not in MODES:
-        raise WorkbenchError(f"model.quantize is {mode!r}", where=WHERE,
-                             hint=f"expected one of {', '.join(MODES)}")
-    if mode not in QUANTIZED:
-        return
-    for path, shape in shapes.items():
-        axes = tiled_axes(path, shape, tile, transpose_gating=transpose_gating)
-        for axis, size in (axes or {}).items():
-            if size > 1 and shape[axis] % size:
-                raise WorkbenchError(
-                    f"model.quantize_tile_size {tile} does not divide {'/'.join(path)} "
-                    f"(dim {axis} of {tuple(shape)} is {shape[axis]})", where=TILE_WHERE,
-                    hint=f"pick a tile that divides {shape[axis]}, e.g. "
-                         f"{math.gcd(shape[axis], tile)}")
-
-
-def quantized_bytes(shape: tuple[int, ...], mode: str, tile: int, scale_bytes: int = 4) -> int:
-    """Device bytes of one weight held as ``mode`` (packed qvalues + the scales)."""
-    n = math.prod(shape)
-    return (n * BITS[mode] + 7) // 8 + (n // max(tile, 1)) * scale_bytes
-
-
-def describe(mode: str, tile: int) -> str:
-    if mode not in QUANTIZED:
-        return "float base" if mode == "none" else f"base quantized as {mode}"
-    return (f"{mode} weights (tile {tile}) in the attention and MLP projections; "
-            "embedding table and norms float")
-
+from adapters_lib.models.quantize_layout import (  # noqa: F401 - this module's interface too
+    BITS,
+    DEFAULT_TILE,
+    MODES,
+    QUANTIZED,
+    TILE_WHERE,
+    WHERE,
+    _names,
+    arch_shapes,
+    check,
+    describe,
+    held_bytes,
+    quantized_bytes,
+    tiled_axes,
+)
 
 # --------------------------------------------------------------------------- the params
 

@@ -41,6 +41,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="queue the run on the engine service and return at once with its id")
     mode.add_argument("--resume", metavar="RUN",
                       help="resume a stopped/failed/interrupted run (id, id prefix or path)")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the per-device memory estimate of the config's train step and "
+                        "exit (nothing trains; [model] quantize is counted)")
+    p.add_argument("--json", action="store_true", help="with --estimate: one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--upload", metavar="DATAFILE",
                    help="with --remote: copy this local dataset into the remote engine's data "
@@ -100,10 +104,17 @@ def run(args: argparse.Namespace) -> int:
         from workbench.commands._follow_run import resume_and_follow
 
         return resume_and_follow(args.resume, quiet=args.quiet)
+    if args.json and not args.estimate:
+        raise WorkbenchError("--json goes with --estimate", where="train --json",
+                             hint="use train CONFIG --estimate --json")
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         sys.stdout.write(cfg.to_toml())
         return 0
+    if args.estimate:
+        from workbench.commands._estimate import print_estimate
+
+        return print_estimate(args, cfg, *engine_config(args, cfg))
     if args.detach:
         return _detach(args, cfg)
     if not args.in_process:

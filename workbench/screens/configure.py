@@ -146,6 +146,8 @@ class ConfigureScreen(WorkbenchScreen):
         raw["data"]["packing"] = self.query_one(f"#{field_id('data', 'packing')}", Checkbox).value
         raw["train"]["schedule"] = str(
             self.query_one(f"#{field_id('train', 'schedule')}", Select).value)
+        raw["model"]["quantize"] = str(
+            self.query_one(f"#{field_id('model', 'quantize')}", Select).value)
         raw["lora"].update(self.query_one(LoraForm).values())
         return raw
 
@@ -346,6 +348,7 @@ class ConfigureScreen(WorkbenchScreen):
         self.query_one(f"#{field_id('data', 'format')}", Select).value = cfg.data.format
         self.query_one(f"#{field_id('data', 'packing')}", Checkbox).value = cfg.data.packing
         self.query_one(f"#{field_id('train', 'schedule')}", Select).value = cfg.train.schedule
+        self.query_one(f"#{field_id('model', 'quantize')}", Select).value = cfg.model.quantize
         self.query_one(LoraForm).show_spec(cfg.lora)
 
     def action_open_toml(self) -> None:

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static, TabPane
 
-from adapters_lib.config import DATA_FORMATS, SCHEDULES, RunConfig
+from adapters_lib.config import DATA_FORMATS, QUANTIZE_MODES, SCHEDULES, RunConfig
 from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm
 
@@ -84,6 +84,11 @@ def form_pages(base: RunConfig, d: dict[str, dict[str, Any]]) -> ComposeResult:
                 yield Label("schedule", classes="label")
                 yield Select([(s, s) for s in SCHEDULES], value=base.train.schedule,
                              allow_blank=False, id=field_id("train", "schedule"),
+                             compact=True)
+            with Horizontal(classes="row"):
+                yield Label("base quantize", classes="label")
+                yield Select([(q, q) for q in QUANTIZE_MODES], value=base.model.quantize,
+                             allow_blank=False, id=field_id("model", "quantize"),
                              compact=True)
     with TabPane("TOML", id="tab-toml"):
         with FormScroll():

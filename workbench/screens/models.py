@@ -116,7 +116,24 @@ def model_detail(m: dict[str, Any]) -> str:
     if isinstance(config, Mapping) and config:
         lines.append("[b]architecture[/b]")
         lines += [f"  {escape(str(k))} = {escape(str(v))}" for k, v in list(config.items())[:24]]
+        held = held_sizes(config)
+        if held:
+            lines.append(f"[dim]base on the device ([model] quantize):[/] {escape(held)}")
     return "\n".join(lines)
+
+
+def held_sizes(arch: Mapping[str, Any]) -> str:
+    """``bf16 536 MB · int8 … · int4/nf4 …``: the weights as ``[model] quantize`` holds them."""
+    from adapters_lib.models.quantize_layout import held_bytes
+
+    try:
+        sizes = {m: held_bytes(dict(arch), m) for m in ("none", "int8", "int4")}
+    except (TypeError, ValueError):
+        return ""
+    if not sizes["none"]:
+        return ""
+    return (f"bf16 {gib(sizes['none'])} · int8 {gib(sizes['int8'])} · "
+            f"int4/nf4 {gib(sizes['int4'])} (the embedding table stays bf16)")
 
 
 def scan_here(folders: tuple[str, ...]) -> list[dict[str, Any]]:
