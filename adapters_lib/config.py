@@ -22,6 +22,7 @@ from typing import Any
 import tomli_w
 
 from adapters_lib import config_checks as checks
+from adapters_lib.config_backends import check_backend_options
 from adapters_lib.errors import WorkbenchError
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -287,10 +288,7 @@ def config_from_dict(
     cfg = checks.check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
     cfg = checks.resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,
                                overrides_dir=Path(overrides_dir) if overrides_dir else None)
-    # options one backend has and the other lacks (pure; keras is not imported)
-    from adapters_lib.keras_route.options import check_backend_options
-
-    check_backend_options(cfg)
+    check_backend_options(cfg)  # options one backend has and the other lacks
     return cfg
 
 

@@ -97,7 +97,7 @@ def tuned_run(trained_demo_run):
 
 @pytest.fixture(scope="module")
 def exports(trained_demo_run, tmp_path_factory):
-    from adapters_lib.export import export_run
+    from adapters_lib.tuned import export_run
 
     out = tmp_path_factory.mktemp("exports")
     return {fmt: Path(export_run(trained_demo_run, fmt, out=out / fmt)["out"]) for fmt in ("adapter", "gemma", "hf")}
@@ -106,12 +106,12 @@ def exports(trained_demo_run, tmp_path_factory):
 def test_exported_adapter_reloads_and_reproduces_the_runs_tuned_output(trained_demo_run, exports):
     import jax
 
-    from adapters_lib import sample
     from adapters_lib.sample import SamplingSettings
+    from adapters_lib.tuned import load_adapter_model, load_run_model
 
-    from_run = sample.load_run(str(trained_demo_run))
+    from_run = load_run_model(str(trained_demo_run))
     trainable, step = from_run.adapters, from_run.step
-    from_dir = sample.load_adapter_dir(str(exports["adapter"]))
+    from_dir = load_adapter_model(str(exports["adapter"]))
     assert jax.tree.structure(from_dir.adapters) == jax.tree.structure(trainable)
     assert all(bool((a == b).all()) for a, b in zip(jax.tree.leaves(from_dir.adapters), jax.tree.leaves(trainable), strict=True))
     assert from_dir.sampler.spec == from_run.sampler.spec

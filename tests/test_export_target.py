@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from adapters_lib import tuned
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.export import target as T
 from workbench.cli import main
@@ -162,26 +163,25 @@ def test_export_to_the_working_dir_or_home_wipes_nothing(trained_demo_run, capsy
 def test_a_forced_hf_reexport_leaves_no_stale_shard_or_index(trained_demo_run, tmp_path, monkeypatch):
     """A sharded export, then a single-file one in the same folder: only the new files remain,
     and a reload reads the new weights (the old index would point a loader at the old shards)."""
-    from adapters_lib import export
     from adapters_lib.export import merged
     from adapters_lib.models import hf_convert
 
     out = tmp_path / "hf"
     monkeypatch.setattr(merged, "HF_SHARD_BYTES", 1 << 20)
-    export.export_run(trained_demo_run, "hf", step=20, out=out)
+    tuned.export_run(trained_demo_run, "hf", step=20, out=out)
     first = set(T.files_under(out))
     assert "model.safetensors.index.json" in first and any("-of-" in f for f in first)
     monkeypatch.setattr(merged, "HF_SHARD_BYTES", 5 * 2**30)
     with pytest.raises(WorkbenchError, match="earlier export"):
-        export.export_run(trained_demo_run, "hf", step=40, out=out)
-    result = export.export_run(trained_demo_run, "hf", step=40, out=out, force=True)
+        tuned.export_run(trained_demo_run, "hf", step=40, out=out)
+    result = tuned.export_run(trained_demo_run, "hf", step=40, out=out, force=True)
     assert result["step"] == 40
     assert set(T.files_under(out)) == {"config.json", "model.safetensors", "tokenizer.model", T.MARKER}
     marker = json.loads((out / T.MARKER).read_text())
     assert marker["step"] == 40 and marker["format"] == "hf"
     # The weights are step 40's: they differ from a step-20 export's.
     again = tmp_path / "hf20"
-    export.export_run(trained_demo_run, "hf", step=20, out=again)
+    tuned.export_run(trained_demo_run, "hf", step=20, out=again)
     file40, file20 = out / "model.safetensors", again / "model.safetensors"
     h40, h20 = hf_convert.read_header(file40), hf_convert.read_header(file20)
     name = "model.layers.0.self_attn.q_proj.weight"
@@ -194,15 +194,13 @@ def test_a_forced_hf_reexport_leaves_no_stale_shard_or_index(trained_demo_run, t
 def test_the_runs_own_default_folder_is_replaced_without_force(trained_demo_run, tmp_path):
     import shutil
 
-    from adapters_lib import export
-
     run = tmp_path / "run-copy"
     shutil.copytree(trained_demo_run, run)
-    first = export.export_run(run, "adapter", step=20)
+    first = tuned.export_run(run, "adapter", step=20)
     assert Path(first["out"]) == run / "adapter"
-    second = export.export_run(run, "adapter")
+    second = tuned.export_run(run, "adapter")
     assert second["step"] == 40 and json.loads((run / "adapter" / T.MARKER).read_text())["step"] == 40
     (run / "adapter" / "mine.txt").write_text("keep me")
     with pytest.raises(WorkbenchError, match="mine.txt"):
-        export.export_run(run, "adapter")
+        tuned.export_run(run, "adapter")
     assert (run / "adapter" / "mine.txt").read_text() == "keep me"

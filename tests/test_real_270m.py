@@ -144,11 +144,10 @@ def _logits(model, params, ids):
 
 def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
         shared_real_load, tmp_path, workbench_home):
-    from adapters_lib import export, lora, runs
+    from adapters_lib import lora, runs
     from adapters_lib.config import load_config
-    from adapters_lib.sample import load_adapter_dir
     from adapters_lib.train.loop import run_training
-    from adapters_lib.tuned import load_checkpoint
+    from adapters_lib.tuned import export_run, load_adapter_model, load_checkpoint
 
     m = shared_real_load
     config = os.path.join(os.path.dirname(__file__), "..", "examples", "real-270m.toml")
@@ -170,8 +169,8 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
     assert tuned.loss < 0.7 * base.loss, (base.loss, tuned.loss)
 
     _, loaded, trainable, _ = load_checkpoint(run, 8)
-    export.export_adapter(run.path, out=tmp_path / "adapter")
-    again = load_adapter_dir(str(tmp_path / "adapter"))
+    export_run(run.path, "adapter", out=tmp_path / "adapter")
+    again = load_adapter_model(str(tmp_path / "adapter"))
     ids = m.tokenizer.encode("<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n")
     net = lora.wrap(m.model, cfg.lora)
     want = _logits(net, lora.merge_lora(m.params, trainable), [2, *ids])

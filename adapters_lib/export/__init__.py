@@ -5,8 +5,8 @@
 - ``merged`` — base + adapters fused: gemma orbax checkpoint, HF safetensors;
 - ``target`` — where an export lands: staged beside ``--out`` and swapped in, never
   deleting what the user made;
-- ``run`` — ``export_run`` (a run's checkpoint) and ``export_gemma`` (any gemma-route
-  ``TunedModel``; the Keras route's adapter is ``keras_route.export``).
+- ``run`` — ``export_gemma`` (any gemma-route ``TunedModel``; a run's checkpoint is
+  ``tuned.export_run``, the Keras route's adapter ``keras_route.export``).
 
 Names are imported lazily (``from adapters_lib.export import merged_params`` works), so that
 ``formats`` and ``target`` stay importable without numpy or JAX (the engine API uses
@@ -25,8 +25,7 @@ _NAMES = {
              "adapter_tensors", "adapter_config", "save_adapter", "read_adapter_config",
              "expected_lora", "load_adapter"),
     "merged": ("HF_SHARD_BYTES", "merged_params", "save_gemma", "save_hf", "copy_tokenizer"),
-    "run": ("default_out", "export_run", "export_gemma", "check_format", "export_adapter",
-            "export_merged"),
+    "run": ("default_out", "export_gemma", "check_format"),
 }
 _WHERE = {name: module for module, names in _NAMES.items() for name in names}
 

@@ -1,4 +1,5 @@
-"""Export a run's checkpoint, or any gemma-route ``TunedModel``, in one of ``formats.FORMATS``.
+"""Export a gemma-route ``TunedModel`` in one of ``formats.FORMATS`` (a run's checkpoint:
+``tuned.export_run``, which loads it first).
 
 The export is staged beside its target and swapped into place (``export.target``): a
 non-empty ``out`` is refused unless ``force`` is given and it is an earlier export of this
@@ -32,20 +33,6 @@ def check_format(cfg: Any, fmt: str, run_id: str = "") -> None:
     if fmt == "adapter" and not cfg.lora.enabled:
         raise WorkbenchError(f"{name} is a full fine-tune: it has no adapter",
                              where="--format adapter", hint="export --format gemma or hf")
-
-
-def export_run(run: Any, fmt: str = "adapter", *, step: int | None = None,
-               out: str | Path | None = None, force: bool = False) -> dict[str, Any]:
-    """Export a run's checkpoint (latest when ``step`` is None); returns a summary
-    ``{run_id, step, format, out}``. ``run``: an id, a prefix, a run directory or a ``RunDir``."""
-    from adapters_lib import runs
-    from adapters_lib.tuned import load_run_model
-
-    fmt = formats.resolve(fmt)
-    run_dir = run if isinstance(run, runs.RunDir) else runs.find_run(str(run))
-    check_format(run_dir.config(), fmt, run_dir.run_id)
-    resolve_target(out or default_out(run_dir.path, fmt), force=force, owned=not out)
-    return load_run_model(run_dir, step).export(fmt, out, force=force)
 
 
 def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
@@ -91,17 +78,3 @@ def _full_spec() -> Any:
     from adapters_lib.config import LoraSpec
 
     return LoraSpec(enabled=False)
-
-
-def export_adapter(run: Any, *, step: int | None = None, out: str | Path | None = None,
-                   format: str = "adapter", force: bool = False) -> dict[str, Any]:  # noqa: A002
-    """The adapter of a run (``format`` is accepted for symmetry; only "adapter")."""
-    return export_run(run, format or "adapter", step=step, out=out, force=force)
-
-
-def export_merged(run: Any, *, step: int | None = None, out: str | Path | None = None,
-                  format: str = "gemma", force: bool = False) -> dict[str, Any]:  # noqa: A002
-    """Merged full weights of a run: ``format`` "gemma" (orbax) or "hf" (safetensors)."""
-    if format not in ("gemma", "hf", ""):
-        raise WorkbenchError(f"merged export format {format!r}", where="--format", hint="use gemma or hf")
-    return export_run(run, format or "gemma", step=step, out=out, force=force)

@@ -6,7 +6,6 @@ before its first keras import. In a process that imports keras elsewhere, set
 ``KERAS_BACKEND=jax`` before that import.
 
 - ``run_keras_training(cfg, run_dir, *, control=None, resume=False)`` — like ``train.loop.run_training``;
-- ``check_backend_options(cfg)`` — one-line cause for gemma-only options with keras (or the reverse);
 - ``load_keras_tuned(run_dir, step=None)`` — the tuned model, ``.answers(prompts, tuned=True|False)``.
 """
 
@@ -14,9 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters_lib.keras_route.options import check_backend_options, is_keras_preset
-
-__all__ = ["check_backend_options", "is_keras_preset", "load_keras_tuned", "run_keras_training"]
+__all__ = ["load_keras_tuned", "run_keras_training"]
 
 
 def run_keras_training(cfg: Any, run_dir: Any, *, control: Any = None, resume: bool = False) -> Any:

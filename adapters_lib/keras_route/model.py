@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.config import RunConfig
+from adapters_lib.config_backends import is_keras_preset
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.keras_route.layout import ModelDims
-from adapters_lib.keras_route.options import KERAS_LORA_LAYERS, is_keras_preset, keras_dtype_policy
+from adapters_lib.keras_route.options import KERAS_LORA_LAYERS, keras_dtype_policy
 
 
 def import_keras():

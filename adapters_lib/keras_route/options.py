@@ -1,29 +1,10 @@
-"""Which config options each backend accepts: one-line causes before anything is built.
+"""The Keras route's names for our options: LoRA targets → keras-hub layers, dtypes → a policy.
 
-Pure Python (no keras import): the engine can call ``check_backend_options(cfg)`` when a run is
-submitted, whatever its backend.
-
-Gemma-only (refused with ``backend = "keras"``):
-- ``train.remat = true``: keras-hub's Gemma backbones have no rematerialisation switch;
-- ``train.grad_accum > 1``: one ``fit`` step is one optimizer update here;
-- ``mesh.fsdp > 1``: the Keras mesh has two axes, ``batch`` (= mesh.data) and ``model`` (= mesh.tensor);
-- ``lora.dtype = "bfloat16"``: Keras LoRA kernels take the layer's variable dtype (train.param_dtype);
-- ``train.param_dtype = "bfloat16"`` with ``compute_dtype = "float32"``: no Keras dtype policy does that.
-Keras-only (refused with ``backend = "gemma"``): a ``model.source`` folder in the Keras preset
-layout (config.json + model.weights.h5).
-Accepted but different: ``data.packing`` — the Keras backbones take a padding mask, not
-segment ids, so the Keras route always trains one example per row (unpacked).
+Which options each backend accepts is ``adapters_lib.config_backends`` (the config layer checks
+them on every config, keras or not).
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-from adapters_lib.errors import WorkbenchError
-
-if TYPE_CHECKING:  # config calls these checks: importing it here would make a circle
-    from adapters_lib.config import RunConfig
 
 # our LoRA target names → keras-hub Gemma layer names (GemmaBackbone, Gemma2, Gemma3Backbone)
 KERAS_LORA_LAYERS = {
@@ -32,55 +13,7 @@ KERAS_LORA_LAYERS = {
 }
 
 
-def is_keras_preset(source: str) -> bool:
-    """True for a folder in the Keras preset layout (config.json + model.weights.h5)."""
-    p = Path(source).expanduser()
-    return p.is_dir() and (p / "config.json").is_file() and (p / "model.weights.h5").is_file()
-
-
 def keras_dtype_policy(param_dtype: str, compute_dtype: str) -> str:
     """The Keras dtype policy for (param, compute) dtypes (checked by ``check_backend_options``)."""
     return {("float32", "float32"): "float32", ("float32", "bfloat16"): "mixed_bfloat16",
             ("bfloat16", "bfloat16"): "bfloat16"}[(param_dtype, compute_dtype)]
-
-
-def gemma_only_problems(cfg: RunConfig) -> list[tuple[str, str, str]]:
-    """(where, cause, hint) for each option the Keras route cannot honour."""
-    out = []
-    t, lo, me = cfg.train, cfg.lora, cfg.mesh
-    alt = 'or use [model] backend = "gemma"'
-    if t.remat:
-        out.append(("[train] remat", "train.remat is gemma-only (keras-hub Gemma has no remat switch)",
-                    f"set train.remat = false, {alt}"))
-    if t.grad_accum > 1:
-        out.append(("[train] grad_accum", f"train.grad_accum = {t.grad_accum} is gemma-only on this route",
-                    f"set train.grad_accum = 1 and raise train.batch_size, {alt}"))
-    if me.fsdp not in (1,):
-        out.append(("[mesh] fsdp", f"mesh.fsdp = {me.fsdp}: the Keras mesh has only batch (mesh.data) and model (mesh.tensor) axes",
-                    "set mesh.fsdp = 1 and put those devices on mesh.data or mesh.tensor"))
-    if lo.enabled and lo.dtype != t.param_dtype:
-        out.append(("[lora] dtype", f"lora.dtype = {lo.dtype!r} differs from train.param_dtype = {t.param_dtype!r}; "
-                    "Keras LoRA kernels take the model's variable dtype",
-                    f'set lora.dtype = "{t.param_dtype}", {alt}'))
-    if cfg.model.quantize != "none":
-        out.append(("[model] quantize", f"model.quantize = {cfg.model.quantize!r} is gemma-only "
-                    "(Keras' own quantize() is not wired to this route)",
-                    f'set quantize = "none", {alt}'))
-    if (t.param_dtype, t.compute_dtype) == ("bfloat16", "float32"):
-        out.append(("[train] compute_dtype", "bfloat16 params with float32 compute has no Keras dtype policy",
-                    'use compute_dtype = "bfloat16", or param_dtype = "float32" (mixed precision)'))
-    return out
-
-
-def check_backend_options(cfg: RunConfig) -> None:
-    """Raise a one-line ``WorkbenchError`` if ``cfg`` mixes the backends' options."""
-    if cfg.model.backend == "keras":
-        problems = gemma_only_problems(cfg)
-        if problems:
-            where, cause, hint = problems[0]
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise WorkbenchError(f'{cause} with backend = "keras"{more}', where=where, hint=hint)
-    elif cfg.model.backend == "gemma" and is_keras_preset(cfg.model.source):
-        raise WorkbenchError(
-            f"{cfg.model.source} is a Keras preset (config.json + model.weights.h5), which the gemma backend cannot load",
-            where="[model] source", hint='set [model] backend = "keras" (or pick the flax/orbax checkpoint)')

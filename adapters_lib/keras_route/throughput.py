@@ -17,9 +17,9 @@ def train_tokens_per_s(cfg: Any, *, steps: int = 20, warmup: int = 3) -> dict[st
     import jax
 
     from adapters_lib.config import MeshSpec
+    from adapters_lib.config_backends import check_backend_options
     from adapters_lib.keras_route.layout import make_distribution, plan_layout
     from adapters_lib.keras_route.model import _nullcontext, build_model, import_keras, model_dims
-    from adapters_lib.keras_route.options import check_backend_options
     from adapters_lib.keras_route.train import make_optimizer
 
     check_backend_options(cfg)

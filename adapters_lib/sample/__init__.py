@@ -27,24 +27,9 @@ from adapters_lib.sample.sampler import DECODE_CHUNK, PROMPT_BUCKETS, Sampler, b
 from adapters_lib.sample.settings import STOP_REASONS, Piece, SamplingSettings
 from adapters_lib.sample.text_stream import TextStream
 
-
-def load_run(run: str, step: int | None = None):
-    """The tuned model of a run's checkpoint (``adapters_lib.tuned.load_run_model``)."""
-    from adapters_lib.tuned import load_run_model
-
-    return load_run_model(run, step)
-
-
-def load_adapter_dir(directory: str, model: str = ""):
-    """A base model plus an exported adapter folder (``adapters_lib.tuned.load_adapter_model``)."""
-    from adapters_lib.tuned import load_adapter_model
-
-    return load_adapter_model(directory, model)
-
-
 __all__ = [
     "ChatSession", "Conversation", "DECODE_CHUNK", "PROMPT_BUCKETS", "Piece", "Prompt", "STOP_REASONS",
     "Sampler", "SamplingSettings", "TextStream", "Turn", "as_messages", "bucket", "chat_ids",
-    "check_prompt", "format_chat", "load_adapter_dir", "load_run", "prompt_ids", "raw_ids",
+    "check_prompt", "format_chat", "prompt_ids", "raw_ids",
     "read_prompts", "replay", "save_compare", "score",
 ]

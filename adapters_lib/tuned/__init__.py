@@ -4,8 +4,8 @@ export, for both routes.
 - ``load_run_model(run, step)`` — a run's checkpoint (gemma or Keras, by its config);
 - ``load_adapter_model(dir, model)`` — a base model plus an exported adapter folder;
 - ``load_base_model(source)`` — a bare base model (the base side only);
-- ``load_checkpoint(run, step)`` — the gemma route's ``(cfg, loaded, trainable, step)``
-  (formerly ``runs.load_tuned``).
+- ``load_checkpoint(run, step)`` — the gemma route's ``(cfg, loaded, trainable, step)``;
+- ``export_run(run, fmt, step=, out=, force=)`` — a run's checkpoint exported (``export.FORMATS``).
 
 ``base`` holds the interface and everything built on ``stream``; ``gemma`` and ``keras``
 the two implementations. Importing this package is cheap (no JAX until a model loads).
@@ -52,5 +52,22 @@ def load_base_model(source: str = "demo") -> TunedModel:
     return GemmaTuned.base_model(source)
 
 
-__all__ = ["SIDES", "Answer", "TunedModel", "load_adapter_model", "load_base_model",
+def export_run(run: Any, fmt: str = "adapter", *, step: int | None = None,
+               out: str | Path | None = None, force: bool = False) -> dict[str, Any]:
+    """Export a run's checkpoint (latest when ``step`` is None); returns a summary
+    ``{run_id, step, format, out}``. ``run``: an id, a prefix, a run directory or a ``RunDir``.
+    The format and the target are checked before any weights are loaded."""
+    from adapters_lib import runs
+    from adapters_lib.export import formats
+    from adapters_lib.export.run import check_format, default_out
+    from adapters_lib.export.target import resolve_target
+
+    fmt = formats.resolve(fmt)
+    run_dir = run if isinstance(run, runs.RunDir) else runs.find_run(str(run))
+    check_format(run_dir.config(), fmt, run_dir.run_id)
+    resolve_target(out or default_out(run_dir.path, fmt), force=force, owned=not out)
+    return load_run_model(run_dir, step).export(fmt, out, force=force)
+
+
+__all__ = ["SIDES", "Answer", "TunedModel", "export_run", "load_adapter_model", "load_base_model",
            "load_checkpoint", "load_run_model"]

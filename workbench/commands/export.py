@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.in_process:
-        from adapters_lib.export.run import export_run
+        from adapters_lib.tuned import export_run
 
         quiet_engine_logs()
         result = export_run(args.run, args.format, step=args.step, out=args.out, force=args.force)
