@@ -38,6 +38,7 @@ from gemma.gm.math import _positional_embeddings
 from gemma.gm.nn import _modules
 
 from adapters_lib.memory import ATTENTION_GLOBAL_BLOCK as GLOBAL_BLOCK  # the estimate uses it too
+from adapters_lib.models import families
 
 KINDS = ("blocked", "xla", "cudnn")
 """How training attention is computed: ``blocked`` (block-sparse scores, below), or one fused
@@ -66,7 +67,9 @@ def blocked() -> contextlib.AbstractContextManager[None]:
 
 def _intercept(kind, next_fun, args, kwargs, context):
     module = context.module
-    if context.method_name != "__call__" or not isinstance(module, _modules.Attention):
+    # the attention classes of the families' tables (Gemma 2/3's: this module re-implements
+    # its __call__); any other attention goes through the library unchanged
+    if context.method_name != "__call__" or not isinstance(module, families.layer_types("attention")):
         return next_fun(*args, **kwargs)
     names = ("x", "segment_pos", "cache", "attn_mask")
     bound = dict(zip(names, args, strict=False)) | kwargs
@@ -75,7 +78,7 @@ def _intercept(kind, next_fun, args, kwargs, context):
     return None, _attention(module, bound["x"], bound["segment_pos"], bound["attn_mask"], kind)
 
 
-def _attention(m: _modules.Attention, x: jax.Array, positions: jax.Array, mask: jax.Array,
+def _attention(m: nn.Module, x: jax.Array, positions: jax.Array, mask: jax.Array,
                kind: str = "blocked") -> jax.Array:
     """gemma's ``Attention.__call__`` without a cache, its scores computed as ``kind`` says."""
     if m.use_qkv_einsum:

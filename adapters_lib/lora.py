@@ -36,7 +36,6 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 from gemma import peft
-from gemma.gm.nn import _layers
 
 from adapters_lib.config import LoraSpec
 from adapters_lib.lora_fuse import (  # noqa: F401  (fuse_lora, iter_adapters: this module's interface)
@@ -47,9 +46,10 @@ from adapters_lib.lora_fuse import (  # noqa: F401  (fuse_lora, iter_adapters: t
     fuse_lora,
     iter_adapters,
 )
+from adapters_lib.models import families
 
 
-def _einsum_kind(module: _layers.Einsum) -> str | None:
+def _einsum_kind(module: nn.Module) -> str | None:
     """Which gemma weight an Einsum module holds (attention einsums are all named ``w``)."""
     if module.weight_name != "w":
         return module.weight_name if module.weight_name in _EINSUM_TARGETS else None
@@ -89,7 +89,8 @@ def lora_in_out(kind: str, shape: tuple[int, ...], transpose_gating: bool = True
 class TargetedLoRAEinsum(nn.Module):
     """A gemma ``Einsum`` plus scaled low-rank updates on some slices of its output."""
 
-    wrapped: _layers.Einsum
+    wrapped: nn.Module
+    """The library's einsum layer (a class the family table names for the ``einsum`` role)."""
     kind: str
     targets: tuple[str, ...]
     rank: int
@@ -179,7 +180,7 @@ def _lora_matmul_bwd(scale, res, g):
 lora_matmul.defvjp(_lora_matmul_fwd, _lora_matmul_bwd)
 
 
-def _wrapper_name(module: _layers.Einsum) -> str:
+def _wrapper_name(module: nn.Module) -> str:
     # FeedForward shares its scope between gating_einsum and linear: give each wrapper
     # its own name so the two do not collide (the same trick as gm.nn.LoRA).
     return LORA_PREFIX if module.weight_name == "w" else f"{LORA_PREFIX}_{module.weight_name}"
@@ -187,9 +188,10 @@ def _wrapper_name(module: _layers.Einsum) -> str:
 
 def _replace_fn(spec: LoraSpec):
     dtype = jnp.dtype(spec.dtype)
+    einsums = families.layer_types("einsum")  # the family table's einsum classes
 
     def replace(module: nn.Module) -> nn.Module:
-        if not isinstance(module, _layers.Einsum):
+        if not isinstance(module, einsums):
             return module
         kind = _einsum_kind(module)
         if kind is None:

@@ -16,19 +16,13 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.config import LORA_TARGETS, LoraSpec
+from adapters_lib.models import families
 
 LORA_PREFIX = "lora"
 
 # weight name → the targets it can carry, with the slice index along the leading axis
-# (None = the whole weight).
-_EINSUM_TARGETS: dict[str, dict[str, int | None]] = {
-    "q_einsum": {"q": None},
-    "kv_einsum": {"k": 0, "v": 1},
-    "qkv_einsum": {"q": 0, "k": 1, "v": 2},
-    "attn_vec_einsum": {"o": None},
-    "gating_einsum": {"gate": 0, "up": 1},
-    "linear": {"down": None},
-}
+# (None = the whole weight): the families' LoRA target tables, seen from the weights.
+_EINSUM_TARGETS: dict[str, dict[str, int | None]] = families.einsum_targets()
 
 
 def _is_lora_key(key: str) -> bool:

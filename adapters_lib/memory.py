@@ -36,7 +36,7 @@ from typing import Any
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.lora_shapes import config_field as _cfg
 from adapters_lib.lora_shapes import lora_param_count, lora_param_shapes  # noqa: F401 - memory's names too
-from adapters_lib.lora_shapes import uses_qkv as _uses_qkv
+from adapters_lib.models import families
 from adapters_lib.models import quantize_layout as quantize_lib
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
@@ -104,30 +104,14 @@ def fmt_bytes(n: float) -> str:
 
 
 def base_param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
-    """(path, shape) of every text-model param of a gemma config (vision tower excluded)."""
-    v, d, f = int(_cfg(config, "num_embed")), int(_cfg(config, "embed_dim")), int(_cfg(config, "hidden_dim"))
-    n, h, k = int(_cfg(config, "num_heads")), int(_cfg(config, "head_dim")), int(_cfg(config, "num_kv_heads"))
-    transpose = bool(_cfg(config, "transpose_gating_einsum", True))
-    qk_norm = bool(_cfg(config, "use_qk_norm", False))
-    out: list[tuple[tuple[str, ...], tuple[int, ...]]] = [
-        (("embedder", "input_embedding"), (v, d)), (("final_norm", "scale"), (d,))]
-    for i in range(mesh_lib.num_layers(config)):
-        p = f"layer_{i}"
-        if _uses_qkv(config):
-            out.append(((p, "attn", "qkv_einsum", "w"), (3, n, d, h)))
-        else:
-            out.append(((p, "attn", "q_einsum", "w"), (n, d, h)))
-            out.append(((p, "attn", "kv_einsum", "w"), (2, k, d, h)))
-        out.append(((p, "attn", "attn_vec_einsum", "w"), (n, h, d)))
-        out.append(((p, "mlp", "gating_einsum"), (2, f, d) if transpose else (2, d, f)))
-        out.append(((p, "mlp", "linear"), (f, d)))
-        norms = ["pre_attention_norm", "pre_ffw_norm"]
-        norms += ["post_attention_norm"] if _cfg(config, "use_post_attn_norm", False) else []
-        norms += ["post_ffw_norm"] if _cfg(config, "use_post_ffw_norm", False) else []
-        out += [((p, nm, "scale"), (d,)) for nm in norms]
-        if qk_norm:
-            out += [((p, "attn", "_query_norm", "scale"), (h,)), ((p, "attn", "_key_norm", "scale"), (h,))]
-    return out
+    """(path, shape) of every text-model param of a gemma config (vision tower excluded): the
+    family's memory term (``Family.param_shapes``)."""
+    return _family_of(config).param_shapes(config)
+
+
+def _family_of(config: Any) -> Any:
+    """The family record a config belongs to (Gemma 2/3's layout for a plain TransformerConfig)."""
+    return families.family(str(_cfg(config, "family", "") or "gemma3"))
 
 
 def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool,

@@ -25,6 +25,7 @@ from typing import Any
 from adapters_lib.config import MeshSpec
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.lora_shapes import num_layers  # noqa: F401 - mesh.num_layers (memory, lora call it)
+from adapters_lib.models import families
 
 log = logging.getLogger(__name__)
 
@@ -50,33 +51,21 @@ def path_names(path: Sequence[Any]) -> tuple[str, ...]:
 
 
 def _base_layout(kind: str, shape: tuple[int, ...], transpose_gating: bool) -> tuple[Axis, ...] | None:
-    """Logical axes of a gemma base weight, by its kind (None = not a known weight)."""
-    if kind == "input_embedding" and len(shape) == 2:  # (vocab, embed)
-        return ("tensor", "fsdp")
-    if kind == "q_einsum" and len(shape) == 3:  # (N, D, H)
-        return ("tensor", "fsdp", None)
-    if kind in ("kv_einsum", "qkv_einsum") and len(shape) == 4:  # (C, K, D, H)
-        return (None, "tensor", "fsdp", None)
-    if kind == "attn_vec_einsum" and len(shape) == 3:  # (N, H, D)
-        return ("tensor", None, "fsdp")
-    if kind == "gating_einsum" and len(shape) == 3:  # (2, F, D) transposed, else (2, D, F)
-        return (None, "tensor", "fsdp") if transpose_gating else (None, "fsdp", "tensor")
-    if kind == "linear" and len(shape) == 2:  # (F, D)
-        return ("tensor", "fsdp")
-    return None
+    """Logical axes of a gemma base weight, by its kind and rank: the families' sharding tables
+    (``Family.sharding``; None = not a known weight). The untransposed gating einsum
+    (2, D, F: Gemma 2 2B) swaps its last two axes."""
+    layout = _RULES.get((kind, len(shape)))
+    if layout is not None and kind == "gating_einsum" and len(shape) == 3 and not transpose_gating:
+        return (layout[0], layout[2], layout[1])
+    return layout
 
+
+_RULES = families.sharding_rules()
 
 # LoRA matrix → (axis of its "in" dim for *_a, axis of its "out" dim for *_b), by the
-# kind of weight it adapts. Flattened (N·H) / (K·H) dims keep heads major, so sharding
-# them on ``tensor`` puts whole heads on a device, like the base weight.
-_LORA_AXES: dict[str, tuple[Axis, Axis]] = {
-    "q_einsum": ("fsdp", "tensor"),  # D → N·H
-    "kv_einsum": ("fsdp", "tensor"),  # D → K·H
-    "qkv_einsum": ("fsdp", "tensor"),
-    "attn_vec_einsum": ("tensor", "fsdp"),  # N·H → D
-    "gating_einsum": ("fsdp", "tensor"),  # D → F
-    "linear": ("tensor", "fsdp"),  # F → D
-}
+# kind of weight it adapts (``Family.lora_axes``). Flattened (N·H) / (K·H) dims keep heads
+# major, so sharding them on ``tensor`` puts whole heads on a device, like the base weight.
+_LORA_AXES: dict[str, tuple[Axis, Axis]] = families.lora_axes()
 
 
 _QARRAY_FIELDS = ("qvalue", "scale", "zero_point")

@@ -26,29 +26,16 @@ from adapters_lib.models import families
 from adapters_lib.models.families import Arch, ArchError
 from adapters_lib.models.gguf_info import GGUFInfo
 
-SUPPORTED = ("gemma2", "gemma3")
+SUPPORTED = tuple(a for f in families.FAMILY.values() if f.loads for a in f.gguf_arches)
 
 # llama.cpp's names for architectures a user may hold, for the refusal line
 _KNOWN_NAMES = {"gemma": "Gemma 1", "gemma3n": "Gemma 3n", "gemma4": "Gemma 4",
                 "gemma-embedding": "EmbeddingGemma", "llama": "Llama", "qwen2": "Qwen 2",
                 "qwen3": "Qwen 3", "phi3": "Phi-3", "mistral3": "Mistral", "t5": "T5"}
 
-_BLOCK = {
-    "attn_norm": "input_layernorm",
-    "post_attention_norm": "post_attention_layernorm",
-    "ffn_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+# llama.cpp's tensor names ↔ HF's, per family (``Family.gguf_top`` / ``gguf_block``)
+_BLOCK = families.family("gemma3").gguf_block
+_TOP = families.family("gemma3").gguf_top
 _BLK = re.compile(r"^blk\.(\d+)\.([a-z_]+)\.weight$")
 
 
@@ -64,18 +51,20 @@ def hf_name(gguf_name: str) -> str | None:
 
 def gguf_names(arch: Arch) -> dict[str, str]:
     """HF name → GGUF name for every tensor ``arch`` needs."""
-    out = {v: k for k, v in _TOP.items()}
+    fam = families.family(arch.family)
+    out = {v: k for k, v in fam.gguf_top.items()}
     for i in range(arch.num_layers):
-        for ours, theirs in _BLOCK.items():
+        for ours, theirs in fam.gguf_block.items():
             if not arch.use_qk_norm and ours in ("attn_q_norm", "attn_k_norm"):
                 continue
             out[f"model.layers.{i}.{theirs}.weight"] = f"blk.{i}.{ours}.weight"
     return out
 
 
-def norm_offset(gguf_name: str) -> float:
-    """What llama.cpp added to a Gemma tensor: 1 for every RMSNorm weight, else 0."""
-    return 1.0 if gguf_name.endswith("norm.weight") else 0.0
+def norm_offset(gguf_name: str, family: str = "gemma3") -> float:
+    """What llama.cpp added to a Gemma tensor: the family's offset (Gemma 2/3: 1) for every
+    RMSNorm weight, else 0."""
+    return families.family(family).gguf_norm_offset if gguf_name.endswith("norm.weight") else 0.0
 
 
 def describe(info: GGUFInfo) -> str:

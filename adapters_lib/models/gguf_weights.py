@@ -65,6 +65,7 @@ class TensorSource:
         self.readers = [open_reader(p) for p in info.shards]
         self.tensors = {t.name: t for r in self.readers for t in r.tensors}
         self.names = gguf_names(arch)  # HF → GGUF
+        self.family = arch.family
 
     def get(self, hf_name: str, dtype: Any) -> np.ndarray:
         """The tensor llama.cpp wrote for ``hf_name``, as HF holds it, in ``dtype``."""
@@ -72,7 +73,7 @@ class TensorSource:
         t = self.tensors.get(name or "")
         if t is None:
             raise GGUFError(f"tensor {name or hf_name} missing from the GGUF")
-        return dequantize(t, dtype, offset=norm_offset(t.name))
+        return dequantize(t, dtype, offset=norm_offset(t.name, self.family))
 
 
 def dequantize(tensor: Any, dtype: Any, *, offset: float = 0.0,

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.models.families import Arch, hf_config_for
+from adapters_lib.models.families.arch import arch_from_transformer_config
 from adapters_lib.models.hf_layout import (  # noqa: F401 - re-exported
     _NORMS,
     _PREFIXES,
@@ -56,7 +57,7 @@ from adapters_lib.models.safetensors_io import (  # noqa: F401 - re-exported (ca
 )
 
 __all__ = ["gemma_to_hf", "hf_to_gemma", "hf_config_for", "export_hf", "save_hf", "leaf_plan",
-           "SafetensorsDir", "read_header", "write_safetensors"]
+           "SafetensorsDir", "read_header", "write_safetensors", "arch_from_transformer_config"]
 
 # --------------------------------------------------------------------------- the name map
 
@@ -191,27 +192,6 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
         out[f"{p}mlp.up_proj.weight"] = up
         out[f"{p}mlp.down_proj.weight"] = get(lay, "mlp", "linear").T
     return {name: np.ascontiguousarray(v) for name, v in out.items()}
-
-
-def arch_from_transformer_config(config: Any, family: str, params: Any = None) -> Arch:
-    """An ``Arch`` from a gemma ``TransformerConfig`` (the inverse of ``Arch.transformer_config``)."""
-    from adapters_lib.models.families import ArchError
-
-    if family not in ("gemma2", "gemma3"):
-        raise ArchError(f"export to Hugging Face supports gemma2 and gemma3, not {family!r}")
-    by_heads = "EMBED_DIM_DIV_NUM_HEADS" in config.query_pre_attn_norm.name
-    qpa = config.embed_dim // config.num_heads if by_heads else config.head_dim
-    kinds = tuple("global" if a.name == "GLOBAL" else "local" for a in config.attention_types)
-    return Arch(
-        family, len(kinds), config.embed_dim, config.hidden_dim, config.num_heads, config.head_dim,
-        config.num_kv_heads, config.num_embed, kinds, config.sliding_window_size,
-        use_qk_norm=config.use_qk_norm, transpose_gating=config.transpose_gating_einsum,
-        query_pre_attn_scalar=float(qpa),
-        final_logit_softcap=config.final_logit_softcap,
-        attn_logit_softcap=config.attn_logits_soft_cap,
-        local_rope=config.local_base_frequency, global_rope=config.global_base_frequency,
-        local_rope_scale=config.local_scale_factor, global_rope_scale=config.global_scale_factor,
-    )
 
 
 def save_hf(folder: Path, tensors: Mapping[str, np.ndarray], config: Mapping[str, Any], *,

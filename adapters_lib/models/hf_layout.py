@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from adapters_lib.models.families import Arch
+from adapters_lib.models.families import Arch, family
 
 _PREFIXES = ("model.language_model.", "language_model.model.", "model.")
 
@@ -20,21 +20,18 @@ def hf_prefix(names: Iterator[str] | list[str]) -> str:
     raise KeyError("embed_tokens.weight")
 
 
-_NORMS = {
-    "pre_attention_norm": "input_layernorm",
-    "post_attention_norm": "post_attention_layernorm",
-    "pre_ffw_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-}
+_NORMS = family("gemma3").hf_norms
+"""gemma norm → HF norm name (the Gemma 2/3 layout's; each family's record holds its own)."""
 
 
 def hf_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     """The HF tensor shapes (``model.`` prefix) of ``arch``."""
     n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
     out = {"model.embed_tokens.weight": (arch.vocab_size, d), "model.norm.weight": (d,)}
+    norms = family(arch.family).hf_norms
     for i in range(arch.num_layers):
         p = f"model.layers.{i}."
-        for theirs in _NORMS.values():
+        for theirs in norms.values():
             out[f"{p}{theirs}.weight"] = (d,)
         out[f"{p}self_attn.q_proj.weight"] = (n * h, d)
         out[f"{p}self_attn.k_proj.weight"] = (k * h, d)

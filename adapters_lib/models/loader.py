@@ -7,33 +7,12 @@ resolved by ``adapters_lib.catalog`` and loaded from their on-disk layout.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from adapters_lib.config import ModelSpec
-from adapters_lib.errors import WorkbenchError
+from adapters_lib.models.loaded import LoadedModel, place
 
-
-@dataclass
-class LoadedModel:
-    """A base model ready to wrap with LoRA, train and sample."""
-
-    model: Any
-    """The (unwrapped) ``gm.nn.Transformer`` instance."""
-    params: Any
-    """The base params pytree (jax arrays, possibly sharded)."""
-    tokenizer: Any
-    """A ``gm.text.Tokenizer`` built with a local ``path=``."""
-    source: str
-    """What was asked for: "demo", a catalog id, a path."""
-    family: str = "gemma3"
-    tokenizer_path: str = ""
-    quantize: str = "none"
-    """How the base params are held (``[model] quantize``; ``models.quantize``)."""
-
-    @property
-    def config(self) -> Any:
-        return self.model.config
+__all__ = ["LoadedModel", "load_model", "place"]
 
 
 def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any = None) -> LoadedModel:
@@ -55,13 +34,8 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
 def _load(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
     if spec.source == "demo":
         return _load_demo(spec, param_dtype, sharding)
-    try:
-        from adapters_lib.models import weights  # the catalog issue's loaders
-    except ImportError:
-        raise WorkbenchError(
-            f"model.source {spec.source!r}: only the demo model can be loaded in this build",
-            where="[model] source", hint='use source = "demo"',
-        ) from None
+    from adapters_lib.models import weights  # the catalog's loaders (light to import here)
+
     return weights.load_from_source(spec, param_dtype=param_dtype, sharding=sharding)
 
 
@@ -78,14 +52,3 @@ def _load_demo(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
     tokenizer = gm.text.Gemma3Tokenizer(path=tok_path)
     return LoadedModel(model=model, params=params, tokenizer=tokenizer, source="demo",
                        family="gemma3", tokenizer_path=tok_path)
-
-
-def place(params: Any, sharding: Any) -> Any:
-    """Put a params tree on devices: ``sharding`` is a Sharding or a callable per leaf."""
-    import jax
-
-    if callable(sharding) and not isinstance(sharding, jax.sharding.Sharding):
-        return jax.tree_util.tree_map_with_path(
-            lambda path, x: jax.device_put(x, sharding(path, x)), params
-        )
-    return jax.device_put(params, sharding)

@@ -28,7 +28,7 @@ from adapters_lib.catalog import ModelEntry, ensure_tokenizer, resolve
 from adapters_lib.config import ModelSpec
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.models import families
-from adapters_lib.models.loader import LoadedModel
+from adapters_lib.models.loaded import LoadedModel
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,8 @@
 
 ``from_hf_config`` reads a config (missing keys take transformers' class defaults, as
 transformers does; old and new RoPE keys); ``hf_config_for`` writes one
-(``Gemma2ForCausalLM`` / ``Gemma3ForCausalLM``). ``families`` re-exports both.
+(``Gemma2ForCausalLM`` / ``Gemma3ForCausalLM``). ``families`` re-exports both; the defaults
+and model types are each family module's.
 """
 
 from __future__ import annotations
@@ -10,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapters_lib.models.families import KNOWN, Arch, ArchError, _pattern
+from adapters_lib.models.families import gemma2, gemma3
+from adapters_lib.models.families.arch import Arch, ArchError, arch_from_transformer_config
+from adapters_lib.models.families.arch import layer_pattern as _pattern
 
-_HF_FAMILY = {"gemma2": "gemma2", "gemma3_text": "gemma3", "gemma3": "gemma3"}
+_HF_FAMILY = {kind: fam.name for fam in (gemma2.FAMILY, gemma3.FAMILY) for kind in fam.hf_model_types}
 
 
 def hf_family(cfg: Mapping[str, Any]) -> str:
@@ -66,7 +69,7 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
         raise ArchError(f"layer_types has {len(attention)} entries for {layers} layers", "unreadable",
                         family)
     local_rope, global_rope, global_scale = _hf_rope(cfg, family)
-    known = KNOWN.get((family, "2b")) if family == "gemma2" else None
+    known = gemma2.KNOWN["2b"] if family == "gemma2" else None
     transpose = not (known and known[1].dims() == (layers, d, f, n, h, k))
     return Arch(
         family, layers, d, f, n, h, k, vocab, attention,
@@ -80,19 +83,8 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
     )
 
 
-_HF_DEFAULTS: dict[str, dict[str, Any]] = {
-    "gemma2": {"vocab_size": 256000, "hidden_size": 2304, "intermediate_size": 9216,
-               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
-               "head_dim": 256, "rope_theta": 10000.0, "query_pre_attn_scalar": 256,
-               "sliding_window": 4096, "final_logit_softcapping": 30.0,
-               "attn_logit_softcapping": 50.0},
-    "gemma3": {"vocab_size": 262208, "hidden_size": 2304, "intermediate_size": 9216,
-               "num_hidden_layers": 26, "num_attention_heads": 8, "num_key_value_heads": 4,
-               "head_dim": 256, "rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0,
-               "query_pre_attn_scalar": 256, "sliding_window": 4096,
-               "final_logit_softcapping": None, "attn_logit_softcapping": None,
-               "sliding_window_pattern": 6},
-}
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {"gemma2": dict(gemma2.HF_DEFAULTS),
+                                          "gemma3": dict(gemma3.HF_DEFAULTS)}
 
 
 def _opt_float(value: Any) -> float | None:
@@ -126,8 +118,6 @@ def hf_config_for(arch: Any, family: str = "", *, dtype: str = "float32") -> dic
     ``arch``: an ``Arch``, or a gemma ``TransformerConfig`` together with ``family``.
     """
     if not isinstance(arch, Arch):
-        from adapters_lib.models.hf_convert import arch_from_transformer_config
-
         arch = arch_from_transformer_config(arch, family)
     common = {
         "vocab_size": arch.vocab_size,
