@@ -78,6 +78,22 @@ def test_eval_split_is_a_seeded_fraction_disjoint_from_train(write, codec):
     assert len(batches) == a.eval_batch_count >= 1 and batches[-1]["tokens"].shape == (4, 128)
 
 
+def test_a_home_relative_data_path_is_read_from_home(write, codec, monkeypatch):
+    p = write("home/qa.jsonl", jsonl([{"question": f"q{i}?", "answer": str(i)} for i in range(8)]))
+    monkeypatch.setenv("HOME", str(p.parent))
+    pipe = build_pipeline(DataSpec(path="~/qa.jsonl", eval_fraction=0.25), codec, batch_size=2, seed=0)
+    assert pipe.report.split["train_examples"] == 6
+
+
+@pytest.mark.parametrize("seed", [-1, 1.5, "0"])
+def test_a_bad_seed_is_one_line_naming_the_seed(demo_pipe, codec, seed):
+    from adapters_lib.errors import WorkbenchError
+
+    with pytest.raises(WorkbenchError, match=r"seed .*whole number >= 0") as err:
+        build_pipeline(DataSpec(), codec, batch_size=8, seed=seed)
+    assert err.value.where == "[train] seed" and "\n" not in str(err.value)
+
+
 def test_a_few_eval_batches_score_the_whole_split_not_its_first_tasks(write, codec):
     """A file sorted by task: two eval batches of a four-batch split hold examples of every
     task, spread over the split, the same at every call."""

@@ -87,6 +87,19 @@ def test_exported_safetensors_read_with_the_safetensors_library(tmp_path):
     assert arch == dataclasses.replace(TINY_GEMMA2, transpose_gating=True)
 
 
+def test_saving_hf_over_an_earlier_sharded_export_leaves_only_the_new_weights(tmp_path):
+    config = families.hf_config_for(TINY_GEMMA2)
+    old = hf_convert.gemma_to_hf(tiny_params(TINY_GEMMA2), arch=TINY_GEMMA2)
+    hf_convert.save_hf(tmp_path, old, config, max_shard_bytes=100_000)
+    new = {k: v + 1 for k, v in old.items()}
+    files = hf_convert.save_hf(tmp_path, new, config)
+    assert files == [tmp_path / "model.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
+    name = "model.layers.0.self_attn.q_proj.weight"
+    got = hf_convert.read_tensor(files[0], hf_convert.read_header(files[0]), name)
+    assert np.array_equal(got, new[name])
+
+
 def test_export_hf_folder_lists_and_loads_back(weights_env, tmp_path, monkeypatch):
     cfg = DEMO_ARCH.transformer_config()
     assert hf_convert.arch_from_transformer_config(cfg, "gemma3") == DEMO_ARCH

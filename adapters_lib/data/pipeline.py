@@ -135,6 +135,9 @@ def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
 
 def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int) -> Pipeline:
     """Read, validate, tokenize and split ``spec``'s data; raise ``WorkbenchError`` if unusable."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise WorkbenchError(f"seed {seed!r}: the data order's seed is a whole number >= 0",
+                             where="[train] seed", hint="set train.seed = 0 (or any number >= 0)")
     codec = TokenCodec.from_any(tokenizer)
     opts = dict(codec=codec, max_length=spec.max_length, loss_on=spec.loss_on, truncation=spec.truncation)
     eval_report = None

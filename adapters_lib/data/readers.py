@@ -79,8 +79,8 @@ class ReadResult:
 
 
 def read_path(path: str | Path) -> ReadResult:
-    """Read a file or a folder of files into records (see the module doc)."""
-    p = Path(path)
+    """Read a file or a folder of files into records (see the module doc); ``~`` is expanded."""
+    p = Path(path).expanduser()
     hint = "pass a .jsonl/.json/.csv/.parquet/.txt file or a folder of them"
     if not paths.exists(p, where="[data] path", hint=hint):
         raise WorkbenchError(f"data path {str(p)!r} not found", where="[data] path", hint=hint)

@@ -196,8 +196,13 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
 
 def save_hf(folder: Path, tensors: Mapping[str, np.ndarray], config: Mapping[str, Any], *,
             max_shard_bytes: int = 0) -> list[Path]:
-    """Write ``config.json`` and the tensors (one file, or shards + index over ``max_shard_bytes``)."""
+    """Write ``config.json`` and the tensors (one file, or shards + index over ``max_shard_bytes``).
+
+    The weights of an earlier HF export in ``folder`` (``model*.safetensors``, the index) are
+    removed first: a loader reading a stale index would load the old shards."""
     folder.mkdir(parents=True, exist_ok=True)
+    for old in [*folder.glob("model*.safetensors"), folder / "model.safetensors.index.json"]:
+        old.unlink(missing_ok=True)
     (folder / "config.json").write_text(json.dumps(dict(config), indent=2) + "\n")
     names = sorted(tensors)
     total = sum(np.asarray(tensors[x]).nbytes for x in names)
