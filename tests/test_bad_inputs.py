@@ -207,7 +207,7 @@ CLI_ROWS = [  # (id, argv, needle) — exit 2 each
     ("data without a sub-command", ["data"], "gemma-workbench data: the following arguments are required"),
     ("engine without an action", ["engine"], "gemma-workbench engine: the following arguments are required"),
     ("data check without a file", ["data", "check"], "data check: the following arguments are required: FILE"),
-    ("runs show without an id", ["runs", "show"], "runs show: the following arguments are required: ID"),
+    ("runs show without an id", ["runs", "show"], "runs show: the following arguments are required: RUN"),
     ("runs delete without an id", ["runs", "delete"], "runs delete: the following arguments are required"),
     ("runs attach negative since", ["runs", "attach", "x", "--since", "-5"],
      "argument --since: -5 is negative"),

@@ -128,7 +128,7 @@ def test_step_best_loads_the_best_checkpoint(stopped_early, tmp_path, capsys):
 
 def test_eval_all_checkpoints_scores_base_and_each_checkpoint(stopped_early, capsys):
     run, _ = stopped_early
-    assert main(["eval", "--run", str(run.path), "--all-checkpoints", "--metrics",
+    assert main(["eval", "--run", str(run.path), "--all-checkpoints", "--metric",
                  "loss,perplexity,numeric_match", "--json", "--in-process"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert [(r["step"], r["phase"]) for r in table["rows"]] == [(0, "base"), (2, "tuned"), (6, "tuned")]
@@ -136,7 +136,7 @@ def test_eval_all_checkpoints_scores_base_and_each_checkpoint(stopped_early, cap
     tuned = [r for r in table["rows"] if r["phase"] == "tuned"]
     assert table["best_step"] == min(tuned, key=lambda r: r["loss"])["step"]
     assert len({r["tokens"] for r in table["rows"]}) == 1  # the same eval split every time
-    assert main(["eval", "--run", str(run.path), "--all-checkpoints", "--metrics", "loss",
+    assert main(["eval", "--run", str(run.path), "--all-checkpoints", "--metric", "loss",
                  "--in-process"]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0].startswith(f"run {run.run_id} on the run's eval split") and "2 checkpoints" in text[0]

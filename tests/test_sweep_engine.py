@@ -104,7 +104,7 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
         assert [e.value for e in hp.Scalars("hparam/loss")] == [pytest.approx(p["loss"])]
 
     # the same engine scores the best point's checkpoints (eval --all-checkpoints, POST /v1/eval/checkpoints)
-    assert main(["eval", "--run", best["run_id"], "--all-checkpoints", "--metrics", "loss", "--json"]) == 0
+    assert main(["eval", "--run", best["run_id"], "--all-checkpoints", "--metric", "loss", "--json"]) == 0
     scored = json.loads(capsys.readouterr().out)
     assert [(r["step"], r["phase"]) for r in scored["rows"]] == [(0, "base"), (2, "tuned"), (4, "tuned")]
     assert scored["run"] == best["run_id"] and scored["best_step"] in (2, 4)

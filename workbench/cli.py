@@ -67,18 +67,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+REMOTE_HELP = ("use the engine on HOST over ssh, started there if needed; '' = this machine "
+               "(default: $GEMMA_WORKBENCH_REMOTE, else `remote` in settings.toml). Works after "
+               "any sub-command too")
+REMOTE_COMMAND_HELP = ("how to run gemma-workbench on HOST (default: gemma-workbench on its PATH, "
+                       "then ~/.local/bin, ~/gemma-workbench/.venv/bin)")
+
+
 def _add_remote_options(parser: argparse.ArgumentParser, *, top: bool = False) -> None:
     """``--remote``/``--remote-command`` on ``parser`` and every sub-command below it (after a
     sub-command they only override: ``SUPPRESS`` keeps the top-level value otherwise)."""
     default = None if top else argparse.SUPPRESS
     names = {s for a in parser._actions for s in a.option_strings}
     if "--remote" not in names:
+        # documented once, in the top-level help; a sub-command accepts them without listing them
         parser.add_argument("--remote", metavar="[USER@]HOST", default=default,
-                            help="use the engine on HOST over ssh (started there if needed); "
-                                 "'' = this machine (default: $GEMMA_WORKBENCH_REMOTE)")
+                            help=REMOTE_HELP if top else argparse.SUPPRESS)
         parser.add_argument("--remote-command", metavar="CMD", default=default,
-                            help="how to run gemma-workbench on HOST (default: gemma-workbench "
-                                 "on its PATH, then ~/.local/bin, ~/gemma-workbench/.venv/bin)")
+                            help=REMOTE_COMMAND_HELP if top else argparse.SUPPRESS)
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for child in action.choices.values():

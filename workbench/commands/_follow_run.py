@@ -1,7 +1,9 @@
 """Foreground ``train`` through the engine: create (or resume) a run there, then follow it.
 
-The run directory goes to stdout first (scripts read it), progress lines to stderr (the
-engine's log lines of the run, like the in-process trainer printed them). Ctrl-C asks on a
+The run directory goes to stdout first (scripts read it; its last part is the run id, which
+``runs``, ``compare --run`` and ``export`` take), progress lines to stderr (the engine's log
+lines of the run, like the in-process trainer printed them). With ``--json`` stdout is one
+JSON object instead, the run's summary at its end. Ctrl-C asks on a
 terminal whether to stop the run (it checkpoints and stops at its next step; we follow it to
 the end) or to detach (it goes on in the engine). Without a terminal Ctrl-C detaches and
 says how to stop it. The exit status is the run's: 0 completed, 130 stopped, 2 failed on a
@@ -45,19 +47,25 @@ def precheck_mesh(client: Any, config_toml: str, overrides: list[str],
 
 
 def train_and_follow(config_toml: str, overrides: list[str], *, source: str, quiet: bool = False,
-                     mesh: Any = None) -> int:
+                     mesh: Any = None, as_json: bool = False) -> int:
     with _client() as client:
         precheck_mesh(client, config_toml, overrides, mesh)
         run = client.create_run(config_toml=config_toml, overrides=overrides, source=source)
-        print(run.dir, flush=True)
-        return follow(client, run.id, quiet=quiet)
+        _started(run, as_json)
+        return follow(client, run.id, quiet=quiet, as_json=as_json)
 
 
-def resume_and_follow(ref: str, *, quiet: bool = False) -> int:
+def resume_and_follow(ref: str, *, quiet: bool = False, as_json: bool = False) -> int:
     with _client() as client:
         run = client.resume_run(ref)
+        _started(run, as_json)
+        return follow(client, run.id, quiet=quiet, as_json=as_json)
+
+
+def _started(run: Any, as_json: bool) -> None:
+    if not as_json:
         print(run.dir, flush=True)
-        return follow(client, run.id, quiet=quiet)
+    print(f"run {run.id}: following it here (Ctrl-C: stop or detach)", file=sys.stderr, flush=True)
 
 
 def _ask(run_id: str) -> str:
@@ -82,7 +90,7 @@ def _progress(line: Any, quiet: bool) -> str | None:
     return line.message
 
 
-def follow(client: Any, run_id: str, *, quiet: bool = False) -> int:
+def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = False) -> int:
     """Print the run's progress until it ends; returns the exit status (see the module doc)."""
     since, stopping, ended = 0, False, False
     while not ended:
@@ -111,7 +119,13 @@ def follow(client: Any, run_id: str, *, quiet: bool = False) -> int:
             stopping = True
             print(f"stopping run {run_id}: it checkpoints at its next step (Ctrl-C again detaches)",
                   file=sys.stderr, flush=True)
-    return finish(client.get_run(run_id, metrics=True, events=False))
+    run = client.get_run(run_id, metrics=True, events=False)
+    if as_json:
+        import json
+
+        summary = {k: v for k, v in run.to_json().items() if k not in ("metrics", "config")}
+        print(json.dumps(summary), flush=True)
+    return finish(run)
 
 
 def summary_line(run: Any) -> str:

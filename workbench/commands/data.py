@@ -25,12 +25,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "tokenize it and report counts, lengths, truncation and every dropped record "
                     "with file:line and the field.")
     c.add_argument("file", metavar="FILE", help="data file or folder")
-    c.add_argument("--format", default="auto", choices=FORMAT_CHOICES, help="force a format (default: detect)")
-    c.add_argument("--json", action="store_true", help="print one JSON object")
-    c.add_argument("--max-length", type=int, default=128, metavar="N", help="sequence length (default 128)")
-    c.add_argument("--tokenizer", metavar="PATH", help="SentencePiece tokenizer.model (default: demo tokenizer)")
-    c.add_argument("--loss-on", default="model", choices=("model", "all"), help="trained tokens")
-    c.add_argument("--truncation", default="right", choices=("right", "drop"), help="long examples")
+    c.add_argument("--format", default="auto", choices=FORMAT_CHOICES,
+                   help="the input's format (default: auto, detected from the records)")
+    c.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    c.add_argument("--max-length", type=int, default=512, metavar="N",
+                   help="tokens per sequence, as [data] max_length (default: 512, as in eval)")
+    c.add_argument("--tokenizer", metavar="PATH",
+                   help="a SentencePiece tokenizer.model (default: the demo tokenizer)")
+    c.add_argument("--loss-on", default="model", choices=("model", "all"),
+                   help="which tokens the loss is on: the model turns of chat records (default) "
+                        "or every token")
+    c.add_argument("--truncation", default="right", choices=("right", "drop"),
+                   help="an example longer than --max-length: cut at the right end (default) or "
+                        "dropped")
     c.add_argument("--field", action="append", default=[], metavar="NAME=SOURCE",
                    help="field map, e.g. --field prompt=question (repeatable)")
     c.add_argument("--preview", type=int, default=0, metavar="N", help="also show the first N examples")

@@ -21,6 +21,7 @@ import json
 
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import add_in_process_arg, step_arg
+from workbench.commands._spellings import add_old_spelling
 
 FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 
@@ -36,19 +37,23 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the run's checkpoint at step N, or best (default: the latest)")
     p.add_argument("--all-checkpoints", action="store_true",
                    help="score the base and every checkpoint of --run into a table")
-    p.add_argument("--metrics", default="", metavar="M,…",
-                   help="with --all-checkpoints: loss, perplexity, exact_match, contains, rouge_l, "
-                        "numeric_match (default: the run's train.eval_metrics)")
+    p.add_argument("--metric", dest="metrics", default="", metavar="M,…",
+                   help="with --all-checkpoints, the metrics to score (comma-separated): loss, "
+                        "perplexity, exact_match, contains, rouge_l, numeric_match (default: the "
+                        "run's train.eval_metrics)")
+    add_old_spelling(p, "--metrics", new="--metric", dest="metrics")
     p.add_argument("--data", default="", metavar="FILE",
                    help="the file (or folder) to score (with --all-checkpoints: default the run's "
                         "eval split)")
-    p.add_argument("--format", default="auto", choices=FORMATS, help="data format (default: auto)")
+    p.add_argument("--format", default="auto", choices=FORMATS,
+                   help="the input's format (default: auto, detected from the records)")
     p.add_argument("--loss-on", default="model", choices=("model", "all"),
                    help="chat files: score the model turns (default) or every token")
     p.add_argument("--max-length", type=int, default=None, metavar="T",
                    help="tokens per sequence (default: the run's [data] max_length, else 512)")
-    p.add_argument("--batch-size", type=int, default=4, metavar="B", help="rows per batch")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--batch-size", type=int, default=4, metavar="B",
+                   help="sequences scored together (default: 4; lower it if memory runs out)")
+    p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
     add_in_process_arg(p)
     p.set_defaults(handler=run)
 

@@ -32,13 +32,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step", type=step_arg, default=None, metavar="N|best",
                    help="checkpoint step, or best (train.best_metric's; default: latest)")
     p.add_argument("--format", default="adapter", choices=FORMATS,
-                   help="; ".join(f"{f}: {DESCRIPTIONS[f]}" for f in FORMATS))
+                   help="what to write (default: adapter). "
+                        + "; ".join(f"{f}: {DESCRIPTIONS[f]}" for f in FORMATS))
     p.add_argument("--out", metavar="DIR", help="output folder (default: <run>/adapter, <run>/merged, "
                                                 "<run>/merged-hf)")
     p.add_argument("--force", action="store_true",
                    help="replace --out when it holds an earlier export of gemma-workbench "
                         "(anything else is never replaced)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (the folder, format, step, files) instead of text")
     add_in_process_arg(p)
     p.set_defaults(handler=run)
 

@@ -30,7 +30,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list and manage training runs (through the engine)",
                        description="Training runs live in the engine; they go on when the "
                                    "terminal closes. Without an action: list them.")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     p.set_defaults(handler=run_list)
     actions = p.add_subparsers(dest="runs_action", metavar="ACTION")
     for name, help_text, handler in (
@@ -42,8 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("delete", "delete a run directory (not while it trains)", run_delete),
     ):
         a = actions.add_parser(name, help=help_text)
-        a.add_argument("run_id", metavar="ID")
-        a.add_argument("--json", action="store_true", help="print JSON")
+        a.add_argument("run_id", metavar="RUN",
+                       help="a run id (the run folder's name, printed by train), a unique prefix "
+                            "of one, or a run directory")
+        a.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         a.set_defaults(handler=handler)
         if name == "delete":
             a.add_argument("-y", "--yes", action="store_true",
@@ -55,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     sw = actions.add_parser("sweep", help="a sweep's results: point, final eval metrics, best "
                                           "step, wall time, peak memory, trainable params")
-    sw.add_argument("sweep_id", nargs="?", default="", metavar="ID",
+    sw.add_argument("sweep_id", nargs="?", default="", metavar="SWEEP",
                     help="the sweep id or a unique prefix (none: list the sweeps)")
     sw.add_argument("--metric", default="", help="rank by this metric (default: the sweep's)")
     sw.add_argument("--json", action="store_true", help="print JSON")

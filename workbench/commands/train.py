@@ -44,8 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimate", action="store_true",
                    help="print the per-device memory estimate of the config's train step and "
                         "exit (nothing trains; [model] quantize is counted)")
-    p.add_argument("--json", action="store_true", help="with --estimate: one JSON object")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    p.add_argument("--json", action="store_true",
+                   help="stdout is one JSON object: the run's summary (id, dir, state, step, "
+                        "losses) at its end, at once with --detach; with --estimate, the estimate")
     p.add_argument("--upload", metavar="DATAFILE",
                    help="with --remote: copy this local dataset into the remote engine's data "
                         "dir first and train on it (sets data.path)")
@@ -103,10 +105,7 @@ def run(args: argparse.Namespace) -> int:
             return _resume(args)
         from workbench.commands._follow_run import resume_and_follow
 
-        return resume_and_follow(args.resume, quiet=args.quiet)
-    if args.json and not args.estimate:
-        raise WorkbenchError("--json goes with --estimate", where="train --json",
-                             hint="use train CONFIG --estimate --json")
+        return resume_and_follow(args.resume, quiet=args.quiet, as_json=args.json)
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         sys.stdout.write(cfg.to_toml())
@@ -122,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 
         text, overrides = engine_config(args, cfg)
         return train_and_follow(text, overrides, source=args.config or "<demo defaults>",
-                                quiet=args.quiet, mesh=cfg.mesh)
+                                quiet=args.quiet, mesh=cfg.mesh, as_json=args.json)
     with _progress_logging(args.quiet):
         _precheck_mesh(cfg)
         from adapters_lib import runs
@@ -199,8 +198,14 @@ def _detach(args: argparse.Namespace, cfg: Any) -> int:
     text, overrides = engine_config(args, cfg)
     with engine_client() as client:
         precheck_mesh(client, text, overrides, cfg.mesh)
-        run_id = client.create_run(config_toml=text, overrides=overrides,
-                                   source=args.config or "<demo defaults>").id
-    print(run_id)
+        run = client.create_run(config_toml=text, overrides=overrides,
+                                source=args.config or "<demo defaults>")
+    run_id = run.id
+    if args.json:
+        import json
+
+        print(json.dumps(run.to_json()))
+    else:
+        print(run_id)
     print(f"follow with: gemma-workbench runs attach {run_id}", file=sys.stderr)
     return 0

@@ -262,7 +262,8 @@ class Sample(Command):
     model: str = "demo"
     step: int = -1
     """Checkpoint step of the run (-1 = latest)."""
-    max_tokens: int = 128
+    max_tokens: int = 64
+    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max tokens"; 64)."""
     temperature: float = 0.0
     seed: int = 0
     chat: bool = True
@@ -289,7 +290,8 @@ class Compare(Command):
     prompt: str = ""
     run_id: str = ""
     step: int = -1
-    max_tokens: int = 128
+    max_tokens: int = 64
+    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max tokens"; 64)."""
     temperature: float = 0.0
     seed: int = 0
     chat: bool = True

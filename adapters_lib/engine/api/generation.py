@@ -52,7 +52,7 @@ class CompareSet(Command):
     model: str = ""
     step: int = -1
     entries: tuple[CompareItem, ...] = ()
-    max_tokens: int = 128
+    max_tokens: int = 64
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
