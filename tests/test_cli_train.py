@@ -149,6 +149,31 @@ def test_a_foreground_run_prints_its_dir_then_follows_the_engine_to_the_end(cli_
     assert _last_line(captured.err).startswith("completed at step 6/6, loss ")
 
 
+def test_train_json_prints_one_summary_object_at_the_end_and_names_the_run_id(
+        cli_engine, tmp_path, capsys):
+    import json
+
+    code = main(["train", "--json", "-q"] + _sets(demo_overrides(
+        train__steps=2, train__eval_every=100, train__checkpoint_every=2,
+        run__dir=f'"{tmp_path}"', **ONE_TRAIN_STEP)))
+    captured = capsys.readouterr()
+    assert code == 0, captured.err[-2000:]
+    summary = json.loads(captured.out)  # stdout is the one object, nothing else
+    assert summary["state"] == "completed" and summary["step"] == 2
+    assert RunDir(summary["dir"]).run_id == summary["id"]
+    assert f"run {summary['id']}: following it here" in captured.err
+
+
+def test_an_old_flag_spelling_still_works_and_names_the_new_one(capsys):
+    from workbench.cli import build_parser
+
+    args = build_parser().parse_args(["eval", "--run", "r", "--all-checkpoints", "--metrics", "loss"])
+    assert args.metrics == "loss"
+    assert "note: --metrics is now --metric" in capsys.readouterr().err
+    assert build_parser().parse_args(["eval", "--metric", "loss,rouge_l"]).metrics == "loss,rouge_l"
+    assert build_parser().parse_args(["eval"]).metrics == ""
+
+
 def test_in_process_training_is_refused_while_an_engine_runs(cli_engine, tmp_path, capsys):
     code = main(["train", "--in-process", "-q", "--set", f'run.dir="{tmp_path}"'])
     err = capsys.readouterr().err
