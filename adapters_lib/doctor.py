@@ -97,6 +97,16 @@ def cache_report(env: Mapping[str, str] = os.environ) -> dict[str, dict[str, Any
     }
 
 
+def converted_weights_report() -> dict[str, Any]:
+    """The converted-weights cache (``models.converted_cache``): folder, cap, entries."""
+    from adapters_lib.models import converted_cache
+
+    try:
+        return converted_cache.report()
+    except OSError as e:
+        return {"path": "", "enabled": False, "cap_bytes": 0, "bytes": 0, "entries": [], "error": str(e)}
+
+
 # --------------------------------------------------------------------------- hardware
 
 
@@ -385,6 +395,7 @@ def collect(env: Mapping[str, str] = os.environ) -> dict[str, Any]:
         "process_count": jx.process_count,
         "paths": path_report(env),
         "caches": cache_report(env),
+        "converted_weights": converted_weights_report(),
         "hardware": asdict(hw),
         "env": {k: env[k] for k in ("JAX_PLATFORMS", "XLA_FLAGS", "KERAS_BACKEND") if env.get(k)},
         "jax_error": jx.error,

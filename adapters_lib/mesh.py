@@ -323,9 +323,27 @@ def params_shardings(mesh: Any, params: Any, *, config: Any = None):
         lambda path, x: param_sharding(mesh, path, x.shape, config=config), params)
 
 
-def sharding_fn(mesh: Any, config: Any = None):
+class ParamPlacement:
+    """A ``(path, leaf) -> Sharding`` callable over a mesh, with a ``placement_key`` naming it
+    (``models.model_cache``: a model placed the same way is reused)."""
+
+    def __init__(self, mesh: Any, config: Any = None):
+        self.mesh = mesh
+        self.config = config
+        flat = list(mesh.devices.flat)
+        if len(flat) == 1:  # one device: the same place as a plain single-device load
+            self.placement_key: tuple = ("device", int(flat[0].id))
+        else:
+            self.placement_key = ("mesh", tuple(int(d.id) for d in flat), tuple(mesh.axis_names),
+                                  tuple(mesh.devices.shape), repr(config))
+
+    def __call__(self, path: Any, x: Any) -> Any:
+        return param_sharding(self.mesh, path, x.shape, config=self.config)
+
+
+def sharding_fn(mesh: Any, config: Any = None) -> ParamPlacement:
     """A ``(path, leaf) -> Sharding`` callable (what ``models.loader.load_model`` takes)."""
-    return lambda path, x: param_sharding(mesh, path, x.shape, config=config)
+    return ParamPlacement(mesh, config)
 
 
 def batch_sharding(mesh: Any, ndim: int = 2):

@@ -62,7 +62,7 @@ def _share_compile_cache(folder: Path) -> None:
     if not chosen:
         return
     os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", chosen)
-    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     if "jax" in sys.modules:  # imported during collection: its config already read the environment
         import jax
 

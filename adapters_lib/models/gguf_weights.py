@@ -119,11 +119,17 @@ def gemma_leaves(info: GGUFInfo, arch: Arch, param_dtype: str
 
 def load_gguf_params(info: GGUFInfo, arch: Arch, param_dtype: str,
                      sharding: Callable[..., Any]) -> dict[str, Any]:
-    """The nested gemma params tree, each leaf placed by ``sharding(key_path, sds)``."""
+    """The nested gemma params tree, each leaf placed by ``sharding(key_path, sds)``; the
+    converted leaves come from ``converted_cache`` when this file was converted before."""
     import jax
 
+    from adapters_lib.models import converted_cache
+
     tree: dict[str, Any] = {}
-    for path, value in gemma_leaves(info, arch, param_dtype):
+    leaves = converted_cache.leaves(list(info.shards or (info.path,)), param_dtype,
+                                    lambda: gemma_leaves(info, arch, param_dtype), label=info.path.name)
+    for path, value in leaves:
+        # a cached leaf is memory-mapped copy-on-write: the CPU device adopts its pages
         keys = tuple(jax.tree_util.DictKey(p) for p in path)
         placed = jax.device_put(value, sharding(keys, jax.ShapeDtypeStruct(value.shape,
                                                                             value.dtype)))

@@ -21,9 +21,11 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     ``sharding``: a callable ``(path_tuple, ShapeDtypeStruct) -> jax.sharding.Sharding`` or
     None (single device); params are placed at load time. ``spec.quantize`` other than
     "none": the projection weights are then quantized where they lie and the model reads
-    them quantized (``models.quantize``).
+    them quantized (``models.quantize``). A model loaded before in this process with the
+    same source, files, dtype and placement is reused (``models.model_cache``).
     """
-    loaded = _load(spec, param_dtype, sharding)
+    # quantizing deletes the float weights it replaces: a base to quantize is never a kept one
+    loaded = _load(spec, param_dtype, sharding, keep=spec.quantize == "none")
     if spec.quantize != "none":
         from adapters_lib.models import quantize
 
@@ -31,12 +33,22 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     return loaded
 
 
-def _load(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
+def _load(spec: ModelSpec, param_dtype: str, sharding: Any, *, keep: bool) -> LoadedModel:
+    from adapters_lib.models import model_cache
+
+    placement = model_cache.placement_key(sharding) if keep else None
     if spec.source == "demo":
-        return _load_demo(spec, param_dtype, sharding)
+        key = None if placement is None else ("demo", spec.tokenizer, param_dtype, placement, ())
+        return model_cache.kept(key, lambda: _load_demo(spec, param_dtype, sharding))
     from adapters_lib.models import weights  # the catalog's loaders (light to import here)
 
-    return weights.load_from_source(spec, param_dtype=param_dtype, sharding=sharding)
+    entry = weights.resolve(spec.source)
+    files = model_cache.files_fingerprint(entry.checkpoint or entry.path) if entry.path else ()
+    tok = model_cache.files_fingerprint(spec.tokenizer) if spec.tokenizer else ()
+    key = None if placement is None or not files else \
+        (spec.source, spec.tokenizer, param_dtype, placement, files + tok)
+    return model_cache.kept(key, lambda: weights.load_entry(
+        entry, tokenizer=spec.tokenizer, param_dtype=param_dtype, sharding=sharding, source=spec.source))
 
 
 def _load_demo(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:

@@ -43,28 +43,32 @@ def _kind(spec: TrainSpec) -> str:
     return spec.schedule
 
 
-def schedule_value(count: Any, hparams: Any, kind: str) -> jax.Array:
+def schedule_value(count: Any, hparams: Any, kind: str, xp: Any = jnp) -> jax.Array:
     """The learning rate at step ``count``: a linear warm-up from ``peak/(warmup+1)`` to ``peak``
     over ``warmup`` steps (so step 0 already moves the params), then ``kind``: constant,
-    linear to zero or cosine to zero over ``decay`` steps. ``hparams`` may be traced."""
-    count = jnp.asarray(count, jnp.float32)
-    peak, warm, decay = (jnp.asarray(hparams[k], jnp.float32) for k in ("peak", "warmup", "decay"))
-    done = jnp.clip(count - warm, 0.0, decay) / decay
+    linear to zero or cosine to zero over ``decay`` steps. ``hparams`` may be traced.
+    ``xp``: the array module (``numpy`` for the host's log: no device op, nothing to compile)."""
+    count = xp.asarray(count, xp.float32)
+    peak, warm, decay = (xp.asarray(hparams[k], xp.float32) for k in ("peak", "warmup", "decay"))
+    done = xp.clip(count - warm, 0.0, decay) / decay
     if kind == "constant":
         after = peak
     elif kind == "linear":
         after = peak * (1.0 - done)
     else:
-        after = peak * 0.5 * (1.0 + jnp.cos(jnp.pi * done))
+        after = peak * 0.5 * (1.0 + xp.cos(xp.pi * done))
     start = peak / (warm + 1.0)
-    ramp = start + (peak - start) * jnp.minimum(count, warm) / jnp.maximum(warm, 1.0)
-    return jnp.where(count < warm, ramp, after)
+    ramp = start + (peak - start) * xp.minimum(count, warm) / xp.maximum(warm, 1.0)
+    return xp.where(count < warm, ramp, after)
 
 
 def make_schedule(spec: TrainSpec) -> optax.Schedule:
-    """``spec``'s learning rate as a function of the step (what the loop logs)."""
+    """``spec``'s learning rate as a function of the step (what the loop logs), on the host:
+    the same float32 arithmetic as the step's, with no device op to compile."""
+    import numpy as np
+
     hparams, kind = schedule_hparams(spec), _kind(spec)
-    return lambda count: schedule_value(count, hparams, kind)
+    return lambda count: schedule_value(count, hparams, kind, xp=np)
 
 
 def decay_mask(params: Any) -> Any:

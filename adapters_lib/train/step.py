@@ -44,6 +44,7 @@ from adapters_lib import attention, lora
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
 from adapters_lib.train import loss as loss_lib
+from adapters_lib.train import step_programs
 from adapters_lib.train.variants import (  # noqa: F401 - the step's model variants, re-exported
     with_blocked_attention,
     with_remat,
@@ -325,16 +326,25 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                 "n_tokens": jnp.sum(batch["loss_mask"].astype(jnp.float32))}
 
     metric_shardings = {"loss": rep, "grad_norm": rep, "n_tokens": rep}
-    # ``slots`` (static): loss positions kept per row (``loss.loss_slots``), one program per value
-    train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, batch_shardings,
-                                                {k: rep for k in hparams}),
-                        out_shardings=(state_shardings, metric_shardings), donate_argnums=(0,),
-                        static_argnums=(4,))
-    eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, batch_shardings),
-                       out_shardings={"loss_sum": rep, "n_tokens": rep}, static_argnums=(3,))
-    init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
-    copy = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.array(x, copy=True), tree),
-                   in_shardings=(trainable_shardings,), out_shardings=trainable_shardings)
+
+    def make_programs():
+        # ``slots`` (static): loss positions kept per row (``loss.loss_slots``), one program per value
+        train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, batch_shardings,
+                                                    {k: rep for k in hparams}),
+                            out_shardings=(state_shardings, metric_shardings), donate_argnums=(0,),
+                            static_argnums=(4,))
+        eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, batch_shardings),
+                           out_shardings={"loss_sum": rep, "n_tokens": rep}, static_argnums=(3,))
+        init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
+        copy = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.array(x, copy=True), tree),
+                       in_shardings=(trainable_shardings,), out_shardings=trainable_shardings)
+        return train_jit, eval_jit, init_opt, copy
+
+    # an earlier run of the same shapes in this process left its programs: reuse them (no trace)
+    key = step_programs.program_key(model, cfg, mesh, trainable_params, base_params, optimizer=optimizer,
+                                    length=length, ce_chunk=ce_chunk, gather_loss=gather_loss,
+                                    attention_kind=attention_kind)
+    train_jit, eval_jit, init_opt, copy = step_programs.kept(key, make_programs)
 
     steps = Steps(model=run_model, mesh=mesh, optimizer=optimizer, base_params=base_params,
                   trainable_shardings=trainable_shardings, base_shardings=base_shardings,

@@ -52,6 +52,13 @@ def render(report: dict[str, Any]) -> str:
         state = f"{len(c['models'])} model(s)" if c["exists"] else "absent"
         lines.append(f"  {name:<12} {state}  {c['path']}")
         lines += [f"    {m}" for m in c["models"][:20]]
+    cw = report.get("converted_weights") or {}
+    if cw.get("enabled"):
+        lines.append(f"  {'converted':<12} {len(cw['entries'])} model(s), {cw['bytes'] / 2**30:.2f} of "
+                     f"{cw['cap_bytes'] / 2**30:.0f} GiB  {cw['path']}")
+        lines += [f"    {e['source']} ({e['dtype']}, {e['bytes'] / 2**30:.2f} GiB)" for e in cw["entries"][:20]]
+    else:
+        lines.append(f"  {'converted':<12} off (GEMMA_WORKBENCH_WEIGHTS_CACHE_GB=0 or an empty folder)")
     lines.append("")
     if report["problems"]:
         lines.append("problems")

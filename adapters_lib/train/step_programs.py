@@ -1,0 +1,103 @@
+"""The train and eval steps' jitted programs, kept by shape in this process.
+
+``train.step.build_steps`` makes four jitted functions per run (the train step, the eval
+step, the optimizer's init, a copy). Made anew, each would be traced and lowered again at
+its first call, even when an earlier run in the same engine had the very same shapes —
+and the persistent compile cache only spares the XLA compile, not the tracing. So the
+functions are kept here, keyed by everything their program depends on (``program_key``),
+and a run whose key was seen before gets the same jitted objects back: their in-memory
+executables serve it, nothing is traced or compiled.
+
+What is in the key: the model's class and config, the params' dtype, the LoRA spec, the
+trainable and base trees (structure, shapes, dtypes), the mesh (devices, axes, sizes), the
+batch shape (batch size, sequence length, micro-batches), the compute dtype, remat, the
+optimizer's kind (schedule shape, clipping, weight decay), the cross-entropy chunk and the
+attention kind. What is not: the learning rate, warm-up and step count (inputs of the step,
+``optimizer.schedule_hparams``), the seed, the data and the run's name — so an lr-only
+change, a longer run and the next point of a sweep compile nothing.
+
+``GEMMA_WORKBENCH_STEP_PROGRAMS``: how many keys are kept (default 8; 0 turns keeping off).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+_KEPT: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
+_LOCK = threading.Lock()
+stats = {"kept": 0, "made": 0}
+"""How often a run got kept programs and how often new ones were made (tests, logs)."""
+
+
+def capacity() -> int:
+    try:
+        return max(0, int(os.environ.get("GEMMA_WORKBENCH_STEP_PROGRAMS", "8")))
+    except ValueError:
+        return 8
+
+
+def tree_signature(tree: Any) -> tuple:
+    """Structure, shapes and dtypes of a params tree (arrays or ShapeDtypeStructs)."""
+    import jax
+
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    return (str(treedef), tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", type(x).__name__)))
+                                for x in leaves))
+
+
+def mesh_signature(mesh: Any) -> tuple:
+    return (tuple(int(d.id) for d in mesh.devices.flat), tuple(mesh.axis_names),
+            tuple(mesh.devices.shape), str(mesh.devices.flat[0].platform))
+
+
+def program_key(model: Any, cfg: Any, mesh: Any, trainable: Any, base: Any, *, optimizer: Any,
+                length: int, ce_chunk: int, gather_loss: bool, attention_kind: str) -> tuple | None:
+    """What the four programs depend on (see the module doc); None when the optimizer is not
+    ours (an arbitrary optax transformation may hold constants that no key can name)."""
+    spec = getattr(optimizer, "spec", None)
+    if spec is None or not hasattr(optimizer, "at"):
+        return None
+    t = cfg.train
+    return (
+        type(model).__module__, type(model).__qualname__, repr(model.config),
+        str(getattr(model, "dtype", "")), repr(cfg.lora) if cfg.lora.enabled else "full",
+        tree_signature(trainable), tree_signature(base), mesh_signature(mesh),
+        int(t.batch_size), int(length), int(t.grad_accum), str(t.compute_dtype), bool(t.remat),
+        str(spec.schedule), float(spec.clip_norm), float(spec.weight_decay),
+        int(ce_chunk), bool(gather_loss), str(attention_kind),
+    )
+
+
+def kept(key: tuple | None, make: Callable[[], Any]) -> Any:
+    """The programs kept for ``key``, or ``make()``'s (kept from now on)."""
+    size = capacity()
+    if key is None or size == 0:
+        stats["made"] += 1
+        return make()
+    with _LOCK:
+        if key in _KEPT:
+            _KEPT.move_to_end(key)
+            stats["kept"] += 1
+            log.info("train/eval steps: the programs of an earlier run of the same shapes "
+                     "(nothing to trace or compile)")
+            return _KEPT[key]
+    value = make()
+    with _LOCK:
+        stats["made"] += 1
+        _KEPT[key] = value
+        while len(_KEPT) > size:
+            _KEPT.popitem(last=False)
+    return value
+
+
+def forget() -> None:
+    """Drop every kept program (tests; a device change)."""
+    with _LOCK:
+        _KEPT.clear()

@@ -1,0 +1,95 @@
+"""A second launch costs only what changed: programs kept by shape, the persistent compile
+cache serving a new process, the loaded model reused, the schedule's numbers as inputs."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+from fixtures_runs import train_demo
+
+REPO = Path(__file__).resolve().parent.parent
+SHORT = {"train__steps": 2, "train__eval_every": 2, "train__checkpoint_every": 2}
+
+
+@contextlib.contextmanager
+def compile_events() -> Iterator[list[tuple[str, str]]]:
+    """``(event, function)`` of every trace, lowering and XLA compile JAX reports meanwhile."""
+    from jax import monitoring
+
+    seen: list[tuple[str, str]] = []
+
+    def listener(event: str, duration: float, **kw: object) -> None:
+        if event.startswith("/jax/core/compile/"):
+            seen.append((event.rsplit("/", 1)[1], str(kw.get("fun_name", ""))))
+
+    monitoring.register_event_duration_secs_listener(listener)
+    try:
+        yield seen
+    finally:
+        monitoring.unregister_event_duration_listener(listener)
+
+
+def test_a_run_changing_only_lr_warmup_and_steps_traces_and_compiles_nothing(tmp_path):
+    from adapters_lib.models import model_cache
+
+    _, first = train_demo(tmp_path, "first", **SHORT)
+    assert first.state == "completed"
+    hits = model_cache.stats["hits"]
+    with compile_events() as seen:
+        _, second = train_demo(tmp_path, "second", train__steps=3, train__learning_rate=0.002,
+                               train__warmup_steps=1, train__eval_every=3, train__checkpoint_every=3)
+    assert second.state == "completed" and len(second.losses) == 3
+    compiled = [e for e in seen if e[0] != "jaxpr_trace_duration"]
+    assert compiled == [], compiled  # no lowering, no XLA compile (cached or not)
+    traced = {f for e, f in seen if e == "jaxpr_trace_duration"}
+    assert not traced & {"train_fn", "eval_fn"}, traced
+    assert model_cache.stats["hits"] == hits + 1  # the demo's weights were not made again
+    assert second.losses != first.losses  # the new lr reached the kept step: it is an input
+
+
+def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(tmp_path):
+    """The first run (this process) writes the steps to the session's compile cache; a fresh
+    process running the same shapes reads them (JAX's own cache-hit log), compiling neither."""
+    _, result = train_demo(tmp_path, "writer", **SHORT)
+    assert result.state == "completed"
+    child = textwrap.dedent(f"""
+        import logging, sys
+        sys.path.insert(0, {str(REPO / "tests")!r})
+        from adapters_lib import tf_deferred
+        tf_deferred.install()
+        import jax
+        from adapters_lib.engine import devices
+        devices.enable_compile_cache(jax)  # as the engine does at start-up
+        lines = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                lines.append(record.getMessage())
+        for name in ("jax._src.compiler", "jax._src.compilation_cache"):
+            logger = logging.getLogger(name)
+            logger.setLevel(logging.DEBUG)
+            logger.addHandler(Keep())
+            logger.propagate = False
+        from fixtures_runs import train_demo
+        import pathlib
+        _, result = train_demo(pathlib.Path({str(tmp_path)!r}), "reader", train__steps=2,
+                               train__eval_every=2, train__checkpoint_every=2,
+                               train__learning_rate=0.001)
+        print("STATE", result.state)
+        for line in lines:
+            print("JAX", line)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env,
+                         timeout=600, cwd=tmp_path)
+    assert "STATE completed" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
+    jax_lines = [line for line in out.stdout.splitlines() if line.startswith("JAX ")]
+    for name in ("jit_train_fn", "jit_eval_fn"):
+        assert any(f"Persistent compilation cache hit for '{name}'" in line for line in jax_lines), \
+            (name, jax_lines)
+        assert not any("MISS" in line and f"'{name}'" in line for line in jax_lines), (name, jax_lines)
