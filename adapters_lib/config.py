@@ -17,7 +17,7 @@ import re
 import tomllib
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import tomli_w
 
@@ -65,6 +65,12 @@ class DataSpec:
     """"right" cuts the end of a long example, "drop" drops it."""
     field_map: dict[str, str] = field(default_factory=dict)
     """Renames source fields to the format's names, e.g. {prompt = "question"}."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Classification as generation: a record's ``label`` value → the answer text, e.g.
+    {0 = "negative", 1 = "positive"}; the record's text is the prompt."""
+    streaming: bool | Literal["auto"] = "auto"
+    """Read an ``hf:``/``tfds:`` dataset a block at a time instead of whole: true, false, or
+    "auto" (when it has more than ``data.streaming.AUTO_ROWS`` rows)."""
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,12 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
         if not key.strip() or not value.strip():
             fail("data", "field_map", f"data.field_map has an empty name ({key!r} = {value!r})",
                  'write it as {prompt = "question"}')
+    for key, value in cfg.data.labels.items():
+        check_line_text(key, key="data.labels key", where=where("data", "labels"))
+        check_line_text(value, key=f"data.labels.{key}", where=where("data", "labels"))
+        if not key.strip() or not value.strip():
+            fail("data", "labels", f"data.labels has an empty label or answer ({key!r} = {value!r})",
+                 'write it as {0 = "negative", 1 = "positive"}')
     for sec in fields(cfg):
         section = getattr(cfg, sec.name)
         for f in fields(section):
@@ -346,6 +352,22 @@ def resolve_path(value: str, base: Path | None, *, key: str, where: str) -> str:
     return str(p.resolve())
 
 
+DATASET_PREFIXES = ("hf:", "tfds:")
+"""``data.path``/``eval_path`` values that name a dataset in a cache, not a file
+(``adapters_lib.data.sources``): parsed here, never resolved as paths, except the folder of
+``hf:/a/folder`` (a ``save_to_disk`` folder), which resolves like any path."""
+
+
+def _resolve_dataset_ref(value: str, base: Path | None, *, key: str, where: str) -> str:
+    from adapters_lib.dataset_refs import parse_ref  # stdlib only
+
+    ref = parse_ref(value, where=where)
+    if ref.scheme == "hf" and _looks_like_path(ref.name):
+        folder = resolve_path(ref.name, base, key=key, where=where)
+        return f"hf:{folder}" + (f"@{ref.split}" if ref.split else "")
+    return value
+
+
 def resolve_paths(cfg: Any, where: Where, *, base_dir: Path | None,
                   overrides_dir: Path | None) -> Any:
     """``cfg`` with every path key absolute (see the module doc)."""
@@ -356,6 +378,12 @@ def resolve_paths(cfg: Any, where: Where, *, base_dir: Path | None,
     for section, key in PATH_KEYS:
         value = getattr(getattr(cfg, section), key)
         if not value or (section, key) == ("data", "path") and value == "demo":
+            continue
+        if section == "data" and value.startswith(DATASET_PREFIXES):
+            resolved = _resolve_dataset_ref(value, base_of(section, key), key=f"{section}.{key}",
+                                            where=where(section, key))
+            if resolved != value:
+                changed.setdefault(section, {})[key] = resolved
             continue
         changed.setdefault(section, {})[key] = resolve_path(
             value, base_of(section, key), key=f"{section}.{key}", where=where(section, key))

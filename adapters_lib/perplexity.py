@@ -129,7 +129,7 @@ def tokenize_file(path: str, tokenizer: Any, *, fmt: str = "auto", max_length: i
 
     spec = DataSpec(path=path, format=fmt, max_length=max_length, eval_fraction=0.0,
                     packing=True, loss_on=loss_on, truncation="right",
-                    field_map=dict(field_map or {}))
+                    field_map=dict(field_map or {}), streaming=False)
     return build_pipeline(spec, tokenizer, batch_size=1, seed=0)
 
 
@@ -169,9 +169,10 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
     """
     from pathlib import Path
 
-    if not Path(data).exists():
+    if not data.startswith(("hf:", "tfds:")) and not Path(data).exists():
         raise WorkbenchError(f"data file {data!r} not found", where="--data",
-                             hint="a .jsonl/.json/.csv/.parquet/.txt file or a folder of them")
+                             hint="a .jsonl/.json/.csv/.parquet/.txt file or a folder of them, "
+                                  "or hf:NAME / tfds:NAME")
     if loss_on not in ("model", "all"):
         raise WorkbenchError(f"loss_on is {loss_on!r}", where="--loss-on", hint='use "model" or "all"')
     if step is not None and not run:

@@ -98,19 +98,33 @@ def apply_field_map(data: dict[str, Any] | str, field_map: dict[str, str]) -> di
 
 
 def to_examples(
-    records: list[Record], fmt: str = "auto", field_map: dict[str, str] | None = None,
+    records: list[Record], fmt: str = "auto", field_map: dict[str, str] | None = None, *,
+    labels: dict[str, str] | None = None, label_names: list[str] | None = None,
 ) -> tuple[list[Example], list[DataIssue], dict[str, str]]:
-    """Convert records; returns (examples, issues, format per file)."""
+    """Convert records; returns (examples, issues, format per file). ``labels``: the
+    ``[data] labels`` map (``adapters_lib.data.labels``), applied after ``field_map``."""
     field_map = dict(field_map or {})
     if fmt != "auto" and fmt not in FORMATS:
         raise WorkbenchError(f"unknown data format {fmt!r}", where="[data] format",
                              hint=f"use auto or one of {', '.join(FORMATS)}")
     mapped = [apply_field_map(r.data, field_map) for r in records]
+    issues: list[DataIssue] = []
+    if labels:
+        from adapters_lib.data.labels import apply_labels
+
+        labelled: list[Record] = []
+        kept: list[dict[str, Any] | str] = []
+        for r, data in zip(records, mapped, strict=True):
+            try:
+                kept.append(apply_labels(data, labels, label_names))
+                labelled.append(r)
+            except RecordError as e:
+                issues.append(DataIssue(r.where, e.message, field=e.field))
+        records, mapped = labelled, kept
     by_file: dict[str, list[int]] = {}
     for i, r in enumerate(records):
         by_file.setdefault(r.where.file, []).append(i)
     examples: list[Example] = []
-    issues: list[DataIssue] = []
     file_formats: dict[str, str] = {}
     for file, idx in by_file.items():
         detected = [detect(mapped[i]) for i in idx]

@@ -22,7 +22,8 @@ import numpy as np
 from adapters_lib.config import DataSpec
 from adapters_lib.data.formats import demo_examples, to_examples
 from adapters_lib.data.packing import assemble, pack_rows
-from adapters_lib.data.readers import read_path
+from adapters_lib.data.readers import ReadResult, read_path
+from adapters_lib.data.sources import is_dataset_ref, open_source
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, subset
 from adapters_lib.data.validate import Report, report_for
 from adapters_lib.errors import WorkbenchError
@@ -133,12 +134,29 @@ def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.sort(perm[k:]), np.sort(perm[:k])
 
 
+def read_for(path: str) -> tuple[ReadResult, list[str]]:
+    """``path``'s records and, for a dataset source, its label class names."""
+    if is_dataset_ref(path):
+        source = open_source(path)
+        return source.read_all(), source.label_names
+    return read_path(path), []
+
+
 def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int) -> Pipeline:
-    """Read, validate, tokenize and split ``spec``'s data; raise ``WorkbenchError`` if unusable."""
+    """Read, validate, tokenize and split ``spec``'s data; raise ``WorkbenchError`` if unusable.
+
+    An ``hf:``/``tfds:`` source that streams (``[data] streaming``) gets a
+    ``StreamingPipeline`` (``adapters_lib.data.streaming``), which has the same interface."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise WorkbenchError(f"seed {seed!r}: the data order's seed is a whole number >= 0",
                              where="[train] seed", hint="set train.seed = 0 (or any number >= 0)")
     codec = TokenCodec.from_any(tokenizer)
+    if is_dataset_ref(spec.path) and spec.streaming is not False:
+        from adapters_lib.data.streaming import build_streaming, wants_streaming
+
+        source = open_source(spec.path)
+        if wants_streaming(spec, source):
+            return build_streaming(spec, source, codec, batch_size=batch_size, seed=seed)  # type: ignore[return-value]
     opts = dict(codec=codec, max_length=spec.max_length, loss_on=spec.loss_on, truncation=spec.truncation)
     eval_report = None
     if spec.path == "demo":
@@ -150,8 +168,9 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
         train_idx, eval_idx = np.arange(len(train_ex)), np.arange(len(train_ex), len(train_ex) + len(eval_ex))
         all_ex = train_ex + eval_ex
     else:
-        read = read_path(spec.path)
-        all_ex, conv_issues, file_formats = to_examples(read.records, spec.format, spec.field_map)
+        read, names = read_for(spec.path)
+        all_ex, conv_issues, file_formats = to_examples(read.records, spec.format, spec.field_map,
+                                                        labels=spec.labels, label_names=names)
         report = report_for(spec.path, len(read.records), read.files, read.issues, all_ex, conv_issues,
                             file_formats, **opts)
         report.raise_if_fatal()
@@ -169,8 +188,9 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
     kept = set(np.unique(tset.example).tolist())
     eval_examples = [all_ex[i].to_chat() for i in eval_idx if all_ex[i].kind == "chat" and int(i) in kept]
     if spec.eval_path and spec.path != "demo":
-        read = read_path(spec.eval_path)
-        ev_ex, ev_issues, ev_formats = to_examples(read.records, spec.format, spec.field_map)
+        read, names = read_for(spec.eval_path)
+        ev_ex, ev_issues, ev_formats = to_examples(read.records, spec.format, spec.field_map,
+                                                   labels=spec.labels, label_names=names)
         eval_report = report_for(spec.eval_path, len(read.records), read.files, read.issues, ev_ex,
                                  ev_issues, ev_formats, **opts)
         if eval_report.fatal:

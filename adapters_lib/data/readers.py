@@ -2,7 +2,8 @@
 
 Supported: ``.jsonl`` (one object a line), ``.json`` (a list of objects), ``.csv`` (a header
 row), ``.parquet`` (pyarrow), ``.txt`` (paragraphs separated by blank lines, each a ``text``
-record) and a folder of those (sorted, recursive, hidden files skipped).
+record) and a folder of those (sorted, recursive, hidden files skipped); ``hf:…`` and
+``tfds:…`` datasets go to ``adapters_lib.data.sources``, which gives the same records.
 
 Reading never stops at the first bad record: a bad line becomes a ``DataIssue`` with its
 ``file:line`` and the reader moves on. Only what makes a whole file unreadable (missing,
@@ -79,7 +80,13 @@ class ReadResult:
 
 
 def read_path(path: str | Path) -> ReadResult:
-    """Read a file or a folder of files into records (see the module doc); ``~`` is expanded."""
+    """Read a file or a folder of files into records (see the module doc); an ``hf:…`` or
+    ``tfds:…`` dataset reference is read from its cache (``adapters_lib.data.sources``);
+    ``~`` is expanded."""
+    if isinstance(path, str) and path.startswith(("hf:", "tfds:")):
+        from adapters_lib.data.sources import read_source
+
+        return read_source(path)
     p = Path(path).expanduser()
     hint = "pass a .jsonl/.json/.csv/.parquet/.txt file or a folder of them"
     if not paths.exists(p, where="[data] path", hint=hint):

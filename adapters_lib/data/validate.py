@@ -16,6 +16,7 @@ from adapters_lib.config import DataSpec
 from adapters_lib.data import chat_template
 from adapters_lib.data.formats import Example, demo_examples, to_examples
 from adapters_lib.data.readers import DataIssue, Where, read_path
+from adapters_lib.data.sources import is_dataset_ref, open_source
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, example_pieces, tokenize_examples
 from adapters_lib.errors import WorkbenchError
 
@@ -172,11 +173,17 @@ class Report:
 
 def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str] | None = None,
             codec: TokenCodec, max_length: int, loss_on: str = "model", truncation: str = "right",
-            ) -> Report:
-    """Read, convert, tokenize and account for every record of ``path``."""
-    read = read_path(path)
+            labels: dict[str, str] | None = None) -> Report:
+    """Read, convert, tokenize and account for every record of ``path`` (a file, a folder, or
+    an ``hf:``/``tfds:`` dataset)."""
+    names: list[str] = []
+    if isinstance(path, str) and is_dataset_ref(path):
+        source = open_source(path)
+        read, names = source.read_all(), source.label_names
+    else:
+        read = read_path(path)
     return report_for(str(path), len(read.records), read.files, read.issues,
-                      *to_examples(read.records, format, field_map),
+                      *to_examples(read.records, format, field_map, labels=labels, label_names=names),
                       codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
 
 
@@ -214,8 +221,8 @@ def _issue_order(issue: DataIssue) -> tuple[str, int, int]:
 
 def check_file(path: str | Path, format: str | None = None, tokenizer: Any = None, max_length: int = 128,
                *, loss_on: str = "model", truncation: str = "right",
-               field_map: dict[str, str] | None = None) -> Report:
-    """Validate a data file or folder (or "demo") and return its ``Report`` (fatal problems in ``.fatal``).
+               field_map: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> Report:
+    """Validate a data file or folder (or "demo", or an ``hf:``/``tfds:`` dataset) and return its ``Report`` (fatal problems in ``.fatal``).
 
     ``tokenizer``: a ``gm.text.Tokenizer``, a SentencePiece processor, a ``tokenizer.model``
     path, or None for the demo tokenizer. Raises ``WorkbenchError`` only when the path
@@ -227,7 +234,7 @@ def check_file(path: str | Path, format: str | None = None, tokenizer: Any = Non
         return report_for("demo", len(train) + len(evals), [], [], train + evals, [], {"demo": "chat"},
                           codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
     return analyze(path, format=format or "auto", field_map=field_map, codec=codec,
-                   max_length=max_length, loss_on=loss_on, truncation=truncation)
+                   max_length=max_length, loss_on=loss_on, truncation=truncation, labels=labels)
 
 
 def format_example(messages: list[dict[str, str]]) -> str:
@@ -238,4 +245,4 @@ def format_example(messages: list[dict[str, str]]) -> str:
 def check_spec(spec: DataSpec, tokenizer: Any = None) -> Report:
     """``check_file`` with the settings of a run's ``[data]`` section (the TUI preview)."""
     return check_file(spec.path, spec.format, tokenizer, spec.max_length, loss_on=spec.loss_on,
-                      truncation=spec.truncation, field_map=spec.field_map)
+                      truncation=spec.truncation, field_map=spec.field_map, labels=spec.labels)

@@ -44,10 +44,11 @@ class EvalPlan:
 
 
 def _exact_match_default(cfg: Any) -> int:
-    """``train.eval_exact_match``'s count: -1 = all on the demo data (None: "all"), else N."""
+    """``train.eval_exact_match``'s count: -1 = all on the demo data and on classification
+    data (``[data] labels``: exact match is the accuracy), else N."""
     n = cfg.train.eval_exact_match
     if n < 0:
-        return -1 if cfg.data.path == "demo" else 0
+        return -1 if cfg.data.path == "demo" or getattr(cfg.data, "labels", None) else 0
     return n
 
 

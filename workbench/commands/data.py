@@ -21,10 +21,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     data_sub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     c = data_sub.add_parser(
         "check", help="validate a data file or folder and print its report",
-        description="Read FILE (.jsonl .json .csv .parquet .txt or a folder), detect its format, "
+        description="Read FILE (.jsonl .json .csv .parquet .txt, a folder, or a cached dataset: "
+                    "hf:NAME[/CONFIG][@SPLIT], tfds:NAME[:VERSION][@SPLIT]), detect its format, "
                     "tokenize it and report counts, lengths, truncation and every dropped record "
                     "with file:line and the field.")
-    c.add_argument("file", metavar="FILE", help="data file or folder")
+    c.add_argument("file", metavar="FILE", help="data file or folder, hf:NAME or tfds:NAME")
     c.add_argument("--format", default="auto", choices=FORMAT_CHOICES,
                    help="the input's format (default: auto, detected from the records)")
     c.add_argument("--json", action="store_true", help="print the report as one JSON object")
@@ -40,22 +41,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "dropped")
     c.add_argument("--field", action="append", default=[], metavar="NAME=SOURCE",
                    help="field map, e.g. --field prompt=question (repeatable)")
+    c.add_argument("--label", action="append", default=[], metavar="VALUE=TEXT",
+                   help="classification: label VALUE answers TEXT, e.g. --label 0=negative (repeatable)")
     c.add_argument("--preview", type=int, default=0, metavar="N", help="also show the first N examples")
     c.set_defaults(handler=run_check)
 
 
-def _field_map(items: list[str]) -> dict[str, str]:
+def _field_map(items: list[str], flag: str = "--field",
+               example: str = "NAME=SOURCE, e.g. --field prompt=question") -> dict[str, str]:
     from adapters_lib.errors import WorkbenchError
 
     out = {}
     for item in items:
         if "=" not in item:
-            raise WorkbenchError(f"--field {item!r} has no '='", where="--field",
-                                 hint="use --field NAME=SOURCE, e.g. --field prompt=question")
+            raise WorkbenchError(f"{flag} {item!r} has no '='", where=flag, hint=f"use {flag} {example}")
         k, v = item.split("=", 1)
         if not k.strip() or not v.strip():
-            raise WorkbenchError(f"--field {item!r} has an empty name", where="--field",
-                                 hint="use --field NAME=SOURCE, e.g. --field prompt=question")
+            raise WorkbenchError(f"{flag} {item!r} has an empty name", where=flag,
+                                 hint=f"use {flag} {example}")
         out[k.strip()] = v.strip()
     return out
 
@@ -78,7 +81,8 @@ def run_check(args: argparse.Namespace) -> int:
             tokenizer = TokenCodec.from_any(args.tokenizer, where="--tokenizer")
         report = check_file(args.file, format=args.format, tokenizer=tokenizer,
                             max_length=args.max_length, loss_on=args.loss_on,
-                            truncation=args.truncation, field_map=_field_map(args.field))
+                            truncation=args.truncation, field_map=_field_map(args.field),
+                            labels=_field_map(args.label, "--label", "VALUE=TEXT, e.g. --label 0=negative"))
     except WorkbenchError as err:
         if not args.json:
             raise
