@@ -286,6 +286,19 @@ def test_an_unreadable_model_says_why_and_what_to_do(engine, tmp_path):
     assert demo.problems == [] and demo.arch and demo.arch["num_layers"] >= 1
 
 
+def test_the_engine_starts_without_tensorflow_for_the_gemma_route(engine_process, engine):
+    """gemma's orbax checkpoint helpers (``gm.ckpts``: kauldron → clu → TensorFlow) are
+    resolved on first use, not at start-up: the heavy imports end with TensorFlow deferred."""
+    t0 = time.monotonic()
+    while "engine modules imported" not in engine_process.log_text():
+        assert time.monotonic() - t0 < 300, engine_process.log_text()[-3000:]
+        time.sleep(0.2)
+    log = engine_process.log_text()
+    start_up = log[:log.index("engine modules imported")]
+    assert "JAX ready" in start_up
+    assert "TensorFlow imported on first use" not in start_up, start_up[-2000:]
+
+
 def test_the_catalog_and_runs_are_answered_before_jax_is_warm(engine_factory):
     proc = engine_factory()  # a fresh engine: JAX and gemma import in the background
     t0 = time.monotonic()

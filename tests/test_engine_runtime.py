@@ -51,14 +51,23 @@ def _import_during_a_lazy_block(plain: bool) -> object:
     return got["value"]
 
 
-def test_a_metadata_request_imports_for_real_while_gemma_imports_lazily():
+def test_only_the_thread_inside_a_lazy_block_imports_lazily():
+    """etils swaps ``builtins.__import__`` for the whole process while a thread is inside
+    ``lazy_imports()``; the guard hands every other thread the real import (so gemma's lazy
+    parts, ``gm.ckpts``, may be resolved on first use in any thread), and plain_imports()
+    threads always."""
     import typing
 
+    from etils import epy
+
     assert guard_lazy_imports()
-    # the race the guard exists for: a plain thread gets etils' lazy stub, not the function
-    assert _import_during_a_lazy_block(plain=False) is not typing.get_type_hints
-    # inside plain_imports() the same import is the real one
+    # the race the guard exists for: without it another thread gets etils' lazy stub
+    assert _import_during_a_lazy_block(plain=False) is typing.get_type_hints
     assert _import_during_a_lazy_block(plain=True) is typing.get_type_hints
+    # the block's own thread still gets etils' lazy module, as gemma means it to
+    with epy.lazy_imports():
+        import json as lazy_json
+    assert type(lazy_json).__name__ == "LazyModule"
 
 
 def _item(name: str) -> QueuedRun:

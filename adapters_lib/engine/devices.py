@@ -33,7 +33,11 @@ def import_heavy() -> None:
     try:
         from gemma import gm
 
-        for sub in ("nn", "text", "ckpts"):  # resolve gemma's lazy sub-packages now
+        # resolve the lazy sub-packages every run uses now; ``gm.ckpts`` (orbax-format weights,
+        # the merged export) on first use: it imports kauldron → clu → TensorFlow (~5 s, ~700 MB),
+        # which the gemma route's training and sampling never need. The lazy-import hook is
+        # thread-aware (``runtime.guard_lazy_imports``), so a later resolve in another thread is safe.
+        for sub in ("nn", "text"):
             getattr(gm, sub)
     except Exception:  # noqa: BLE001 - reported when a run needs it
         log.warning("gemma did not import fully", exc_info=True)

@@ -80,13 +80,43 @@ def guard_lazy_imports() -> bool:
 
     def guarded(name: str, globals_: Any = None, locals_: Any = None,
                 fromlist: Any = (), level: int = 0, **kwargs: Any) -> Any:
-        if getattr(_plain, "depth", 0):
+        if getattr(_plain, "depth", 0) or not getattr(_opened, "depth", 0):
             return _REAL_IMPORT(name, globals_, locals_, fromlist, level)
         return original(name, globals_, locals_, fromlist, level, **kwargs)
 
     guarded.workbench_guard = True  # type: ignore[attr-defined]
     lazy._lazy_import = guarded
+    _count_openers(lazy)
     return True
+
+
+_opened = threading.local()
+
+
+def _count_openers(lazy: Any) -> None:
+    """Make the hook thread-aware: it lazifies the imports of the thread that opened a
+    ``lazy_imports()`` block only. Another thread importing at that moment — or after a
+    racy restore left the hook in ``builtins.__import__`` — gets the real import. So gemma's
+    lazily imported parts (``gm.ckpts``: kauldron, clu, TensorFlow) may be resolved on first
+    use, in any thread, instead of all in the start-up thread."""
+    original = lazy.lazy_imports
+
+    @contextlib.contextmanager
+    def lazy_imports(*args: Any, **kwargs: Any) -> Iterator[None]:
+        _opened.depth = getattr(_opened, "depth", 0) + 1
+        try:
+            with original(*args, **kwargs):
+                yield
+        finally:
+            _opened.depth -= 1
+
+    lazy.lazy_imports = lazy_imports
+    try:
+        from etils import epy
+
+        epy.lazy_imports = lazy_imports
+    except ImportError:  # pragma: no cover - etils without epy
+        pass
 
 
 class Runtime:
