@@ -145,3 +145,33 @@ def test_config_takes_dataset_refs_as_they_are_and_resolves_a_saved_folder(tmp_p
     p.write_text('[data]\npath = "hf:imdb@train[:10%"\n')
     with pytest.raises(WorkbenchError, match="not a split name"):
         load_config(p)
+
+
+def test_data_list_shows_the_caches_and_the_files_with_splits_rows_and_formats(
+        dataset_env, tfds_dir, tmp_path, monkeypatch, capsys):
+    import json
+
+    from workbench.cli import main
+
+    monkeypatch.setenv("TFDS_DATA_DIR", str(tfds_dir))
+    folder = tmp_path / "mine"
+    (folder / "deep").mkdir(parents=True)
+    (folder / "qa.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n' * 3)
+    (folder / "deep" / "notes.txt").write_text("one\n\ntwo\n")
+    assert main(["data", "list", str(folder), "--json"]) == 0
+    entries = {e["name"]: e for e in json.loads(capsys.readouterr().out)["datasets"]}
+    hf = entries["hf:imdb"]
+    assert (hf["splits"], hf["rows"], hf["format"], hf["labels"]) == (
+        {"train": 40, "test": 10}, 50, "text", ["neg", "pos"])
+    assert hf["bytes"] > 0 and hf["location"].startswith(str(dataset_env["cache"]))
+    tf = entries["tfds:imdb_reviews/plain_text"]
+    assert (tf["splits"], tf["rows"], tf["format"], tf["labels"]) == (
+        {"train": 40, "test": 10}, 50, "text", ["neg", "pos"])
+    qa = entries[str(folder / "qa.jsonl")]
+    assert (qa["kind"], qa["rows"], qa["format"], qa["columns"]) == ("file", 3, "qa", ["answer", "question"])
+    assert entries[str(folder / "deep" / "notes.txt")]["rows"] == 2
+    assert main(["data", "list", str(folder)]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["NAME", "SPLITS", "ROWS", "BYTES", "FORMAT"]
+    assert any(line.startswith("tfds:imdb_reviews/plain_text") and "train 40, test 10" in line
+               and line.endswith("text (labels neg/pos)") for line in table)

@@ -1,4 +1,6 @@
-"""``gemma-workbench data check FILE [--format F] [--json]``: validate a dataset before training.
+"""``gemma-workbench data check FILE [--format F] [--json]``: validate a dataset before training;
+``gemma-workbench data list [FOLDER ...] [--json]``: the datasets on this machine
+(``adapters_lib.data.sources.listing``: the HF cache, the TFDS data dir, data files).
 
 Prints the validation report (format, counts, tokens, length histogram, truncation, every
 dropped record with ``file:line`` and the field), or one JSON object with ``--json``.
@@ -45,6 +47,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="classification: label VALUE answers TEXT, e.g. --label 0=negative (repeatable)")
     c.add_argument("--preview", type=int, default=0, metavar="N", help="also show the first N examples")
     c.set_defaults(handler=run_check)
+    ls = data_sub.add_parser(
+        "list", help="datasets in the HF cache, the TFDS data dir and data files in folders",
+        description="List the datasets in the Hugging Face datasets cache (hf:NAME), the TFDS data "
+                    "dir (tfds:NAME) and the data files under FOLDER (default: the current "
+                    "directory and <data dir>/data): name, splits, rows, bytes, detected format.")
+    ls.add_argument("folders", nargs="*", metavar="FOLDER", help="folders to look in for data files")
+    ls.add_argument("--json", action="store_true", help="print one JSON object {datasets: [...]}")
+    ls.set_defaults(handler=run_list)
 
 
 def _field_map(items: list[str], flag: str = "--field",
@@ -101,3 +111,14 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"error: {fatal}; see the report above", file=sys.stderr)
         return 2
     return 1 if report.errors else 0
+
+
+def run_list(args: argparse.Namespace) -> int:
+    from adapters_lib.data.sources.listing import list_datasets, render
+
+    entries = list_datasets(args.folders or None)
+    if args.json:
+        print(json.dumps({"datasets": entries}, ensure_ascii=False))
+    else:
+        print(render(entries))
+    return 0

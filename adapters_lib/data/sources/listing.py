@@ -1,0 +1,174 @@
+"""``data list``: the datasets on this machine, without reading them.
+
+Three places: the Hugging Face ``datasets`` cache (``hf:`` names), the TFDS data dir
+(``tfds:`` names), and data files under folders (the ones asked for; by default the current
+directory and ``<data dir>/data``, two levels deep). Each entry: ``name`` (what
+``[data] path`` takes), ``kind``, ``splits`` (rows per split), ``rows``, ``bytes`` (on disk),
+``format`` (detected from the columns, as for files), ``columns``, ``labels`` (a label
+column's class names) and ``location``. The caches are read from their metadata files
+(``dataset_info.json``, ``features.json``), so listing imports neither ``datasets`` nor
+TensorFlow; a data file is read (when under ``READ_LIMIT`` bytes) to count and detect.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.data.formats import detect
+
+READ_LIMIT = 64 * 1024 * 1024
+SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "runs"}
+
+
+def _disk_bytes(folder: Path) -> int:
+    return sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+
+
+def _format_of(columns: Iterable[str]) -> str:
+    cols = list(columns)
+    return detect(dict.fromkeys(cols, "")) or "unknown"
+
+
+def hf_entries() -> list[dict[str, Any]]:
+    from adapters_lib.data.sources.hf import cache_dir, cached_configs
+
+    root = cache_dir()
+    out: list[dict[str, Any]] = []
+    if not root.is_dir():
+        return out
+    for ds in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))):
+        configs = cached_configs(ds)
+        for config, folder in configs.items():
+            try:
+                info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            name = ds.name.replace("___", "/")
+            splits = {k: int(v.get("num_examples") or 0) for k, v in (info.get("splits") or {}).items()}
+            features = info.get("features") or {}
+            label = features.get("label") if isinstance(features, dict) else None
+            out.append({
+                "name": f"hf:{name}" + (f"/{config}" if len(configs) > 1 else ""), "kind": "hf",
+                "splits": splits, "rows": sum(splits.values()), "bytes": _disk_bytes(folder),
+                "format": _format_of(features), "columns": list(features),
+                "labels": list(label.get("names") or []) if isinstance(label, dict) else [],
+                "location": str(folder)})
+    return out
+
+
+def _tfds_features(folder: Path) -> tuple[list[str], list[str]]:
+    try:
+        spec = json.loads((folder / "features.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return [], []
+    feats = (spec.get("featuresDict") or {}).get("features") or {}
+    labels: list[str] = []
+    label_file = folder / "label.labels.txt"
+    if "label" in feats and label_file.is_file():
+        labels = [line for line in label_file.read_text(encoding="utf-8").splitlines() if line]
+    return list(feats), labels
+
+
+def tfds_entries() -> list[dict[str, Any]]:
+    from adapters_lib.data.sources.tfds import data_dir, prepared
+
+    out: list[dict[str, Any]] = []
+    for name, folder in prepared(data_dir()):
+        try:
+            info = json.loads((folder / "dataset_info.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        splits = {s["name"]: sum(int(n) for n in s.get("shardLengths") or [])
+                  for s in info.get("splits") or []}
+        columns, labels = _tfds_features(folder)
+        out.append({
+            "name": f"tfds:{name}", "kind": "tfds", "splits": splits, "rows": sum(splits.values()),
+            "bytes": _disk_bytes(folder), "format": _format_of(columns), "columns": columns,
+            "labels": labels, "location": str(folder), "version": folder.name})
+    return out
+
+
+def default_folders() -> list[Path]:
+    from adapters_lib import paths
+
+    return [Path.cwd(), paths.data_dir() / "data"]
+
+
+def _data_files(folder: Path, depth: int = 2) -> list[Path]:
+    from adapters_lib.data.readers import EXTENSIONS
+
+    found: list[Path] = []
+    if not folder.is_dir():
+        return found
+    for dirpath, dirnames, filenames in os.walk(folder):
+        here = Path(dirpath)
+        level = len(here.relative_to(folder).parts)
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS
+                             and level < depth)
+        found += [here / f for f in sorted(filenames)
+                  if not f.startswith(".") and Path(f).suffix.lower() in EXTENSIONS]
+    return found
+
+
+def file_entry(path: Path) -> dict[str, Any]:
+    from adapters_lib.data.formats import to_examples
+    from adapters_lib.data.readers import read_path
+    from adapters_lib.errors import WorkbenchError
+
+    size = path.stat().st_size
+    entry: dict[str, Any] = {"name": str(path), "kind": "file", "splits": {}, "rows": None,
+                             "bytes": size, "format": "unknown", "columns": [], "labels": [],
+                             "location": str(path.parent)}
+    if size > READ_LIMIT:
+        return entry
+    try:
+        read = read_path(path)
+    except WorkbenchError:
+        return entry
+    entry["rows"] = len(read.records)
+    first = read.records[0].data if read.records else None
+    entry["columns"] = sorted(map(str, first)) if isinstance(first, dict) else []
+    _, _, formats = to_examples(read.records[:256])
+    entry["format"] = next(iter(formats.values()), "unknown")
+    return entry
+
+
+def list_datasets(folders: Iterable[str | Path] | None = None) -> list[dict[str, Any]]:
+    """Every dataset in the caches and every data file under ``folders`` (see the module doc)."""
+    out = hf_entries() + tfds_entries()
+    seen: set[Path] = set()
+    for folder in (default_folders() if folders is None else [Path(f).expanduser() for f in folders]):
+        for f in _data_files(folder.resolve()):
+            if f not in seen:
+                seen.add(f)
+                out.append(file_entry(f))
+    return out
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def render(entries: list[dict[str, Any]]) -> str:
+    """The ``data list`` table."""
+    if not entries:
+        return "no datasets found (HF cache, TFDS data dir, data files)"
+    rows = [("NAME", "SPLITS", "ROWS", "BYTES", "FORMAT")]
+    for e in entries:
+        splits = ", ".join(f"{k} {v}" for k, v in e["splits"].items()) or "-"
+        fmt = e["format"] + (f" (labels {'/'.join(e['labels'])})" if e["labels"] else "")
+        rows.append((e["name"], splits, "-" if e["rows"] is None else str(e["rows"]),
+                     human_bytes(e["bytes"]), fmt))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r[:4], widths, strict=True)) + "  " + r[4]
+                     for r in rows)
