@@ -20,9 +20,10 @@ def keras_demo_run(tmp_path_factory: pytest.TempPathFactory):
     """(RunDir, TrainResult) of a 30-step Keras demo run with ModelParallel on a 2×4 mesh."""
     from adapters_lib import runs
     from adapters_lib.config import config_from_dict
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.keras_route import run_keras_training
 
     cfg = config_from_dict(KERAS_DEMO)
     run = runs.create_run(cfg, root=tmp_path_factory.mktemp("keras-runs"))
-    result = run_keras_training(cfg, run)
+    result = run_keras_training(cfg, run, hooks=default_hooks)
     return run, result

@@ -42,11 +42,12 @@ def train_demo(root: Path, name: str, **changes: object):
     """Create and train a demo run under ``root``; returns (RunDir, TrainResult)."""
     from adapters_lib import runs
     from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
     cfg = load_config(None, demo_overrides(run__name=f'"{name}"', run__dir=f'"{root}"', **changes))
     run = runs.create_run(cfg)
-    return run, run_training(cfg, run)
+    return run, run_training(cfg, run, hooks=default_hooks)
 
 
 @pytest.fixture(scope="session")

@@ -74,17 +74,18 @@ class _StopAt:
 
 def test_stopped_keras_run_resumes_with_the_same_losses(keras_demo_run, tmp_path):
     from adapters_lib import runs
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.keras_route import run_keras_training
 
     full, _ = keras_demo_run
     cfg = _cfg()
     run = runs.create_run(cfg, root=tmp_path)
     control = _StopAt(12)
-    stopped = run_keras_training(cfg, run, control=control)
+    stopped = run_keras_training(cfg, run, control=control, hooks=default_hooks)
     assert stopped.state == "stopped" and stopped.step == 12 and run.status()["state"] == "stopped"
     assert control.between == 11  # served between steps, until the stop
     assert (run.checkpoints_dir / "12" / "params" / "weights.npz").is_file()
-    resumed = run_keras_training(cfg, run, resume=True)
+    resumed = run_keras_training(cfg, run, resume=True, hooks=default_hooks)
     assert resumed.state == "completed" and resumed.step == 30
     before = {m["step"]: m["loss"] for m in full.metrics()}
     steps = [m["step"] for m in run.metrics()]
@@ -127,12 +128,13 @@ def test_keras_adapter_exports_in_keras_hub_format(keras_demo_run, tmp_path):
 
 def test_a_mesh_that_does_not_divide_the_heads_fails_in_words_before_building(tmp_path):
     from adapters_lib import runs
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.keras_route import run_keras_training
 
     cfg = _cfg(mesh={"data": 1, "tensor": 8})
     run = runs.create_run(cfg, root=tmp_path)
     with pytest.raises(WorkbenchError) as err:
-        run_keras_training(cfg, run)
+        run_keras_training(cfg, run, hooks=default_hooks)
     assert "4 query heads do not divide over mesh.tensor 8" in str(err.value) and "\n" not in str(err.value)
     assert run.status()["state"] == "failed"
 

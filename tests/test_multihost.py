@@ -109,11 +109,12 @@ def test_follower_run_dir_writes_nothing(tmp_path):
 
 
 def test_two_processes_match_one_and_survive_a_lost_host(tmp_path):
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
     cfg = _config()
     ref_run = runs.create_run(cfg, root=tmp_path / "ref")
-    ref = run_training(cfg, ref_run)  # 1 process × 8 devices (conftest)
+    ref = run_training(cfg, ref_run, hooks=default_hooks)  # 1 process × 8 devices (conftest)
     assert ref.state == "completed" and sorted(ref.losses) == list(range(1, STEPS + 1))
 
     run = runs.create_run(cfg, root=tmp_path / "mh")

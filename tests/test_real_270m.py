@@ -146,6 +146,7 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
         shared_real_load, tmp_path, workbench_home):
     from adapters_lib import lora, runs
     from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
     from adapters_lib.tuned import export_run, load_adapter_model, load_checkpoint
 
@@ -161,7 +162,7 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
                                "train.checkpoint_every=8", "train.log_every=4",
                                "mesh.devices=1", f'run.dir="{tmp_path}"'])
     run = runs.create_run(cfg)
-    result = run_training(cfg, run)
+    result = run_training(cfg, run, hooks=default_hooks)
     assert result.state == "completed", result
     base = perplexity.evaluate_file(m.model, m.params, m.tokenizer, eval_file, max_length=64)
     tuned = perplexity.evaluate(run=str(run.path), data=eval_file)

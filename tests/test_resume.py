@@ -47,13 +47,14 @@ def stopped_run(tmp_path_factory):
     """A fixture-settings run stopped at step 13, and a pristine copy of it."""
     from adapters_lib import runs
     from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
     root = tmp_path_factory.mktemp("resume")
     cfg = load_config(None, demo_overrides(run__dir=f'"{root}"', run__name="resume"))
     run = runs.create_run(cfg)
     control = StopAt(STOP_AT)
-    result = run_training(cfg, run, control=control)
+    result = run_training(cfg, run, control=control, hooks=default_hooks)
     copy = RunDir(root / "copy")
     shutil.copytree(run.path, copy.path)
     return cfg, run, copy, result, control
@@ -84,15 +85,16 @@ class InterruptAt(StopAt):
 
 def test_resume_reproduces_the_uninterrupted_losses(stopped_run, trained_demo_run):
     """Stopped at 13 (stop request), resumed, Ctrl-C at 27, resumed to the end: same curve."""
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
     cfg, run, _, _, _ = stopped_run
-    interrupted = run_training(cfg, run, resume=True, control=InterruptAt(27 - STOP_AT))
+    interrupted = run_training(cfg, run, resume=True, control=InterruptAt(27 - STOP_AT), hooks=default_hooks)
     assert interrupted.state == "stopped" and interrupted.step == 27
     assert run.status()["state"] == "stopped" and "keyboard" in run.status()["message"]
     assert list_checkpoints(run.path)[-1] == 27
 
-    result = run_training(cfg, run, resume=True)
+    result = run_training(cfg, run, resume=True, hooks=default_hooks)
     assert result.state == "completed" and result.step == TRAINED_DEMO_STEPS
     resumed = {m["step"]: m["loss"] for m in run.metrics()}
     straight = {m["step"]: m["loss"] for m in RunDir(trained_demo_run).metrics()}
@@ -103,6 +105,7 @@ def test_resume_reproduces_the_uninterrupted_losses(stopped_run, trained_demo_ru
 
 
 def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(stopped_run):
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import TrainingDiverged, run_training
 
     cfg, _, copy, _, _ = stopped_run
@@ -111,7 +114,7 @@ def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(stopped_run
     bad = cfg.replace(train=dataclasses.replace(cfg.train, learning_rate=1e30, checkpoint_every=STOP_AT + 1,
                                                 schedule="constant", keep_checkpoints=1))
     with pytest.raises(TrainingDiverged) as err:
-        run_training(bad, copy, resume=True)
+        run_training(bad, copy, resume=True, hooks=default_hooks)
     text = str(err.value)
     assert "loss became" in text and "lower train.learning_rate (now 1e+30)" in text
     assert "\n" not in text

@@ -177,9 +177,8 @@ def test_grad_accumulation_two_by_four_equals_one_batch_of_eight(demo, one_mesh,
     assert m1["n_tokens"] == m2["n_tokens"] == batch["loss_mask"].sum()
     _tree_close(p2, p1, rtol=1e-5, atol=1e-6)
     # chunked CE: no [micro-batch, L, V] logits buffer anywhere in the compiled step
-    hlo = steps2._train.lower(steps2.abstract_state, steps2.base_params,
-                              {k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()},
-                              steps2.hparams, L).compile().as_text()
+    hlo = steps2.lower_train({k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()},
+                             L).compile().as_text()
     ce_shapes = {line.split("=")[1].split("{")[0].strip() for line in hlo.splitlines()
                  if "ce_chunk" in line and "1024]" in line.split("=")[1].split("metadata")[0]}
     assert "f32[4,8,1024]" in ce_shapes and not any(f",{L},1024]" in s for s in ce_shapes)
@@ -200,8 +199,7 @@ def test_learning_rate_and_run_length_are_inputs_of_one_compiled_step(demo, one_
         cfg = _cfg(**spec)
         steps = step_lib.build_steps(model, cfg, make_optimizer(cfg.train), one_mesh, base, trainable)
         abstract = {k: jax.ShapeDtypeStruct((8, L), v.dtype) for k, v in batch.items()}
-        programs.append(steps._train.lower(steps.abstract_state, steps.base_params, abstract, steps.hparams,
-                                           L).as_text())
+        programs.append(steps.lower_train(abstract, L).as_text())
         state, _ = steps.train_step(steps.init_state(trainable), batch)
         delta = [np.abs(np.asarray(a) - np.asarray(b)).max()
                  for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(trainable), strict=True)]

@@ -29,9 +29,10 @@ sys.path.insert(0, TESTS)
 from fixtures_engine import demo_run_config
 from adapters_lib import runs
 from adapters_lib.config import config_from_dict
+from adapters_lib.evals.hooks import default_hooks
 from adapters_lib.train.loop import run_training
 cfg = config_from_dict(demo_run_config(steps=4, checkpoint_every=2))
-trained = run_training(cfg, runs.create_run(cfg, root=Path(ROOT)))  # with orbax checkpoints
+trained = run_training(cfg, runs.create_run(cfg, root=Path(ROOT)), hooks=default_hooks)  # with orbax checkpoints
 out["trained"] = trained.state
 out["deferred_after_gemma"] = tf_deferred.is_deferred()
 out["mapped_after_gemma"] = tf_mapped()

@@ -134,6 +134,7 @@ class LeaderEngine(Engine):
         and its ``stop`` is the decision process 0 acts on, so process 0 and the others
         always agree on whether the run starts.
         """
+        from adapters_lib.evals.hooks import default_hooks
         from adapters_lib.train.loop import run_training
 
         run = item.run
@@ -147,7 +148,7 @@ class LeaderEngine(Engine):
         run.write_status("running", pid=os.getpid(), processes=multihost.process_count())
         control = multihost.SyncedControl(self.bus, RunControl(self, item))
         try:
-            run_training(run.config(), run.path, control=control, resume=item.resume)
+            run_training(run.config(), run.path, control=control, resume=item.resume, hooks=default_hooks)
         except Exception as e:
             if multihost.lost_peer(e):
                 multihost.mark_interrupted(run, f"{type(e).__name__}", force=True)

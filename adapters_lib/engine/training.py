@@ -63,10 +63,12 @@ def jsonable(record: dict[str, Any]) -> dict[str, Any]:
 
 def run_here(engine: Engine, item: QueuedRun) -> None:
     """Train ``item`` on this process's devices (the multi-host leader trains it on all)."""
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
     run = item.run
-    run_training(run.config(), run.path, control=RunControl(engine, item), resume=item.resume)
+    run_training(run.config(), run.path, control=RunControl(engine, item), resume=item.resume,
+                 hooks=default_hooks)
 
 
 def train(engine: Engine, item: QueuedRun) -> None:

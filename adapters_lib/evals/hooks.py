@@ -1,15 +1,15 @@
 """The trainer hooks of the evaluation area (``train.trainer.TrainHook``), for both routes.
 
-``default_hooks(cfg)`` is what every run gets, on either route (runs'
-``train.trainer.config_hooks`` makes them):
+``default_hooks(cfg)`` is what every run gets, on either route: the callers of the trainer
+(the engine, the CLI, multi-host workers) pass it as ``run_training(hooks=default_hooks)``.
 
 - ``EvalHook`` scores the model as trained so far (``session.probe``: in ``on_start`` the base
   of a fresh run, in ``on_eval`` the tuned model of that eval step) with the run's
   ``EvalPlan`` and appends the ``eval.jsonl`` row; for ``exact_match`` at the base and the end
-  it also writes what the loop's exact-match wrote before (``exact_match`` events,
-  ``exact_match_base`` / ``exact_match_tuned`` in status.json, ``eval_exact_match`` /
-  ``base_exact_match`` in the last metrics record through ``session.final_fields``, the
-  result's fields);
+  it also writes the ``exact_match`` events and ``exact_match_base`` / ``exact_match_tuned``
+  in status.json, and returns its fields to the trainer: ``base_exact_match`` from
+  ``on_start``, ``eval_exact_match`` / ``base_exact_match`` from the last ``on_eval`` (they
+  join the last metrics record and the result);
 - ``BestHook`` follows ``train.best_metric`` over the tuned rows: a new best asks the route
   for a checkpoint at that step (``session.request_checkpoint``) and is pinned
   (``session.pin``: kept whatever ``keep_checkpoints`` says; the previous best unpinned);
@@ -56,25 +56,26 @@ class EvalHook(TrainHook):
         self.base_em: float | None = None
         self.tuned_em: float | None = None
 
-    def on_start(self, session: Any, step: int) -> None:
+    def on_start(self, session: Any, step: int) -> dict[str, Any]:
         """The route is set up: a fresh run scores its base model here; a resumed one drops
-        the rows past its checkpoint."""
+        the rows past its checkpoint (its base score is the one this hook recorded)."""
         self.session = session
         if step > 0:
             if _records(session):
                 records.truncate_after(session.run, step)
             self.base_em = session.run.status().get("exact_match_base")
-            return
-        probe = session.probe
-        if probe is not None:
-            self.score(step, "base", probe.eval_loss() if self.plan.likelihood else None)
+        elif session.probe is not None:
+            self.score(step, "base", session.probe.eval_loss() if self.plan.likelihood else None)
+        return {} if self.base_em is None else {"base_exact_match": self.base_em}
 
-    def on_eval(self, step: int, results: dict[str, Any]) -> None:
-        """A tuned eval at ``step`` (the probe holds that step's params)."""
+    def on_eval(self, step: int, results: dict[str, Any]) -> dict[str, Any]:
+        """A tuned eval at ``step`` (the probe holds that step's params); the end's exact-match
+        fields for that step's record."""
         if "eval_loss" in results and self.session is not None and self.session.probe is not None:
-            self.score(step, "tuned", results["eval_loss"])
+            return self.score(step, "tuned", results["eval_loss"])
+        return {}
 
-    def score(self, step: int, phase: str, loss: float | None) -> None:
+    def score(self, step: int, phase: str, loss: float | None) -> dict[str, Any]:
         plan, probe = self.plan, self.session.probe
         values = likelihood(loss, plan.likelihood)
         scored = None
@@ -88,7 +89,7 @@ class EvalHook(TrainHook):
                 scored = self.tasks.score(probe.apply_fn, probe.params(), generated)
             values.update(scored.values)
         if not values:
-            return
+            return {}
         row = records.make_row(step, phase, values)
         shown = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k not in ("step", "phase"))
         log.info("eval (%s, step %d): %s%s", phase, step, shown,
@@ -99,27 +100,21 @@ class EvalHook(TrainHook):
             records.append_row(self.session.run, step, phase, values)
         for listener in self.listeners:
             listener(row)
-        self._exact_match_compat(step, phase, row, scored)
+        return self._exact_match(step, phase, row, scored)
 
-    def _exact_match_compat(self, step: int, phase: str, row: dict[str, Any], scored: Any) -> None:
-        """What the loop's exact-match wrote at the base and the end (see the module doc)."""
+    def _exact_match(self, step: int, phase: str, row: dict[str, Any], scored: Any) -> dict[str, Any]:
+        """Exact-match at the base and the end: its event, status fields, and record fields."""
         em = row.get("exact_match")
         if em is None or scored is None or (phase == "tuned" and step < self.cfg.train.steps):
-            return
+            return {}
         self.session.event("exact_match", phase=phase, step=step, exact_match=em,
                            correct=scored.correct, total=scored.answered, per_task=scored.per_task)
         self.session.progress(**{f"exact_match_{phase}": em})
         if phase == "base":
             self.base_em = em
-            return
+            return {}
         self.tuned_em = em
-        self.session.final_fields.update(eval_exact_match=em, base_exact_match=self.base_em)
-
-    def on_end(self, result: Any) -> None:
-        if self.base_em is not None and result.exact_match_base is None:
-            result.exact_match_base = self.base_em
-        if self.tuned_em is not None and result.exact_match_tuned is None:
-            result.exact_match_tuned = self.tuned_em
+        return {"eval_exact_match": em, "base_exact_match": self.base_em}
 
 
 class BestHook(TrainHook):

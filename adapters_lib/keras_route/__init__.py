@@ -16,10 +16,11 @@ from typing import Any
 __all__ = ["load_keras_tuned", "run_keras_training"]
 
 
-def run_keras_training(cfg: Any, run_dir: Any, *, control: Any = None, resume: bool = False) -> Any:
+def run_keras_training(cfg: Any, run_dir: Any, *, control: Any = None, resume: bool = False,
+                       hooks: Any = ()) -> Any:
     from adapters_lib.keras_route.train import run_keras_training as run
 
-    return run(cfg, run_dir, control=control, resume=resume)
+    return run(cfg, run_dir, control=control, resume=resume, hooks=hooks)
 
 
 def load_keras_tuned(run_dir: Any, step: int | None = None) -> Any:

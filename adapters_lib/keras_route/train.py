@@ -6,11 +6,11 @@ events.jsonl, status.json, checkpoints every ``checkpoint_every`` steps and on s
 resume (the data of step k is ``pipeline.train_batch(k)``; weights, optimizer variables and
 step come back from the checkpoint), exact-match before/after on the demo tasks.
 
-``KerasTrainer`` is this route behind the one trainer interface (``train.trainer``: state,
-events, metrics, errors, hooks, the resume point and the divergence error are shared with the
-gemma route). Training is ``keras.Model.fit`` in segments that end at eval/checkpoint steps;
-a Keras callback writes each step's metrics, polls the session's stop decision and serves
-``between_steps``. Per-step loss is recovered from fit's running mean (reset each segment);
+``KerasTrainer`` implements the route methods of the one trainer loop (``train.trainer``:
+the loop, state, events, metrics, errors, hooks, the resume point and the divergence error
+are shared with the gemma route). Its ``step`` is ``keras.Model.fit`` over the loop's
+segment (eval/checkpoint/final steps end one); a Keras callback records each step's metrics
+and polls the trainer between steps. Per-step loss is recovered from fit's running mean (reset each segment);
 the gradient norm (before clipping) is recorded by the optimizer into one of its variables.
 """
 
@@ -31,8 +31,8 @@ from adapters_lib.keras_route import checkpoints
 from adapters_lib.runs import RunDir
 from adapters_lib.train.trainer import (
     ModelProbe,
+    RouteSetup,
     Trainer,
-    TrainingDiverged,
     TrainResult,
     diverged,
     run_trainer,
@@ -87,20 +87,13 @@ class KerasTrainer(Trainer):
     """The Keras route: keras-hub Gemma + ``enable_lora``, ``fit`` in segments."""
 
     route = "keras"
+    saves_on_interrupt = False  # fit's JAX state is not in the variables until fit returns
 
-    def __init__(self, session: Any):
-        super().__init__(session)
-        self.losses: dict[int, float] = {}
-
-    # ---------------------------------------------------------------- records
     def event(self, kind: str, **fields: Any) -> None:
         self.session.event(kind, **fields)
 
-    def metrics(self, record: dict[str, Any]) -> None:
-        self.session.metrics(record)
-
     # ---------------------------------------------------------------- set-up
-    def setup(self) -> None:
+    def setup(self) -> RouteSetup:
         from adapters_lib.config import MeshSpec
         from adapters_lib.data import build_pipeline
         from adapters_lib.keras_route.layout import make_distribution, plan_layout
@@ -108,6 +101,11 @@ class KerasTrainer(Trainer):
 
         cfg, t = self.cfg, self.cfg.train
         check_backend_options(cfg)
+        if getattr(t, "objective", "sft") != "sft":
+            from adapters_lib.errors import WorkbenchError
+
+            raise WorkbenchError(f"the Keras route trains the sft objective only, not {t.objective!r}",
+                                 where="[train] objective", hint='use model.backend = "gemma" for it')
         dims = model_dims(cfg)
         import jax
 
@@ -132,6 +130,8 @@ class KerasTrainer(Trainer):
                                             if cfg.data.packing else []),
                    trainable_params=int(sum(np.prod(v.shape) for v in lm.trainable_variables)),
                    lora_layers=len(self.model.lora_layers))
+        return RouteSetup(schedule=self.schedule,
+                          has_eval=bool(self.pipeline.eval_batches(t.eval_batches)))
 
     def _scope(self) -> Any:
         from adapters_lib.keras_route.model import _nullcontext
@@ -139,6 +139,10 @@ class KerasTrainer(Trainer):
         return self.distribution.scope() if self.distribution is not None else _nullcontext()
 
     # ---------------------------------------------------------------- pieces
+    def evaluate(self) -> dict[str, float]:
+        loss = self.eval_loss()
+        return {} if loss is None else {"eval_loss": loss}
+
     def eval_loss(self) -> float | None:
         import jax
         import jax.numpy as jnp
@@ -164,11 +168,11 @@ class KerasTrainer(Trainer):
                 total, count = total + float(s), count + float(c)
         return total / max(count, 1.0)
 
-    def fit(self, start: int, stop: int) -> tuple[int, dict[str, Any] | None]:
-        """Train steps start+1..stop (fewer if asked to stop). Returns (last step, the record of
-        step ``stop`` — held back, unwritten, for its eval_loss — or None if it stopped early)."""
+    def step(self, start: int, stop: int) -> dict[str, Any] | None:
+        """Train steps start+1..stop with ``fit`` (fewer if the trainer's poll stops it); the
+        record of ``stop`` comes back unwritten, None when it stopped earlier."""
         keras, trainer = self.keras, self
-        pipeline, t = self.pipeline, self.cfg.train
+        pipeline = self.pipeline
         opt_vars = self.optimizer.variables
         norm_index = next(i for i, v in enumerate(opt_vars) if v is self.optimizer.grad_norm)
 
@@ -182,7 +186,7 @@ class KerasTrainer(Trainer):
         class Metrics(keras.callbacks.Callback):
             def __init__(self) -> None:
                 super().__init__()
-                self.prev_mean, self.last, self.step, self.held = 0.0, time.perf_counter(), start, None
+                self.prev_mean, self.last, self.held = 0.0, time.perf_counter(), None
 
             def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
                 k, step = batch + 1, start + batch + 1
@@ -197,29 +201,17 @@ class KerasTrainer(Trainer):
                 opt_state = state.get("optimizer_variables")
                 grad_norm = float(opt_state[norm_index]) if opt_state else None
                 n_tokens = int(np.count_nonzero(pipeline.train_batch(step - 1)["segment_ids"]))
-                trainer.losses[step] = loss
-                record = {"step": step, "loss": loss, "lr": float(trainer.schedule(step - 1)),
-                          "grad_norm": grad_norm, "tokens_per_s": round(n_tokens / dt, 1) if dt > 0 else None,
-                          "step_time_s": round(dt, 5), "tokens": n_tokens}
-                self.step = step
-                if step == stop:  # the segment's last record waits for its eval_loss
-                    self.held = record
-                else:
-                    if step % t.log_every == 0:
-                        trainer.metrics(record)
-                    if step % 10 == 0:
-                        trainer.session.progress(step=step, total_steps=t.steps, loss=loss)
-                if trainer.session.should_stop():
-                    trainer.stop_requested = True
+                trainer.reached = step
+                self.held = trainer.step_record(step, loss=loss, grad_norm=grad_norm, n_tokens=n_tokens,
+                                                seconds=dt, hold=step == stop)
+                if step < stop and trainer.poll():
                     self.model.stop_training = True
-                else:
-                    trainer.session.between_steps()
 
         cb = Metrics()
         with self._scope():
             keras.Model.fit(self.model.causal_lm, Data(), epochs=1, steps_per_epoch=stop - start,
                             verbose=0, callbacks=[cb], shuffle=False)
-        return cb.step, cb.held
+        return cb.held if self.reached == stop else None
 
     def probe(self) -> ModelProbe:
         """The model as trained so far, for hooks (``train.trainer.ModelProbe``)."""
@@ -233,78 +225,27 @@ class KerasTrainer(Trainer):
                           trainable_params=int(sum(np.prod(v.shape)
                                                    for v in model.causal_lm.trainable_variables)))
 
-    def checkpoint(self, step: int, *, confirmed_below: int | None = None) -> None:
+    def restore(self, step: int) -> None:
+        with self._scope():
+            checkpoints.restore(self.run.checkpoints_dir, step, self.model.causal_lm)
+
+    def save(self, step: int) -> bool:
         """Save ``step``; every loss up to it is known finite, so older checkpoints are confirmed."""
         directory = self.run.checkpoints_dir
-        self.session.sync()
-        checkpoints.prune(directory, self.cfg.train.keep_checkpoints,
-                          step if confirmed_below is None else confirmed_below, self.session.pinned)
+        checkpoints.prune(directory, self.cfg.train.keep_checkpoints, step, self.session.pinned)
         try:
-            checkpoints.save(directory, step, self.model.causal_lm, loss=self.losses.get(step))
+            checkpoints.save(directory, step, self.model.causal_lm, loss=self.result.losses.get(step))
         except checkpoints.NonFiniteState:
             raise diverged(self.cfg, "the trained values became NaN or infinite", step + 1) from None
-        self.session.checkpointed(step)
+        return True
 
-    # ---------------------------------------------------------------- the run
-    def train(self, resume: bool) -> TrainResult:
-        try:
-            return self._train(resume)
-        except TrainingDiverged as err:
-            # checkpoint k gave the loss of step k+1: from the step before the bad loss on, diverged
-            kept = checkpoints.discard_from(self.run.checkpoints_dir, err.step - 1)
-            self.session.failed_divergence(err, kept)
-            raise
+    def finish(self, done: bool) -> None:
+        if done:  # every checkpoint is good
+            checkpoints.prune(self.run.checkpoints_dir, self.cfg.train.keep_checkpoints, None,
+                              self.session.pinned)
 
-    def _train(self, resume: bool) -> TrainResult:
-        t, run, session = self.cfg.train, self.run, self.session
-        self.stop_requested = False
-        self.setup()
-        result = TrainResult(run_dir=run.path, state="running", step=0, total_steps=t.steps)
-        start = 0
-        if resume:
-            start = session.resume_point()
-            with self._scope():
-                checkpoints.restore(run.checkpoints_dir, start, self.model.causal_lm)
-            session.resumed(start)
-        session.progress(step=start, total_steps=t.steps)
-        session.probe = self.probe()
-        result.exact_match_base = run.status().get("exact_match_base")
-        session.started(start)  # the eval hooks score the base model here (a fresh run)
-        step = start
-        record = None
-        while step < t.steps and not self.stop_requested:
-            bounds = [t.steps, (step // t.eval_every + 1) * t.eval_every,
-                      (step // t.checkpoint_every + 1) * t.checkpoint_every]
-            step, record = self.fit(step, min(bounds))
-            if record is None:  # stopped inside the segment; its records are written
-                break
-            if step % t.eval_every == 0 or step == t.steps:
-                ev = self.eval_loss()
-                if ev is not None:
-                    record["eval_loss"] = result.final_eval_loss = ev
-                    session.evaluated(step, {"eval_loss": ev})
-                    if session.should_stop():  # a hook ends the run at this eval (early stop)
-                        self.stop_requested = True
-            if step < t.steps:  # the final record waits for the eval hooks' fields
-                self.metrics(record)
-            wanted = step % t.checkpoint_every == 0 or step in session.requested
-            if wanted and step < t.steps and not self.stop_requested:
-                self.checkpoint(step)
-        result.step, result.losses = step, dict(self.losses)
-        result.final_loss = self.losses.get(step)
-        if self.stop_requested and step < t.steps:
-            session.state("stopping", session.stop_reason, step=step)
-            self.checkpoint(step)
-            return session.end_early(step, result)
-        if record is not None:
-            record.update(session.final_fields)  # e.g. the eval hook's exact-match
-            self.metrics(record)
-        self.checkpoint(step)
-        checkpoints.prune(run.checkpoints_dir, t.keep_checkpoints, None, session.pinned)  # done: all good
-        result.state = "completed"
-        session.settle("completed", f"{step} steps", step=step, final_loss=result.final_loss,
-                       final_eval_loss=result.final_eval_loss)
-        return result
+    def discard_from(self, step: int) -> list[int]:
+        return checkpoints.discard_from(self.run.checkpoints_dir, step)
 
 
 def run_keras_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any = None,

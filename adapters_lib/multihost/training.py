@@ -25,6 +25,7 @@ def train_one(run_path: Path, *, resume: bool, bus: Bus | None = None, inner: An
     ``interrupted`` (not ``failed``): it resumes from its last checkpoint. A process killed
     outright leaves the run ``running`` with a dead pid; the next engine start marks it.
     """
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
     run = run_dir_for(run_path)
@@ -35,7 +36,7 @@ def train_one(run_path: Path, *, resume: bool, bus: Bus | None = None, inner: An
         run.write_status(run.state, pid=os.getpid(), processes=process_count())
     watchdog = Watchdog(lambda reason: mark_interrupted(run, reason), timeout=watchdog_s).start()
     try:
-        return run_training(cfg, run, control=control, resume=resume)
+        return run_training(cfg, run, control=control, resume=resume, hooks=default_hooks)
     except WorkbenchError:
         raise
     except Exception as err:

@@ -1,8 +1,10 @@
 """The trainer's hook interface, ``TrainHook``, in a module of its own.
 
-Hooks (``adapters_lib.evals.hooks``) subclass it and ``train.trainer.config_hooks`` makes
-them: with the class here, neither imports the other in a circle. ``train.trainer`` keeps
-``TrainHook`` importable from where it was.
+Hooks (``adapters_lib.evals.hooks``) subclass it; the trainer's caller makes them and hands
+them to ``run_training(hooks=)``, so the trainer never imports the evaluation area. A hook
+gets the run's context (``train.session.RunSession``) in ``on_start`` and returns metric
+fields (a dict, or None) from ``on_start`` and ``on_eval``: the trainer puts them into its
+records; a hook does not change the trainer's result.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from adapters_lib.train.trainer import RunSession, TrainResult
+    from adapters_lib.train.session import RunSession, TrainResult
 
 
 class TrainHook:
@@ -18,14 +20,15 @@ class TrainHook:
 
     name: ClassVar[str] = ""
 
-    def on_start(self, session: RunSession, step: int) -> None:
-        """Before the first step (``step`` > 0 on a resume)."""
+    def on_start(self, session: RunSession, step: int) -> dict[str, Any] | None:
+        """Before the first step (``step`` > 0 on a resume); the run's start fields."""
 
     def on_step(self, step: int, metrics: dict[str, Any]) -> None:
         """A metrics record was written (every ``log_every`` steps, eval steps, the last)."""
 
-    def on_eval(self, step: int, results: dict[str, Any]) -> None:
-        """Eval results: ``{"eval_loss": x}``, or ``{"exact_match": s, "phase": ...}``."""
+    def on_eval(self, step: int, results: dict[str, Any]) -> dict[str, Any] | None:
+        """The route's eval results at ``step`` (``{"eval_loss": x, …}``); fields for the
+        step's metrics record."""
 
     def on_checkpoint(self, step: int) -> None:
         """A checkpoint of ``step`` was handed to the writer."""

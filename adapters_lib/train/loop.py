@@ -1,9 +1,10 @@
 """The training loop: a run directory in, a trained adapter (checkpoints, metrics) out.
 
 ``run_training(cfg, run_dir, control=None, resume=False, hooks=())`` runs a config on its
-route behind the one trainer interface (``train.trainer``: state, events, metrics, errors,
-hooks): ``GemmaTrainer`` here, ``keras_route.train.KerasTrainer`` for ``backend = "keras"``.
-The gemma route:
+route through the one trainer loop (``train.trainer``: state, events, metrics, errors,
+hooks — the caller's: the engine passes the evaluation area's, ``evals.hooks.default_hooks``):
+``GemmaTrainer`` here, ``keras_route.train.KerasTrainer`` for ``backend = "keras"``. The gemma
+route implements the trainer's route methods (setup, step, evaluate, save, restore):
 
 1. loads the base model on the mesh, makes the trainable tree (fresh LoRA adapters, or every
    param for a full fine-tune), the optimizer and the jitted steps (``train.step``);
@@ -17,11 +18,13 @@ The gemma route:
 4. writes ``metrics.jsonl`` (step numbers count updates: step k is the k-th update),
    ``events.jsonl`` and ``status.json`` (see ``adapters_lib.runs``) and checkpoints every
    ``checkpoint_every`` steps, on stop and at the end;
-5. hands the hooks the model as trained so far (``session.probe``) when it starts and at each
-   eval step: the evaluation area's hooks (``train.trainer.config_hooks``) score the task
-   metrics into eval.jsonl — exact-match on the demo data before and after training, as
-   before — keep the best checkpoint (a checkpoint at an eval step a hook asks for) and stop
-   early.
+5. hands the hooks the model as trained so far (``probe``) when it starts and at each
+   eval step: the evaluation area's hooks score the task metrics into eval.jsonl —
+   exact-match on the demo data before and after training — keep the best checkpoint (a
+   checkpoint at an eval step a hook asks for) and stop early.
+
+The loss is the run's objective's (``train.objectives``, ``train.objective``); its metrics
+(DPO's reward margin and accuracy, …) join each record, and the eval split's the eval ones.
 
 ``control`` (the engine's TrainControl) is polled between steps: ``should_stop()`` ends the
 run as ``stopped`` after a checkpoint; ``between_steps()`` lets the engine serve sampling;
@@ -32,25 +35,25 @@ see the same records (``TrainHook.on_step``/``on_eval``/``on_checkpoint``/``shou
 from __future__ import annotations
 
 import logging
-import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from adapters_lib.config import RunConfig
 from adapters_lib.runs import RunDir
 from adapters_lib.train.trainer import (
+    HookSource,
     ModelProbe,
     NullControl,
-    RunSession,
+    RouteSetup,
     TrainControl,
     Trainer,
     TrainHook,
     TrainingDiverged,
     TrainResult,
     diverged,
-    finite,
     run_trainer,
 )
 
@@ -59,13 +62,11 @@ __all__ = ["GemmaTrainer", "NullControl", "TrainControl", "TrainHook", "TrainRes
 
 log = logging.getLogger(__name__)
 
-_finite = finite  # the old private name
-
 
 def run_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any = None,
-                 resume: bool = False, hooks: Iterable[TrainHook] = ()) -> TrainResult:
-    """Train ``cfg`` in ``run_dir`` (made by ``runs.create_run``) on its route. See the module
-    docstring and ``train.trainer.run_trainer``.
+                 resume: bool = False, hooks: HookSource | Iterable[TrainHook] = ()) -> TrainResult:
+    """Train ``cfg`` in ``run_dir`` (made by ``runs.create_run``) on its route, with the
+    caller's ``hooks``. See the module docstring and ``train.trainer.run_trainer``.
 
     Raises ``WorkbenchError`` for a mistake in the config or data (the run is marked
     ``failed`` with the same one-line cause), ``TrainingDiverged`` for a NaN/inf loss,
@@ -82,18 +83,34 @@ def run_training(cfg: RunConfig, run_dir: str | Path | RunDir, *, control: Any =
 # --------------------------------------------------------------------------- the route
 
 
+@dataclass
+class GemmaSetup:
+    """What the gemma route's set-up made (``GemmaTrainer.setup``)."""
+
+    loaded: Any
+    """The base model (``models.loader.Loaded``: model, params, tokenizer, config)."""
+    mesh: Any
+    rng: Any
+    steps: Any
+    """The jitted steps (``train.step.Steps``)."""
+    pipeline: Any
+    eval_data: list
+    """The eval batches, placed on the mesh once."""
+
+
 class GemmaTrainer(Trainer):
     """The gemma route: jitted steps on the mesh, orbax checkpoints."""
 
     route = "gemma"
 
-    def setup(self) -> dict[str, Any]:
+    def setup(self) -> RouteSetup:
         import jax
 
         from adapters_lib import lora
         from adapters_lib import mesh as mesh_lib
         from adapters_lib.data import build_pipeline
         from adapters_lib.models.loader import load_model
+        from adapters_lib.train.checkpoints import CheckpointStore
         from adapters_lib.train.optimizer import make_optimizer, make_schedule
         from adapters_lib.train.step import build_steps
 
@@ -114,217 +131,148 @@ class GemmaTrainer(Trainer):
             trainable = loaded.params
             base_params = None
         optimizer = make_optimizer(t)
-        steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable)
+        steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,
+                            reference_params=_reference_adapters(cfg, trainable))
         pipeline = build_pipeline(cfg.data, loaded.tokenizer, batch_size=t.batch_size, seed=t.seed)
         log.info("set-up %.1fs: %s", time.perf_counter() - t0,
                  mesh_lib.describe(cfg.mesh, len(devices)))
-        return dict(loaded=loaded, mesh=mesh, rng=rng, trainable=trainable,
-                    optimizer=optimizer, steps=steps, pipeline=pipeline, schedule=make_schedule(t))
+        self.state = steps.init_state(trainable)
+        del trainable
+        if not cfg.lora.enabled:
+            loaded.params = None  # the trainable tree is the model now (and is donated each step)
+        self.store = CheckpointStore(self.run.checkpoints_dir, keep=t.keep_checkpoints)
+        self.s = GemmaSetup(loaded=loaded, mesh=mesh, rng=rng, steps=steps, pipeline=pipeline,
+                            eval_data=[steps.put_batch(b) for b in pipeline.eval_batches(t.eval_batches)])
+        self.log_ = _MetricLog(self)
+        self.em = _ProbeModel(cfg, loaded)
+        return RouteSetup(schedule=make_schedule(t), has_eval=bool(self.s.eval_data))
 
-    def train(self, resume: bool) -> TrainResult:
+    def restore(self, step: int) -> None:
         import jax
         import numpy as np
 
-        from adapters_lib.train.checkpoints import (
-            CheckpointStore,
-            NonFiniteState,
-            rng_from_json,
-            rng_to_json,
-        )
+        from adapters_lib.train.checkpoints import rng_from_json
 
-        cfg, run, session = self.cfg, self.run, self.session
-        t = cfg.train
-        s = self.setup()
-        steps, pipeline, loaded = s["steps"], s["pipeline"], s["loaded"]
-        result = TrainResult(run_dir=run.path, state="running", step=0, total_steps=t.steps)
-        state = steps.init_state(s["trainable"])
-        del s["trainable"]
-        if not cfg.lora.enabled:
-            loaded.params = None  # the trainable tree is the model now (and is donated each step)
-        rng = s["rng"]
-        store = CheckpointStore(run.checkpoints_dir, keep=t.keep_checkpoints)
-        start = step = 0
-        log_ = _MetricLog(session, s["schedule"], result)
+        steps = self.s.steps
+        abstract = steps.abstract_state
+        params, opt_state, meta = self.store.restore(step, abstract.params, abstract.opt_state)
+        self.state = self.state._replace(step=jax.device_put(np.int32(step), steps.state_shardings.step),
+                                         params=params, opt_state=opt_state)
+        self.s.rng = rng_from_json(meta["rng"]) if "rng" in meta else self.s.rng
 
-        def save(at: int, loss: float | None) -> None:
-            # every loss up to ``at`` is known finite here: older checkpoints are confirmed
-            session.sync()
-            store.prune(confirmed_below=at, pinned=session.pinned)
-            try:
-                saved = store.save(at, state.params, state.opt_state,
-                                   {"rng": rng_to_json(rng), "loss": loss, "time": time.time()})
-            except NonFiniteState:
-                raise diverged(cfg, "the trained values became NaN or infinite", at + 1) from None
-            if saved:
-                session.checkpointed(at)
+    def probe(self) -> ModelProbe:
+        s = self.s
+        return ModelProbe(route=self.route, apply_fn=self.em.apply(),
+                          params=lambda: self.em.model_params(self.state.params)[1],
+                          tokenizer=s.loaded.tokenizer, eval_examples=list(s.pipeline.eval_examples),
+                          eval_loss=lambda: self.evaluate().get("eval_loss"),
+                          trainable_params=_count(self.state.params))
 
+    def step(self, start: int, stop: int) -> dict[str, Any] | None:
+        """Steps start+1..stop. The host does not wait for the device between steps: the
+        metrics are fetched in groups, one step behind (``_MetricLog``)."""
+        import numpy as np
+
+        s, t = self.s, self.cfg.train
+        for step in range(start + 1, stop + 1):
+            batch = s.pipeline.train_batch(step - 1)
+            n_tokens = sum(int(np.count_nonzero(v)) for k, v in batch.items() if k.endswith("segment_ids"))
+            self.state, metrics = s.steps.train_step(self.state, s.steps.put_batch(batch))
+            self.reached = step
+            self.log_.add(step, metrics, n_tokens)
+            if step == stop:
+                break
+            if step % t.log_every == 0:
+                self.log_.flush(everything=False)  # all but the newest step: no wait on the device
+            if self.poll():
+                self.log_.flush(everything=True)
+                return None
+        return self.log_.flush(everything=True, hold=stop)
+
+    def evaluate(self) -> dict[str, float]:
+        import jax
+
+        s = self.s
+        if not s.eval_data:
+            return {}
+        outs = jax.device_get([s.steps.eval_step(self.state.params, b) for b in s.eval_data])
+        return _mean_eval(outs, s.steps.objective.metrics)
+
+    def save(self, step: int) -> bool:
+        from adapters_lib.train.checkpoints import NonFiniteState, rng_to_json
+
+        # every loss up to ``step`` is known finite here: older checkpoints are confirmed
+        self.store.prune(confirmed_below=step, pinned=self.session.pinned)
         try:
-            if resume:
-                latest = session.resume_point()
-                abstract = steps.abstract_state
-                params, opt_state, meta = store.restore(latest, abstract.params, abstract.opt_state)
-                state = state._replace(step=jax.device_put(np.int32(latest), steps.state_shardings.step),
-                                       params=params, opt_state=opt_state)
-                rng = rng_from_json(meta["rng"]) if "rng" in meta else rng
-                start = step = latest
-                session.resumed(start)
-            session.progress(step=start, total_steps=t.steps)
+            return bool(self.store.save(step, self.state.params, self.state.opt_state,
+                                        {"rng": rng_to_json(self.s.rng), "loss": self.result.losses.get(step),
+                                         "time": time.time()}))
+        except NonFiniteState:
+            raise diverged(self.cfg, "the trained values became NaN or infinite", step + 1) from None
 
-            em = _ProbeModel(cfg, loaded)
-            eval_data = [steps.put_batch(b) for b in pipeline.eval_batches(t.eval_batches)]
+    def finish(self, done: bool) -> None:
+        self.store.wait()
+        if done:
+            self.store.prune(confirmed_below=None, pinned=self.session.pinned)  # every one is good
 
-            def current_params() -> Any:
-                return em.model_params(state.params)[1]
+    def discard_from(self, step: int) -> list[int]:
+        return self.store.discard_from(step)
 
-            def current_eval_loss() -> float | None:
-                if not eval_data:
-                    return None
-                return _mean_eval(jax.device_get([steps.eval_step(state.params, b) for b in eval_data]))
+    def latest_checkpoint(self) -> int | None:
+        return self.store.latest_step()
 
-            session.probe = ModelProbe(route=self.route, apply_fn=em.apply(), params=current_params,
-                                       tokenizer=loaded.tokenizer,
-                                       eval_examples=list(pipeline.eval_examples),
-                                       eval_loss=current_eval_loss,
-                                       trainable_params=_count(state.params))
-            result.exact_match_base = run.status().get("exact_match_base")
-            session.started(start)  # the eval hooks score the base model here (a fresh run)
-            stopping = False
-            while step < t.steps:
-                batch = pipeline.train_batch(step)
-                n_tokens = int(np.count_nonzero(batch["segment_ids"]))
-                state, metrics = steps.train_step(state, steps.put_batch(batch))
-                step += 1
-                ev = None
-                if eval_data and (step % t.eval_every == 0 or step == t.steps):
-                    ev = [steps.eval_step(state.params, b) for b in eval_data]
-                log_.add(step, metrics, n_tokens, ev)
-                due_ckpt = step % t.checkpoint_every == 0 and step < t.steps
-                if due_ckpt or ev is not None:
-                    # a checkpoint's history must be known finite; an eval's hooks see this step
-                    log_.flush(everything=True)
-                    if due_ckpt or (step in session.requested and step < t.steps):
-                        save(step, log_.last_loss)
-                elif step % t.log_every == 0:
-                    log_.flush(everything=False)  # all but the newest step: no wait on the device
-                if session.should_stop():
-                    stopping = True
-                    break
-                session.between_steps()
-            log_.flush(everything=True)
-            result.step = step
+    def flush(self) -> None:
+        self.log_.flush(everything=True)
 
-            if stopping:
-                log_.finish()
-                session.state("stopping", session.stop_reason, step=step)
-                save(step, log_.last_loss)
-                store.wait()
-                return session.end_early(step, result)
+    def close(self, quiet: bool) -> None:
+        store = getattr(self, "store", None)
+        if store is not None:
+            store.close(quiet=quiet)
 
-            log_.final_extra.update(session.final_fields)  # e.g. the eval hook's exact-match
-            log_.finish()
-            save(step, result.final_loss)
-            store.wait()
-            store.prune(confirmed_below=None, pinned=session.pinned)  # done: every one is good
-            result.state = "completed"
-            session.settle("completed", f"{step} steps", step=step, final_loss=result.final_loss,
-                           final_eval_loss=result.final_eval_loss)
-            return result
-        except TrainingDiverged as err:
-            # checkpoint k holds the params after k updates, which gave the loss of step k+1:
-            # every checkpoint from the step before the bad loss on is diverged.
-            kept = store.discard_from(err.step - 1)
-            result.state, result.step, result.message = "failed", err.step - 1, str(err)
-            session.failed_divergence(err, kept)
-            raise
-        except KeyboardInterrupt:
-            # Foreground Ctrl-C is a stop: keep what was done. The state may be mid-update (its
-            # buffers donated); then the last periodic checkpoint is what remains.
-            saved = None
-            try:
-                log_.flush(everything=True)
-                log_.finish()
-                if step > start:
-                    save(step, log_.last_loss)
-                    store.wait()
-                    saved = step
-            except (KeyboardInterrupt, TrainingDiverged, RuntimeError, ValueError) as e:
-                log.warning("no checkpoint at the interrupt (%s)", e)
-            at = saved if saved is not None else (store.latest_step() or start)
-            session.settle("stopped", f"interrupted from the keyboard at step {at}; resume to continue",
-                           step=at)
-            result.state, result.step, result.message = "stopped", at, "interrupted"
-            return result
-        finally:
-            store.close(quiet=sys.exc_info()[0] is not None)
+
+def _reference_adapters(cfg: RunConfig, trainable: Any) -> Any:
+    """The adapters of the reference model an objective asks for (DPO ``reference = "run:…"``),
+    or None: the base with the adapters off."""
+    ref = getattr(cfg.train, "reference", "base")
+    if not ref or ref == "base" or not cfg.lora.enabled:
+        return None
+    from adapters_lib.train.objectives.dpo import load_reference_adapters
+
+    return load_reference_adapters(cfg, ref, trainable)
 
 
 class _MetricLog:
-    """Per-step metrics held on device and written in groups (one host sync per group).
+    """Per-step metrics held on device and fetched in groups (one host sync per group)."""
 
-    The record of the last step is held back until ``finish()`` so that the end-of-run
-    exact-match joins it.
-    """
-
-    def __init__(self, session: RunSession, schedule: Callable[[int], Any], result: TrainResult):
-        self.session = session
-        self.schedule = schedule
-        self.result = result
-        self.pending: list[tuple[int, Any, int, Any]] = []
-        self.held: dict[str, Any] | None = None
-        self.final_extra: dict[str, Any] = {}
+    def __init__(self, trainer: GemmaTrainer):
+        self.trainer = trainer
+        self.pending: list[tuple[int, Any, int]] = []
         self.last_time = time.perf_counter()
-        self.last_loss: float | None = None
-        self.last_status = 0.0
+        self.extra = trainer.s.steps.objective.metrics
 
-    def add(self, step: int, metrics: Any, n_tokens: int, eval_out: Any) -> None:
-        self.pending.append((step, metrics, n_tokens, eval_out))
+    def add(self, step: int, metrics: Any, n_tokens: int) -> None:
+        self.pending.append((step, metrics, n_tokens))
 
-    def flush(self, *, everything: bool) -> None:
+    def flush(self, *, everything: bool, hold: int | None = None) -> dict[str, Any] | None:
+        """Record the pending steps (all but the newest unless ``everything``); the record of
+        step ``hold`` comes back unwritten."""
         import jax
 
         todo = self.pending if everything else self.pending[:-1]
         if not todo:
-            return
+            return None
         self.pending = self.pending[len(todo):]
-        fetched = jax.device_get([(m, e) for _, m, _, e in todo])
+        fetched = jax.device_get([m for _, m, _ in todo])
         now = time.perf_counter()
         per_step = (now - self.last_time) / len(todo)
         self.last_time = now
-        t = self.session.cfg.train
-        for (step, _, n_tokens, _), (m, ev) in zip(todo, fetched, strict=True):
-            loss = float(m["loss"])
-            if not finite(loss):
-                raise diverged(self.session.cfg, f"loss became {loss}", step)
-            self.last_loss = self.result.final_loss = self.result.losses[step] = loss
-            record: dict[str, Any] = {
-                "step": step,
-                "loss": loss,
-                "lr": float(self.schedule(step - 1)),
-                "grad_norm": float(m["grad_norm"]),
-                "tokens_per_s": round(n_tokens / per_step, 1) if per_step > 0 else None,
-                "step_time_s": round(per_step, 5),
-                "tokens": n_tokens,
-            }
-            if ev is not None:
-                record["eval_loss"] = self.result.final_eval_loss = _mean_eval(ev)
-                self.session.evaluated(step, {"eval_loss": record["eval_loss"]})
-            if step == t.steps:
-                self.held = record
-            elif step % t.log_every == 0 or ev is not None or step == 1:
-                self._write(record)  # step 1 always: the curve starts at the base model
-        if now - self.last_status > 1.0:
-            self.session.progress(step=todo[-1][0], total_steps=t.steps, loss=self.last_loss)
-            self.last_status = now
-
-    def finish(self) -> None:
-        if self.held is not None:
-            self.held.update(self.final_extra)
-            self._write(self.held)
-            self.held = None
-
-    def _write(self, record: dict[str, Any]) -> None:
-        self.session.metrics(record)
-        _progress(self.session, record)
+        held = None
+        for (step, _, n_tokens), m in zip(todo, fetched, strict=True):
+            out = self.trainer.step_record(step, loss=float(m["loss"]), grad_norm=float(m["grad_norm"]),
+                                           n_tokens=n_tokens, seconds=per_step,
+                                           extra={k: float(m[k]) for k in self.extra}, hold=step == hold)
+            held = out if step == hold else held
+        return held
 
 
 def _count(tree: Any) -> int:
@@ -334,20 +282,14 @@ def _count(tree: Any) -> int:
     return int(sum(np.prod(x.shape) for x in jax.tree_util.tree_leaves(tree)))
 
 
-def _mean_eval(outs: list[dict[str, Any]]) -> float:
-    """Token-weighted mean eval loss over the eval batches (``{"loss_sum", "n_tokens"}`` each)."""
-    total = sum(float(o["loss_sum"]) for o in outs)
-    count = sum(float(o["n_tokens"]) for o in outs)
-    return total / max(count, 1.0)
-
-
-def _progress(session: RunSession, record: dict[str, Any]) -> None:
-    t = session.cfg.train
-    text = (f"step {record['step']}/{t.steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
-            f"grad_norm {record['grad_norm']:.3f} {record.get('tokens_per_s') or 0:.0f} tok/s")
-    if "eval_loss" in record:
-        text += f" eval_loss {record['eval_loss']:.4f}"
-    log.info("%s", text)
+def _mean_eval(outs: list[dict[str, Any]], metrics: tuple[str, ...] = ()) -> dict[str, float]:
+    """The eval split's loss (and the objective's metrics) over its batches: Σ sums / Σ weight
+    (``{"loss_sum", "weight", …}`` each; the weight is the loss tokens for SFT)."""
+    count = max(sum(float(o["weight"]) for o in outs), 1.0)
+    out = {"eval_loss": sum(float(o["loss_sum"]) for o in outs) / count}
+    for k in metrics:
+        out[f"eval_{k}"] = sum(float(o[k]) for o in outs) / count
+    return out
 
 
 class _ProbeModel:

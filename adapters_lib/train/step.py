@@ -21,10 +21,16 @@
 - the base params are a separate, frozen argument: never differentiated, never donated;
 - the train state is donated; every input and output has an explicit sharding;
 - metrics are device scalars (no host sync inside the step): ``loss``, ``grad_norm``,
-  ``n_tokens``.
+  ``n_tokens``, and the objective's own (``objective.metrics``, e.g. DPO's reward margin).
 
-Batch contract: a dict of ``tokens``, ``targets``, ``loss_mask``, ``positions``,
-``segment_ids``, each ``[batch_size, L]`` (extra keys are ignored).
+The loss is the objective's (``train.objectives``: ``sft`` by default, ``dpo``): the step
+gives it ``Forward`` — the chunked cross-entropy at the loss positions under the trained
+params, and for an objective that needs one the reference's (the same base params with the
+adapters off: no second copy of the weights; or another run's adapters, ``reference_params``)
+— and divides its sums by ``objective.weight`` of the global batch.
+
+Batch contract: a dict of the objective's ``batch_keys`` (SFT: ``tokens``, ``targets``,
+``loss_mask``, ``positions``, ``segment_ids``), each ``[batch_size, L]`` (extra keys are ignored).
 """
 
 from __future__ import annotations
@@ -44,7 +50,8 @@ from adapters_lib import attention, lora
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
 from adapters_lib.train import loss as loss_lib
-from adapters_lib.train import step_programs
+from adapters_lib.train import objectives, step_programs
+from adapters_lib.train.objectives.sft import BATCH_KEYS
 from adapters_lib.train.variants import (  # noqa: F401 - the step's model variants, re-exported
     with_blocked_attention,
     with_remat,
@@ -52,8 +59,6 @@ from adapters_lib.train.variants import (  # noqa: F401 - the step's model varia
 )
 
 log = logging.getLogger(__name__)
-
-BATCH_KEYS = ("tokens", "targets", "loss_mask", "positions", "segment_ids")
 
 
 class TrainState(NamedTuple):
@@ -102,6 +107,10 @@ class Steps:
     """How the training attention is computed (``attention.KINDS``)."""
     hparams: dict = dataclasses.field(default_factory=dict)
     """The schedule's numbers the train step is given (``optimizer.schedule_hparams``), on the mesh."""
+    objective: Any = None
+    """The training objective (``train.objectives``); its ``batch_keys`` are what ``put_batch`` places."""
+    reference_params: Any = dataclasses.field(default_factory=dict)
+    """A reference run's adapters on the mesh (DPO ``reference = "run:…"``); {} otherwise."""
     _compiled: set = dataclasses.field(default_factory=set)
 
     # -- state
@@ -123,9 +132,13 @@ class Steps:
         """The batch's arrays on the mesh (leading dim on data×fsdp), with the loss positions
         per row its loss mask needs (``slots``), read from the host arrays before they move."""
         placed = DeviceBatch({k: jax.device_put(np.asarray(batch[k]) if not isinstance(batch[k], jax.Array)
-                                                else batch[k], self.batch_sharding) for k in BATCH_KEYS})
+                                                else batch[k], self.batch_sharding) for k in self.keys})
         placed.slots = self.slots_for(batch)
         return placed
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.objective.batch_keys if self.objective is not None else BATCH_KEYS
 
     def slots_for(self, batch: Mapping[str, Any]) -> int:
         """Loss positions per row the step keeps for ``batch`` (its length: no gathering).
@@ -136,24 +149,27 @@ class Steps:
         known = getattr(batch, "slots", None)
         if known is not None:
             return known
-        mask = batch["loss_mask"]
-        length = int(np.shape(mask)[-1])
-        if not self.gather_loss or (isinstance(mask, jax.Array) and not mask.is_fully_addressable):
+        masks = [batch[k] for k in mask_keys(self.keys)]
+        length = int(np.shape(masks[0])[-1])
+        if not self.gather_loss or any(isinstance(m, jax.Array) and not m.is_fully_addressable for m in masks):
             return length
-        return loss_lib.loss_slots(np.asarray(mask))
+        return max(loss_lib.loss_slots(np.asarray(m)) for m in masks)
 
     # -- steps
     def train_step(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
         """One optimizer update; ``state`` is donated (do not reuse it)."""
-        return self._train(state, self.base_params, _batch(batch), self.hparams, self._slots(batch, "train"))
+        return self._train(state, self.base_params, self.reference_params, _batch(batch, self.keys),
+                           self.hparams, self._slots(batch, "train"))
 
     def eval_step(self, trainable: Any, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
-        """``{"loss_sum", "n_tokens"}`` for one batch (device scalars)."""
-        return self._eval(trainable, self.base_params, _batch(batch), self._slots(batch, "eval"))
+        """``{"loss_sum", "n_tokens", "weight"}`` and the objective's metric sums for one batch
+        (device scalars): the eval loss over batches is Σ loss_sum / Σ weight."""
+        return self._eval(trainable, self.base_params, self.reference_params, _batch(batch, self.keys),
+                          self._slots(batch, "eval"))
 
     def _slots(self, batch: Mapping[str, Any], kind: str) -> int:
         slots = self.slots_for(batch)
-        shape = (kind, tuple(np.shape(batch["loss_mask"])), slots)
+        shape = (kind, tuple(np.shape(batch[mask_keys(self.keys)[0]])), slots)
         if shape not in self._compiled:
             self._compiled.add(shape)
             log.info("%s step for batch %s: loss on %d positions per row (compiles once per value)",
@@ -164,13 +180,17 @@ class Steps:
     def compiled_memory(self, batch_shape: tuple[int, int], slots: int | None = None) -> dict[str, int]:
         """The compiled train step's memory analysis (bytes per device) for ``[B, L]``, with
         ``slots`` loss positions per row (default ``L``, every position: the most memory)."""
-        abstract_batch = {k: jax.ShapeDtypeStruct(batch_shape, jnp.float32 if k == "loss_mask" else jnp.int32,
-                                                  sharding=self.batch_sharding) for k in BATCH_KEYS}
+        abstract_batch = {k: jax.ShapeDtypeStruct(batch_shape, jnp.float32 if k.endswith("loss_mask") else jnp.int32,
+                                                  sharding=self.batch_sharding) for k in self.keys}
         base = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                             self.base_params, self.base_shardings)
-        compiled = self._train.lower(self.abstract_state, base, abstract_batch, self.hparams,
-                                     batch_shape[1] if slots is None else slots).compile()
+        compiled = self.lower_train(abstract_batch, batch_shape[1] if slots is None else slots, base=base).compile()
         return memory_of(compiled)
+
+    def lower_train(self, batch: Mapping[str, Any], slots: int, *, base: Any = None) -> Any:
+        """The train step lowered for ``batch`` (arrays or ShapeDtypeStructs) and ``slots``."""
+        return self._train.lower(self.abstract_state, self.base_params if base is None else base,
+                                 self.reference_params, _batch(batch, self.keys), self.hparams, slots)
 
 
 class DeviceBatch(dict):
@@ -192,14 +212,20 @@ def memory_of(compiled: Any) -> dict[str, int]:
     return out
 
 
-def _batch(batch: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: batch[k] for k in BATCH_KEYS}
+def mask_keys(keys: tuple[str, ...]) -> list[str]:
+    """The loss masks among a batch's keys (``loss_mask``; DPO's ``chosen_``/``rejected_`` ones)."""
+    return [k for k in keys if k.endswith("loss_mask")]
+
+
+def _batch(batch: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: batch[k] for k in keys}
 
 
 def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTransformation, mesh: Any,
                 base_params: Any, trainable_params: Any, *, ce_chunk: int | None = None,
                 ce_chunk_bytes: int | None = None, seq_len: int | None = None,
-                gather_loss: bool = True, attention_kind: str | None = None) -> Steps:
+                gather_loss: bool = True, attention_kind: str | None = None, objective: Any = None,
+                reference_params: Any = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -212,6 +238,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     logits only at the loss-bearing positions (default), else at every position.
     ``attention_kind``: ``attention.KINDS``; default ``attention.default_kind`` of the platform
     (cuDNN flash attention on a GPU, block-sparse scores elsewhere).
+    ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
+    (the shapes of ``trainable_params``) of the reference model for an objective that needs
+    one; default the base with the adapters off.
     """
     t = cfg.train
     full_ft = not cfg.lora.enabled
@@ -224,7 +253,11 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     if attention_kind is None:
         attention_kind = attention.default_kind(mesh.devices.flat[0].platform)
     run_model = with_remat(model) if t.remat else model
-    run_model = lora.wrap(with_training_attention(run_model, attention_kind), cfg.lora)
+    plain_model = with_training_attention(run_model, attention_kind)
+    run_model = lora.wrap(plain_model, cfg.lora)
+    if objective is None:
+        objective = objectives.for_config(cfg)
+    keys = objective.batch_keys
 
     sizes = mesh_lib.mesh_sizes(mesh)
     dp = sizes["data"] * sizes["fsdp"]
@@ -258,7 +291,18 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     abstract_state = TrainState(
         jax.ShapeDtypeStruct((), jnp.int32, sharding=rep), abstract_trainable,
         jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), opt_shapes, opt_shardings))
-    batch_shardings = {k: batch_sharding for k in BATCH_KEYS}
+    batch_shardings = {k: batch_sharding for k in keys}
+    if objective.needs_reference and full_ft:
+        from adapters_lib.errors import WorkbenchError
+
+        raise WorkbenchError(f"objective {objective.name!r} needs LoRA: its reference is the base "
+                             "with the adapters off", where="[lora] enabled",
+                             hint="set lora.enabled = true (a full fine-tune would need a second copy "
+                                  "of the base as its reference)")
+    reference_params = reference_params if reference_params is not None else {}
+    reference_shardings = mesh_lib.params_shardings(mesh, reference_params, config=config)
+    if all(isinstance(x, jax.Array) for x in jax.tree.leaves(reference_params)):
+        reference_params = jax.device_put(reference_params, reference_shardings)
 
     def params_for(trainable, base):
         trainable = _cast(trainable, compute_dtype)
@@ -266,23 +310,42 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
             return trainable
         return lora.merge_lora(_cast(base, compute_dtype), trainable)
 
-    def loss_sum(trainable, base, mb, slots):
-        params = params_for(trainable, base)
+    def ce(model, params, mb, slots, per_row):
+        """Σ CE at the loss positions of ``mb`` under ``params`` (a scalar, or ``[rows]``)."""
         mask = loss_lib.attention_mask(mb["segment_ids"])
-        out = run_model.apply({"params": params}, mb["tokens"], positions=mb["positions"],
-                              attention_mask=mask, return_hidden_states=True)
+        out = model.apply({"params": params}, mb["tokens"], positions=mb["positions"],
+                          attention_mask=mask, return_hidden_states=True)
         hidden, targets, weights = out.hidden_states, mb["targets"], mb["loss_mask"]
         if slots < hidden.shape[1]:  # logits only where the loss is
             hidden, targets, weights = loss_lib.gather_loss_positions(hidden, targets, weights, slots)
         table = params["embedder"]["input_embedding"]
-        return loss_lib.chunked_ce_sum(hidden, table, targets, weights, softcap=softcap,
-                                       chunk=_divisor_at_most(hidden.shape[1], ce_chunk), split_vocab=split_vocab)
+        chunk = _divisor_at_most(hidden.shape[1], ce_chunk)
 
-    grad_fn = jax.value_and_grad(loss_sum)
+        def one(h, t, w):
+            return loss_lib.chunked_ce_sum(h, table, t, w, softcap=softcap, chunk=chunk, split_vocab=split_vocab)
 
-    def grads_of(trainable, base, batch, slots):
+        if per_row:
+            return jax.vmap(lambda h, t, w: one(h[None], t[None], w[None]))(hidden, targets, weights)
+        return one(hidden, targets, weights)
+
+    def loss_sum(trainable, base, ref, mb, slots):
+        def policy(b, per_row=False):
+            return ce(run_model, params_for(trainable, base), b, slots, per_row)
+
+        def reference(b):
+            base_c = _cast(jax.lax.stop_gradient(base), compute_dtype)
+            if ref:  # another run's adapters
+                return ce(run_model, lora.merge_lora(base_c, _cast(ref, compute_dtype)), b, slots, True)
+            return ce(plain_model, base_c, b, slots, True)  # the base: adapters off
+
+        fwd = objectives.Forward(policy=policy, reference=reference if objective.needs_reference else None)
+        return objective.loss(fwd, mb)
+
+    grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
+
+    def grads_of(trainable, base, ref, batch, slots):
         if accum == 1:
-            return grad_fn(trainable, base, batch, slots)
+            return grad_fn(trainable, base, ref, batch, slots)
         rows = batch["tokens"].shape[0]
 
         def micro(x):  # [A·b, L] → [A, b, L]; row r goes to micro-batch r % A (no data moves)
@@ -294,14 +357,15 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         zeros = jax.lax.with_sharding_constraint(zeros, trainable_shardings)
 
         def body(carry, mb):
-            total, acc = carry
-            value, g = grad_fn(trainable, base, mb, slots)
+            total, aux, acc = carry
+            (value, mb_aux), g = grad_fn(trainable, base, ref, mb, slots)
             acc = jax.tree.map(jnp.add, acc, g)
             acc = jax.lax.with_sharding_constraint(acc, trainable_shardings)
-            return (total + value, acc), None
+            return (total + value, jax.tree.map(jnp.add, aux, mb_aux), acc), None
 
-        (total, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), zeros), micro_batches)
-        return total, grads
+        aux0 = {k: jnp.zeros((), jnp.float32) for k in objective.metrics}
+        (total, aux, grads), _ = jax.lax.scan(body, (jnp.zeros((), jnp.float32), aux0, zeros), micro_batches)
+        return (total, aux), grads
 
     # the schedule's numbers are inputs of the step (one program for any learning rate and run
     # length) when the optimizer is ours (``optimizer.Scheduled``); another optax one is used as is
@@ -309,32 +373,37 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     hparams = {k: jax.device_put(jnp.float32(v), rep) for k, v in optimizer.hparams.items()} \
         if scheduled else {}
 
-    def train_fn(state: TrainState, base, batch, hp, slots):
+    def train_fn(state: TrainState, base, ref, batch, hp, slots):
         opt = scheduled(hp) if scheduled else optimizer
-        n_tokens = jnp.sum(batch["loss_mask"].astype(jnp.float32))
-        denom = jnp.maximum(n_tokens, 1.0)
-        total, grads = grads_of(state.params, base, batch, slots)
+        n_tokens = sum(jnp.sum(batch[k].astype(jnp.float32)) for k in mask_keys(keys))
+        denom = jnp.maximum(objective.weight(batch), 1.0)
+        (total, aux), grads = grads_of(state.params, base, ref, batch, slots)
         grads = jax.tree.map(lambda g: g / denom.astype(g.dtype), grads)
         grads = jax.lax.with_sharding_constraint(grads, trainable_shardings)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
-        metrics = {"loss": total / denom, "grad_norm": optax.tree.norm(grads), "n_tokens": n_tokens}
+        metrics = {"loss": total / denom, "grad_norm": optax.tree.norm(grads), "n_tokens": n_tokens,
+                   **{k: v / denom for k, v in aux.items()}}
         return TrainState(state.step + 1, params, opt_state), metrics
 
-    def eval_fn(trainable, base, batch, slots):
-        return {"loss_sum": loss_sum(trainable, base, batch, slots),
-                "n_tokens": jnp.sum(batch["loss_mask"].astype(jnp.float32))}
+    def eval_fn(trainable, base, ref, batch, slots):
+        total, aux = loss_sum(trainable, base, ref, batch, slots)
+        return {"loss_sum": total, "n_tokens": sum(jnp.sum(batch[k].astype(jnp.float32)) for k in mask_keys(keys)),
+                "weight": objective.weight(batch), **aux}
 
-    metric_shardings = {"loss": rep, "grad_norm": rep, "n_tokens": rep}
+    metric_names = ("loss", "grad_norm", "n_tokens", *objective.metrics)
+    metric_shardings = {k: rep for k in metric_names}
+    eval_shardings = {k: rep for k in ("loss_sum", "n_tokens", "weight", *objective.metrics)}
 
     def make_programs():
         # ``slots`` (static): loss positions kept per row (``loss.loss_slots``), one program per value
-        train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, batch_shardings,
-                                                    {k: rep for k in hparams}),
+        train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, reference_shardings,
+                                                    batch_shardings, {k: rep for k in hparams}),
                             out_shardings=(state_shardings, metric_shardings), donate_argnums=(0,),
-                            static_argnums=(4,))
-        eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, batch_shardings),
-                           out_shardings={"loss_sum": rep, "n_tokens": rep}, static_argnums=(3,))
+                            static_argnums=(5,))
+        eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, reference_shardings,
+                                                  batch_shardings),
+                           out_shardings=eval_shardings, static_argnums=(4,))
         init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
         copy = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.array(x, copy=True), tree),
                        in_shardings=(trainable_shardings,), out_shardings=trainable_shardings)
@@ -344,13 +413,17 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     key = step_programs.program_key(model, cfg, mesh, trainable_params, base_params, optimizer=optimizer,
                                     length=length, ce_chunk=ce_chunk, gather_loss=gather_loss,
                                     attention_kind=attention_kind)
+    if key is not None:  # the objective's constants (DPO's beta, …) and its reference are in the program
+        key += (objective.name, tuple(sorted((k, repr(v)) for k, v in vars(objective).items())),
+                step_programs.tree_signature(reference_params))
     train_jit, eval_jit, init_opt, copy = step_programs.kept(key, make_programs)
 
     steps = Steps(model=run_model, mesh=mesh, optimizer=optimizer, base_params=base_params,
                   trainable_shardings=trainable_shardings, base_shardings=base_shardings,
                   state_shardings=state_shardings, batch_sharding=batch_sharding, ce_chunk=ce_chunk,
                   abstract_state=abstract_state, _train=train_jit, _eval=eval_jit, _init_opt=init_opt,
-                  _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind, hparams=hparams)
+                  _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind, hparams=hparams,
+                  objective=objective, reference_params=reference_params)
     return steps
 
 

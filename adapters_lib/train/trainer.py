@@ -1,311 +1,289 @@
-"""One trainer interface for both routes, with hooks (after tunix's ``abstract_trainer``).
+"""The trainer: one run lifecycle, and the route methods each training route implements.
 
-A route (the gemma loop, ``train.loop.GemmaTrainer``; the Keras route,
-``keras_route.train.KerasTrainer``) implements ``Trainer.train(resume)``: the steps, the
-evals, the checkpoints. Everything a run shares goes through its ``RunSession``:
+``Trainer.train(resume)`` owns the loop for every route (after tunix's ``PeftTrainer``):
+set up, restore on a resume, hand the hooks the model (``on_start``), then train in segments
+that end at eval, checkpoint and final steps; at each segment's end evaluate, write the
+step's metrics record (with the fields the hooks return), checkpoint when due or asked for,
+and ask once whether to stop; at the end checkpoint and settle (``completed``; ``stopped`` on
+request, resumable; ``completed`` when a hook ended the run early). A NaN/inf loss fails the
+run and discards the checkpoints made from the diverged params; a Ctrl-C is a stop that keeps
+what was done. A route (``train.loop.GemmaTrainer``, ``keras_route.train.KerasTrainer``)
+implements only the route methods:
 
-- state (status.json through ``runs`` and its lifecycle), events, metrics (each also sent to
-  the engine's ``TrainControl`` and to the hooks);
-- the stop decision (the engine's request, or a hook's ``should_stop``) and how a run ends
-  early (``end_early``: stopped on request, resumable; completed when a hook ended it);
-- the resume point (``runs.checkpoints``' one rule) and the divergence error.
+- ``setup() -> RouteSetup`` (a typed record: the schedule the records show, whether there
+  is an eval split; the route keeps its own typed set-up record beside it);
+- ``restore(step)``, ``probe() -> ModelProbe``;
+- ``step(start, stop) -> record | None``: train steps start+1..stop, recording each through
+  ``step_record`` and calling ``poll()`` after each step before ``stop``; the record of
+  ``stop`` comes back unwritten (None when ``poll`` stopped the segment);
+- ``evaluate() -> {"eval_loss": …, …}`` (the eval split's metrics; {} without one);
+- ``save(step) -> bool`` (a checkpoint; older ones are confirmed), ``finish(done)`` (wait for
+  the writer; on ``done`` prune to ``keep_checkpoints``), ``discard_from(step) -> kept``,
+  ``flush()`` (records held back), ``close(quiet)``.
 
-``run_trainer`` is the harness around a route: it claims the run's owner lease, writes
-``running``, runs the route, and records a failure in **one** place
-(``runs.lifecycle.record_failure``) whatever the error — a config mistake, a folder that
-vanished, a full disk, a NaN loss, a bug. A Ctrl-C is a stop. Importing this module is cheap.
-
-Hooks (``TrainHook``) add per-step, per-eval and per-checkpoint behaviour without touching the
-routes (eval metrics, best-checkpoint selection, early stopping, TensorBoard):
-``on_start(session, step)``, ``on_step(step, metrics)``, ``on_eval(step, results)``,
-``on_checkpoint(step)``, ``should_stop()``, ``on_end(result)``. A hook that raises fails the
-run like any other error (a hook is part of the run). During ``on_start`` and ``on_eval``
-``session.probe`` (``ModelProbe``) is the model as trained so far (apply function, current
-params, tokenizer, eval examples, the eval loss) for hooks that score it;
-``session.pin(step)`` keeps a checkpoint whatever ``train.keep_checkpoints`` says (a best
-checkpoint), ``session.request_checkpoint(step)`` in ``on_eval`` asks for one at that eval step,
-``session.final_fields`` joins the last metrics record; ``config_hooks`` is where hooks a
-config asks for are made, for every run of either route.
+The objective (``train.objectives``) is the step's; the loop only writes the metrics its step
+returns. ``run_trainer`` is the harness around a route: it claims the run's owner lease,
+writes ``running``, runs the route, and records a failure in **one** place
+(``runs.lifecycle.record_failure``) whatever the error. The hooks come from the caller
+(``hooks``: hook objects, or a function of the config that makes them, called inside the
+harness so its mistakes are recorded like any other); the evaluation area's are
+``evals.hooks.default_hooks``. The session and its records are in ``train.session``.
+Importing this module is cheap.
 """
 
 from __future__ import annotations
 
 import abc
-import contextlib
 import logging
-import math
 import os
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs import ACTIVE_STATES, RunDir, lease, lifecycle
-from adapters_lib.runs.checkpoints import latest_complete
-from adapters_lib.train.hooks import TrainHook  # noqa: F401  (its home; kept importable here)
+from adapters_lib.train.hooks import TrainHook
+from adapters_lib.train.session import (  # noqa: F401  (the trainer's records, importable here)
+    ModelProbe,
+    NullControl,
+    RunSession,
+    TrainControl,
+    TrainingDiverged,
+    TrainResult,
+    diverged,
+    finite,
+)
 
 log = logging.getLogger(__name__)
 
 
-class TrainControl(Protocol):
-    """What the engine hands a run: the stop request, live streams, jobs between steps."""
-
-    def should_stop(self) -> bool: ...
-    def on_metrics(self, record: dict[str, Any]) -> None: ...
-    def on_event(self, record: dict[str, Any]) -> None: ...
-    def between_steps(self) -> None: ...
-
-
-class NullControl:
-    """No engine: never stops, drops callbacks."""
-
-    def should_stop(self) -> bool:
-        return False
-
-    def on_metrics(self, record: dict[str, Any]) -> None:
-        pass
-
-    def on_event(self, record: dict[str, Any]) -> None:
-        pass
-
-    def between_steps(self) -> None:
-        pass
-
-
 @dataclass
-class ModelProbe:
-    """The model as trained so far, for hooks that score it (valid in ``on_start``/``on_eval``).
+class RouteSetup:
+    """What a route's ``setup()`` gives the loop."""
 
-    ``apply_fn(params, tokens, positions, mask) -> logits`` with ``params()`` (the current
-    params, read at call time: never keep them past the hook call, the next step may reuse
-    their buffers) is what ``evaluate.greedy_answers`` takes; ``scope()`` is the context to
-    run it in (the Keras route's distribution).
-    """
-
-    route: str
-    apply_fn: Callable[..., Any]
-    params: Callable[[], Any]
-    tokenizer: Any
-    eval_examples: Sequence[dict[str, Any]] = ()
-    scope: Callable[[], Any] = contextlib.nullcontext
-    eval_loss: Callable[[], float | None] = lambda: None
-    """The eval split's mean token loss at the current params, by the route's own eval (what
-    ``eval_loss`` in metrics.jsonl measures); None without an eval split."""
-    trainable_params: int | None = None
-    """How many values the run trains (the adapters, or every param of a full fine-tune)."""
-
-
-def config_hooks(cfg: Any, run: RunDir) -> list[Any]:
-    """The hooks ``cfg`` asks for, before any the caller adds: the evaluation area's
-    (``evals.hooks.default_hooks``: task metrics into eval.jsonl, best checkpoint, early stop,
-    TensorBoard events, run facts)."""
-    from adapters_lib.evals.hooks import default_hooks
-
-    return default_hooks(cfg)
-
-
-class TrainingDiverged(WorkbenchError):
-    """The loss became NaN or infinite; the run is ``failed``, its last good checkpoint kept."""
-
-    def __init__(self, message: str, *, step: int, where: str | None = None, hint: str | None = None):
-        super().__init__(message, where=where, hint=hint)
-        self.step = step
-        self.status_fields: dict[str, Any] = {}
-
-
-def diverged(cfg: Any, what: str, step: int) -> TrainingDiverged:
-    """The divergence error both routes raise (``what``: e.g. "loss became nan")."""
-    t = cfg.train
-    return TrainingDiverged(
-        f"{what} at step {step}", step=step, where="[train] learning_rate",
-        hint=f"lower train.learning_rate (now {t.learning_rate:g}), e.g. to "
-             f"{t.learning_rate / 10:g}, or keep train.clip_norm on (now {t.clip_norm:g}); "
-             "the last good checkpoint is kept")
-
-
-def finite(x: Any) -> bool:
-    try:
-        return math.isfinite(float(x))
-    except (TypeError, ValueError):
-        return False
-
-
-@dataclass
-class TrainResult:
-    run_dir: Path
-    state: str
-    """completed, stopped or failed."""
-    step: int
-    total_steps: int
-    final_loss: float | None = None
-    final_eval_loss: float | None = None
-    exact_match_base: float | None = None
-    exact_match_tuned: float | None = None
-    losses: dict[int, float] = field(default_factory=dict)
-    message: str = ""
-
-
-class RunSession:
-    """One run as a trainer sees it: the run dir, the engine's control and the hooks."""
-
-    def __init__(self, cfg: Any, run: RunDir, control: Any = None, hooks: Sequence[TrainHook] = ()):
-        self.cfg = cfg
-        self.run = run
-        self.control = control or NullControl()
-        self.hooks = list(hooks)
-        self.stop_reason = ""
-        self.stopped_by_hook = ""
-        self.probe: ModelProbe | None = None
-        self.pinned: set[int] = set()
-        self.requested: set[int] = set()
-        """Eval steps a hook wants a checkpoint at (a new best between checkpoint steps)."""
-        self.final_fields: dict[str, Any] = {}
-        """Fields hooks add to the run's last metrics record (exact-match's, for instance)."""
-
-    # ---------------------------------------------------------------- records
-    def event(self, kind: str, **fields: Any) -> dict[str, Any]:
-        record = self.run.append_event(kind, **fields)
-        self.control.on_event(record)
-        return record
-
-    def state(self, state: str, message: str = "", **fields: Any) -> dict[str, Any]:
-        """A state change (running, stopping) with its event."""
-        extra = {"message": message} if message else {}
-        status = self.run.write_status(state, **fields, **extra) or {}
-        self.event("state", state=state, step=status.get("step", 0), **extra)
-        return status
-
-    def progress(self, **fields: Any) -> None:
-        """Update status.json while running (no event)."""
-        self.run.write_status("running", **fields)
-
-    def metrics(self, record: dict[str, Any]) -> None:
-        self.run.append_metrics(record)
-        self.control.on_metrics(record)
-        for hook in self.hooks:
-            hook.on_step(int(record["step"]), record)
-
-    def started(self, step: int) -> None:
-        """The route is set up (and restored when resuming): ``on_start`` with the probe."""
-        for hook in self.hooks:
-            hook.on_start(self, step)
-
-    def evaluated(self, step: int, results: dict[str, Any]) -> None:
-        """Eval results of ``step`` (called at that step: the probe holds its params)."""
-        for hook in self.hooks:
-            hook.on_eval(step, results)
-
-    def pin(self, step: int) -> None:
-        """Keep checkpoint ``step`` through retention (e.g. the best one so far)."""
-        self.pinned.add(int(step))
-
-    def unpin(self, step: int) -> None:
-        self.pinned.discard(int(step))
-
-    def request_checkpoint(self, step: int) -> None:
-        """Ask the route for a checkpoint at ``step`` (called from ``on_eval`` of that step)."""
-        self.requested.add(int(step))
-
-    def checkpointed(self, step: int) -> None:
-        self.event("checkpoint", step=step)
-        for hook in self.hooks:
-            hook.on_checkpoint(step)
-
-    def sync(self) -> None:
-        """Make the metrics written so far durable (before a checkpoint is written)."""
-        self.run.sync_metrics()
-
-    # ---------------------------------------------------------------- control
-    def should_stop(self) -> bool:
-        """Asked once a step: the engine's stop request, or a hook's."""
-        if self.control.should_stop():
-            self.stop_reason = self.stop_reason or "stopped on request"
-            return True
-        for hook in self.hooks:
-            if hook.should_stop():
-                self.stopped_by_hook = hook.name or type(hook).__name__
-                self.stop_reason = f"stopped early by {self.stopped_by_hook}"
-                return True
-        return False
-
-    def between_steps(self) -> None:
-        self.control.between_steps()
-
-    def resume_point(self) -> int:
-        """The step to resume from: the newest complete, finite checkpoint."""
-        step = latest_complete(self.run.checkpoints_dir)
-        if step is None:
-            raise WorkbenchError(f"run {self.run.run_id} has no checkpoint to resume from",
-                                 where=str(self.run.checkpoints_dir),
-                                 hint="start a new run with `gemma-workbench train`")
-        return step
-
-    def resumed(self, step: int) -> None:
-        self.run.truncate_metrics_after(step)
-        self.event("resumed", step=step)
-        log.info("resumed %s at step %d", self.run.run_id, step)
-
-    # ---------------------------------------------------------------- endings
-    def end_early(self, step: int, result: TrainResult) -> TrainResult:
-        """After the stop checkpoint: ``stopped`` (a request; resumable) or ``completed`` (a hook)."""
-        if self.stopped_by_hook:
-            result.state, result.message = "completed", self.stop_reason
-            self.settle("completed", f"{self.stop_reason} at step {step}", step=step,
-                        final_loss=result.final_loss, final_eval_loss=result.final_eval_loss)
-        else:
-            result.state, result.message = "stopped", self.stop_reason
-            self.settle("stopped", f"{self.stop_reason} at step {step}; resume to continue", step=step,
-                        **({"loss": result.final_loss} if result.final_loss is not None else {}))
-        return result
-
-    def settle(self, state: str, message: str = "", **fields: Any) -> None:
-        """The run's own end (stopped, completed): state, event, lease released. The status's
-        ``loss`` (written at most once a second while training) becomes the last step's."""
-        if fields.get("final_loss") is not None:
-            fields.setdefault("loss", fields["final_loss"])
-        self.state(state, message, **fields)
-        lease.release(self.run)
-
-    def failed(self, status: dict[str, Any]) -> None:
-        """Tell the engine's stream about a failure ``lifecycle.record_failure`` recorded."""
-        self.control.on_event({"time": status.get("updated"), "kind": "state", "state": "failed",
-                               "step": status.get("step", 0), "message": status.get("message", "")})
-
-    def failed_divergence(self, err: TrainingDiverged, kept: list[int]) -> None:
-        """Fields the failure of a diverged run records (its last good checkpoint)."""
-        err.status_fields = {"step": max(err.step - 1, 0),
-                             "last_good_checkpoint": kept[-1] if kept else None}
+    schedule: Callable[[int], Any]
+    """The learning rate of update ``i`` (0-based), for the ``lr`` the records show."""
+    has_eval: bool
+    """Whether the run has an eval split (eval steps end segments)."""
 
 
 class Trainer(abc.ABC):
-    """A training route over one ``RunSession``."""
+    """A training route over one ``RunSession``; ``train`` is the loop (see the module)."""
 
     route: ClassVar[str] = ""
+    saves_on_interrupt: ClassVar[bool] = True
+    """A Ctrl-C between steps leaves a state the route can checkpoint (else the last periodic
+    checkpoint is what remains, and the interrupt goes on up)."""
 
     def __init__(self, session: RunSession):
         self.session = session
         self.cfg = session.cfg
         self.run = session.run
+        self.reached = 0
+        """The last update done (routes keep it current inside ``step``)."""
+        self.stopping = False
+        self.result = TrainResult(run_dir=self.run.path, state="running", step=0,
+                                  total_steps=self.cfg.train.steps)
+        self.route_setup: RouteSetup | None = None
+        self._last_status = 0.0
+
+    # ---------------------------------------------------------------- route methods
+    @abc.abstractmethod
+    def setup(self) -> RouteSetup: ...
 
     @abc.abstractmethod
+    def restore(self, step: int) -> None: ...
+
+    @abc.abstractmethod
+    def probe(self) -> ModelProbe: ...
+
+    @abc.abstractmethod
+    def step(self, start: int, stop: int) -> dict[str, Any] | None: ...
+
+    @abc.abstractmethod
+    def evaluate(self) -> dict[str, float]: ...
+
+    @abc.abstractmethod
+    def save(self, step: int) -> bool: ...
+
+    @abc.abstractmethod
+    def finish(self, done: bool) -> None: ...
+
+    @abc.abstractmethod
+    def discard_from(self, step: int) -> list[int]: ...
+
+    def flush(self) -> None:
+        """Write the records the route holds back (the gemma route fetches metrics in groups)."""
+        return None
+
+    def close(self, quiet: bool) -> None:
+        """Release what the route holds (its checkpoint writer)."""
+        return None
+
+    # ---------------------------------------------------------------- for the routes
+    def poll(self) -> bool:
+        """Once a step: the stop decision, then the engine's jobs between steps."""
+        if self.session.should_stop():
+            self.stopping = True
+            return True
+        self.session.between_steps()
+        return False
+
+    def step_record(self, step: int, *, loss: float, grad_norm: float | None, n_tokens: int,
+                    seconds: float, extra: dict[str, Any] | None = None,
+                    hold: bool = False) -> dict[str, Any] | None:
+        """Step ``step``'s metrics record: checked finite, written every ``log_every`` steps
+        (and step 1: the curve starts at the base model), or held back (``hold``: the record of
+        a segment's last step, which the loop completes and writes)."""
+        if not finite(loss):
+            raise diverged(self.cfg, f"loss became {loss}", step)
+        t = self.cfg.train
+        self.result.final_loss = self.result.losses[step] = loss
+        record: dict[str, Any] = {
+            "step": step, "loss": loss, "lr": float(self.route_setup.schedule(step - 1)),
+            "grad_norm": grad_norm, "tokens_per_s": round(n_tokens / seconds, 1) if seconds > 0 else None,
+            "step_time_s": round(seconds, 5), "tokens": n_tokens, **(extra or {})}
+        now = time.perf_counter()
+        if now - self._last_status > 1.0:
+            self.session.progress(step=step, total_steps=t.steps, loss=loss)
+            self._last_status = now
+        if hold:
+            return record
+        if step % t.log_every == 0 or step == 1:
+            self._write(record)
+        return None
+
+    def checkpoint(self, step: int) -> None:
+        """A checkpoint of ``step``: the metrics so far made durable first."""
+        self.session.sync()
+        if self.save(step):
+            self.session.checkpointed(step)
+
+    # ---------------------------------------------------------------- the loop
     def train(self, resume: bool) -> TrainResult:
-        """Train to ``train.steps`` (from the last checkpoint when ``resume``); see the module."""
+        t, session, result = self.cfg.train, self.session, self.result
+        self.route_setup = self.setup()
+        start = 0
+        try:
+            if resume:
+                start = session.resume_point()
+                self.restore(start)
+                session.resumed(start)
+            self.reached = step = start
+            session.progress(step=start, total_steps=t.steps)
+            session.probe = self.probe()
+            result.exact_match_base = session.started(start).get("base_exact_match")
+            final: dict[str, Any] = {}
+            while step < t.steps and not self.stopping:
+                record = self.step(step, self._boundary(step))
+                step = self.reached
+                if record is None:  # stopped inside the segment; its records are written
+                    break
+                due_eval = self.route_setup.has_eval and (step % t.eval_every == 0 or step == t.steps)
+                ev = self.evaluate() if due_eval else {}
+                if ev:
+                    record.update(ev)
+                    result.final_eval_loss = ev.get("eval_loss", result.final_eval_loss)
+                    record.update(session.evaluated(step, dict(ev)))  # the hooks' fields join it
+                if ev or step == t.steps or step % t.log_every == 0 or step == 1:
+                    self._write(record)
+                if step == t.steps:
+                    final = record
+                wanted = step % t.checkpoint_every == 0 or step in session.requested
+                if wanted and step < t.steps:
+                    self.checkpoint(step)
+                if step < t.steps:
+                    self.poll()
+            self.flush()
+            result.step = step
+            if self.stopping and step < t.steps:
+                session.state("stopping", session.stop_reason, step=step)
+                self.checkpoint(step)
+                self.finish(done=False)
+                return session.end_early(step, result)
+            self.checkpoint(step)
+            self.finish(done=True)
+            result.exact_match_tuned = final.get("eval_exact_match")
+            if result.exact_match_base is None:
+                result.exact_match_base = final.get("base_exact_match")
+            result.state = "completed"
+            session.settle("completed", f"{step} steps", step=step, final_loss=result.final_loss,
+                           final_eval_loss=result.final_eval_loss)
+            return result
+        except TrainingDiverged as err:
+            # checkpoint k holds the params after k updates, which gave the loss of step k+1:
+            # every checkpoint from the step before the bad loss on is diverged.
+            kept = self.discard_from(err.step - 1)
+            result.state, result.step, result.message = "failed", err.step - 1, str(err)
+            session.failed_divergence(err, kept)
+            raise
+        except KeyboardInterrupt:
+            if not self.saves_on_interrupt:
+                raise
+            return self._interrupted(start)
+        finally:
+            self.close(quiet=sys.exc_info()[0] is not None)
+
+    def _boundary(self, step: int) -> int:
+        """The end of the segment after ``step``: the next eval, checkpoint or final step."""
+        t = self.cfg.train
+        bounds = [t.steps, (step // t.checkpoint_every + 1) * t.checkpoint_every]
+        if self.route_setup.has_eval:
+            bounds.append((step // t.eval_every + 1) * t.eval_every)
+        return min(bounds)
+
+    def _interrupted(self, start: int) -> TrainResult:
+        """Foreground Ctrl-C is a stop: keep what was done. The state may be mid-update (its
+        buffers donated); then the last periodic checkpoint is what remains."""
+        saved = None
+        step = self.reached
+        try:
+            self.flush()
+            if step > start:
+                self.checkpoint(step)
+                self.finish(done=False)
+                saved = step
+        except (KeyboardInterrupt, TrainingDiverged, RuntimeError, ValueError) as e:
+            log.warning("no checkpoint at the interrupt (%s)", e)
+        at = saved if saved is not None else (self.latest_checkpoint() or start)
+        self.session.settle("stopped", f"interrupted from the keyboard at step {at}; resume to continue",
+                            step=at)
+        self.result.state, self.result.step, self.result.message = "stopped", at, "interrupted"
+        return self.result
+
+    def latest_checkpoint(self) -> int | None:
+        from adapters_lib.runs.checkpoints import latest_complete
+
+        return latest_complete(self.run.checkpoints_dir)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self.session.metrics(record)
+        t = self.cfg.train
+        text = (f"step {record['step']}/{t.steps} loss {record['loss']:.4f} lr {record['lr']:.2e} "
+                f"grad_norm {record['grad_norm'] or 0:.3f} {record.get('tokens_per_s') or 0:.0f} tok/s")
+        if "eval_loss" in record:
+            text += f" eval_loss {record['eval_loss']:.4f}"
+        log.info("%s", text)
+
+
+HookSource = Iterable[TrainHook] | Callable[[Any], Iterable[TrainHook]]
 
 
 def run_trainer(trainer_cls: type[Trainer], cfg: Any, run_dir: str | Path | RunDir, *,
-                control: Any = None, resume: bool = False,
-                hooks: Iterable[TrainHook] = ()) -> TrainResult:
-    """Run ``trainer_cls`` on ``run_dir`` (see the module docstring).
+                control: Any = None, resume: bool = False, hooks: HookSource = ()) -> TrainResult:
+    """Run ``trainer_cls`` on ``run_dir`` with the caller's ``hooks`` (see the module docstring).
 
     Raises ``RunOwned`` (nothing written) when another live process trains the run; any other
     error is recorded as the run's failure, then raised.
     """
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
-    session = RunSession(cfg, run, control, list(hooks))
+    session = RunSession(cfg, run, control, [])
     lease.claim(run, "training")
     try:
-        session.hooks[:0] = config_hooks(cfg, run)
+        session.hooks = list(hooks(cfg) if callable(hooks) else hooks)
         status = run.status()
         if not resume and run.metrics():  # a restart (nothing to resume from): a fresh curve
             run.truncate_metrics_after(0)

@@ -132,9 +132,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(cfg: Any, run_dir: Any, *, resume: bool) -> int:
+    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
-    result = run_training(cfg, run_dir, resume=resume)
+    result = run_training(cfg, run_dir, resume=resume, hooks=default_hooks)
     line = f"{result.state} at step {result.step}/{result.total_steps}"
     if result.final_loss is not None:
         line += f", loss {result.final_loss:.4f}"
