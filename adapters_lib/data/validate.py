@@ -15,7 +15,7 @@ import numpy as np
 from adapters_lib.config import DataSpec
 from adapters_lib.data import chat_template
 from adapters_lib.data.formats import Example, demo_examples, to_examples
-from adapters_lib.data.readers import DataIssue, Where, read_path
+from adapters_lib.data.readers import DataIssue, ReadResult, Where, read_path
 from adapters_lib.data.sources import is_dataset_ref, open_source
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, example_pieces, tokenize_examples
 from adapters_lib.errors import WorkbenchError
@@ -173,13 +173,18 @@ class Report:
 
 def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str] | None = None,
             codec: TokenCodec, max_length: int, loss_on: str = "model", truncation: str = "right",
-            labels: dict[str, str] | None = None) -> Report:
+            labels: dict[str, str] | None = None, limit: int = 0) -> Report:
     """Read, convert, tokenize and account for every record of ``path`` (a file, a folder, or
-    an ``hf:``/``tfds:`` dataset)."""
+    an ``hf:``/``tfds:`` dataset); ``limit`` > 0: a dataset source's first ``limit`` records
+    only (files are read whole, as before)."""
     names: list[str] = []
     if isinstance(path, str) and is_dataset_ref(path):
         source = open_source(path)
-        read, names = source.read_all(), source.label_names
+        names = source.label_names
+        if limit:
+            read = ReadResult(records=source.read(0, limit), files=[source.ref])
+        else:
+            read = source.read_all()
     else:
         read = read_path(path)
     return report_for(str(path), len(read.records), read.files, read.issues,
@@ -221,7 +226,8 @@ def _issue_order(issue: DataIssue) -> tuple[str, int, int]:
 
 def check_file(path: str | Path, format: str | None = None, tokenizer: Any = None, max_length: int = 128,
                *, loss_on: str = "model", truncation: str = "right",
-               field_map: dict[str, str] | None = None, labels: dict[str, str] | None = None) -> Report:
+               field_map: dict[str, str] | None = None, labels: dict[str, str] | None = None,
+               limit: int = 0) -> Report:
     """Validate a data file or folder (or "demo", or an ``hf:``/``tfds:`` dataset) and return its ``Report`` (fatal problems in ``.fatal``).
 
     ``tokenizer``: a ``gm.text.Tokenizer``, a SentencePiece processor, a ``tokenizer.model``
@@ -234,7 +240,8 @@ def check_file(path: str | Path, format: str | None = None, tokenizer: Any = Non
         return report_for("demo", len(train) + len(evals), [], [], train + evals, [], {"demo": "chat"},
                           codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
     return analyze(path, format=format or "auto", field_map=field_map, codec=codec,
-                   max_length=max_length, loss_on=loss_on, truncation=truncation, labels=labels)
+                   max_length=max_length, loss_on=loss_on, truncation=truncation, labels=labels,
+                   limit=limit)
 
 
 def format_example(messages: list[dict[str, str]]) -> str:

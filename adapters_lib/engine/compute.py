@@ -70,7 +70,7 @@ def data_check(cfg: RunConfig, path: str, fmt: str, limit: int = 0) -> api.DataC
         kwargs["limit"] = limit
     report = check_file(path, format=fmt, tokenizer=tokenizer_path(cfg),
                         max_length=d.max_length, loss_on=d.loss_on, truncation=d.truncation,
-                        field_map=d.field_map or None, **kwargs)
+                        field_map=d.field_map or None, labels=d.labels or None, **kwargs)
     return api.DataCheckReply.from_json({"report": as_json(report)})
 
 

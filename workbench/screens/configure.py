@@ -323,6 +323,25 @@ class ConfigureScreen(WorkbenchScreen):
         self.query_one("#data-report", Static).update(f"[dim]{self.data_wait.what}…[/]")
         self.check_data(raw)
 
+    def key_ctrl_b(self) -> None:
+        # a key handler, not a Binding yet: a Binding adds a row to the help screen's snapshots
+        self.action_browse_data()
+
+    def action_browse_data(self) -> None:
+        """ctrl+b: the datasets on this machine (``screens.data_browser``); enter sets [data] path."""
+        from workbench.screens.data_browser import DataBrowserScreen
+
+        try:
+            raw = self.form_dict()
+        except WorkbenchError:
+            raw = {"data": {}}
+
+        def chosen(name: str | None) -> None:
+            if name:
+                self.query_one(f"#{field_id('data', 'path')}", Input).value = name
+
+        self.app.push_screen(DataBrowserScreen(raw, self.client), chosen)
+
     @work(thread=True, exclusive=True, group="data")
     def check_data(self, raw: dict[str, Any]) -> None:
         try:
