@@ -121,6 +121,22 @@ def test_exported_adapter_reloads_and_reproduces_the_runs_tuned_output(trained_d
         [r["tuned"] for r in from_run.compare(prompts, settings)]
     config = json.loads((exports["adapter"] / "adapter_config.json").read_text())
     assert config["base_model_name_or_path"] == "demo" and step == 40
+    base = json.loads((exports["adapter"] / "gemma_workbench.json").read_text())
+    assert base["source"] == "demo" and base["quantize"] == "none"
+
+
+def test_a_starter_export_names_a_resolvable_base_and_the_exact_file_it_was_trained_on():
+    from adapters_lib.export.provenance import base_record, hub_id
+    from adapters_lib.models import starter
+
+    assert hub_id("starter:gemma-3-270m") == "google/gemma-3-270m"
+    assert hub_id("hf:google/gemma-2-2b-it") == "google/gemma-2-2b-it"
+    assert hub_id("hf:google/gemma-2-2b-it@0123abcd") == "google/gemma-2-2b-it"
+    assert hub_id("kaggle:google/gemma-3/flax/gemma3-1b-it/1") == "kaggle:google/gemma-3/flax/gemma3-1b-it/1"
+    record = base_record("starter:gemma-3-270m")
+    assert record["hub_id"] == "google/gemma-3-270m" and record["format"] == "gguf"
+    assert record["quantization"] == "Q4_K_M" and record["sha256"] == starter.EXPECTED_SHA256
+    assert "dequantized" in record["note"]
 
 
 def test_gemma_export_loads_with_gm_load_params_and_gives_the_same_logits(tuned_run, exports):

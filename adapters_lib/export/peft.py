@@ -84,15 +84,21 @@ def save_adapter(out: str | Path, lora_tree: Mapping[str, Any], spec: LoraSpec, 
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    from adapters_lib.export.provenance import hub_id
+
     meta = {"format": "pt", "lora_dtype": spec.dtype}
     meta.update({k: str(v) for k, v in (extra or {}).items()})
     write_safetensors(out / ADAPTER_WEIGHTS, adapter_tensors(lora_tree), metadata=meta)
-    (out / ADAPTER_CONFIG).write_text(json.dumps(adapter_config(spec, base_model), indent=2) + "\n")
+    config = adapter_config(spec, hub_id(base_model))
+    (out / ADAPTER_CONFIG).write_text(json.dumps(config, indent=2) + "\n")
     return out
 
 
 def read_adapter_config(directory: str | Path) -> tuple[LoraSpec, str]:
-    """(LoraSpec, base model) from an adapter folder's ``adapter_config.json``."""
+    """(LoraSpec, base model) from an adapter folder's ``adapter_config.json``; the base is the
+    workbench's id of it (``gemma_workbench.json``) when the folder records one."""
+    from adapters_lib.export.provenance import read_source
+
     directory = Path(directory)
     path = directory / ADAPTER_CONFIG
     if not path.is_file():
@@ -111,7 +117,7 @@ def read_adapter_config(directory: str | Path) -> tuple[LoraSpec, str]:
         spec = LoraSpec(rank=int(cfg["r"]), alpha=float(cfg["lora_alpha"]), targets=targets)
     except (KeyError, TypeError, ValueError) as e:
         raise WorkbenchError(f"{ADAPTER_CONFIG} is not a LoRA config ({e})", where=str(path)) from None
-    return spec, str(cfg.get("base_model_name_or_path", ""))
+    return spec, read_source(directory) or str(cfg.get("base_model_name_or_path", ""))
 
 
 def expected_lora(model: Any, spec: LoraSpec) -> dict:

@@ -40,6 +40,7 @@ def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
     """Write a gemma-route ``TunedModel`` (``tuned.gemma.GemmaTuned``) as ``fmt``."""
     from adapters_lib.export.merged import copy_tokenizer, merged_params, save_gemma, save_hf
     from adapters_lib.export.peft import save_adapter
+    from adapters_lib.export.provenance import base_record, write_provenance
 
     fmt = formats.resolve(fmt)
     if not tuned.has_tuned:
@@ -55,6 +56,8 @@ def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
     spec = tuned.lora if tuned.adapters is not None else _full_spec()
     trainable = tuned.adapters if tuned.adapters is not None else tuned.tuned_params
 
+    base = base_record(tuned.source, getattr(loaded, "quantize", "none"))
+
     def write(stage: Path) -> None:
         if fmt == "adapter":
             save_adapter(stage, trainable, spec, tuned.source,
@@ -67,6 +70,7 @@ def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
                 save_hf(stage, params, loaded)
         if fmt != "gemma":
             copy_tokenizer(loaded, stage)
+        write_provenance(stage, base)
 
     info = {"format": fmt, "run_id": tuned.run_id, "step": tuned.step, "base_model": tuned.source}
     write_export(target, write, info, force=force, owned=owned)
