@@ -7,8 +7,8 @@ sizes real Gemma models from their config alone. Terms, in bytes per device:
 - ``weights``: the base weights in ``param_dtype``, each divided by the mesh axes the
   sharding rules put it on (``mesh.param_partition``: a dim an axis does not divide is
   replicated, so it is not divided); with ``quantize`` (``models.quantize``) the
-  projections at their bits plus one ``param_dtype`` scale per tile, the embedding table in
-  bfloat16, norms in ``param_dtype``;
+  projections at their bits plus one ``param_dtype`` scale per tile, the embedding table and
+  the norms in ``param_dtype``;
 - ``compute_copy``: a ``compute_dtype`` copy of the weights when it differs from ``param_dtype``
   (a quantized base: of its float leaves, plus the largest projection dequantized, the one
   float weight alive at a time);
@@ -139,9 +139,8 @@ def _quantized_weights(shapes, sizes: Mapping[str, int], transpose: bool, heads:
             weights += quantize_lib.quantized_bytes((dev,), mode, tile, scale_bytes=pb)
             largest = max(largest, dev * cb)
             continue
-        b = min(pb, DTYPE_BYTES["bfloat16"]) if path[0] == "embedder" else pb
-        weights += dev * b
-        copy += dev * cb if cb != b else 0
+        weights += dev * pb
+        copy += dev * cb if cb != pb else 0
     return weights, copy + largest
 
 

@@ -162,8 +162,10 @@ def evaluate_file(model: Any, params: Any, tokenizer: Any, path: str, *, fmt: st
 
 def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: str,
              fmt: str = "auto", max_length: int | None = None, loss_on: str = "model",
-             batch_size: int = DEFAULT_BATCH) -> EvalResult:
+             batch_size: int = DEFAULT_BATCH, quantize: str = "") -> EvalResult:
     """``eval`` end to end: load the model (or the run's base + checkpoint) and score ``data``.
+
+    ``quantize`` (not ""): the base held that way (``[model] quantize``) instead of the run's.
 
     ``max_length`` defaults to the run's ``[data] max_length``, else ``DEFAULT_MAX_LENGTH``.
     """
@@ -192,7 +194,7 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
                                  f"{run_dir.run_id} --format hf) and eval the export with --model")
         from adapters_lib.tuned import load_checkpoint
 
-        cfg, loaded, trainable, got = load_checkpoint(run_dir, step)
+        cfg, loaded, trainable, got = load_checkpoint(run_dir, step, quantize=quantize)
         length = max_length or cfg.data.max_length
         if cfg.lora.enabled:
             result = evaluate_file(loaded.model, loaded.params, loaded.tokenizer, data, fmt=fmt,
@@ -207,7 +209,7 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
     from adapters_lib.models.loader import load_model
 
     source = model or "demo"
-    loaded = load_model(ModelSpec(source=source))
+    loaded = load_model(ModelSpec(source=source, quantize=quantize or "none"))
     result = evaluate_file(loaded.model, loaded.params, loaded.tokenizer, data, fmt=fmt,
                            max_length=max_length or DEFAULT_MAX_LENGTH, loss_on=loss_on,
                            batch_size=batch_size)

@@ -321,14 +321,15 @@ class EngineClient:
                max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
                chat: bool = True, top_k: int = 0, top_p: float = 1.0,
                messages: Sequence[Mapping[str, Any]] = (), system: str = "",
-               adapter: str = "") -> Iterator[api.StreamItem]:
+               adapter: str = "", quantize: str = "") -> Iterator[api.StreamItem]:
         """Streamed tokens: ``token`` items (``api.TokenChunk``), then ``done`` (``SampleDone``:
         text, tokens, tokens_per_s, stop_reason). ``messages``: a conversation instead of
         ``prompt`` (the model answers its last user turn)."""
         return self.stream(api.Sample(prompt=prompt, run_id=run_id, model=model, step=step,
                                       max_tokens=max_tokens, temperature=temperature,
                                       seed=seed, chat=chat, top_k=top_k, top_p=top_p,
-                                      messages=_chat(messages), system=system, adapter=adapter))
+                                      messages=_chat(messages), system=system, adapter=adapter,
+                                      quantize=quantize))
 
     def compare(self, prompt: str = "", run_id: str = "", *, step: int = -1, max_tokens: int = 128,
                 temperature: float = 0.0, seed: int = 0, chat: bool = True, top_k: int = 0,
@@ -351,7 +352,7 @@ class EngineClient:
     def compare_set(self, entries: Sequence[Mapping[str, Any]], *, run_id: str = "", adapter: str = "",
                     model: str = "", step: int = -1, max_tokens: int = 128, temperature: float = 0.0,
                     top_k: int = 0, top_p: float = 1.0, seed: int = 0, chat: bool = True,
-                    save: bool = True) -> Iterator[api.StreamItem]:
+                    save: bool = True, quantize: str = "") -> Iterator[api.StreamItem]:
         """A compare set (``{"prompt"}`` or ``{"messages"}`` entries) in one stream: ``token``
         items carry ``row``/``turn``/``side``; ``done`` (``CompareSetDone``) has the results
         and the saved file."""
@@ -360,14 +361,15 @@ class EngineClient:
         return self.stream(api.CompareSet(run_id=run_id, adapter=adapter, model=model, step=step,
                                           entries=items, max_tokens=max_tokens,
                                           temperature=temperature, top_k=top_k, top_p=top_p,
-                                          seed=seed, chat=chat, save=save))
+                                          seed=seed, chat=chat, save=save, quantize=quantize))
 
     def eval(self, data: str, *, model: str = "", run_id: str = "", step: int = -1,
              format: str = "auto", loss_on: str = "model", max_length: int = 0,
-             batch_size: int = 4) -> api.EvalReply:
+             batch_size: int = 4, quantize: str = "") -> api.EvalReply:
         """Loss, perplexity and scored tokens on ``data`` (an absolute path on the engine's machine)."""
         return self.call(api.Eval(data=data, model=model, run_id=run_id, step=step, format=format,
-                                  loss_on=loss_on, max_length=max_length, batch_size=batch_size),
+                                  loss_on=loss_on, max_length=max_length, batch_size=batch_size,
+                                  quantize=quantize),
                          timeout=3600)
 
     def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,

@@ -80,10 +80,13 @@ def adapter_dir(cmd: Any) -> str:
     return adapter
 
 
-def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: str = "") -> Any:
-    """The ``TunedModel`` a request names: a run's checkpoint, an adapter folder, or a base."""
+def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: str = "",
+                quantize: str = "") -> Any:
+    """The ``TunedModel`` a request names: a run's checkpoint, an adapter folder, or a base;
+    ``quantize`` (not "") holds its base that way instead of the run's ``[model] quantize``."""
     from adapters_lib import tuned
 
+    check_quantize(quantize)
     if run is not None:
         from adapters_lib.evals.selection import resolve_step
         from adapters_lib.tuned.checkpoint import checkpoint_step
@@ -94,10 +97,22 @@ def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: st
             got = None if step < 0 else step
         else:
             got = checkpoint_step(run, None if step < 0 else step)
-        return _cached(("run", str(run.path), got), lambda: tuned.load_run_model(run, got))
+        return _cached(("run", str(run.path), got, quantize),
+                       lambda: tuned.load_run_model(run, got, quantize=quantize))
     if adapter:
-        return _cached(("adapter", adapter, model), lambda: tuned.load_adapter_model(adapter, model))
-    return _cached(("base", model or "demo"), lambda: tuned.load_base_model(model or "demo"))
+        return _cached(("adapter", adapter, model, quantize),
+                       lambda: tuned.load_adapter_model(adapter, model, quantize=quantize))
+    return _cached(("base", model or "demo", quantize),
+                   lambda: tuned.load_base_model(model or "demo", quantize=quantize))
+
+
+def check_quantize(quantize: str, where: str = "request: quantize") -> None:
+    """A request's ``quantize``: "" or one of ``config.QUANTIZE_MODES`` (else a 400 in one line)."""
+    from adapters_lib.config import QUANTIZE_MODES
+
+    if quantize and quantize not in QUANTIZE_MODES:
+        raise EngineError(f"quantize is {quantize!r}", where=where, status=400,
+                          hint=f"expected one of {', '.join(QUANTIZE_MODES)}")
 
 
 def settings_of(cmd: Any) -> Any:
@@ -222,7 +237,8 @@ def prepare(engine: Any, cmd: Any) -> Prepared:
 
 
 def _model(cmd: Any, prepared: Prepared) -> Any:
-    return tuned_model(prepared.run, cmd.step, adapter=prepared.adapter, model=getattr(cmd, "model", ""))
+    return tuned_model(prepared.run, cmd.step, adapter=prepared.adapter, model=getattr(cmd, "model", ""),
+                       quantize=getattr(cmd, "quantize", ""))
 
 
 def sample_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[str, Any]:
@@ -376,6 +392,7 @@ def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
                           hint="send an absolute file or folder (the engine's working directory is not yours)")
     if cmd.batch_size < 1 or cmd.max_length < 0:
         raise EngineError("batch_size must be positive and max_length not negative", where=where)
+    check_quantize(cmd.quantize, f"{where}: quantize")
     run = run_dir_of(engine, cmd.run_id) if cmd.run_id else None
     step = cmd.step
     if run is not None:
@@ -385,7 +402,8 @@ def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
     future = engine.on_device(lambda: perplexity.evaluate(
         model=cmd.model, run=str(run.path) if run is not None else "",
         step=None if step < 0 else step, data=cmd.data, fmt=cmd.format,
-        max_length=cmd.max_length or None, loss_on=cmd.loss_on, batch_size=cmd.batch_size),
+        max_length=cmd.max_length or None, loss_on=cmd.loss_on, batch_size=cmd.batch_size,
+        quantize=cmd.quantize),
         label="eval")
     result = future.result().to_dict()
     if run is not None:

@@ -23,15 +23,38 @@ HF_SHARD_BYTES = 5 * 2**30
 
 
 def merged_params(loaded: Any, trainable: Any, spec: LoraSpec) -> dict:
-    """Base + adapters fused into plain gemma weights (numpy), or a full fine-tune's tree."""
+    """Base + adapters fused into plain gemma weights (numpy), or a full fine-tune's tree.
+
+    Never into quantized weights: a base held quantized (``[model] quantize``) is loaded
+    again as floats (the original file; a GGUF's blocks dequantized), the adapters are fused
+    into it in f32 and the result is bfloat16 (``docs/quantization.md``)."""
     import jax
 
     from adapters_lib import lora
 
     if not spec.enabled:
         return jax.tree.map(np.asarray, trainable)
-    merged = lora.merge_lora(loaded.params, trainable)
-    return lora.fuse_lora(merged, spec, transpose_gating=loaded.config.transpose_gating_einsum)
+    quantized = getattr(loaded, "quantize", "none") != "none"
+    base = float_base(loaded).params if quantized else loaded.params
+    merged = lora.merge_lora(base, trainable)
+    fused = lora.fuse_lora(merged, spec, transpose_gating=loaded.config.transpose_gating_einsum)
+    return jax.tree.map(_to_bf16, fused) if quantized else fused
+
+
+def float_base(loaded: Any) -> Any:
+    """The float32 base of a ``LoadedModel`` held quantized: the same source, loaded again."""
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models.loader import load_model
+
+    return load_model(ModelSpec(source=loaded.source, tokenizer=loaded.tokenizer_path),
+                      param_dtype="float32")
+
+
+def _to_bf16(x: Any) -> Any:
+    import ml_dtypes
+
+    x = np.asarray(x)
+    return x.astype(ml_dtypes.bfloat16) if np.issubdtype(x.dtype, np.floating) else x
 
 
 def save_gemma(out: str | Path, params: Mapping[str, Any]) -> Path:

@@ -15,9 +15,9 @@ weight              contracted axis (tiled)            one scale per
 ``linear``          F of (F, D)                        D × tile of F
 ==================  =================================  ===============================
 
-The tied embedding / logits table, the norms and everything else stay float (the table in
-bfloat16 when the param dtype is f32: it is the largest tensor of a small Gemma and is read
-as a gather and as the output projection; see docs/quantization.md). ``tile_size``
+The tied embedding / logits table, the norms and everything else stay in the param dtype
+(the table is read as a gather and as the output projection, and it sets the dtype of the
+sampler's KV cache; ``train.param_dtype = "bfloat16"`` halves it; see docs/quantization.md). ``tile_size``
 (``[model] quantize_tile_size``, default 64, bitsandbytes' NF4 block) must divide every
 contracted axis; qwix's ``quantize`` does the arithmetic (absmax per tile, symmetric; nf4 is
 qwix's NormalFloat table), ``dequantize`` the inverse.
@@ -98,16 +98,14 @@ def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int
     return qwix.QArray(qvalue=weight_sharding, scale=scale, zero_point=None, qtype=qtype(mode))
 
 
-def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None,
-                    table_dtype: str = "bfloat16") -> Any:
+def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None) -> Any:
     """The base tree with its projection weights as ``QArray`` (see the module doc).
 
     Leaf by leaf: each float weight is quantized where it lies (same sharding) and deleted,
-    so the device holds the float base plus one quantized weight at most. The embedding table
-    is cast to ``table_dtype`` when it is wider. ``mode = "none"`` returns ``params``.
+    so the device holds the float base plus one quantized weight at most. ``mode = "none"``
+    returns ``params``.
     """
     import jax
-    import jax.numpy as jnp
 
     if mode not in QUANTIZED:
         return params
@@ -119,10 +117,6 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
         names = _names(path)
         axes = tiled_axes(names, tuple(x.shape), tile, transpose_gating=transpose)
         if axes is None:
-            if names[0] == "embedder" and x.dtype.itemsize > jnp.dtype(table_dtype).itemsize:
-                y = x.astype(table_dtype)
-                _delete(x)
-                return y
             return x
         sharding = getattr(x, "sharding", None)
         out = qarray_sharding(sharding, tuple(x.shape), axes, mode)

@@ -108,14 +108,14 @@ def arch_shapes(arch: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
 
 
 def held_bytes(arch: Any, mode: str, tile: int = DEFAULT_TILE, param_bytes: int = 2) -> int:
-    """Bytes of a model's weights held as ``mode`` (the table in bfloat16 at most; scales in
+    """Bytes of a model's weights held as ``mode`` (the table and the scales in
     ``param_bytes``), norms left out: what the Models screen shows per mode."""
     total = 0
     for path, shape in arch_shapes(arch).items():
         if mode in QUANTIZED and tiled_axes(path, shape, tile) is not None:
             total += quantized_bytes(shape, mode, tile, scale_bytes=param_bytes)
         else:
-            total += math.prod(shape) * (min(param_bytes, 2) if mode in QUANTIZED else param_bytes)
+            total += math.prod(shape) * param_bytes
     return total
 
 
@@ -123,4 +123,4 @@ def describe(mode: str, tile: int) -> str:
     if mode not in QUANTIZED:
         return "float base" if mode == "none" else f"base quantized as {mode}"
     return (f"{mode} weights (tile {tile}) in the attention and MLP projections; "
-            "embedding table and norms float")
+            "embedding table and norms in the param dtype")

@@ -20,11 +20,12 @@ from adapters_lib.tuned.base import SIDES, Answer, TunedModel
 from adapters_lib.tuned.checkpoint import load_checkpoint
 
 
-def load_run_model(run: Any, step: int | None = None) -> TunedModel:
+def load_run_model(run: Any, step: int | None = None, *, quantize: str = "") -> TunedModel:
     """The tuned model of a run's checkpoint (latest when ``step`` is None or -1; the best
     when ``evals.selection.BEST_STEP``).
 
-    ``run``: a ``RunDir``, or an id, a unique prefix or a run directory.
+    ``run``: a ``RunDir``, or an id, a unique prefix or a run directory. ``quantize`` (not
+    ""): the base held that way instead of the run's ``[model] quantize`` (gemma route).
     """
     from adapters_lib import runs
     from adapters_lib.evals.selection import resolve_step
@@ -34,22 +35,31 @@ def load_run_model(run: Any, step: int | None = None) -> TunedModel:
     if run_dir.config().model.backend == "keras":
         from adapters_lib.tuned.keras import KerasTunedModel
 
+        refuse_quantize_on_keras(quantize)
         return KerasTunedModel.from_run(run_dir, None if step is None or step < 0 else step)
     from adapters_lib.tuned.gemma import GemmaTuned
 
-    return GemmaTuned.from_run(run_dir, step)
+    return GemmaTuned.from_run(run_dir, step, quantize=quantize)
 
 
-def load_adapter_model(directory: str | Path, model: str = "") -> TunedModel:
+def load_adapter_model(directory: str | Path, model: str = "", *, quantize: str = "") -> TunedModel:
     from adapters_lib.tuned.gemma import GemmaTuned
 
-    return GemmaTuned.from_adapter_dir(directory, model)
+    return GemmaTuned.from_adapter_dir(directory, model, quantize=quantize)
 
 
-def load_base_model(source: str = "demo") -> TunedModel:
+def load_base_model(source: str = "demo", *, quantize: str = "") -> TunedModel:
     from adapters_lib.tuned.gemma import GemmaTuned
 
-    return GemmaTuned.base_model(source)
+    return GemmaTuned.base_model(source, quantize=quantize)
+
+
+def refuse_quantize_on_keras(quantize: str) -> None:
+    if quantize and quantize != "none":
+        from adapters_lib.errors import WorkbenchError
+
+        raise WorkbenchError(f"--quantize {quantize}: a quantized base is gemma-route only",
+                             where="--quantize", hint="drop --quantize for a Keras-route run")
 
 
 def export_run(run: Any, fmt: str = "adapter", *, step: int | None = None,

@@ -6,6 +6,7 @@ directory's business); ``runs`` re-exports it for old callers.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +27,14 @@ def checkpoint_step(run: Any, step: int | None) -> int:
     return step
 
 
-def load_checkpoint(run_dir: Any, step: int | None = None) -> tuple[Any, Any, Any, int]:
+def load_checkpoint(run_dir: Any, step: int | None = None, *,
+                    quantize: str = "") -> tuple[Any, Any, Any, int]:
     """``(cfg, LoadedModel, trainable, step)`` of a run's checkpoint (latest when ``step`` is None).
 
     ``trainable`` is the adapter tree for a LoRA run (merge it with ``loaded.params`` through
     ``lora.merge_lora`` and apply with ``lora.wrap(loaded.model, cfg.lora)``); for a full
-    fine-tune (``cfg.lora.enabled = false``) it is the whole tuned params tree.
+    fine-tune (``cfg.lora.enabled = false``) it is the whole tuned params tree. The base is
+    held as the run's ``[model] quantize``, or as ``quantize`` when given (not "").
     """
     from adapters_lib import runs
     from adapters_lib.models.loader import load_model
@@ -43,7 +46,8 @@ def load_checkpoint(run_dir: Any, step: int | None = None) -> tuple[Any, Any, An
                              hint="pass a directory made by `gemma-workbench train`")
     cfg = run.config()
     step = checkpoint_step(run, step)
-    loaded = load_model(cfg.model, param_dtype=cfg.train.param_dtype)
+    spec = cfg.model if not quantize else dataclasses.replace(cfg.model, quantize=quantize)
+    loaded = load_model(spec, param_dtype=cfg.train.param_dtype)
     abstract = checkpoints.abstract_trainable(loaded, cfg)
     trainable = checkpoints.restore_params(run.checkpoints_dir, step, abstract)
     return cfg, loaded, trainable, step

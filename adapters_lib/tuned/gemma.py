@@ -45,16 +45,17 @@ class GemmaTuned(TunedModel):
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def from_run(cls, run: Any, step: int | None = None) -> GemmaTuned:
+    def from_run(cls, run: Any, step: int | None = None, *, quantize: str = "") -> GemmaTuned:
         from adapters_lib.tuned.checkpoint import load_checkpoint
 
-        cfg, loaded, trainable, got = load_checkpoint(run, step)
+        cfg, loaded, trainable, got = load_checkpoint(run, step, quantize=quantize)
         if cfg.lora.enabled:
             return cls(loaded, lora=cfg.lora, adapters=trainable, step=got, run=run, cfg=cfg)
         return cls(loaded, tuned_params=trainable, step=got, run=run, cfg=cfg)
 
     @classmethod
-    def from_adapter_dir(cls, directory: str | Path, model: str = "") -> GemmaTuned:
+    def from_adapter_dir(cls, directory: str | Path, model: str = "", *,
+                         quantize: str = "") -> GemmaTuned:
         """A base model plus an exported adapter folder (``model`` defaults to the adapter's base)."""
         from adapters_lib.config import ModelSpec
         from adapters_lib.export.peft import load_adapter, read_adapter_config
@@ -62,16 +63,18 @@ class GemmaTuned(TunedModel):
 
         spec, base_model = read_adapter_config(directory)
         source = model or base_model or "demo"
-        loaded = load_model(ModelSpec(source=source), param_dtype="float32")
+        loaded = load_model(ModelSpec(source=source, quantize=quantize or "none"),
+                            param_dtype="float32")
         adapters = load_adapter(directory, loaded.model, spec)
         return cls(loaded, lora=spec, adapters=adapters, source=source)
 
     @classmethod
-    def base_model(cls, source: str = "demo") -> GemmaTuned:
+    def base_model(cls, source: str = "demo", *, quantize: str = "") -> GemmaTuned:
         from adapters_lib.config import ModelSpec
         from adapters_lib.models.loader import load_model
 
-        return cls(load_model(ModelSpec(source=source or "demo")), source=source or "demo")
+        spec = ModelSpec(source=source or "demo", quantize=quantize or "none")
+        return cls(load_model(spec), source=source or "demo")
 
     # ---------------------------------------------------------------- generation
 

@@ -27,7 +27,16 @@ def add_decoding_args(p: argparse.ArgumentParser) -> None:
                    help="send the prompt as raw text, without the Gemma chat template")
     g.add_argument("--step", type=step_arg, default=None, metavar="N|best",
                    help="checkpoint step of the run, or best (train.best_metric's; default: the latest)")
+    add_quantize_arg(p)
     add_in_process_arg(p)
+
+
+def add_quantize_arg(p: argparse.ArgumentParser) -> None:
+    from adapters_lib.config import QUANTIZE_MODES
+
+    p.add_argument("--quantize", default="", choices=QUANTIZE_MODES, metavar="Q",
+                   help="hold the base model quantized: " + ", ".join(QUANTIZE_MODES)
+                        + " (default: the run's [model] quantize, else none)")
 
 
 def step_arg(text: str) -> int:

@@ -110,8 +110,8 @@ def _in_process(args: argparse.Namespace, convs: list[Any], settings: Any) -> tu
     from adapters_lib.sample.compare_sets import save_compare
 
     quiet_engine_logs()
-    model = (tuned_lib.load_run_model(args.run, args.step) if args.run
-             else tuned_lib.load_adapter_model(args.adapter, args.model))
+    model = (tuned_lib.load_run_model(args.run, args.step, quantize=args.quantize) if args.run
+             else tuned_lib.load_adapter_model(args.adapter, args.model, quantize=args.quantize))
     done = model.converse(convs, settings, chat=not args.raw)
     records = [{**c.record(), "settings": model.settings_record(settings), "step": model.step}
                for c in done]
@@ -133,7 +133,8 @@ def _through_engine(args: argparse.Namespace, convs: list[Any], settings: Any) -
         for item in client.compare_set(entries, run_id=run_ref(args.run) if args.run else "",
                                        adapter=local_path(args.adapter), model=model_ref(args.model),
                                        step=-1 if args.step is None else args.step, chat=not args.raw,
-                                       save=not args.no_save, **settings_body(settings)):
+                                       save=not args.no_save, quantize=args.quantize,
+                                       **settings_body(settings)):
             if item.type == "done":
                 done = item.data
             elif item.type == "error":

@@ -20,7 +20,7 @@ import argparse
 import json
 
 from adapters_lib.errors import WorkbenchError
-from workbench.commands._generation_args import add_in_process_arg, step_arg
+from workbench.commands._generation_args import add_in_process_arg, add_quantize_arg, step_arg
 from workbench.commands._spellings import add_old_spelling
 
 FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
@@ -54,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=4, metavar="B",
                    help="sequences scored together (default: 4; lower it if memory runs out)")
     p.add_argument("--json", action="store_true", help="print the scores as one JSON object")
+    add_quantize_arg(p)
     add_in_process_arg(p)
     p.set_defaults(handler=run)
 
@@ -80,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
             args.step = resolve_step(runs.find_run(args.run), args.step)
         result = perplexity.evaluate(model=args.model, run=args.run, step=args.step, data=args.data,
                                      fmt=args.format, max_length=args.max_length,
-                                     loss_on=args.loss_on, batch_size=args.batch_size)
+                                     loss_on=args.loss_on, batch_size=args.batch_size,
+                                     quantize=args.quantize)
     else:
         result = _through_engine(args)
     if args.json:
@@ -104,7 +106,7 @@ def _through_engine(args: argparse.Namespace):
                            run_id=run_ref(args.run) if args.run else "",
                            step=-1 if args.step is None else args.step, format=args.format,
                            loss_on=args.loss_on, max_length=args.max_length or 0,
-                           batch_size=args.batch_size)
+                           batch_size=args.batch_size, quantize=args.quantize)
 
 
 def _all_checkpoints(args: argparse.Namespace) -> int:

@@ -78,11 +78,11 @@ def _in_process(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[s
 
     quiet_engine_logs()
     if args.run:
-        model = tuned_lib.load_run_model(args.run, args.step)
+        model = tuned_lib.load_run_model(args.run, args.step, quantize=args.quantize)
     elif args.adapter:
-        model = tuned_lib.load_adapter_model(args.adapter, args.model)
+        model = tuned_lib.load_adapter_model(args.adapter, args.model, quantize=args.quantize)
     else:
-        model = tuned_lib.load_base_model(args.model or "demo")
+        model = tuned_lib.load_base_model(args.model or "demo", quantize=args.quantize)
     side = "tuned" if model.has_tuned else "base"
     answer = model.generate({side: [prompt]}, settings, chat=not args.raw,
                             on_piece=lambda piece: _echo(args, piece.text))[side][0]
@@ -96,6 +96,7 @@ def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tup
                               "adapter": local_path(args.adapter),
                               "model": model_ref(args.model) or ("" if args.adapter else "demo"),  # an adapter's own base
                               "step": -1 if args.step is None else args.step, "chat": not args.raw,
+                              "quantize": args.quantize,
                               **settings_body(settings)}
     if isinstance(prompt, str):
         fields["prompt"] = prompt

@@ -278,6 +278,10 @@ class Sample(Command):
     adapter: str = ""
     """An exported adapter folder (absolute path) instead of ``run_id`` (``model`` is then its
     base model; "" = the adapter's own)."""
+    # qlora (#29, additive)
+    quantize: str = ""
+    """Hold the base as ``[model] quantize`` says ("none", "int8", "int4", "nf4", "gguf");
+    "" = the run's own config (else "none")."""
 
 
 @record
@@ -310,6 +314,10 @@ class Compare(Command):
     save: bool = False
     """Keep the result beside the run (``<run>/compare/<timestamp>.jsonl``, one record as a
     compare set keeps it, plus each side's figures): how the TUI's compares are browsable."""
+    # qlora (#29, additive)
+    quantize: str = ""
+    """Hold the base as ``[model] quantize`` says ("none", "int8", "int4", "nf4", "gguf");
+    "" = the run's own config (else "none")."""
 
 
 @record

@@ -58,6 +58,10 @@ class CompareSet(Command):
     top_p: float = 1.0
     seed: int = 0
     chat: bool = True
+    # qlora (#29, additive)
+    quantize: str = ""
+    """Hold the base as ``[model] quantize`` says ("none", "int8", "int4", "nf4", "gguf");
+    "" = the run's own config (else "none")."""
     save: bool = True
 
 
@@ -98,6 +102,10 @@ class Eval(Command):
     """A run id, unique prefix or absolute run folder (its checkpoint is scored)."""
     step: int = -1
     format: str = "auto"
+    # qlora (#29, additive)
+    quantize: str = ""
+    """Hold the base as ``[model] quantize`` says ("none", "int8", "int4", "nf4", "gguf");
+    "" = the run's own config (else "none")."""
     loss_on: str = "model"
     max_length: int = 0
     """0 = the run's [data] max_length, else 512."""
