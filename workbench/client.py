@@ -373,11 +373,12 @@ class EngineClient:
                          timeout=3600)
 
     def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,
-               format: str = "", force: bool = False) -> api.ExportReply:
-        """``format``: "adapter", "gemma" or "hf" (``api.EXPORT_FORMATS``); ``kind`` is the older
-        "adapter"/"merged" (alone, "merged" is "gemma")."""
+               format: str = "", force: bool = False, quant: str = "") -> api.ExportReply:
+        """``format``: "adapter", "gemma", "hf", "gguf" or "gguf-lora" (``api.EXPORT_FORMATS``);
+        ``kind`` is the older "adapter"/"merged" (alone, "merged" is "gemma"); ``quant``: the
+        GGUF formats' type."""
         return self.call(api.Export(run_id=run_id, kind=kind, out=out, step=step, format=format,
-                                    force=force), timeout=3600)
+                                    force=force, quant=quant), timeout=3600)
 
 
 def _chat(messages: Sequence[Mapping[str, Any]]) -> tuple[api.ChatMessage, ...]:

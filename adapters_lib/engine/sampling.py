@@ -360,6 +360,7 @@ def check_export(engine: Any, cmd: Any) -> tuple[Any, str]:
 
     run = run_dir_of(engine, cmd.run_id)
     fmt = formats.resolve(cmd.format, cmd.kind, where="export request: format")
+    formats.check_quant(fmt, cmd.quant, where="export request: quant")
     if cmd.out and not Path(cmd.out).expanduser().is_absolute():
         raise EngineError(f"out {cmd.out!r} is a relative path", where="export request: out", status=400,
                           hint="send an absolute folder (the engine's working directory is not yours)")
@@ -374,7 +375,7 @@ def export_job(engine: Any, cmd: Any, run: Any, fmt: str) -> dict[str, Any]:
     from adapters_lib.export import formats
 
     model = tuned_model(run, cmd.step)
-    result = model.export(fmt, cmd.out or None, force=cmd.force)
+    result = model.export(fmt, cmd.out or None, force=cmd.force, quant=cmd.quant)
     return {"run_id": run.run_id, "kind": formats.KINDS[fmt], "format": fmt, "out": result["out"],
             "step": result["step"], "result": result}
 

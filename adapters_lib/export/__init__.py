@@ -3,6 +3,9 @@
 - ``formats`` — the one export vocabulary (``adapter|gemma|hf``; the API's older ``kind``);
 - ``peft`` — the adapter in HF PEFT's layout (write, read back, check against a model);
 - ``merged`` — base + adapters fused: gemma orbax checkpoint, HF safetensors;
+- ``gguf`` / ``gguf_lora`` / ``gguf_meta`` / ``modelfile`` / ``gguf_run`` — the merged model
+  and the adapter as GGUF for llama.cpp, Ollama and LM Studio, their metadata (llama.cpp's
+  Gemma converter's keys), the Ollama ``Modelfile``;
 - ``target`` — where an export lands: staged beside ``--out`` and swapped in, never
   deleting what the user made;
 - ``run`` — ``export_gemma`` (any gemma-route ``TunedModel``; a run's checkpoint is
@@ -25,6 +28,9 @@ _NAMES = {
              "adapter_tensors", "adapter_config", "save_adapter", "read_adapter_config",
              "expected_lora", "load_adapter"),
     "merged": ("HF_SHARD_BYTES", "merged_params", "save_gemma", "save_hf", "copy_tokenizer"),
+    "gguf": ("write_gguf", "gguf_tensors"),
+    "gguf_lora": ("write_gguf_lora", "lora_tensors", "lora_name"),
+    "modelfile": ("write_modelfile", "modelfile_text", "create_command", "ollama_name"),
     "run": ("default_out", "export_gemma", "check_format"),
 }
 _WHERE = {name: module for module, names in _NAMES.items() for name in names}

@@ -30,24 +30,25 @@ def check_format(cfg: Any, fmt: str, run_id: str = "") -> None:
     if cfg.model.backend == "keras" and fmt != "adapter":
         raise WorkbenchError(f"{name} is a Keras run: it exports its adapter only (keras-hub format)",
                              where=f"--format {fmt}", hint="export --format adapter")
-    if fmt == "adapter" and not cfg.lora.enabled:
+    if formats.KINDS[fmt] == "adapter" and not cfg.lora.enabled:
         raise WorkbenchError(f"{name} is a full fine-tune: it has no adapter",
-                             where="--format adapter", hint="export --format gemma or hf")
+                             where=f"--format {fmt}", hint="export --format gemma, hf or gguf")
 
 
 def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
-                 force: bool = False) -> dict[str, Any]:
+                 force: bool = False, quant: str = "") -> dict[str, Any]:
     """Write a gemma-route ``TunedModel`` (``tuned.gemma.GemmaTuned``) as ``fmt``."""
     from adapters_lib.export.merged import copy_tokenizer, merged_params, save_gemma, save_hf
     from adapters_lib.export.peft import save_adapter
     from adapters_lib.export.provenance import base_record, write_provenance
 
     fmt = formats.resolve(fmt)
+    quant = formats.check_quant(fmt, quant)
     if not tuned.has_tuned:
         raise WorkbenchError("a base model has nothing to export", where="export")
-    if fmt == "adapter" and tuned.adapters is None:
+    if formats.KINDS[fmt] == "adapter" and tuned.adapters is None:
         raise WorkbenchError(f"run {tuned.run_id or '?'} is a full fine-tune: it has no adapter",
-                             where="--format adapter", hint="export --format gemma or hf")
+                             where=f"--format {fmt}", hint="export --format gemma, hf or gguf")
     if out is None and tuned.run_path is None:
         raise WorkbenchError("an export needs --out (this model is not a run)", where="--out")
     owned = not out
@@ -57,8 +58,18 @@ def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
     trainable = tuned.adapters if tuned.adapters is not None else tuned.tuned_params
 
     base = base_record(tuned.source, getattr(loaded, "quantize", "none"))
+    info: dict[str, Any] = {"format": fmt, "run_id": tuned.run_id, "step": tuned.step,
+                            "base_model": tuned.source}
+    gguf: dict[str, Any] = {}
 
     def write(stage: Path) -> None:
+        if fmt in formats.GGUF_FORMATS:
+            from adapters_lib.export.gguf_run import write_gguf_export
+
+            gguf.update(write_gguf_export(stage, target, tuned, fmt, quant, trainable, spec))
+            info.update(quant=quant)
+            write_provenance(stage, base)
+            return
         if fmt == "adapter":
             save_adapter(stage, trainable, spec, tuned.source,
                          extra={"run_id": tuned.run_id, "step": tuned.step})
@@ -72,10 +83,9 @@ def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
             copy_tokenizer(loaded, stage)
         write_provenance(stage, base)
 
-    info = {"format": fmt, "run_id": tuned.run_id, "step": tuned.step, "base_model": tuned.source}
     write_export(target, write, info, force=force, owned=owned)
     log.info("exported %s step %s as %s to %s", tuned.run_id or tuned.source, tuned.step, fmt, target)
-    return {"run_id": tuned.run_id, "step": tuned.step, "format": fmt, "out": str(target)}
+    return {"run_id": tuned.run_id, "step": tuned.step, "format": fmt, "out": str(target), **gguf}
 
 
 def _full_spec() -> Any:

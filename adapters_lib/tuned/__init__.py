@@ -5,7 +5,7 @@ export, for both routes.
 - ``load_adapter_model(dir, model)`` — a base model plus an exported adapter folder;
 - ``load_base_model(source)`` — a bare base model (the base side only);
 - ``load_checkpoint(run, step)`` — the gemma route's ``(cfg, loaded, trainable, step)``;
-- ``export_run(run, fmt, step=, out=, force=)`` — a run's checkpoint exported (``export.FORMATS``).
+- ``export_run(run, fmt, step=, out=, force=, quant=)`` — a run's checkpoint exported (``export.FORMATS``).
 
 ``base`` holds the interface and everything built on ``stream``; ``gemma`` and ``keras``
 the two implementations. Importing this package is cheap (no JAX until a model loads).
@@ -63,9 +63,11 @@ def refuse_quantize_on_keras(quantize: str) -> None:
 
 
 def export_run(run: Any, fmt: str = "adapter", *, step: int | None = None,
-               out: str | Path | None = None, force: bool = False) -> dict[str, Any]:
+               out: str | Path | None = None, force: bool = False,
+               quant: str = "") -> dict[str, Any]:
     """Export a run's checkpoint (latest when ``step`` is None); returns a summary
-    ``{run_id, step, format, out}``. ``run``: an id, a prefix, a run directory or a ``RunDir``.
+    ``{run_id, step, format, out}`` (the GGUF formats add ``quant``, ``files``,
+    ``modelfile``, ``ollama_create``; ``quant``: their type, ``export.formats.check_quant``). ``run``: an id, a prefix, a run directory or a ``RunDir``.
     The format and the target are checked before any weights are loaded."""
     from adapters_lib import runs
     from adapters_lib.export import formats
@@ -73,10 +75,11 @@ def export_run(run: Any, fmt: str = "adapter", *, step: int | None = None,
     from adapters_lib.export.target import resolve_target
 
     fmt = formats.resolve(fmt)
+    quant = formats.check_quant(fmt, quant)
     run_dir = run if isinstance(run, runs.RunDir) else runs.find_run(str(run))
     check_format(run_dir.config(), fmt, run_dir.run_id)
     resolve_target(out or default_out(run_dir.path, fmt), force=force, owned=not out)
-    return load_run_model(run_dir, step).export(fmt, out, force=force)
+    return load_run_model(run_dir, step).export(fmt, out, force=force, quant=quant)
 
 
 __all__ = ["SIDES", "Answer", "TunedModel", "export_run", "load_adapter_model", "load_base_model",

@@ -78,7 +78,9 @@ class TunedModel:
         ``Piece.side`` names the side, ``Piece.row`` the prompt."""
         raise NotImplementedError
 
-    def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False) -> dict[str, Any]:
+    def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False,
+               quant: str = "") -> dict[str, Any]:
+        """Write ``fmt`` (``export.formats``); ``quant``: the GGUF formats' type."""
         raise NotImplementedError
 
     def exact_match(self, examples: Sequence[dict[str, Any]], *, side: str = "tuned") -> Any:

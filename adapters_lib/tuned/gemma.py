@@ -133,7 +133,8 @@ class GemmaTuned(TunedModel):
 
     # ---------------------------------------------------------------- export
 
-    def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False) -> dict[str, Any]:
+    def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False,
+               quant: str = "") -> dict[str, Any]:
         from adapters_lib.export.run import export_gemma
 
-        return export_gemma(self, fmt, out, force=force)
+        return export_gemma(self, fmt, out, force=force, quant=quant)

@@ -67,7 +67,8 @@ class KerasTunedModel(TunedModel):
         self.check_sides([side])
         return self.keras.exact_match(examples, tuned=side == "tuned")
 
-    def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False) -> dict[str, Any]:
+    def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False,
+               quant: str = "") -> dict[str, Any]:
         from adapters_lib.export import formats
         from adapters_lib.export.run import check_format, default_out
         from adapters_lib.keras_route.export import write_keras_adapter

@@ -1,10 +1,13 @@
-"""``gemma-workbench export RUN [--step N|best] --format adapter|gemma|hf [--out DIR] [--force]``.
+"""``gemma-workbench export RUN [--step N|best] --format adapter|gemma|hf|gguf|gguf-lora
+[--quant Q] [--out DIR] [--force]``.
 
 ``adapter``: LoRA weights in the HF PEFT layout (adapter_model.safetensors +
 adapter_config.json; a Keras run: keras-hub's adapter.lora.h5); ``gemma``: merged weights as
 an orbax checkpoint for ``gm.ckpts.load_params``; ``hf``: merged weights as HF safetensors +
-config.json. A non-empty ``--out`` is refused unless ``--force`` is given and it holds an
-earlier export of this tool (``adapters_lib.export.target``). The engine writes it (started
+config.json; ``gguf``: merged weights as one GGUF (``--quant f32|bf16|f16|q8_0|…|base``) +
+an Ollama ``Modelfile``; ``gguf-lora``: the adapter as llama.cpp's LoRA GGUF + a
+``Modelfile``. A GGUF export prints its files and the ``ollama create`` line. A non-empty
+``--out`` is refused unless ``--force`` is given and it holds an earlier export of this tool (``adapters_lib.export.target``). The engine writes it (started
 on demand); ``--in-process`` writes it here.
 """
 
@@ -24,7 +27,7 @@ from workbench.commands._generation_args import (
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from adapters_lib.export.formats import DESCRIPTIONS, FORMATS
+    from adapters_lib.export.formats import DESCRIPTIONS, FORMATS, GGUF_QUANTS, LORA_QUANTS
 
     p = sub.add_parser("export", help="export a run's adapter or merged weights",
                        description="Export a run's checkpoint (default: the latest).")
@@ -34,8 +37,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--format", default="adapter", choices=FORMATS,
                    help="what to write (default: adapter). "
                         + "; ".join(f"{f}: {DESCRIPTIONS[f]}" for f in FORMATS))
+    p.add_argument("--quant", default="", metavar="Q",
+                   help=f"GGUF type: gguf {'|'.join(GGUF_QUANTS)} (default q8_0; base: the base "
+                        f"GGUF's tensors kept where untouched); gguf-lora {'|'.join(LORA_QUANTS)} "
+                        "(default f32)")
     p.add_argument("--out", metavar="DIR", help="output folder (default: <run>/adapter, <run>/merged, "
-                                                "<run>/merged-hf)")
+                                                "<run>/merged-hf, <run>/gguf, <run>/gguf-lora)")
     p.add_argument("--force", action="store_true",
                    help="replace --out when it holds an earlier export of gemma-workbench "
                         "(anything else is never replaced)")
@@ -50,14 +57,34 @@ def run(args: argparse.Namespace) -> int:
         from adapters_lib.tuned import export_run
 
         quiet_engine_logs()
-        result = export_run(args.run, args.format, step=args.step, out=args.out, force=args.force)
+        result = export_run(args.run, args.format, step=args.step, out=args.out, force=args.force,
+                            quant=args.quant)
     else:
+        from adapters_lib.export.formats import check_quant
+
+        check_quant(args.format, args.quant)  # before an engine is started
         with engine_client() as client:
             reply = client.export(run_ref(args.run), format=args.format, out=local_path(args.out),
-                                  step=-1 if args.step is None else args.step, force=args.force)
+                                  step=-1 if args.step is None else args.step, force=args.force,
+                                  quant=args.quant)
         result = dict(reply.result or {})
     if args.json:
         print(json.dumps(result))
     else:
         print(result["out"])
+        for line in gguf_lines(result):
+            print(line)
     return 0
+
+
+def gguf_lines(result: dict) -> list[str]:
+    """A GGUF export's files (size, tensor types), its Modelfile and the ``ollama create`` line."""
+    if "ollama_create" not in result:
+        return []
+    lines = []
+    for f in result.get("files", []):
+        types = ", ".join(f"{k} ×{v}" for k, v in (f.get("tensor_types") or {}).items())
+        lines.append(f"  {f['file']}  ({f.get('bytes', 0) / 1e6:.1f} MB; {types})")
+    lines.append(f"  {result['modelfile']}")
+    lines.append(f"Ollama: {result['ollama_create']}")
+    return lines

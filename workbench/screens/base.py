@@ -42,8 +42,8 @@ class EngineClient(Protocol):
     def compare(self, prompt: str, run_id: str, *, step: int = -1, max_tokens: int = 64,
                 temperature: float = 0.0, seed: int = 0,
                 chat: bool = True) -> Iterator[dict[str, Any]]: ...
-    def export(self, run_id: str, *, kind: str = "adapter", out: str = "",
-               step: int = -1) -> dict[str, Any]: ...
+    def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,
+               format: str = "", quant: str = "") -> dict[str, Any]: ...
 
 
 def error_text(err: BaseException) -> str:

@@ -286,7 +286,33 @@ class RunsScreen(WorkbenchScreen):
         self._act("resume", self.client.resume_run)
 
     def action_export(self) -> None:
-        self._act("export", lambda rid: self.client.export(rid, kind="adapter"))
+        """Choose a format (sizes estimated per quant type), then export it (#30)."""
+        r = self.current()
+        if r is None:
+            self.notify("no run selected", severity="warning")
+            return
+        rid = self.run_id(r)
+
+        def chosen(choice: tuple[str, str] | None) -> None:
+            if choice:
+                fmt, quant = choice
+                self.run_action_worker(f"export {fmt} {quant}".strip(), lambda run_id: self.client.export(
+                    run_id, format=fmt, quant=quant), rid)
+
+        self.export_dialog_worker(rid, chosen)
+
+    @work(thread=True, group="runs-action")
+    def export_dialog_worker(self, rid: str, chosen) -> None:
+        from workbench.screens.export_dialog import ExportScreen
+
+        config = self.configs.get(rid)
+        if not config:
+            record = self.engine(self.client.get_run, rid, metrics=False, events=False)
+            config = (record or {}).get("config") or {}
+        est = self.engine(self.client.estimate, config) if config else None  # sizes: counts only
+        counts = est if isinstance(est, dict) else getattr(est, "__dict__", {})
+        total, lora = counts.get("total_params"), counts.get("trainable_params")
+        self.ui(self.app.push_screen, ExportScreen(rid, config, total, lora), chosen)
 
     def action_delete(self) -> None:
         r = self.current()

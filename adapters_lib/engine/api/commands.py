@@ -335,9 +335,14 @@ class Export(Command):
     """Output folder; empty = <run dir>/adapter or <run dir>/merged."""
     step: int = -1
     format: str = ""
-    """"adapter", "gemma" or "hf" (``EXPORT_FORMATS``; "" = from ``kind``, else "adapter")."""
+    """"adapter", "gemma", "hf", "gguf" or "gguf-lora" (``EXPORT_FORMATS``; "" = from
+    ``kind``, else "adapter")."""
     force: bool = False
     """Replace ``out`` when it holds an earlier export of this tool (never anything else)."""
+    # ggufout (#30, additive)
+    quant: str = ""
+    """The GGUF formats' type (``export.formats.GGUF_QUANTS`` / ``LORA_QUANTS``; "" = the
+    format's default, q8_0 / f32); refused with the other formats."""
 
 
 COMMANDS: dict[str, type[Command]] = {

@@ -280,7 +280,8 @@ class ExportReply(Record):
     """What the export area wrote (paths, format, files)."""
     # gen (#16.3, additive): the one export vocabulary's name, and where it went
     format: str = ""
-    """"adapter", "gemma" or "hf" (``export.formats``)."""
+    """"adapter", "gemma", "hf", "gguf" or "gguf-lora" (``export.formats``); a GGUF
+    export's ``result`` adds ``quant``, ``files``, ``modelfile`` and ``ollama_create``."""
     out: str = ""
     step: int | None = None
 
