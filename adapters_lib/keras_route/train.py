@@ -53,13 +53,14 @@ def _keras_batch(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
 
 def make_optimizer(keras: Any, spec: Any):
     """AdamW on the gemma route's schedule; no decay on bias/scale; records the gradient norm."""
-    from adapters_lib.train.optimizer import make_schedule
+    from adapters_lib.train.optimizer import _kind, make_schedule, schedule_hparams, schedule_value
 
-    schedule_fn = make_schedule(spec)
+    schedule_fn = make_schedule(spec)  # numpy, on the host: the logged learning rate
+    hparams, kind = schedule_hparams(spec), _kind(spec)
 
     class Schedule(keras.optimizers.schedules.LearningRateSchedule):
-        def __call__(self, step):  # step: the optimizer's iterations Variable
-            return schedule_fn(keras.ops.convert_to_tensor(step))
+        def __call__(self, step):  # step: the optimizer's iterations Variable (traced in fit)
+            return schedule_value(keras.ops.convert_to_tensor(step), hparams, kind)
 
         def get_config(self) -> dict[str, Any]:
             return {}

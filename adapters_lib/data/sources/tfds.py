@@ -64,8 +64,9 @@ def locate(ref: DatasetRef, where: str) -> Path:
     found = versions(folder)
     if not found and folder.is_dir():
         configs = sorted(p.name for p in folder.iterdir() if p.is_dir() and versions(p))
-        if len(configs) == 1:
-            folder = folder / configs[0]
+        preferred = [c for c in ("plain_text", "default") if c in configs]
+        if len(configs) == 1 or preferred:  # tfds' first config is the default; these two are common
+            folder = folder / (preferred[0] if preferred else configs[0])
             found = versions(folder)
         elif configs:
             raise WorkbenchError(f"{ref.text}: {folder} holds several configs ({', '.join(configs)}); "
