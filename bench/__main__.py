@@ -44,7 +44,15 @@ def main(argv: list[str] | None = None) -> int:
         stood_in = import_stubs.install()
         if stood_in:
             print(f"[bench] standing in for missing packages: {', '.join(stood_in)}", file=sys.stderr)
-    from bench import catalog_scan, measures, mfu, real_270m, report, ui_measures  # noqa: F401 - each registers its measures
+    from bench import (  # noqa: F401 - each registers its measures
+        catalog_scan,
+        measures,
+        mfu,
+        quantized_270m,
+        real_270m,
+        report,
+        ui_measures,
+    )
 
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer steps/repetitions, and no demo-model twins of the real-270M rows "

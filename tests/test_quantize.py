@@ -102,3 +102,41 @@ def test_train_estimate_json_counts_the_quantized_base_as_the_device_holds_it(ca
     held = load_model(ModelSpec(quantize="int4")).params
     assert q["weights_bytes"] == quantize.device_bytes(held)
     assert q["weights_bytes"] < 0.3 * out["none"]["weights_bytes"]
+
+
+def test_a_sharded_int4_step_over_4_devices_equals_the_one_device_step(demo, lora_params, make_batch):
+    """The int4 base placed by the sharding rules on a (1, 2, 2) data×fsdp×tensor mesh (qvalues
+    like their weights, scales where their dims still divide): the first train step's loss,
+    grad norm and updated adapters equal those on one device."""
+    import jax
+    import numpy as np
+    import optax
+
+    from adapters_lib import mesh
+    from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+    from adapters_lib.models import quantize
+    from adapters_lib.train import step as step_lib
+
+    model, base = demo
+    qmodel = quantize.with_quantized_base(model)
+    copy = jax.tree.map(lambda x: jax.numpy.array(x, copy=True), base)  # quantize_params deletes
+    qbase = quantize.quantize_params(copy, "int4", config=model.config)
+    trainable = lora_params(LoraSpec(rank=4))
+    batch = make_batch(8, 32, seed=5, packed=True)
+    out = {}
+    for shape in ((1, 1, 1), (1, 2, 2)):
+        cfg = RunConfig(mesh=MeshSpec(*shape, devices=int(np.prod(shape))),
+                        data=DataSpec(max_length=32), lora=LoraSpec(rank=4),
+                        train=TrainSpec(batch_size=8))
+        steps = step_lib.build_steps(qmodel, cfg, optax.sgd(0.5), mesh.make_mesh(cfg.mesh), qbase,
+                                     trainable)
+        state, metrics = steps.train_step(steps.init_state(trainable), batch)
+        out[shape] = jax.device_get(metrics), jax.device_get(state.params), steps.base_params
+    (m1, p1, _), (m4, p4, placed) = out[(1, 1, 1)], out[(1, 2, 2)]
+    linear = placed["layer_0"]["mlp"]["linear"]  # (F, D): F on tensor, D on fsdp
+    assert len(linear.qvalue.sharding.device_set) == 4
+    assert tuple(linear.qvalue.sharding.spec) == ("tensor", "fsdp")
+    np.testing.assert_allclose(m4["loss"], m1["loss"], rtol=1e-5)
+    np.testing.assert_allclose(m4["grad_norm"], m1["grad_norm"], rtol=1e-4)
+    for got, want in zip(jax.tree.leaves(p4), jax.tree.leaves(p1), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-6)
