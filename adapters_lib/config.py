@@ -26,6 +26,9 @@ from adapters_lib.config_backends import check_backend_options
 from adapters_lib.errors import WorkbenchError
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+"""The projection targets every family has (the default)."""
+ALL_LORA_TARGETS = (*LORA_TARGETS, "experts")
+"""Every target a family may offer (``experts``: a MoE expert bank, Gemma 4; asked by name)."""
 SCHEDULES = ("constant", "linear", "cosine")
 DTYPES = ("float32", "bfloat16")
 BACKENDS = ("gemma", "keras")
@@ -287,7 +290,7 @@ def config_from_dict(
                 f"unknown section [{name}]", where=where(name), hint=checks.closest(name, list(SECTIONS))
             )
         sections[name] = checks.build_section(SECTIONS[name], name, value, where)
-    cfg = checks.check_values(RunConfig(**sections), where, lora_targets=LORA_TARGETS,
+    cfg = checks.check_values(RunConfig(**sections), where, lora_targets=ALL_LORA_TARGETS,
                               schedules=SCHEDULES, dtypes=DTYPES, backends=BACKENDS,
                               quantize_modes=QUANTIZE_MODES,
                               data_formats=DATA_FORMATS, eval_metrics=EVAL_METRICS)

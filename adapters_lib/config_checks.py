@@ -180,8 +180,8 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
     if d.truncation not in ("right", "drop"):
         fail("data", "truncation", f"data.truncation is {d.truncation!r}", 'expected "right" or "drop"')
     targets = lo.targets
-    if targets == ("all",):
-        targets = lora_targets
+    if targets == ("all",):  # every projection target; a MoE's ``experts`` is asked by name
+        targets = tuple(t for t in lora_targets if t != "experts")
     for tname in targets:
         if tname not in lora_targets:
             fail("lora", "targets", f"unknown LoRA target {tname!r}",

@@ -26,6 +26,7 @@ base weights (``W += scale · A·B`` per layout; in numpy, ``lora_fuse.py``), wh
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
@@ -58,7 +59,7 @@ def _einsum_kind(module: nn.Module) -> str | None:
 
 def _slice_in_out(kind: str, shape: tuple[int, ...]) -> tuple[int, int, str]:
     """(in features, out features, layout) of one target slice of a weight."""
-    if kind == "q_einsum":  # N D H: x[BTD] → [BTNH]
+    if kind in ("q_einsum", "k_einsum"):  # N D H (K D H): x[BTD] → [BTNH]
         n, d, h = shape
         return d, n * h, "d_nh"
     if kind in ("kv_einsum", "qkv_einsum"):  # C K D H
@@ -139,7 +140,7 @@ class TargetedLoRAEinsum(nn.Module):
         """``y`` plus the update, reshaped to ``y``'s layout (one elementwise add)."""
         shape = tuple(self.wrapped.shape)
         lead = delta.shape[:-1]
-        if self.kind == "q_einsum":  # y: B T N H
+        if self.kind in ("q_einsum", "k_einsum"):  # y: B T N H
             return y + delta.reshape(*lead, shape[0], shape[2]).astype(y.dtype)
         if self.kind in ("kv_einsum", "qkv_einsum"):  # y: C B T K H
             d = delta.reshape(*lead, shape[0], shape[1], shape[3])
@@ -186,7 +187,18 @@ def _wrapper_name(module: nn.Module) -> str:
     return LORA_PREFIX if module.weight_name == "w" else f"{LORA_PREFIX}_{module.weight_name}"
 
 
-def _replace_fn(spec: LoraSpec):
+def _layer_of(module: nn.Module) -> int | None:
+    """The ``layer_N`` index a bound module sits in (None outside the blocks)."""
+    scope = getattr(module, "scope", None)
+    for name in getattr(scope, "path", ()) or ():
+        if isinstance(name, str) and name.startswith("layer_") and name[6:].isdigit():
+            return int(name[6:])
+    return None
+
+
+def _replace_fn(spec: LoraSpec, kv_shared: frozenset[int] = frozenset()):
+    """``kv_shared``: layers that reuse an earlier layer's k/v (their own k/v projections are
+    computed and thrown away: an adapter there would never get a gradient, so none goes there)."""
     dtype = jnp.dtype(spec.dtype)
     einsums = families.layer_types("einsum")  # the family table's einsum classes
 
@@ -197,6 +209,8 @@ def _replace_fn(spec: LoraSpec):
         if kind is None:
             return module
         chosen = tuple(t for t in _EINSUM_TARGETS[kind] if t in spec.targets)
+        if kind in ("kv_einsum", "k_einsum") and kv_shared and _layer_of(module) in kv_shared:
+            chosen = ()
         if not chosen:
             return module
         return TargetedLoRAEinsum(
@@ -205,6 +219,16 @@ def _replace_fn(spec: LoraSpec):
         )
 
     return replace
+
+
+class _CallInterceptor(peft.ModuleInterceptor):
+    """gemma's interceptor, letting ``setup`` through: a setup-style module (the MoE expert
+    bank) is replaced at its first call, after its own submodules exist."""
+
+    def interceptor(self, next_fun, args, kwargs, context):
+        if context.method_name == "setup":
+            return next_fun(*args, **kwargs)
+        return super().interceptor(next_fun, args, kwargs, context)
 
 
 class LoRAModel(nn.Module):
@@ -224,7 +248,14 @@ class LoRAModel(nn.Module):
 
     @nn.compact
     def __call__(self, *args, **kwargs):
-        with peft.ModuleInterceptor(_replace_fn(self.spec)):
+        with contextlib.ExitStack() as stack:
+            banks = families.layer_types("moe")  # expert banks: the ``experts`` target
+            if banks and "experts" in self.spec.targets:
+                from adapters_lib import lora_experts
+
+                stack.enter_context(nn.intercept_methods(lora_experts.interceptor(
+                    banks, rank=self.spec.rank, scale=self.spec.scale, dtype=jnp.dtype(self.spec.dtype))))
+            stack.enter_context(_CallInterceptor(_replace_fn(self.spec, kv_shared_layers(self.model.config))))
             return self.model(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -238,6 +269,16 @@ def _traced_class(cls: type, spec: LoraSpec) -> type:
     # per LoRA spec keeps one trace per (model, spec) and never mixes two specs.
     tag = "_".join(spec.targets)
     return type(f"{cls.__name__}_LoRA_r{spec.rank}_{tag}", (cls,), {"__module__": cls.__module__})
+
+
+def kv_shared_layers(config: Any) -> frozenset[int]:
+    """Layers of a Gemma 4 config that reuse another layer's k/v (empty for other families)."""
+    share = getattr(config, "kv_cache_sharing_config", None)
+    if share is None:
+        return frozenset()
+    from adapters_lib.models.families.gemma4 import shared_kv_layers
+
+    return frozenset(shared_kv_layers(len(config.attention_types), share.frac_shared_layers))
 
 
 def _retrace(model: nn.Module, spec: LoraSpec) -> nn.Module:

@@ -42,11 +42,14 @@ def fuse_lora(params: Mapping[str, Any], spec: LoraSpec, transpose_gating: bool 
 
     def fuse_node(node: Mapping[str, Any]) -> dict:
         out: dict = {}
-        adapters = {k: v for k, v in node.items() if _is_lora_key(k)}
+        adapters = {k: v for k, v in node.items() if _is_lora_key(k) and not k.startswith(EXPERTS_KEY)}
+        experts = {k[len(EXPERTS_KEY) + 1:]: v for k, v in node.items() if k.startswith(EXPERTS_KEY + "_")}
         for key, value in node.items():
             if _is_lora_key(key):
                 continue
             out[key] = fuse_node(value) if isinstance(value, Mapping) else value
+        if experts:  # an expert bank (Gemma 4 MoE)
+            out["gating_einsum"], out["linear"] = fuse_experts(out["gating_einsum"], out["linear"], experts, scale)
         for key, ad in adapters.items():
             if key == LORA_PREFIX:  # attention einsum: weight is out["w"]
                 w = np.array(out["w"], np.float32)
@@ -54,7 +57,8 @@ def fuse_lora(params: Mapping[str, Any], spec: LoraSpec, transpose_gating: bool 
                 if w.ndim == 4:
                     kind = "qkv_einsum" if w.shape[0] == 3 else "kv_einsum"
                 else:
-                    kind = "attn_vec_einsum" if "o" in targets else "q_einsum"
+                    kind = ("attn_vec_einsum" if "o" in targets else
+                            "k_einsum" if "k" in targets else "q_einsum")
                 dtype = np.asarray(out["w"]).dtype
                 out["w"] = _fuse_weight(w, kind, ad, scale, transpose_gating).astype(dtype)
             else:
@@ -74,7 +78,7 @@ def _fuse_weight(w: np.ndarray, kind: str, adapters: Mapping[str, Any], scale: f
         if f"{target}_a" not in adapters:
             continue
         delta = _target_delta(adapters[f"{target}_a"], adapters[f"{target}_b"], scale)
-        if kind == "q_einsum":  # N D H ← (D, N*H)
+        if kind in ("q_einsum", "k_einsum"):  # N D H ← (D, N*H)
             n, d, h = w.shape
             w = w + delta.reshape(d, n, h).transpose(1, 0, 2)
         elif kind in ("kv_einsum", "qkv_einsum"):  # C K D H ← (D, K*H)
@@ -88,6 +92,27 @@ def _fuse_weight(w: np.ndarray, kind: str, adapters: Mapping[str, Any], scale: f
         elif kind == "linear":  # F D ← (F, D)
             w = w + delta
     return w
+
+
+EXPERTS_KEY = "lora_experts"
+
+
+def fuse_experts(gating: Mapping[str, Any], linear: Mapping[str, Any], ad: Mapping[str, Any],
+                 scale: float) -> tuple[dict, dict]:
+    """Fold the ``experts`` adapters (``{gate,up,down}_{a,b}``) into an expert bank: gating
+    ``w (E, 2, X, D)``, linear ``w (E, X, D)``."""
+    g = np.array(gating["w"], np.float32)
+    lin = np.array(linear["w"], np.float32)
+
+    def delta(name):
+        return scale * np.einsum("eir,ero->eio", np.asarray(ad[f"{name}_a"], np.float32),
+                                 np.asarray(ad[f"{name}_b"], np.float32))
+
+    g[:, 0] += delta("gate").transpose(0, 2, 1)
+    g[:, 1] += delta("up").transpose(0, 2, 1)
+    lin += delta("down")
+    return ({**gating, "w": g.astype(np.asarray(gating["w"]).dtype)},
+            {**linear, "w": lin.astype(np.asarray(linear["w"]).dtype)})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -111,7 +111,7 @@ def base_param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...
 
 def _family_of(config: Any) -> Any:
     """The family record a config belongs to (Gemma 2/3's layout for a plain TransformerConfig)."""
-    return families.family(str(_cfg(config, "family", "") or "gemma3"))
+    return families.family_of_config(config)
 
 
 def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool,

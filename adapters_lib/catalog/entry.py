@@ -44,6 +44,12 @@ class ModelEntry:
     """Words when tokenizer and model disagree by more than padding rows; else empty."""
     note: str = ""
     """Something to know about an ``ok`` entry (``reason`` stays empty when ok)."""
+    params_effective: int | None = None
+    """E-models: params that compute per token (the per-layer embedding table aside)."""
+    params_active: int | None = None
+    """MoE: params used per token (top-k of the experts)."""
+    towers: tuple[str, ...] = ()
+    """Media towers the checkpoint holds (``vision``, ``audio``): present, never trained."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "family": self.family, "size": self.size, "variant": self.variant,
@@ -51,7 +57,9 @@ class ModelEntry:
                 "bytes": self.bytes, "params": self.params, "status": self.status,
                 "reason": self.reason, "source": self.source, "quant": self.quant,
                 "vocab_rows": self.vocab_rows, "tokenizer_pieces": self.tokenizer_pieces,
-                "tokenizer_mismatch": self.tokenizer_mismatch, "note": self.note}
+                "tokenizer_mismatch": self.tokenizer_mismatch, "note": self.note,
+                "params_effective": self.params_effective, "params_active": self.params_active,
+                "towers": list(self.towers)}
 
     def fail(self, status: str, reason: str) -> ModelEntry:
         """Record the first problem found (later ones do not overwrite it)."""
@@ -98,4 +106,10 @@ def set_arch(entry: ModelEntry, arch: Arch) -> None:
     entry.arch = arch
     entry.family = arch.family
     entry.size = families.size_of(arch)
+    if arch.family == "gemma4":  # effective (E-models) and active per token (MoE)
+        entry.params_effective = arch.effective_params()  # type: ignore[attr-defined]
+        entry.params_active = arch.active_params()  # type: ignore[attr-defined]
+        entry.towers = tuple(arch.towers)  # type: ignore[attr-defined]
+        if entry.towers:
+            entry.note = entry.note or f"{' and '.join(entry.towers)} tower present, not trained"
     entry.vocab_rows = arch.vocab_size

@@ -15,7 +15,7 @@ from adapters_lib.catalog.keras_preset import inspect_keras
 from adapters_lib.catalog.orbax_meta import orbax_shapes, read_json
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.models import families
-from adapters_lib.models.families import ArchError
+from adapters_lib.models.families import ArchError, gemma4
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +193,6 @@ def _inspect_orbax(entry: ModelEntry, folder: Path, ckpt: Path) -> None:
     try:
         shapes = orbax_shapes(ckpt)
         entry.params = families.shape_param_count(shapes)
-        if entry.family == "gemma4":
-            raise ArchError("Gemma 4 checkpoints are listed; this build loads Gemma 2 and 3 only",
-                            "unsupported", "gemma4")
         config_file = next((p / "config.json" for p in (folder, ckpt)
                             if (p / "config.json").is_file()), None)
         if config_file is not None:
@@ -207,6 +204,8 @@ def _inspect_orbax(entry: ModelEntry, folder: Path, ckpt: Path) -> None:
                 if shapes_n.get(path) != shape:
                     raise ArchError(f"{'/'.join(path)} has shape {shapes_n.get(path)}, "
                                     f"config.json implies {shape}", "unsupported", arch.family)
+        elif entry.family == "gemma4" or any("k_einsum" in k or "skip_scale" in k for k in shapes):
+            arch = gemma4.from_shapes(shapes)
         else:
             arch = families.from_shapes(shapes)
         set_arch(entry, arch)

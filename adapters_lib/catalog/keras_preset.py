@@ -46,5 +46,8 @@ def inspect_keras(entry: ModelEntry, folder: Path) -> None:
             entry.fail("incomplete", "Keras preset without model.weights.h5")
         elif entry.tokenizer is None:
             entry.fail("incomplete", "Keras preset without assets/tokenizer/vocabulary.spm")
+        elif entry.family == "gemma4":  # `ok` only for what loads: neither route reads it yet
+            entry.fail("unsupported", "a Keras Gemma 4 preset: this build loads Gemma 4 from HF "
+                       "safetensors (gemma route) and Keras presets of Gemma 2/3 only")
     except ArchError as e:
         entry.fail(e.status, e.reason)

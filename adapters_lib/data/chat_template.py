@@ -30,7 +30,11 @@ GEMMA3_MARKERS = (START, END)
 """Turn markers of Gemma 2 and 3 (ids 106/107 and 105/106)."""
 GEMMA4_MARKERS = ("<|turn>", "<turn|>")
 """Gemma 4 writes the same template with these markers."""
-ROLE_NAME = {"user": "user", "assistant": "model", "model": "model"}
+ROLE_NAME = {"user": "user", "assistant": "model", "model": "model", "system": "system"}
+SYSTEM_ROLE_MARKERS = (GEMMA4_MARKERS,)
+"""Templates with a real system turn (Gemma 4; ``Family.chat.system_role``). The others fold a
+system message into the first user turn. Gemma 4's thinking stays off: no ``<|think|>`` is
+written, and no thinking channel is ever a trained piece."""
 
 
 def fold_system(messages: Sequence[dict[str, str]]) -> list[dict[str, str]]:
@@ -56,7 +60,8 @@ def pieces(messages: Sequence[dict[str, str]], loss_on: str = "model", *,
     start, end = markers
     out: list[tuple[str, bool, bool]] = []
     every = loss_on == "all"
-    for m in fold_system(messages):
+    turns = list(messages) if markers in SYSTEM_ROLE_MARKERS else fold_system(messages)
+    for m in turns:
         role = ROLE_NAME[m["role"]]
         out.append((f"{start}{role}\n", every, False))
         if role == "model":
@@ -78,7 +83,8 @@ def segments(messages: Sequence[dict[str, str]], loss_on: str = "model", *,
 def marker_pieces(markers: tuple[str, str] = GEMMA3_MARKERS) -> set[str]:
     """The fixed template pieces (everything ``segments`` yields that is not content)."""
     start, end = markers
-    return {f"{start}user\n", f"{start}model\n", end, f"{end}\n", "\n"}
+    system = {f"{start}system\n"} if markers in SYSTEM_ROLE_MARKERS else set()
+    return {f"{start}user\n", f"{start}model\n", end, f"{end}\n", "\n"} | system
 
 
 def render(messages: Sequence[dict[str, str]], *, markers: tuple[str, str] = GEMMA3_MARKERS) -> str:

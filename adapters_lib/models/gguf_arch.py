@@ -26,7 +26,7 @@ from adapters_lib.models import families
 from adapters_lib.models.families import Arch, ArchError
 from adapters_lib.models.gguf_info import GGUFInfo
 
-SUPPORTED = tuple(a for f in families.FAMILY.values() if f.loads for a in f.gguf_arches)
+SUPPORTED = ("gemma2", "gemma3")  # GGUF arches this build maps (gemma4/gemma3n GGUFs: listed, refused)
 
 # llama.cpp's names for architectures a user may hold, for the refusal line
 _KNOWN_NAMES = {"gemma": "Gemma 1", "gemma3n": "Gemma 3n", "gemma4": "Gemma 4",

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters_lib.models.families import Arch, hf_config_for
+from adapters_lib.models.families import Arch, gemma4, gemma4_hf, hf_config_for
 from adapters_lib.models.families.arch import arch_from_transformer_config
 from adapters_lib.models.hf_layout import (  # noqa: F401 - re-exported
     _NORMS,
@@ -66,6 +66,8 @@ Fetch = Callable[[str], np.ndarray]
 
 def leaf_plan(arch: Arch) -> list[tuple[tuple[str, ...], list[str], Callable[..., np.ndarray]]]:
     """For each gemma leaf: its path, the HF names it is made of, and how (exact ops only)."""
+    if isinstance(arch, gemma4.Gemma4Arch):
+        return gemma4_hf.leaf_plan(arch)
     n, k, h, d, _f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
 
     def q(w):  # (N·H, D) → (N, D, H)
@@ -115,6 +117,8 @@ def leaf_plan(arch: Arch) -> list[tuple[tuple[str, ...], list[str], Callable[...
 
 def gemma_shapes(arch: Arch) -> dict[tuple[str, ...], tuple[int, ...]]:
     """The gemma param shapes of ``arch`` (without building the model)."""
+    if isinstance(arch, gemma4.Gemma4Arch):
+        return dict(gemma4.param_shapes(arch.transformer_config_fields()))
     n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
     out: dict[tuple[str, ...], tuple[int, ...]] = {
         ("embedder", "input_embedding"): (arch.vocab_size, d), ("final_norm", "scale"): (d,)}
@@ -141,7 +145,8 @@ def hf_to_gemma(tensors: Mapping[str, np.ndarray], arch: Arch) -> dict[str, Any]
     prefix = hf_prefix(tensors)
     tree: dict[str, Any] = {}
     for path, names, fn in leaf_plan(arch):
-        value = fn(*(np.asarray(tensors[prefix + x]) for x in names))
+        value = fn(*(np.asarray(tensors[prefix + x]) if prefix + x in tensors else omitted(x, arch)
+                     for x in names))
         node = tree
         for part in path[:-1]:
             node = node.setdefault(part, {})
@@ -157,7 +162,9 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
     LoRA adapters must be fused first (``adapters_lib.lora.fuse_lora``).
     """
     if arch is None:
-        arch = arch_from_transformer_config(transformer_config, family, params)
+        arch = arch_from_config(transformer_config, family)
+    if isinstance(arch, gemma4.Gemma4Arch):
+        return gemma4_hf.gemma_to_hf(params, arch)
     n, k, h, d = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim
 
     def get(*path: str) -> np.ndarray:
@@ -192,6 +199,21 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
         out[f"{p}mlp.up_proj.weight"] = up
         out[f"{p}mlp.down_proj.weight"] = get(lay, "mlp", "linear").T
     return {name: np.ascontiguousarray(v) for name, v in out.items()}
+
+
+def omitted(hf_name: str, arch: Arch) -> np.ndarray:
+    """A tensor the checkpoint may leave out, as the library expects it (else KeyError)."""
+    fill = gemma4_hf.omitted_fill(hf_name, arch) if isinstance(arch, gemma4.Gemma4Arch) else None
+    if fill is None:
+        raise KeyError(hf_name)
+    return fill
+
+
+def arch_from_config(config: Any, family: str) -> Arch:
+    """An ``Arch`` from a gemma model config of any family that exports."""
+    if family == "gemma4":
+        return gemma4.arch_from_config(config)
+    return arch_from_transformer_config(config, family)
 
 
 def save_hf(folder: Path, tensors: Mapping[str, np.ndarray], config: Mapping[str, Any], *,
@@ -240,7 +262,7 @@ def export_hf(folder: Path, params: Mapping[str, Any], transformer_config: Any, 
     """
     import shutil
 
-    arch = arch_from_transformer_config(transformer_config, family)
+    arch = arch_from_config(transformer_config, family)
     tensors = gemma_to_hf(params, arch=arch)
     if dtype:
         if dtype not in _CODES:

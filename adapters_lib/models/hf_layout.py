@@ -26,6 +26,10 @@ _NORMS = family("gemma3").hf_norms
 
 def hf_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     """The HF tensor shapes (``model.`` prefix) of ``arch``."""
+    if arch.family == "gemma4":
+        from adapters_lib.models.families import gemma4_hf
+
+        return {f"model.{k}": v for k, v in gemma4_hf.hf_shapes(arch).items()}  # type: ignore[arg-type]
     n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
     out = {"model.embed_tokens.weight": (arch.vocab_size, d), "model.norm.weight": (d,)}
     norms = family(arch.family).hf_norms
@@ -52,11 +56,23 @@ def check_hf_shapes(arch: Arch, shapes: Mapping[str, tuple[int, ...]]) -> str | 
         prefix = hf_prefix(shapes)
     except KeyError:
         return "no embed_tokens.weight tensor: not a Gemma causal LM"
+    omitted = _omitted(arch)
     for name, shape in hf_shapes(arch).items():
         theirs = shapes.get(prefix + name[len("model."):])
+        if theirs is None and omitted(name[len("model."):]):
+            continue  # a KV-shared layer's k/v that transformers' save drops
         if theirs is None:
             return f"tensor {prefix + name[len('model.'):]} missing"
         if tuple(theirs) != shape:
             return (f"tensor {prefix + name[len('model.'):]} has shape {tuple(theirs)}, "
                     f"config.json implies {shape}")
     return None
+
+
+def _omitted(arch: Arch):
+    """name → True when the checkpoint may omit that tensor (Gemma 4's KV-shared k/v)."""
+    if arch.family != "gemma4":
+        return lambda name: False
+    from adapters_lib.models.families import gemma4_hf
+
+    return lambda name: gemma4_hf.omitted_fill(name, arch) is not None  # type: ignore[arg-type]

@@ -185,6 +185,7 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
         SafetensorsError,
         hf_prefix,
         leaf_plan,
+        omitted,
     )
 
     try:
@@ -195,9 +196,13 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
     fn = _sharding_fn(sharding)
     dtype = np.dtype(jax.numpy.dtype(param_dtype))
     tree: dict[str, Any] = {}
+    def read(name: str) -> np.ndarray:
+        if prefix + name in tensors.where:
+            return tensors.get(prefix + name)
+        return omitted(name, arch)  # a KV-shared layer's k/v that the save dropped
+
     for path, names, convert in leaf_plan(arch):
-        value = aligned(np.asarray(convert(*(tensors.get(prefix + n) for n in names)))
-                        .astype(dtype, copy=False))
+        value = aligned(np.asarray(convert(*(read(n) for n in names))).astype(dtype, copy=False))
         keys = tuple(jax.tree_util.DictKey(p) for p in path)
         placed = jax.device_put(value, fn(keys, jax.ShapeDtypeStruct(value.shape, value.dtype)))
         node = tree

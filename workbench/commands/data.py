@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tokens per sequence, as [data] max_length (default: 512, as in eval)")
     c.add_argument("--tokenizer", metavar="PATH",
                    help="a SentencePiece tokenizer.model (default: the demo tokenizer)")
+    c.add_argument("--model", metavar="ID",
+                   help="preview with that model's tokenizer and chat template (a catalog id or "
+                        "path: gemma-workbench models)")
     c.add_argument("--loss-on", default="model", choices=("model", "all"),
                    help="which tokens the loss is on: the model turns of chat records (default) "
                         "or every token")
@@ -73,6 +76,20 @@ def _field_map(items: list[str], flag: str = "--field",
     return out
 
 
+def _model_tokenizer(model_id: str) -> str:
+    """The tokenizer.model of a catalog entry (its family's template follows from its vocabulary:
+    Gemma 4's ``<|turn>``, Gemma 2/3's ``<start_of_turn>``)."""
+    from adapters_lib.catalog import ensure_tokenizer, resolve
+    from adapters_lib.errors import WorkbenchError
+
+    entry = resolve(model_id)
+    path = entry.tokenizer or (ensure_tokenizer(entry) if entry.format == "gguf" else None)
+    if not path:
+        raise WorkbenchError(f"model {model_id!r} has no tokenizer.model", where="--model",
+                             hint="pass --tokenizer PATH, or pick another model (gemma-workbench models)")
+    return str(path)
+
+
 def run_check(args: argparse.Namespace) -> int:
     from adapters_lib.data import check_file
     from adapters_lib.errors import WorkbenchError
@@ -85,6 +102,8 @@ def run_check(args: argparse.Namespace) -> int:
             raise WorkbenchError(f"--preview is {args.preview}", where="--preview",
                                  hint="use 0 (none) or a number of examples")
         tokenizer = None
+        if getattr(args, "model", None) and not args.tokenizer:
+            args.tokenizer = _model_tokenizer(args.model)
         if args.tokenizer:
             from adapters_lib.data.tokenize import TokenCodec
 

@@ -193,13 +193,32 @@ def shape_param_count(shapes: Mapping[str, tuple[int, ...]]) -> int:
 # --------------------------------------------------------------------------- gemma model
 
 
+def family_of_config(config: Any) -> Family:
+    """The family a gemma config (or a mapping of its fields with ``family``) belongs to."""
+    if isinstance(config, Mapping):
+        return family(str(config.get("family") or "gemma3"))
+    if type(config).__module__.startswith("gemma.gm.nn.gemma4"):
+        return gemma4.FAMILY
+    return family(str(getattr(config, "family", "") or "gemma3"))
+
+
 @functools.cache
 def model_class(arch: Arch) -> type:
-    """A ``gm.nn.Transformer`` subclass carrying ``arch`` (one class per arch, reused)."""
+    """A gemma model class carrying ``arch`` (one class per arch, reused): a
+    ``gm.nn.Transformer`` subclass, or ``gm.nn.gemma4``'s ``Transformer`` for Gemma 4."""
     from gemma import gm
 
     known = match_known(arch)
     name = known[1] if known and known[1] != "demo" else f"{arch.family.capitalize()}Custom"
+    if arch.family == "gemma4":
+        from gemma.gm.nn.gemma4 import _transformer
+
+        class Model4(_transformer.Transformer):  # type: ignore[misc, valid-type]
+            config: Any = arch.transformer_config()
+            INFO = _transformer.ModelInfo(tokenizer_version=4)
+
+        Model4.__name__ = Model4.__qualname__ = name
+        return Model4
 
     class Model(gm.nn.Transformer):  # type: ignore[misc, valid-type]
         config: gm.nn.config.TransformerConfig = arch.transformer_config()

@@ -1,21 +1,392 @@
-"""Gemma 4 (text tower): the family record.
+"""Gemma 4 (text tower): its architecture record, sizes, LoRA targets, sharding, memory term.
 
 gemma's own modules (``gemma.gm.nn.gemma4``): RMSNorm multiplies by ``scale`` (not ``1 + scale``),
-k=v global layers (one ``k_einsum``), partial rotary on global layers, MoE with an expert bank
-behind ``jax.lax.ragged_dot``, E-models with per-layer inputs and KV sharing. Its own chat
-format: ``<|turn>role … <turn|>`` with a real system role and a thinking channel.
+k=v global layers (one ``k_einsum``), partial rotary on global layers, a MoE block (an expert
+bank behind ``jax.lax.ragged_dot`` plus a shared dense ``mlp2``), E-models with per-layer inputs
+(``per_layer_embeddings``) and KV sharing (the last layers reuse an earlier layer's k/v). Its own
+chat format: ``<|turn>role … <turn|>`` with a real system role and a thinking channel. The HF
+name map is ``gemma4_hf``.
 """
 
 from __future__ import annotations
 
-from adapters_lib.models.families.arch import ChatTemplate, Family
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from adapters_lib.models.families.arch import Arch, ArchError, Axis, ChatTemplate, Family, LoraSlot
+
+
+@dataclasses.dataclass(frozen=True)
+class Gemma4Arch(Arch):
+    """An ``Arch`` with what Gemma 4 adds (defaults: a dense model without them)."""
+
+    global_head_dim: int = 0
+    """Key size of the global layers (gemma's ``global_key_size``; 0 = ``head_dim``)."""
+    num_global_kv_heads: int = 0
+    """KV heads of the global layers (0 = ``num_kv_heads``)."""
+    k_eq_v_global: bool = False
+    """Global layers use one projection for keys and values (``k_einsum``)."""
+    global_rope_proportion: float = 0.25
+    local_rope_proportion: float = 1.0
+    per_layer_input_dim: int = 0
+    """E-models: per-layer input width (0 = none)."""
+    kv_shared_layers: int = 0
+    """The last ``n`` layers reuse an earlier layer's keys and values."""
+    kv_shared_ffw_hidden: int = 0
+    """MLP width of the KV-shared layers (0 = ``hidden_dim``; E2B doubles it)."""
+    num_experts: int = 0
+    expert_dim: int = 0
+    top_k_experts: int = 0
+    towers: tuple[str, ...] = ()
+    """Media towers the checkpoint holds (``vision``, ``audio``): listed, never trained."""
+
+    @property
+    def tokenizer_version(self) -> int:
+        return 4
+
+    @property
+    def moe(self) -> bool:
+        return self.num_experts > 0
+
+    def shared_kv(self) -> tuple[int, ...]:
+        """Layers whose k/v come from an earlier layer (gemma's rule, float for float)."""
+        return shared_kv_layers(self.num_layers, self.kv_shared_layers / self.num_layers
+                                if self.kv_shared_layers else 0.0)
+
+    def dims(self) -> tuple[int, ...]:
+        return (*super().dims(), self.global_head_dim, self.num_global_kv_heads,
+                self.per_layer_input_dim, self.num_experts, self.expert_dim)
+
+    def param_count(self) -> int:
+        return sum(_numel(s) for _, s in param_shapes(self.transformer_config_fields()))
+
+    def effective_params(self) -> int:
+        """Params that compute per token, the per-layer embedding table aside (E-models)."""
+        table = self.vocab_size * self.num_layers * self.per_layer_input_dim
+        return self.param_count() - table
+
+    def active_params(self) -> int:
+        """Params used per token (MoE: ``top_k`` of the experts)."""
+        if not self.moe:
+            return self.effective_params()
+        bank = self.num_layers * self.num_experts * 3 * self.expert_dim * self.embed_dim
+        return self.effective_params() - bank + bank * self.top_k_experts // self.num_experts
+
+    def describe(self) -> str:
+        extra = []
+        if self.moe:
+            extra.append(f"{self.num_experts} experts top-{self.top_k_experts}")
+        if self.per_layer_input_dim:
+            extra.append(f"per-layer inputs {self.per_layer_input_dim}")
+        if self.kv_shared_layers:
+            extra.append(f"{self.kv_shared_layers} KV-shared layers")
+        return super().describe() + "".join(f", {e}" for e in extra)
+
+    def transformer_config_fields(self) -> dict[str, Any]:
+        """The gemma ``TransformerConfig`` fields, as plain values (no gemma import)."""
+        frac = self.kv_shared_layers / self.num_layers if self.kv_shared_layers else 0.0
+        return dict(
+            num_embed=self.vocab_size, embed_dim=self.embed_dim, hidden_dim=self.hidden_dim,
+            num_heads=self.num_heads, head_dim=self.head_dim, num_kv_heads=self.num_kv_heads,
+            final_logit_softcap=self.final_logit_softcap, use_post_attn_norm=True,
+            use_post_ffw_norm=True,
+            attention_types=tuple("GLOBAL" if a == "global" else "LOCAL_SLIDING" for a in self.attention),
+            attn_logits_soft_cap=self.attn_logit_softcap,
+            sliding_window_size=self.sliding_window, qk_norm_with_scale=True,
+            num_global_kv_heads=self.num_global_kv_heads or None,
+            global_key_size=self.global_head_dim or None, k_eq_v_global=self.k_eq_v_global,
+            global_rope_proportion=self.global_rope_proportion,
+            local_rope_proportion=self.local_rope_proportion,
+            local_base_frequency=int(self.local_rope), global_base_frequency=int(self.global_rope),
+            local_scale_factor=self.local_rope_scale, global_scale_factor=self.global_rope_scale,
+            per_layer_input_dim=self.per_layer_input_dim, kv_shared_fraction=frac,
+            override_kv_shared_ffw_hidden=self.kv_shared_ffw_hidden or None,
+            enable_moe=self.moe, num_experts=self.num_experts, expert_dim=self.expert_dim,
+            top_k_experts=self.top_k_experts or 8,
+            moe_dense_hidden_dim=self.hidden_dim if self.moe else 0, family="gemma4")
+
+    def transformer_config(self) -> Any:
+        """gemma's ``gemma4`` ``TransformerConfig`` (imports gemma; text only)."""
+        from gemma.gm.nn.gemma4 import _config, _modules
+
+        f = self.transformer_config_fields()
+        kinds = {"local": _modules.AttentionType.LOCAL_SLIDING, "global": _modules.AttentionType.GLOBAL}
+        f["attention_types"] = tuple(kinds[a] for a in self.attention)
+        frac = f.pop("kv_shared_fraction")
+        f.pop("family")
+        f["kv_cache_sharing_config"] = (_config.KVCacheSharingConfig(
+            frac_shared_layers=frac, share_global=True, share_local=True) if frac else None)
+        return _config.TransformerConfig(**f, vision_encoder=None, audio_encoder=None)
+
+
+def arch_from_config(config: Any) -> Gemma4Arch:
+    """A ``Gemma4Arch`` from gemma's Gemma 4 ``TransformerConfig`` (the inverse of
+    ``Gemma4Arch.transformer_config``)."""
+    kinds = tuple("global" if _is_global(a) else "local" for a in config.attention_types)
+    share = config.kv_cache_sharing_config
+    shared = len(shared_kv_layers(len(kinds), share.frac_shared_layers)) if share is not None else 0
+    return Gemma4Arch(
+        "gemma4", len(kinds), config.embed_dim, config.hidden_dim, config.num_heads, config.head_dim,
+        config.num_kv_heads, config.num_embed, kinds, config.sliding_window_size, use_qk_norm=True,
+        transpose_gating=True, query_pre_attn_scalar=1.0, final_logit_softcap=config.final_logit_softcap,
+        attn_logit_softcap=config.attn_logits_soft_cap, local_rope=config.local_base_frequency,
+        global_rope=config.global_base_frequency, local_rope_scale=config.local_scale_factor,
+        global_rope_scale=config.global_scale_factor, global_head_dim=config.global_key_size or 0,
+        num_global_kv_heads=config.num_global_kv_heads or 0, k_eq_v_global=config.k_eq_v_global,
+        global_rope_proportion=config.global_rope_proportion or 1.0,
+        local_rope_proportion=config.local_rope_proportion or 1.0,
+        per_layer_input_dim=config.per_layer_input_dim, kv_shared_layers=shared,
+        kv_shared_ffw_hidden=config.override_kv_shared_ffw_hidden or 0,
+        num_experts=config.num_experts if config.enable_moe else 0,
+        expert_dim=config.expert_dim if config.enable_moe else 0,
+        top_k_experts=config.top_k_experts if config.enable_moe else 0)
+
+
+def from_shapes(shapes: Mapping[str, tuple[int, ...]]) -> Gemma4Arch:
+    """The known Gemma 4 size whose text-tower tree has exactly these shapes (an orbax
+    checkpoint, flat or nested keys; vision/audio params ignored), else ``ArchError``."""
+    def norm(key: str) -> str:
+        key = key.replace(".", "/").removeprefix("transformer/")
+        return key[:-2] if key.endswith("/w") else key
+
+    theirs = {norm(k): tuple(v) for k, v in shapes.items()}
+    towers = tuple(t for t in ("vision", "audio") if any(t in k for k in theirs))
+    for _, (_, known) in KNOWN.items():
+        want = {norm("/".join(p)): s for p, s in param_shapes(known.transformer_config_fields())}  # type: ignore[attr-defined]
+        vocab = theirs.get("embedder/input_embedding", (0,))[0]
+        want["embedder/input_embedding"] = (vocab, known.embed_dim)
+        if all(theirs.get(k) == v for k, v in want.items() if not k.startswith("embedder/per_layer_emb")):
+            return dataclasses.replace(known, vocab_size=vocab, towers=towers)  # type: ignore[return-value]
+    raise ArchError("Gemma 4 shapes match no known size; put a config.json beside the checkpoint",
+                    "unsupported", "gemma4")
+
+
+def shared_kv_layers(num_layers: int, frac: float, types: tuple[str, ...] | None = None) -> tuple[int, ...]:
+    """gemma's ``create_kv_cache_sharing_patterns`` (global and local both shared): the layers
+    that reuse another's k/v."""
+    if not frac:
+        return ()
+    unshared = int(num_layers - frac * num_layers)
+    return tuple(range(unshared, num_layers))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
+def _cfg(config: Any, name: str, default: Any = None) -> Any:
+    if isinstance(config, Mapping):
+        return config.get(name, default)
+    return getattr(config, name, default)
+
+
+def _is_global(kind: Any) -> bool:
+    return str(getattr(kind, "name", kind)).upper() in ("GLOBAL", "ATTENTIONTYPE.GLOBAL")
+
+
+def _frac(config: Any) -> float:
+    if "kv_shared_fraction" in (config if isinstance(config, Mapping) else {}):
+        return float(config["kv_shared_fraction"])
+    share = _cfg(config, "kv_cache_sharing_config")
+    return float(getattr(share, "frac_shared_layers", 0.0)) if share is not None else 0.0
+
+
+def param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    """(path, shape) of every text-tower weight of a Gemma 4 config (gemma's tree; every
+    expert resident, the per-layer embedding table included)."""
+    g = _getter(config)
+    v, d, f, n, h, k = (g("num_embed"), g("embed_dim"), g("hidden_dim"), g("num_heads"),
+                        g("head_dim"), g("num_kv_heads"))
+    gh, gk = g("global_key_size") or h, g("num_global_kv_heads") or k
+    p, e, x = g("per_layer_input_dim"), g("num_experts") if _cfg(config, "enable_moe") else 0, g("expert_dim")
+    types = tuple(_cfg(config, "attention_types"))
+    layers = len(types)
+    shared = set(shared_kv_layers(layers, _frac(config)))
+    wide = g("override_kv_shared_ffw_hidden")
+    out: list[tuple[tuple[str, ...], tuple[int, ...]]] = [
+        (("embedder", "input_embedding"), (v, d)), (("final_norm", "scale"), (d,))]
+    if p:
+        out += [(("embedder", "per_layer_embeddings"), (v, layers, p)),
+                (("embedder", "per_layer_model_projection", "w"), (d, layers, p)),
+                (("embedder", "per_layer_projection_norm", "scale"), (p,))]
+    for i, kind in enumerate(types):
+        lay = f"layer_{i}"
+        glob = _is_global(kind)
+        hh, kk = (gh, gk) if glob else (h, k)
+        out.append(((lay, "attn", "q_einsum", "w"), (n, d, hh)))
+        if glob and _cfg(config, "k_eq_v_global", False):
+            out.append(((lay, "attn", "k_einsum", "w"), (kk, d, hh)))
+        else:
+            out.append(((lay, "attn", "kv_einsum", "w"), (2, kk, d, hh)))
+        out.append(((lay, "attn", "attn_vec_einsum", "w"), (n, hh, d)))
+        out += [((lay, "attn", "query_norm", "scale"), (hh,)), ((lay, "attn", "key_norm", "scale"), (hh,))]
+        ff = wide if (i in shared and wide) else f
+        norms = ["pre_attention_norm", "post_attention_norm", "pre_ffw_norm", "post_ffw_norm"]
+        if e:
+            out += [((lay, "mlp", "router_logits", "w"), (d, e)),
+                    ((lay, "mlp", "gating_einsum", "w"), (e, 2, x, d)),
+                    ((lay, "mlp", "linear", "w"), (e, x, d)),
+                    ((lay, "mlp", "per_expert_scale"), (e,)), ((lay, "mlp", "router_scale"), (d,)),
+                    ((lay, "mlp2", "gating_einsum"), (2, ff, d)), ((lay, "mlp2", "linear"), (ff, d))]
+            norms += ["pre_ffw2_norm", "post_ffw1_norm", "post_ffw2_norm"]
+        else:
+            out += [((lay, "mlp", "gating_einsum"), (2, ff, d)), ((lay, "mlp", "linear"), (ff, d))]
+        if p:
+            out += [((lay, "per_layer_input_gate", "w"), (d, p)), ((lay, "per_layer_projection", "w"), (p, d))]
+            norms.append("post_per_layer_input_norm")
+        out += [((lay, nm, "scale"), (d,)) for nm in norms]
+        out.append(((lay, "skip_scale"), (1,)))
+    return out
+
+
+def _getter(config: Any):
+    def g(name: str) -> int:
+        return int(_cfg(config, name, 0) or 0)
+    return g
+
+
+def _g4(layers, d, f, n, h, k, *, window, pattern, gk=0, kv_eq=False, ple=0, shared=0, wide=0,
+        experts=0, expert_dim=0, top_k=0, vocab=262_144) -> Gemma4Arch:
+    attention = tuple(pattern[i % len(pattern)] for i in range(layers))
+    return Gemma4Arch("gemma4", layers, d, f, n, h, k, vocab, attention, window, use_qk_norm=True,
+                      transpose_gating=True, query_pre_attn_scalar=1.0, final_logit_softcap=30.0,
+                      local_rope=10_000, global_rope=1_000_000, global_head_dim=512,
+                      num_global_kv_heads=gk, k_eq_v_global=kv_eq, per_layer_input_dim=ple,
+                      kv_shared_layers=shared, kv_shared_ffw_hidden=wide, num_experts=experts,
+                      expert_dim=expert_dim, top_k_experts=top_k)
+
+
+# --------------------------------------------------------------------------- HF config.json
+
+HF_DEFAULTS = {"vocab_size": 262_144, "hidden_size": 2304, "intermediate_size": 9216,
+               "num_hidden_layers": 30, "num_attention_heads": 8, "num_key_value_heads": 4,
+               "head_dim": 256, "sliding_window": 512, "final_logit_softcapping": None,
+               "hidden_size_per_layer_input": 256, "attention_k_eq_v": False,
+               "num_kv_shared_layers": 0, "enable_moe_block": False, "use_double_wide_mlp": False,
+               "global_head_dim": 512}
+
+
+def from_hf_config(cfg: Mapping[str, Any]) -> Gemma4Arch:
+    """The text tower of a Gemma 4 ``config.json`` (``gemma4`` with ``text_config``, or ``gemma4_text``)."""
+    towers = tuple(t for t in ("vision", "audio") if isinstance(cfg.get(f"{t}_config"), Mapping))
+    if isinstance(cfg.get("text_config"), Mapping):
+        cfg = cfg["text_config"]
+    cfg = {**HF_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+    try:
+        layers, d, f = int(cfg["num_hidden_layers"]), int(cfg["hidden_size"]), int(cfg["intermediate_size"])
+        n, k, h = int(cfg["num_attention_heads"]), int(cfg["num_key_value_heads"]), int(cfg["head_dim"])
+        vocab = int(cfg["vocab_size"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise ArchError(f"config.json lacks or garbles {e}", "unreadable", "gemma4") from None
+    types = cfg.get("layer_types") or ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention"
+                                       for i in range(layers)]
+    attention = tuple("local" if t == "sliding_attention" else "global" for t in types)
+    if len(attention) != layers:
+        raise ArchError(f"layer_types has {len(attention)} entries for {layers} layers", "unreadable", "gemma4")
+    rope = cfg.get("rope_parameters") or {}
+    full, sliding = rope.get("full_attention") or {}, rope.get("sliding_attention") or {}
+    moe = bool(cfg.get("enable_moe_block"))
+    ple = int(cfg.get("hidden_size_per_layer_input") or 0)
+    return Gemma4Arch(
+        "gemma4", layers, d, f, n, h, k, vocab, attention, int(cfg["sliding_window"]),
+        use_qk_norm=True, transpose_gating=True, query_pre_attn_scalar=1.0,
+        final_logit_softcap=None if cfg.get("final_logit_softcapping") is None
+        else float(cfg["final_logit_softcapping"]),
+        local_rope=int(sliding.get("rope_theta", 10_000)), global_rope=int(full.get("rope_theta", 1_000_000)),
+        global_head_dim=int(cfg.get("global_head_dim") or h),
+        num_global_kv_heads=int(cfg.get("num_global_key_value_heads") or 0),
+        k_eq_v_global=bool(cfg.get("attention_k_eq_v")),
+        global_rope_proportion=float(full.get("partial_rotary_factor", 0.25)),
+        per_layer_input_dim=ple, kv_shared_layers=int(cfg.get("num_kv_shared_layers") or 0),
+        kv_shared_ffw_hidden=2 * f if cfg.get("use_double_wide_mlp") else 0,
+        num_experts=int(cfg.get("num_experts") or 0) if moe else 0,
+        expert_dim=int(cfg.get("moe_intermediate_size") or 0) if moe else 0,
+        top_k_experts=int(cfg.get("top_k_experts") or 0) if moe else 0, towers=towers)
+
+
+def hf_config_for(arch: Gemma4Arch, *, dtype: str = "float32") -> dict[str, Any]:
+    """A ``Gemma4ForCausalLM`` ``config.json`` (``gemma4_text``)."""
+    return {
+        "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+        "vocab_size": arch.vocab_size, "hidden_size": arch.embed_dim,
+        "intermediate_size": arch.hidden_dim, "num_hidden_layers": arch.num_layers,
+        "num_attention_heads": arch.num_heads, "num_key_value_heads": arch.num_kv_heads,
+        "head_dim": arch.head_dim, "global_head_dim": arch.global_head_dim or arch.head_dim,
+        "num_global_key_value_heads": arch.num_global_kv_heads or None,
+        "attention_k_eq_v": arch.k_eq_v_global, "hidden_activation": "gelu_pytorch_tanh",
+        "rms_norm_eps": 1e-6, "sliding_window": arch.sliding_window,
+        "layer_types": ["sliding_attention" if a == "local" else "full_attention" for a in arch.attention],
+        "rope_parameters": {
+            "sliding_attention": {"rope_type": "default", "rope_theta": float(arch.local_rope)},
+            "full_attention": {"rope_type": "proportional", "rope_theta": float(arch.global_rope),
+                               "partial_rotary_factor": arch.global_rope_proportion}},
+        "final_logit_softcapping": arch.final_logit_softcap,
+        "hidden_size_per_layer_input": arch.per_layer_input_dim,
+        "vocab_size_per_layer_input": arch.vocab_size,
+        "num_kv_shared_layers": arch.kv_shared_layers,
+        "use_double_wide_mlp": bool(arch.kv_shared_ffw_hidden),
+        "enable_moe_block": arch.moe, "num_experts": arch.num_experts or None,
+        "top_k_experts": arch.top_k_experts or None, "moe_intermediate_size": arch.expert_dim or None,
+        "pad_token_id": 0, "eos_token_id": [1, 106], "bos_token_id": 2,
+        "tie_word_embeddings": True, "torch_dtype": dtype, "use_cache": True,
+        "attention_bias": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+        "max_position_embeddings": 131_072,
+    }
+
+
+_P5 = ("local",) * 4 + ("global",)
+_P6 = ("local",) * 5 + ("global",)
+
+# size → (gemma class, Arch): mirrors gm.nn.Gemma4_* (tests/test_gemma4.py checks it)
+KNOWN: dict[str, tuple[str, Arch]] = {
+    "e2b": ("Gemma4_E2B", _g4(35, 1536, 6144, 8, 256, 1, window=512, pattern=_P5, ple=256,
+                              shared=20, wide=12288)),
+    "e4b": ("Gemma4_E4B", _g4(42, 2560, 10240, 8, 256, 2, window=512, pattern=_P6, ple=256, shared=18)),
+    "31b": ("Gemma4_31B", _g4(60, 5376, 21504, 32, 256, 16, window=1024, pattern=_P6, gk=4, kv_eq=True)),
+    "26b-a4b": ("Gemma4_26B_A4B", _g4(30, 2816, 2112, 16, 256, 8, window=1024, pattern=_P6, gk=2,
+                                      kv_eq=True, experts=128, expert_dim=704, top_k=8)),
+}
 
 CHAT = ChatTemplate(("<|turn>", "<turn|>"), system_role=True,
                     stop_pieces=("<turn|>", "<eos>"), thinking_on="<|think|>",
                     thought_channel=("<|channel>", "<channel|>"))
 
+LORA_TARGETS: dict[str, tuple[LoraSlot, ...]] = {
+    "q": (LoraSlot("q_einsum"),),
+    "k": (LoraSlot("kv_einsum", 0), LoraSlot("k_einsum")),
+    "v": (LoraSlot("kv_einsum", 1),),
+    "o": (LoraSlot("attn_vec_einsum"),),
+    "gate": (LoraSlot("gating_einsum", 0),),
+    "up": (LoraSlot("gating_einsum", 1),),
+    "down": (LoraSlot("linear"),),
+    "experts": (LoraSlot("experts"),),
+}
+
+SHARDING: dict[tuple[str, int], tuple[Axis, ...]] = {
+    ("k_einsum", 3): ("tensor", "fsdp", None),  # (K, D, H)
+    ("gating_einsum", 4): ("fsdp", None, "tensor", None),  # experts (E, 2, H, D)
+    ("linear", 3): ("fsdp", "tensor", None),  # experts (E, H, D)
+    ("per_layer_embeddings", 3): ("tensor", None, None),  # (V, L, P)
+}
+SHARDING_WORDS = (
+    "vocab, heads, KV heads and the MLP hidden dim on tensor",
+    "the embedding dim on fsdp",
+    "the expert bank split over fsdp (experts) and tensor (expert hidden dim)",
+    "the per-layer embedding table's vocab on tensor",
+    "router and norms replicated",
+)
+LORA_AXES: dict[str, tuple[Axis, Axis]] = {"k_einsum": ("fsdp", "tensor")}
+
 FAMILY = Family(
     name="gemma4", label="Gemma 4", hf_model_types=("gemma4", "gemma4_text"),
-    gguf_arches=("gemma4",), loads=False, norm_plus_one=False, gguf_norm_offset=0.0,
-    chat=CHAT, tokenizer_class="Gemma4Tokenizer",
+    gguf_arches=("gemma4",), loads=True, known=KNOWN, hf_defaults=HF_DEFAULTS, norm_plus_one=False, gguf_norm_offset=0.0,
+    lora_targets=LORA_TARGETS,
+    layer_classes={"einsum": ("gemma.gm.nn.gemma4._layers:Einsum",),
+                   "moe": ("gemma.gm.nn.gemma4._moe:MoERagged",)},
+    chat=CHAT, sharding=SHARDING, sharding_words=SHARDING_WORDS, lora_axes=LORA_AXES,
+    param_shapes=param_shapes, tokenizer_class="Gemma4Tokenizer",
 )

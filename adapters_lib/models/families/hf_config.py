@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapters_lib.models.families import gemma2, gemma3
+from adapters_lib.models.families import gemma2, gemma3, gemma4
 from adapters_lib.models.families.arch import Arch, ArchError, arch_from_transformer_config
 from adapters_lib.models.families.arch import layer_pattern as _pattern
 
@@ -25,6 +25,8 @@ def hf_family(cfg: Mapping[str, Any]) -> str:
         return _HF_FAMILY[kind]
     if kind.startswith("gemma4"):
         return "gemma4"
+    if kind.startswith("gemma3n"):
+        return "gemma3n"
     if kind.startswith("gemma3"):
         return "gemma3"
     return "other"
@@ -35,6 +37,8 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
     kind = str(cfg.get("model_type", "") or "?")
     archs = ",".join(cfg.get("architectures") or []) or "no architectures"
     family = hf_family(cfg)
+    if family == "gemma4":
+        return gemma4.from_hf_config(cfg)
     if kind == "gemma3" and isinstance(cfg.get("text_config"), Mapping):
         cfg = {"model_type": "gemma3_text", **cfg["text_config"]}
     # transformers omits keys equal to the config class defaults (Gemma2Config, Gemma3TextConfig)
@@ -45,7 +49,7 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
         raise ArchError(f"config.json describes {what} model ({archs}), not Gemma 2/3/4",
                         "unsupported", "other")
     if kind not in _HF_FAMILY and kind != "gemma3_text":
-        raise ArchError(f"{kind} checkpoints are listed but this build loads only Gemma 2 and 3 "
+        raise ArchError(f"{kind} checkpoints are listed but this build loads only Gemma 2, 3 and 4 "
                         "text models", "unsupported", family)
     try:
         layers = int(cfg["num_hidden_layers"])
@@ -117,6 +121,8 @@ def hf_config_for(arch: Any, family: str = "", *, dtype: str = "float32") -> dic
 
     ``arch``: an ``Arch``, or a gemma ``TransformerConfig`` together with ``family``.
     """
+    if isinstance(arch, gemma4.Gemma4Arch):
+        return gemma4.hf_config_for(arch, dtype=dtype)
     if not isinstance(arch, Arch):
         arch = arch_from_transformer_config(arch, family)
     common = {

@@ -1,0 +1,53 @@
+"""Tiny random-init Gemma 4 models of the three shapes, made once per session.
+
+- ``dense``: k=v global layers (one ``k_einsum``), a wider global head, partial rotary;
+- ``moe``: 4 experts top-2 beside the shared MLP, k=v global layers;
+- ``e``: per-layer inputs and KV sharing (the last 2 of 4 layers), a double-wide MLP there.
+
+``gemma4_tiny[kind]`` is ``(arch, model, params)``: f32 numpy params of the library's own tree
+(``jax.eval_shape`` of gemma's init, filled with seeded normals: no init program compiled).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+_COMMON = dict(num_layers=4, embed_dim=32, hidden_dim=64, num_heads=2, head_dim=8, num_kv_heads=1,
+               vocab_size=256, attention=("local", "global", "local", "global"), sliding_window=4,
+               use_qk_norm=True, transpose_gating=True, query_pre_attn_scalar=1.0,
+               final_logit_softcap=30.0, local_rope=10_000, global_rope=1_000_000,
+               global_head_dim=16)
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "dense": dict(num_global_kv_heads=1, k_eq_v_global=True),
+    "moe": dict(num_global_kv_heads=1, k_eq_v_global=True, num_experts=4, expert_dim=16, top_k_experts=2),
+    "e": dict(per_layer_input_dim=8, kv_shared_layers=2, kv_shared_ffw_hidden=128),
+}
+
+
+def tiny_arch(kind: str):
+    from adapters_lib.models.families.gemma4 import Gemma4Arch
+
+    return Gemma4Arch("gemma4", **_COMMON, **SHAPES[kind])
+
+
+@pytest.fixture(scope="session")
+def gemma4_tiny() -> dict[str, tuple[Any, Any, Any]]:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from adapters_lib.models import families
+
+    out = {}
+    for i, kind in enumerate(SHAPES):
+        arch = tiny_arch(kind)
+        model = families.model_class(arch)(dtype=jnp.float32)
+        shapes = jax.eval_shape(lambda r, m=model: m.init(r, jnp.zeros((1, 4), jnp.int32))["params"],
+                                jax.random.key(i))
+        rng = np.random.default_rng(i)
+        params = jax.tree.map(lambda s, rng=rng: (rng.standard_normal(s.shape) * 0.3).astype(np.float32), shapes)
+        out[kind] = (arch, model, params)
+    return out

@@ -1,0 +1,183 @@
+"""Gemma 4 on the gemma route: the family record against the library, HF both ways, loading,
+LoRA on its real modules (k=v layers, the shared MLP, the expert bank; none on KV-shared k/v)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from adapters_lib.models import families
+from adapters_lib.models.families import gemma4
+
+
+def _flat(tree) -> dict[tuple[str, ...], np.ndarray]:
+    import jax
+
+    return {tuple(k.key for k in p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def test_known_sizes_mirror_the_library_configs():
+    from gemma import gm
+
+    for size, (name, arch) in gemma4.KNOWN.items():
+        ref = dataclasses.replace(getattr(gm.nn, name).config, vision_encoder=None, audio_encoder=None)
+        ours = arch.transformer_config()
+        for field in dataclasses.fields(ref):
+            if field.name == "use_bidirectional_attention":  # image tokens only: text has none
+                continue
+            assert getattr(ours, field.name) == getattr(ref, field.name), (size, field.name)
+    e2b = gemma4.KNOWN["e2b"][1]
+    assert e2b.param_count() > e2b.effective_params()  # the per-layer table counts, not computes
+    moe = gemma4.KNOWN["26b-a4b"][1]
+    assert moe.active_params() < moe.param_count() / 3
+
+
+@pytest.mark.parametrize("kind", ["dense", "moe", "e"])
+def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma4_tiny, kind):
+    from adapters_lib.models import hf_convert, hf_layout
+
+    arch, _, params = gemma4_tiny[kind]
+    ours = dict(gemma4.param_shapes(arch.transformer_config_fields()))
+    assert {k: tuple(v.shape) for k, v in _flat(params).items()} == ours
+    hf = hf_convert.gemma_to_hf(params, arch=arch)
+    assert {k: v.shape for k, v in hf.items()} == hf_layout.hf_shapes(arch)
+    back = _flat(hf_convert.hf_to_gemma(hf, arch))
+    assert all(np.array_equal(v, back[k]) for k, v in _flat(params).items())
+    assert families.from_hf_config(json.loads(json.dumps(families.hf_config_for(arch)))) == arch
+
+
+def test_multimodal_hf_folder_loads_the_text_tower_and_fills_dropped_kv(gemma4_tiny, tmp_path):
+    """An E-style checkpoint laid out as transformers' Gemma4ForConditionalGeneration saves it
+    (``model.language_model.``, a vision tower, the KV-shared layers' k/v dropped) loads into
+    the library's tree and gives the library's logits."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models import hf_convert, weights
+
+    arch, model, params = gemma4_tiny["e"]
+    hf = hf_convert.gemma_to_hf(params, arch=arch)
+    shared = arch.shared_kv()
+    assert shared == (2, 3)
+    tensors = {}
+    for name, value in hf.items():
+        layer = name.split(".")[2] if name.startswith("model.layers.") else ""
+        if layer.isdigit() and int(layer) in shared and name.endswith(("k_proj.weight", "v_proj.weight",
+                                                                        "k_norm.weight")):
+            continue
+        tensors["model.language_model." + name[len("model."):]] = value
+    tensors["model.vision_tower.patch.weight"] = np.zeros((4, 4), np.float32)
+    config = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+              "text_config": families.hf_config_for(arch), "vision_config": {"hidden_size": 4}}
+    hf_convert.save_hf(tmp_path, tensors, config)
+    read = families.from_hf_config(json.loads((tmp_path / "config.json").read_text()))
+    assert read.towers == ("vision",)
+    assert dataclasses.replace(read, towers=()) == arch
+    loaded = weights.load_hf_params(tmp_path, read, "float32", None)
+    flat, want = _flat(loaded), _flat(params)
+    assert set(flat) == set(want)
+    assert np.all(np.asarray(flat[("layer_3", "attn", "kv_einsum", "w")]) == 0)  # filled, unused
+    tokens = jnp.asarray(np.random.default_rng(0).integers(1, 256, (2, 12)), jnp.int32)
+    forward = jax.jit(lambda p: model.apply({"params": p}, tokens).logits)
+    ref, got = forward(params), forward(loaded)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-5)
+
+
+def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
+    """MoE: q/k(k_einsum)/v/o, the shared MLP and the expert bank get adapters, the router none;
+    a few steps lower the loss and every expert adapter gets a non-zero gradient. E-style: no
+    adapter on the KV-shared layers' k/v. The fused weights give the adapted logits."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import lora
+    from adapters_lib.config import LoraSpec
+
+    e_arch, e_model, _ = gemma4_tiny["e"]
+    spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "v", "o", "gate", "up", "down", "experts"))
+    e_names = {"/".join(k) for k in _flat(lora.init_lora(e_model, spec, None, jax.random.key(0)))}
+    assert any(n.startswith("layer_1/attn/kv_einsum/lora/k_a") for n in e_names)
+    assert not any(n.startswith(("layer_2/attn/kv_einsum", "layer_3/attn/kv_einsum")) for n in e_names)
+
+    arch, model, params = gemma4_tiny["moe"]
+    adapters = lora.init_lora(model, spec, None, jax.random.key(1))
+    names = {"/".join(k) for k in _flat(adapters)}
+    assert "layer_1/attn/k_einsum/lora/k_a" in names
+    assert "layer_0/mlp/lora_experts_gate_a" in names
+    assert "layer_0/mlp2/lora_gating_einsum/gate_a" in names
+    assert not any("router" in n for n in names)
+    wrapped = lora.wrap(model, spec)
+    rng = np.random.default_rng(3)
+    tokens = jnp.asarray(rng.integers(1, 256, (2, 16)), jnp.int32)
+
+    def loss(ad):
+        logits = wrapped.apply({"params": lora.merge_lora(params, ad)}, tokens[:, :-1]).logits
+        logp = jax.nn.log_softmax(logits)
+        return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1))
+
+    step = jax.jit(jax.value_and_grad(loss))
+    first, grads = step(adapters)
+    g = _flat(grads)
+    for name in ("lora_experts_gate_b", "lora_experts_up_b", "lora_experts_down_b"):
+        assert float(jnp.abs(g[("layer_0", "mlp", name)]).sum()) > 0, name
+    ad = adapters
+    for _ in range(5):
+        value, grads = step(ad)
+        ad = jax.tree.map(lambda p, d: p - 0.5 * d, ad, grads)
+    assert float(step(ad)[0]) < float(first)
+    fused = lora.fuse_lora(lora.merge_lora(params, jax.tree.map(np.asarray, ad)), spec)
+    adapted = jax.jit(lambda p: wrapped.apply({"params": p}, tokens).logits)(lora.merge_lora(params, ad))
+    plain = jax.jit(lambda p: model.apply({"params": p}, tokens).logits)(fused)
+    np.testing.assert_allclose(np.asarray(plain), np.asarray(adapted), atol=2e-4)
+
+
+def test_gemma4_template_keeps_a_system_turn_untrained_and_no_thinking():
+    from adapters_lib.data import chat_template as ct
+
+    conv = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "yo"}]
+    pieces = ct.pieces(conv, markers=ct.GEMMA4_MARKERS)
+    assert "".join(t for t, _, _ in pieces) == (
+        "<|turn>system\nBe brief.<turn|>\n<|turn>user\nhi<turn|>\n<|turn>model\nyo<turn|>\n")
+    assert "".join(t for t, trained, _ in pieces if trained) == "yo<turn|>"
+    assert families.family("gemma4").chat.stop_pieces[0] == "<turn|>"
+    assert "<|think|>" not in ct.format_prompt(conv, markers=ct.GEMMA4_MARKERS)
+    # Gemma 3 (and 3n) fold the system message into the first user turn, as before
+    assert ct.render(conv).startswith("<start_of_turn>user\nBe brief.\n\nhi")
+
+
+def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import lora
+    from adapters_lib import mesh as mesh_lib
+    from adapters_lib.config import LoraSpec, MeshSpec
+
+    arch, model, params = gemma4_tiny["moe"]
+    spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "o", "down", "experts"))
+    wrapped = lora.wrap(model, spec)
+    adapters = jax.tree.map(lambda x: x + 0.01, lora.init_lora(model, spec, None, jax.random.key(2)))
+    tokens = jnp.asarray(np.random.default_rng(4).integers(1, 256, (4, 16)), jnp.int32)
+
+    def loss(ad, base, toks):
+        logits = wrapped.apply({"params": lora.merge_lora(base, ad)}, toks[:, :-1]).logits
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), toks[:, 1:, None], -1))
+
+    step = jax.jit(jax.value_and_grad(loss))
+    want, want_g = step(adapters, params, tokens)
+    mesh = mesh_lib.make_mesh(MeshSpec(data=1, fsdp=2, tensor=2), jax.devices()[:4])
+    config = model.config
+    base = jax.tree_util.tree_map_with_path(
+        lambda p, x: jax.device_put(x, mesh_lib.param_sharding(mesh, p, x.shape, config=config)), params)
+    bank = base["layer_0"]["mlp"]["gating_einsum"]["w"]
+    assert bank.sharding.spec[0] == "fsdp" and bank.sharding.spec[2] == "tensor"  # experts split
+    ad = jax.tree_util.tree_map_with_path(
+        lambda p, x: jax.device_put(x, mesh_lib.param_sharding(mesh, p, x.shape, config=config)), adapters)
+    got, got_g = step(ad, base, jax.device_put(tokens, mesh_lib.batch_sharding(mesh)))
+    np.testing.assert_allclose(float(got), float(want), rtol=2e-6)
+    for k, v in _flat(want_g).items():
+        np.testing.assert_allclose(np.asarray(_flat(got_g)[k]), np.asarray(v), atol=2e-6, err_msg=str(k))
