@@ -388,4 +388,7 @@ def expected_lora_params(config: Any, spec: LoraSpec) -> int:
     """Closed-form adapter parameter count for a gemma ``TransformerConfig`` (``lora_shapes.lora_param_count``)."""
     from adapters_lib.lora_shapes import lora_param_count
 
+    own = families.family_of_config(config).lora_shapes  # Gemma 4: its own table
+    if own is not None:
+        return int(sum(math.prod(s) for _, s in own(config, spec.rank, tuple(spec.targets))))
     return lora_param_count(config, spec.rank, tuple(spec.targets))

@@ -109,6 +109,12 @@ def base_param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...
     return _family_of(config).param_shapes(config)
 
 
+def _lora_shapes(config: Any, rank: int, targets: tuple[str, ...]) -> list:
+    """The family's adapter shapes (Gemma 4: its own table), else the Gemma 2/3 closed form."""
+    own = _family_of(config).lora_shapes
+    return own(config, rank, targets) if own is not None else lora_param_shapes(config, rank, targets)
+
+
 def _family_of(config: Any) -> Any:
     """The family record a config belongs to (Gemma 2/3's layout for a plain TransformerConfig)."""
     return families.family_of_config(config)
@@ -224,7 +230,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
         weights = base_dev * pb
         compute_copy = base_dev * cb if cb != pb else 0
     if lora_enabled:
-        lora_total, lora_dev = _sharded_elems(lora_param_shapes(config, lora_rank, tuple(lora_targets)),
+        lora_total, lora_dev = _sharded_elems(_lora_shapes(config, lora_rank, tuple(lora_targets)),
                                               sizes, transpose, heads)
         adapters = lora_dev * lb
         trainable, trainable_dev, tb = lora_total, lora_dev, lb

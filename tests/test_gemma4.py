@@ -109,6 +109,11 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
     assert "layer_0/mlp/lora_experts_gate_a" in names
     assert "layer_0/mlp2/lora_gating_einsum/gate_a" in names
     assert not any("router" in n for n in names)
+    for model_, ad_ in ((model, adapters), (e_model, None)):
+        ad_ = ad_ if ad_ is not None else lora.init_lora(model_, spec, None, jax.random.key(0))
+        want = {"/".join(k): tuple(v.shape) for k, v in _flat(ad_).items()}
+        ours = {"/".join(p): s for p, s in gemma4.lora_shapes(model_.config, 2, spec.targets)}
+        assert ours == want  # the estimate's count is the adapters' own
     wrapped = lora.wrap(model, spec)
     rng = np.random.default_rng(3)
     tokens = jnp.asarray(rng.integers(1, 256, (2, 16)), jnp.int32)

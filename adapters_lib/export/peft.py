@@ -61,8 +61,7 @@ def adapter_config(spec: LoraSpec, base_model: str) -> dict[str, Any]:
         "r": spec.rank,
         "lora_alpha": spec.alpha,
         "lora_dropout": 0.0,
-        "target_modules": [PEFT_MODULES[t].split(".")[1] for t in LORA_TARGETS if t in spec.targets]
-        + (["experts"] if "experts" in spec.targets else []),
+        "target_modules": [PEFT_MODULES[t].split(".")[1] for t in LORA_TARGETS if t in spec.targets],
         "fan_in_fan_out": False,
         "bias": "none",
         "use_rslora": False,

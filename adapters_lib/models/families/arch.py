@@ -210,6 +210,9 @@ class Family:
     """Weight kind → (axis of A's in dim, axis of B's out dim)."""
     param_shapes: Callable[[Any], list[tuple[tuple[str, ...], tuple[int, ...]]]] | None = None
     """config → (path, shape) of every resident text-model weight (the memory estimate's term)."""
+    lora_shapes: Callable[[Any, int, tuple[str, ...]], list[tuple[tuple[str, ...], tuple[int, ...]]]] | None = None
+    """(config, rank, targets) → (path, shape) of every adapter matrix (None: the Gemma 2/3
+    closed form, ``lora_shapes.lora_param_shapes``)."""
     tokenizer_class: str = "Gemma3Tokenizer"
     """gemma's ``gm.text`` tokenizer class."""
 

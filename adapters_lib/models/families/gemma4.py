@@ -243,6 +243,46 @@ def param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
     return out
 
 
+def lora_shapes(config: Any, rank: int, targets: tuple[str, ...]) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
+    """(path, shape) of every adapter matrix ``lora.init_lora`` makes for a Gemma 4 config: per
+    layer its own head dims (global layers differ), ``k`` on the ``k_einsum`` of k=v layers, no
+    k/v on KV-shared layers, gate/up/down on the dense (or shared ``mlp2``) MLP, ``experts`` on
+    the bank."""
+    out: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
+    shapes = dict(param_shapes(config))
+    shared = set(shared_kv_layers(len(tuple(_cfg(config, "attention_types"))), _frac(config)))
+    for i in range(len(tuple(_cfg(config, "attention_types")))):
+        lay = f"layer_{i}"
+        q = shapes[(lay, "attn", "q_einsum", "w")]
+        n, d, h = q
+        mats: list[tuple[tuple[str, ...], str, int, int]] = []
+        if "q" in targets:
+            mats.append(((lay, "attn", "q_einsum", "lora"), "q", d, n * h))
+        kv = shapes.get((lay, "attn", "kv_einsum", "w"))
+        k1 = shapes.get((lay, "attn", "k_einsum", "w"))
+        if i not in shared:
+            if kv is not None:
+                mats += [((lay, "attn", "kv_einsum", "lora"), t, d, kv[1] * kv[3]) for t in ("k", "v") if t in targets]
+            elif k1 is not None and "k" in targets:
+                mats.append(((lay, "attn", "k_einsum", "lora"), "k", d, k1[0] * k1[2]))
+        if "o" in targets:
+            mats.append(((lay, "attn", "attn_vec_einsum", "lora"), "o", n * h, d))
+        dense = "mlp2" if (lay, "mlp2", "linear") in shapes else "mlp"
+        f = shapes[(lay, dense, "linear")][0]
+        mats += [((lay, dense, "lora_gating_einsum"), t, d, f) for t in ("gate", "up") if t in targets]
+        if "down" in targets:
+            mats.append(((lay, dense, "lora_linear"), "down", f, d))
+        for node, t, fin, fout in mats:
+            out += [((*node, f"{t}_a"), (fin, rank)), ((*node, f"{t}_b"), (rank, fout))]
+        bank = shapes.get((lay, "mlp", "gating_einsum", "w"))
+        if bank is not None and "experts" in targets:
+            e, _, x, _ = bank
+            for t, fin, fout in (("gate", d, x), ("up", d, x), ("down", x, d)):
+                out += [((lay, "mlp", f"lora_experts_{t}_a"), (e, fin, rank)),
+                        ((lay, "mlp", f"lora_experts_{t}_b"), (e, rank, fout))]
+    return out
+
+
 def _getter(config: Any):
     def g(name: str) -> int:
         return int(_cfg(config, name, 0) or 0)
@@ -388,5 +428,5 @@ FAMILY = Family(
     layer_classes={"einsum": ("gemma.gm.nn.gemma4._layers:Einsum",),
                    "moe": ("gemma.gm.nn.gemma4._moe:MoERagged",)},
     chat=CHAT, sharding=SHARDING, sharding_words=SHARDING_WORDS, lora_axes=LORA_AXES,
-    param_shapes=param_shapes, tokenizer_class="Gemma4Tokenizer",
+    param_shapes=param_shapes, lora_shapes=lora_shapes, tokenizer_class="Gemma4Tokenizer",
 )
