@@ -36,10 +36,11 @@ def test_known_sizes_mirror_the_library_configs():
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe", "e"])
-def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma4_tiny, kind):
+def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma4_tiny, kind, tmp_path):
     from adapters_lib.models import hf_convert, hf_layout
 
-    arch, _, params = gemma4_tiny[kind]
+    arch, model, params = gemma4_tiny[kind]
+    assert gemma4.arch_from_config(model.config) == arch  # what an export reads back
     ours = dict(gemma4.param_shapes(arch.transformer_config_fields()))
     assert {k: tuple(v.shape) for k, v in _flat(params).items()} == ours
     hf = hf_convert.gemma_to_hf(params, arch=arch)
@@ -47,6 +48,10 @@ def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma4_tiny, kind):
     back = _flat(hf_convert.hf_to_gemma(hf, arch))
     assert all(np.array_equal(v, back[k]) for k, v in _flat(params).items())
     assert families.from_hf_config(json.loads(json.dumps(families.hf_config_for(arch)))) == arch
+    files = hf_convert.export_hf(tmp_path / kind, params, model.config, "gemma4")  # the merged export
+    folder = hf_convert.SafetensorsDir(tmp_path / kind)
+    reread = hf_convert.hf_to_gemma({n: folder.get(n) for n in folder.where}, arch)
+    assert files and all(np.array_equal(v, _flat(reread)[k]) for k, v in _flat(params).items())
 
 
 def test_multimodal_hf_folder_loads_the_text_tower_and_fills_dropped_kv(gemma4_tiny, tmp_path):
