@@ -4,7 +4,8 @@ TensorFlow (imported by gemma through kauldron, and by keras-hub) writes absl li
 "oneDNN custom operations are on" and "Could not find cuda drivers" straight to fd 2 when its
 shared libraries load, before any Python logging is set up. A CLI command that computes in the
 foreground imports JAX with fd 2 pointed at /dev/null, then restores it; TensorFlow is imported
-only on first use, silenced the same way (``adapters_lib.tf_deferred``).
+only on first use, silenced the same way (``adapters_lib.tf_deferred``, which also holds
+``preimport_quietly``, the CLI's quiet JAX import).
 """
 
 from __future__ import annotations
@@ -27,13 +28,3 @@ def fd2_silenced() -> Iterator[None]:
         os.close(saved)
         os.close(devnull)
 
-
-def preimport_quietly() -> None:
-    """Import JAX with its load-time lines silenced; TensorFlow is deferred to its first use
-    (``adapters_lib.tf_deferred``, which imports it silenced too)."""
-    from adapters_lib import tf_deferred
-
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with fd2_silenced():
-        import jax  # noqa: F401
-    tf_deferred.install()

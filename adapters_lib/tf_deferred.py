@@ -35,6 +35,8 @@ import threading
 import traceback
 import types
 
+from adapters_lib.native_logs import fd2_silenced
+
 NAME = "tensorflow"
 _lock = threading.RLock()
 _DUNDERS_THAT_LOAD = frozenset({"__version__", "__all__"})
@@ -101,8 +103,6 @@ def _load() -> types.ModuleType:
     with _lock:
         if _REAL is not None:
             return _REAL
-        from adapters_lib.native_logs import fd2_silenced
-
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         stand_in = sys.modules.get(NAME)
         if stand_in is _STAND_IN:
@@ -147,3 +147,12 @@ def install() -> bool:
         sys.meta_path.insert(0, _Finder())
         _STAND_IN = stand_in
         return True
+
+
+def preimport_quietly() -> None:
+    """Import JAX with its load-time lines silenced, and defer TensorFlow to its first use
+    (imported silenced too, by ``_load``)."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with fd2_silenced():
+        import jax  # noqa: F401
+    install()

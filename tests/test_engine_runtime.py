@@ -12,8 +12,9 @@ import pytest
 
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
+from adapters_lib.engine.run_queue import QueuedRun
 from adapters_lib.engine.runtime import guard_lazy_imports, plain_imports
-from adapters_lib.engine.scheduler import QueuedRun, Scheduler
+from adapters_lib.engine.scheduler import Scheduler
 
 
 def _import_during_a_lazy_block(plain: bool) -> object:
@@ -94,7 +95,7 @@ def test_a_run_that_fails_around_training_is_recorded_and_the_next_one_runs():
     sched.start()
     try:
         for name in ("vanished", "next"):
-            sched.enqueue(_item(name))
+            sched.runs.put(_item(name))
         _wait(lambda: trained == ["next"])
         assert [(n, type(e)) for n, e in failed] == [("vanished", FileNotFoundError)]
         assert sched.health().device_thread == "alive"
@@ -116,7 +117,7 @@ def test_a_failure_that_cannot_be_recorded_does_not_stop_the_device_thread():
     sched = Scheduler(train=lambda item: 1 / 0, on_failure=on_failure)
     sched.start()
     try:
-        sched.enqueue(_item("full-disk"))
+        sched.runs.put(_item("full-disk"))
         assert sched.submit(lambda: "served").result(30) == "served"
         assert sched.health().device_thread == "alive"
     finally:
@@ -128,14 +129,14 @@ def test_a_job_waits_for_nothing_but_the_device_thread_and_internal_jobs_are_not
     sched = Scheduler(train=lambda item: gate.wait(30), on_failure=lambda item, e: None)
     sched.start()
     try:
-        sched.enqueue(_item("training"))
-        _wait(lambda: sched.active is not None)
+        sched.runs.put(_item("training"))
+        _wait(lambda: sched.runs.training() is not None)
         heartbeat = sched.submit(lambda: None, "heartbeat", internal=True)
         assert sched.snapshot() == ("training", [], 0)  # the heartbeat is housekeeping
         sched.drain_jobs()  # what the run's control does between two steps
         assert heartbeat.done()
         gate.set()
-        _wait(lambda: sched.active is None)
+        _wait(lambda: sched.runs.training() is None)
     finally:
         sched.shutdown(lambda item: None, timeout=30)
     with pytest.raises(EngineError) as info:
@@ -148,8 +149,7 @@ def test_health_says_when_the_device_thread_is_gone():
     assert sched.health() == api.Health(device_thread="starting")
     sched.start()
     sched.closing.set()  # the thread ends as if it had been asked to ...
-    with sched.lock:
-        sched.lock.notify_all()
+    sched.wake()
     sched.thread.join(30)
     sched.closing.clear()  # ... but nobody asked: that is a dead device thread
     assert sched.health().device_thread == "dead"

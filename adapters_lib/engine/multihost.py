@@ -44,7 +44,9 @@ from adapters_lib import multihost, paths, runs, tf_deferred
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.handlers import then
-from adapters_lib.engine.service import Engine, QueuedRun, RunControl
+from adapters_lib.engine.run_queue import QueuedRun
+from adapters_lib.engine.service import Engine
+from adapters_lib.engine.training import RunControl
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.multihost import messages
 
@@ -78,14 +80,11 @@ class LeaderEngine(Engine):
                 return
 
     def _idle_heartbeat(self) -> None:
-        with self.scheduler.lock:
-            training = self.scheduler.active is not None
-        if not training:  # a run's step messages are its heartbeat
+        if self.run_queue.training() is None:  # a run's step messages are its heartbeat
             self.bus.send_command(messages.Heartbeat(time=time.time()))
 
     def _on_lost(self, reason: str) -> None:
-        with self.scheduler.lock:
-            active = self.scheduler.active
+        active = self.run_queue.training()
         if active is not None:
             multihost.mark_interrupted(active.run, reason, force=True)
 
@@ -115,9 +114,10 @@ class LeaderEngine(Engine):
         run, fmt = sampling.check_export(self, cmd)
 
         def job() -> dict[str, Any]:
-            if self.scheduler.active is not None:  # between two steps: the others are in the
-                raise EngineError(                  # loop, waiting for a Step message
-                    f"run {self.scheduler.active.run.run_id} is training on every process",
+            active = self.run_queue.training()
+            if active is not None:  # between two steps: the others are in the loop, waiting
+                raise EngineError(  # for a Step message
+                    f"run {active.run.run_id} is training on every process",
                     status=409, where="export request",
                     hint="export when it ends (or stop it: it checkpoints and can resume)")
             self.bus.send_command(messages.OnEveryProcess(request=cmd.to_json(),

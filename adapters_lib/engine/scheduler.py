@@ -3,16 +3,17 @@
 - ``submit(fn, label)`` queues a device job (sampling, export) and returns its
   ``concurrent.futures.Future``: nobody blocks a thread waiting for it (the server awaits it
   on the event loop), so a long generation never holds a request thread.
-- ``enqueue(item)`` queues a training run (FIFO). While a run trains, jobs are served between
-  its steps (``drain_jobs``, called by the run's control); when idle, the device thread runs
-  them at once.
+- training runs come from ``runs`` (``run_queue.RunQueue``, the owner of run state; its
+  ``on_queued`` wakes the thread). While a run trains, jobs are served between its steps
+  (``drain_jobs``, called by the run's control); when idle, the device thread runs them at once.
+  When a run's training ends, ``finish(item)`` is called once (the engine releases it there).
 - The device thread is supervised: whatever escapes a job or a run (a bug) is logged, the
   run is failed through ``on_failure`` (``runs.lifecycle.record_failure``), and the loop goes
   on; if the thread itself ends (it should not), the next ``submit``/``enqueue`` restarts it.
   ``health()`` says which (status ``health``).
 
-``lock`` is a condition shared with the engine: the queue and a run's state change together
-under it (``Engine.state_of`` reads both).
+The jobs queue is guarded by a private lock; the run queue by the ``RunQueue``'s own (taken
+after this one, never the other way round).
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
+from adapters_lib.engine.run_queue import QueuedRun, RunQueue
 
 log = logging.getLogger("adapters_lib.engine")
 
@@ -45,22 +46,16 @@ class Job:
     future: concurrent.futures.Future = field(default_factory=concurrent.futures.Future)
 
 
-@dataclass
-class QueuedRun:
-    run: Any
-    """The ``runs.RunDir``."""
-    resume: bool
-    stop: threading.Event = field(default_factory=threading.Event)
-
-
 class Scheduler:
     def __init__(self, *, train: Callable[[QueuedRun], None],
                  on_failure: Callable[[QueuedRun, BaseException], None],
-                 prepare: Callable[[], None] = lambda: None):
-        self.lock = threading.Condition()
+                 prepare: Callable[[], None] = lambda: None, runs: RunQueue | None = None,
+                 finish: Callable[[QueuedRun], None] | None = None):
+        self._lock = threading.Condition()
         self.jobs: collections.deque[Job] = collections.deque()
-        self.queue: collections.deque[QueuedRun] = collections.deque()
-        self.active: QueuedRun | None = None
+        self.runs = runs if runs is not None else RunQueue()
+        self.runs.on_queued = self.wake
+        self._finish = finish if finish is not None else self.runs.release
         self.closing = threading.Event()
         self.thread: threading.Thread | None = None
         self.thread_id: int | None = None
@@ -89,14 +84,10 @@ class Scheduler:
         """Ask the active run to stop at its next step, settle the queued ones, end the thread.
         Returns the runs that were queued."""
         self.closing.set()
-        with self.lock:
-            queued = list(self.queue)
-            self.queue.clear()
-            if self.active is not None:
-                self.active.stop.set()
-            for item in queued:
-                settle_queued(item)
-            self.lock.notify_all()
+        queued = self.runs.close()
+        for item in queued:
+            settle_queued(item)
+        self.wake()
         if self.thread is not None and self.thread is not threading.current_thread():
             self.thread.join(timeout)
         return queued
@@ -120,42 +111,28 @@ class Scheduler:
         if self.closing.is_set():
             raise EngineError("the engine is shutting down", status=503)
         job = Job(fn, label, internal)
-        with self.lock:
+        with self._lock:
             self.jobs.append(job)
-            self.lock.notify_all()
+            self._lock.notify_all()
         self._ensure_thread()
         return job.future
 
-    def enqueue(self, item: QueuedRun) -> None:
-        """Queue a run; call with ``lock`` held when its state changes in the same step."""
-        with self.lock:
-            self.queue.append(item)
-            self.lock.notify_all()
+    def wake(self) -> None:
+        """Tell the device thread that work arrived (a run queued; see ``runs.on_queued``)."""
+        with self._lock:
+            self._lock.notify_all()
         self._ensure_thread()
-
-    def works_on(self, path: Path) -> tuple[bool, bool]:
-        """(active here, queued here) for the run at ``path``; call with ``lock`` held."""
-        active = self.active is not None and self.active.run.path == path
-        return active, any(q.run.path == path for q in self.queue)
-
-    def take_queued(self, path: Path) -> list[QueuedRun]:
-        """Remove the queued items of the run at ``path``; call with ``lock`` held."""
-        items = [q for q in self.queue if q.run.path == path]
-        for q in items:
-            self.queue.remove(q)
-        return items
 
     def snapshot(self) -> tuple[str | None, list[str], int]:
         """(active run id, queued run ids, pending jobs that are work)."""
-        with self.lock:
-            active = self.active.run.run_id if self.active else None
-            return (active, [q.run.run_id for q in self.queue],
-                    sum(1 for j in self.jobs if not j.internal))
+        active, queued = self.runs.snapshot()
+        with self._lock:
+            return active, queued, sum(1 for j in self.jobs if not j.internal)
 
     def idle_for(self, open_streams: int = 0) -> float:
         """Seconds since the device thread last did anything (0 while busy or streaming)."""
-        with self.lock:
-            busy = self.active is not None or bool(self.queue) or any(
+        with self._lock:
+            busy = self.runs.training() is not None or self.runs.has_queued() or any(
                 not j.internal for j in self.jobs)
         if busy or open_streams:
             self.last_activity = time.monotonic()
@@ -165,7 +142,7 @@ class Scheduler:
     def drain_jobs(self) -> None:
         """Run the device jobs waiting now (called between training steps)."""
         while True:
-            with self.lock:
+            with self._lock:
                 if not self.jobs:
                     return
                 job = self.jobs.popleft()
@@ -184,24 +161,19 @@ class Scheduler:
                 self.restarts += 1
                 log.error("device loop failed (restart %d): %s\n%s", self.restarts,
                           self.last_error, traceback.format_exc(limit=20))
-                with self.lock:
-                    self.active = None
                 if self.closing.is_set() or isinstance(e, (KeyboardInterrupt, SystemExit)):
                     return
                 time.sleep(min(5.0, 0.1 * self.restarts))
 
     def _loop(self) -> None:
         while True:
-            with self.lock:
-                while not self.jobs and not self.queue and not self.closing.is_set():
-                    self.lock.wait()
+            with self._lock:
+                while not self.jobs and not self.runs.has_queued() and not self.closing.is_set():
+                    self._lock.wait()
                 if self.closing.is_set() and not self.jobs:
                     return
                 job = self.jobs.popleft() if self.jobs else None
-                item = None
-                if job is None and self.queue:
-                    item = self.queue.popleft()
-                    self.active = item
+                item = self.runs.take_next() if job is None else None
             if job is not None:
                 self._run_job(job)
             elif item is not None:
@@ -230,8 +202,9 @@ class Scheduler:
             except Exception:  # noqa: BLE001 - recording it failed too: logged, go on
                 log.exception("run %s: its failure could not be recorded", item.run.run_id)
         finally:
-            with self.lock:
-                if self.active is item:
-                    self.active = None
-                    self.lock.notify_all()
+            try:
+                self._finish(item)
+            except Exception:  # noqa: BLE001 - the device thread outlives any run
+                log.exception("run %s: releasing it failed", item.run.run_id)
+                self.runs.release(item)
             self.last_activity = time.monotonic()

@@ -4,8 +4,10 @@ It composes the parts, each in its own module:
 
 - ``runtime.Runtime`` — JAX start-up in one background thread (after the API is up), the
   devices, the compile cache, and the guard against gemma's lazy-import race;
-- ``scheduler.Scheduler`` — the supervised device thread: a FIFO queue of training runs
-  (``training.train``) and device jobs (sampling, export) served between steps;
+- ``run_queue.RunQueue`` — the one owner of run state in flight: create, stop, resume,
+  release and state, behind its own lock (the handlers ask it);
+- ``scheduler.Scheduler`` — the supervised device thread: it trains the queue's runs
+  (``training.train``) and serves device jobs (sampling, export) between steps;
 - ``runs.Registry`` — every run under every run root (the run lifecycle is
   ``adapters_lib.runs``'): runs are directories, read back for any client, and every request
   that reads a run reconciles it (an active run whose owner is gone becomes ``interrupted``);
@@ -30,18 +32,17 @@ from adapters_lib.config import RunConfig, config_from_dict, parse_toml
 from adapters_lib.engine import api, compute, handlers, training
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.hub import Hub
+from adapters_lib.engine.run_queue import QueuedRun, RunQueue
 from adapters_lib.engine.runtime import Runtime, plain_imports
-from adapters_lib.engine.scheduler import QueuedRun, Scheduler
+from adapters_lib.engine.scheduler import Scheduler
 from adapters_lib.errors import WorkbenchError
 
 log = logging.getLogger("adapters_lib.engine")
 
-TERMINAL_STATES = ("stopped", "completed", "failed", "interrupted")
 QUIET = (api.Status, api.ListRuns, api.GetRun)
 """Commands logged at DEBUG (clients poll them)."""
 
-__all__ = ["Engine", "QueuedRun", "RunControl", "checkpoint_steps"]
-RunControl = training.RunControl
+__all__ = ["Engine", "checkpoint_steps"]
 
 
 def checkpoint_steps(run: runs.RunDir) -> list[int]:
@@ -55,9 +56,11 @@ class Engine:
         self.registry = runs.Registry(runs_root)
         self.hub = Hub()
         self.runtime = Runtime(warm=warm)
+        self.run_queue = RunQueue(self.registry)
         self.scheduler = Scheduler(train=lambda item: training.train(self, item),
                                    on_failure=self._run_failed,
-                                   prepare=self.runtime.ensure_ready)
+                                   prepare=self.runtime.ensure_ready,
+                                   runs=self.run_queue, finish=self.run_ended)
         self.handlers: dict[type[api.Command], Callable[[Engine, Any], Any]] = dict(
             handlers.HANDLERS)
         """This engine's handler table (a subclass may replace entries)."""
@@ -113,9 +116,18 @@ class Engine:
             self.publish_status(item.run, end=True)
 
     def _run_failed(self, item: QueuedRun, err: BaseException) -> None:
-        """What escaped ``training.train`` (a bug): the one failure path, then the stream end."""
+        """What escaped ``training.train`` (a bug): the one failure path."""
         runs.lifecycle.record_failure(item.run, err)
-        self.publish_status(item.run, end=True)
+
+    def run_ended(self, item: QueuedRun) -> None:
+        """The device thread is done with ``item`` (called once): released, reconciled unless
+        it was queued again meanwhile, and the stream told."""
+        run = item.run
+        queued_again = self.run_queue.release(item)
+        if not queued_again:
+            runs.lifecycle.reconcile(run, here=False)
+        log.info("run %s: %s", run.run_id, run.state)
+        self.publish_status(run, end=not queued_again)
 
     def ensure_jax(self) -> None:
         """JAX, the devices and the heavy modules, imported (see ``runtime``)."""
@@ -195,20 +207,8 @@ class Engine:
             raise EngineError(e.message, status=400, where=e.where, hint=e.hint) from None
 
     def state_of(self, run: runs.RunDir) -> dict[str, Any]:
-        """The run's status, reconciled: an active run nobody works on becomes interrupted."""
-        sched = self.scheduler
-        with sched.lock:
-            status = run.status()
-            active, queued = sched.works_on(run.path)
-            stop_set = active and sched.active is not None and sched.active.stop.is_set()
-        status = runs.lifecycle.reconcile(run, status, here=active or queued)
-        if active:
-            if stop_set and status.get("state") == "running":
-                status["state"] = "stopping"
-        elif queued:
-            status["state"] = "queued"
-        status.setdefault("run_id", run.run_id)
-        return status
+        """The run's status, reconciled (``RunQueue.state``)."""
+        return self.run_queue.state(run)
 
     def summary(self, run: runs.RunDir) -> api.RunSummary:
         status = self.state_of(run)

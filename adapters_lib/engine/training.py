@@ -1,33 +1,44 @@
 """How the engine trains one queued run on the device thread.
 
-``train(engine, item)``: the run's log lines go to its ``train.log`` and to the run stream
+``train(host, item)``: the run's log lines go to its ``train.log`` and to the run stream
 (``RunLogHandler``); the trainer gets a ``RunControl`` (stop requests, metrics and events to
 the hub, device jobs served between steps). Whatever fails — the run's folder removed, a
 full disk, a mistake in its config, a bug — is recorded once by
-``runs.lifecycle.record_failure`` and the device thread goes on to the next run; a run is
-never left active by a worker that ended (``runs.lifecycle.reconcile``).
+``runs.lifecycle.record_failure`` and the device thread goes on to the next run. When it
+ends, the scheduler's ``finish`` (``Engine.run_ended``) releases the run once.
+
+``host`` is the engine as this module sees it (``TrainingHost``): the hub, the scheduler,
+``publish_status`` and ``run_training``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from adapters_lib import runs
-from adapters_lib.engine.scheduler import QueuedRun
+from adapters_lib.engine.hub import Hub
+from adapters_lib.engine.run_queue import QueuedRun
+from adapters_lib.engine.scheduler import Scheduler
 from adapters_lib.errors import WorkbenchError
 
-if TYPE_CHECKING:
-    from adapters_lib.engine.service import Engine
-
 log = logging.getLogger("adapters_lib.engine")
+
+
+class TrainingHost(Protocol):
+    hub: Hub
+    scheduler: Scheduler
+
+    def publish_status(self, run: runs.RunDir, *, end: bool = False) -> None: ...
+
+    def run_training(self, item: QueuedRun) -> None: ...
 
 
 class RunControl:
     """The ``TrainControl`` the engine hands to ``run_training`` (duck-typed)."""
 
-    def __init__(self, engine: Engine, item: QueuedRun):
+    def __init__(self, engine: TrainingHost, item: QueuedRun):
         self.engine = engine
         self.item = item
         self.run_id = item.run.run_id
@@ -61,7 +72,7 @@ def jsonable(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def run_here(engine: Engine, item: QueuedRun) -> None:
+def run_here(engine: TrainingHost, item: QueuedRun) -> None:
     """Train ``item`` on this process's devices (the multi-host leader trains it on all)."""
     from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
@@ -71,7 +82,7 @@ def run_here(engine: Engine, item: QueuedRun) -> None:
                  hooks=default_hooks)
 
 
-def train(engine: Engine, item: QueuedRun) -> None:
+def train(engine: TrainingHost, item: QueuedRun) -> None:
     """Train one queued run; a failure is the run's, never the device thread's."""
     run = item.run
     log.info("run %s: %s", run.run_id, "resuming" if item.resume else "starting")
@@ -96,21 +107,12 @@ def train(engine: Engine, item: QueuedRun) -> None:
         if handler is not None:
             logging.getLogger().removeHandler(handler)
             handler.close()
-        with engine.scheduler.lock:  # before reconciling: this engine no longer works on it
-            if engine.scheduler.active is item:
-                engine.scheduler.active = None
-                engine.scheduler.lock.notify_all()  # a delete waits for the loop to let go
-            queued_again = engine.scheduler.works_on(run.path)[1]
-        if not queued_again:  # resumed meanwhile: the queue owns it now
-            runs.lifecycle.reconcile(run, here=False)
-        log.info("run %s: %s", run.run_id, run.state)
-        engine.publish_status(run, end=not queued_again)
 
 
 class RunLogHandler(logging.Handler):
     """Log records of the device thread while a run trains → ``log`` stream items + train.log."""
 
-    def __init__(self, engine: Engine, run: runs.RunDir, thread_id: int):
+    def __init__(self, engine: TrainingHost, run: runs.RunDir, thread_id: int):
         super().__init__(logging.INFO)
         self.engine = engine
         self.run = run

@@ -1,7 +1,7 @@
 """Handlers of the run commands: create, list, get, stop, resume, delete, stream.
 
-None needs JAX: they read and write run directories (``adapters_lib.runs``), and change the
-queue and a run's state together under the scheduler's lock (``Engine.state_of`` reads both).
+None needs JAX: they read run directories (``adapters_lib.runs``) and ask the engine's
+``RunQueue`` for every change of the queue and a run's state.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from adapters_lib import runs
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.handlers.table import handles
-from adapters_lib.engine.scheduler import QueuedRun
 from adapters_lib.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -47,9 +46,7 @@ def create_run(engine: Engine, cmd: api.CreateRun) -> api.RunSummary:
                            cmd.source or "<run config>")
     _check_model(cfg)
     _open(engine)
-    with engine.scheduler.lock:  # created and queued together (state_of reads both)
-        run = engine.registry.create(cfg)
-        engine.scheduler.enqueue(QueuedRun(run, resume=False))
+    run = engine.run_queue.create(cfg)
     engine.publish_status(run)
     log.info("run %s queued", run.run_id)
     return engine.summary(run)
@@ -79,18 +76,12 @@ def get_run(engine: Engine, cmd: api.GetRun) -> api.RunDetail:
 @handles(api.StopRun)
 def stop_run(engine: Engine, cmd: api.StopRun) -> api.RunSummary:
     run = engine.find_run(cmd.run_id)
-    sched = engine.scheduler
-    with sched.lock:  # queue and state change together (state_of reads both)
-        active = sched.active if sched.works_on(run.path)[0] else None
-        queued = sched.take_queued(run.path)
-        if queued:
-            runs.lifecycle.settle(run, "stopped", "stopped before it started")
-    if active is not None:
+    stopped = engine.run_queue.stop(run)
+    if stopped == "active":
         # The loop sees it before its next step, checkpoints, and writes stopping/stopped;
-        # until then the API reports "stopping" (state_of).
-        active.stop.set()
+        # until then the API reports "stopping" (RunQueue.state).
         engine.publish_status(run)
-    elif queued:
+    elif stopped == "queued":
         engine.publish_status(run, end=True)
     else:
         state = engine.state_of(run).get("state")
@@ -115,14 +106,7 @@ def resume_run(engine: Engine, cmd: api.ResumeRun) -> api.RunSummary:
                           "interrupted run can be resumed", status=409)
     _open(engine)
     resume = bool(engine.registry.checkpoints(run))
-    with engine.scheduler.lock:  # the state and the queue change together
-        try:
-            runs.lease.claim(run, "queued")
-            run.set_state("queued", "resume requested" if resume
-                          else "restart requested (no checkpoint)")
-        except (runs.IllegalTransition, runs.RunOwned) as e:
-            raise EngineError(e.message, status=409, hint=e.hint) from None
-        engine.scheduler.enqueue(QueuedRun(run, resume=resume))
+    engine.run_queue.resume(run, resume)
     engine.publish_status(run)
     return engine.summary(run)
 
@@ -131,11 +115,8 @@ def resume_run(engine: Engine, cmd: api.ResumeRun) -> api.RunSummary:
 def delete_run(engine: Engine, cmd: api.DeleteRun) -> api.DeleteReply:
     run = engine.find_run(cmd.run_id)
     state = engine.summary(run).state
-    sched = engine.scheduler
-    with sched.lock:
-        if state not in runs.ACTIVE_STATES:  # just ended (stopped): its loop is letting go
-            sched.lock.wait_for(lambda: not sched.works_on(run.path)[0], timeout=30)
-        busy = any(sched.works_on(run.path))
+    # a run that just ended (stopped) may not be released yet: wait for its loop to let go
+    busy = engine.run_queue.busy_with(run, settle_s=30 if state not in runs.ACTIVE_STATES else 0)
     if busy or state in runs.ACTIVE_STATES:
         raise EngineError(f"run {run.run_id} is {state}; stop it before deleting it",
                           status=409, hint="gemma-workbench runs stop " + run.run_id)
