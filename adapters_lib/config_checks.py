@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.typed_values import check_line_text, coerce
+from adapters_lib.jsontypes import coerce
 
 INT32_MAX = 2**31 - 1
 SEED_MAX = 2**32 - 1
@@ -32,6 +32,19 @@ PATH_KEYS = (("model", "tokenizer"), ("data", "path"), ("data", "eval_path"), ("
 """Keys that always hold a path ("" = unset, data.path "demo" = the built-in data)."""
 LINE_KEYS = (("model", "source"), ("model", "backend"), ("run", "name")) + PATH_KEYS
 """Keys whose value is one line of text: control characters are refused."""
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+"""Control characters (tab and newline included): never part of a name, a path or an id."""
+
+
+def check_line_text(value: str, *, key: str, where: str | None = None) -> str:
+    """A one-line text value (a name, a path, an id): no control characters, no NUL."""
+    m = CONTROL.search(value)
+    if m:
+        raise WorkbenchError(f"{key} holds a control character ({m.group()!r} at position "
+                             f"{m.start() + 1})", where=where, hint="remove it")
+    return value
 
 
 def closest(name: str, options: list[str]) -> str:

@@ -441,6 +441,6 @@ def test_sigterm_checkpoints_and_stops_the_run_it_trains(engine_factory):
     status = on_disk.status()
     assert status["state"] == "stopped", status
     assert 2 <= status["step"] < 500
-    assert runs.list_checkpoints(on_disk)[-1] == status["step"]  # saved where it stopped
+    assert on_disk.checkpoints()[-1] == status["step"]  # saved where it stopped
     assert not (proc.runtime / "engine.sock").exists()
     assert not (proc.runtime / "engine.token").exists()

@@ -123,7 +123,7 @@ def test_two_processes_match_one_and_survive_a_lost_host(tmp_path):
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             stalled = "stalled_at" in (tmp_path / "first-1.log").read_text(errors="replace")
-            if stalled and 3 in runs.list_checkpoints(run) and procs[0].poll() is None:
+            if stalled and 3 in run.checkpoints() and procs[0].poll() is None:
                 break
             assert all(p.poll() is None for p in procs), (tmp_path / "first-0.log").read_text()[-3000:]
             time.sleep(0.5)

@@ -14,7 +14,7 @@ import shutil
 import pytest
 from fixtures_runs import TRAINED_DEMO_STEPS, demo_overrides
 
-from adapters_lib.runs import RunDir, list_checkpoints
+from adapters_lib.runs import RunDir
 
 STOP_AT = 13
 
@@ -64,7 +64,7 @@ def test_stop_request_checkpoints_and_marks_the_run_stopped(stopped_run):
     _, run, _, result, control = stopped_run
     assert result.state == "stopped" and result.step == STOP_AT
     assert run.status()["state"] == "stopped" and run.status()["step"] == STOP_AT
-    assert list_checkpoints(run.path) == [STOP_AT]
+    assert RunDir(run.path).checkpoints() == [STOP_AT]
     states = [e["state"] for e in run.events() if e["kind"] == "state"]
     assert states[-2:] == ["stopping", "stopped"]
     assert [m["step"] for m in run.metrics()] == list(range(1, STOP_AT + 1))
@@ -92,7 +92,7 @@ def test_resume_reproduces_the_uninterrupted_losses(stopped_run, trained_demo_ru
     interrupted = run_training(cfg, run, resume=True, control=InterruptAt(27 - STOP_AT), hooks=default_hooks)
     assert interrupted.state == "stopped" and interrupted.step == 27
     assert run.status()["state"] == "stopped" and "keyboard" in run.status()["message"]
-    assert list_checkpoints(run.path)[-1] == 27
+    assert RunDir(run.path).checkpoints()[-1] == 27
 
     result = run_training(cfg, run, resume=True, hooks=default_hooks)
     assert result.state == "completed" and result.step == TRAINED_DEMO_STEPS
@@ -120,7 +120,7 @@ def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(stopped_run
     assert "\n" not in text
     status = copy.status()
     assert status["state"] == "failed" and status["last_good_checkpoint"] == STOP_AT
-    assert list_checkpoints(copy.path) == [STOP_AT]
+    assert RunDir(copy.path).checkpoints() == [STOP_AT]
     failed = [e for e in copy.events() if e["kind"] == "state" and e["state"] == "failed"]
     assert failed and failed[-1]["message"] == text
     # every metrics line written is finite; the bad step is in the event, not the curve

@@ -123,7 +123,6 @@ def test_only_whole_finite_numbered_folders_are_checkpoints(tmp_path):
     assert ckpt.complete_steps(d) == [5, 6, 7]
     assert ckpt.latest_complete(d) == 7
     assert ckpt.latest_complete(tmp_path / "none") is None
-    assert runs.checkpoint_steps(d) == [5, 6, 7]  # the old name, the same rule
 
 
 @pytest.mark.parametrize("steps, keep, below, deleted", [
@@ -291,9 +290,7 @@ def test_one_registry_sees_every_root_for_every_caller(tmp_path):
     assert runs.Registry(tmp_path / "other", remembered=False).all() == []
 
 
-def test_the_registry_lists_checkpoints_by_the_one_rule(run):
+def test_a_run_lists_its_checkpoints_by_the_one_rule(run):
     _ckpt(run.checkpoints_dir, "4", {"step": 4, "finite": True})
     _ckpt(run.checkpoints_dir, "8.orbax-checkpoint-tmp", {"step": 8})
-    reg = runs.Registry(run.path.parent, remembered=False)
-    assert reg.checkpoints(run) == [4] and reg.latest_complete(run) == 4
-    assert run.checkpoints() == [4] and runs.list_checkpoints(run) == [4]
+    assert run.checkpoints() == [4] and ckpt.latest_complete(run.checkpoints_dir) == 4

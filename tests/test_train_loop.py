@@ -10,7 +10,7 @@ import pytest
 from fixtures_runs import TRAINED_DEMO_STEPS
 
 from adapters_lib.config import TrainSpec
-from adapters_lib.runs import RunDir, list_checkpoints, read_jsonl
+from adapters_lib.runs import RunDir, read_jsonl
 
 CONTRACT_KEYS = {"step", "loss", "lr", "grad_norm", "tokens_per_s", "step_time_s"}
 
@@ -63,7 +63,7 @@ def test_checkpoints_hold_the_adapters_only_and_load_tuned_restores_them(trained
     from adapters_lib import lora
     from adapters_lib.tuned.checkpoint import load_checkpoint as load_tuned
 
-    assert list_checkpoints(trained_demo_run) == [20, 40]
+    assert RunDir(trained_demo_run).checkpoints() == [20, 40]
     cfg, loaded, adapters, step = load_tuned(trained_demo_run)
     assert step == TRAINED_DEMO_STEPS and cfg.train.steps == TRAINED_DEMO_STEPS
     assert lora.count_params(adapters) == lora.expected_lora_params(loaded.config, cfg.lora)
@@ -80,10 +80,10 @@ def test_checkpoints_hold_the_adapters_only_and_load_tuned_restores_them(trained
 
 def test_load_tuned_names_missing_steps(trained_demo_run):
     from adapters_lib.errors import WorkbenchError
-    from adapters_lib.runs import load_tuned  # the old name, kept for callers
+    from adapters_lib.tuned import load_checkpoint
 
     with pytest.raises(WorkbenchError, match="no checkpoint at step 7"):
-        load_tuned(trained_demo_run, step=7)
+        load_checkpoint(trained_demo_run, step=7)
 
 
 def test_readers_skip_a_torn_last_line(tmp_path):
@@ -263,7 +263,7 @@ def test_hooks_see_steps_evals_checkpoints_and_can_end_the_run_early(tmp_path):
     steps_written = {m["step"]: m["loss"] for m in run.metrics()}
     assert {c[1]: c[2] for c in hook.calls if c[0] == "step"} == steps_written
     # keep_checkpoints = 1 pruned 2 at the save of 6 (4 confirmed), but the hook pinned it
-    assert list_checkpoints(run) == [2, 4, 6] and not run.owner_path.exists()
+    assert run.checkpoints() == [2, 4, 6] and not run.owner_path.exists()
     base, at3, _ = hook.logits
     assert base.shape == at3.shape and np.isfinite(at3).all()
     assert not np.allclose(base, at3)  # the probe holds the params of the eval's step

@@ -31,6 +31,7 @@ import httpx
 
 from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs.state import TERMINAL_STATES, RunState
 from workbench.engine_process import (  # noqa: F401  (part of this module's interface)
     START_TIMEOUT_S,
     EngineNotRunning,
@@ -48,7 +49,7 @@ from workbench.engine_wire import (  # noqa: F401  (EngineRequestError: part of 
 )
 
 if TYPE_CHECKING:
-    from workbench.remote.link import LinkEvent, RemoteLink
+    from workbench.remote.resume import LinkEvent, Reconnecting
 
 API_VERSION = api.API_VERSION
 API = api.PREFIX
@@ -59,7 +60,7 @@ class EngineClient:
 
     def __init__(self, *, socket_path: str | Path | None = None, token: str | None = None,
                  url: str | None = None, token_path: Path | None = None, timeout: float = 60.0,
-                 link: RemoteLink | None = None):
+                 link: Reconnecting | None = None):
         files = engine_files()
         self.link = link
         self.where = link.where if link is not None else "local"
@@ -303,7 +304,7 @@ class EngineClient:
         return self.stream(api.StreamRun(run_id=run_id, since_step=since_step))
 
     def wait_run(self, run_id: str, timeout: float = 600.0,
-                 states: tuple[str, ...] = ("stopped", "completed", "failed", "interrupted"),
+                 states: tuple[RunState, ...] = TERMINAL_STATES,
                  ) -> api.RunDetail:
         """Poll until the run is in one of ``states``; return its summary."""
         t0 = time.monotonic()

@@ -109,9 +109,9 @@ class LeaderEngine(Engine):
         """Export on every process: its restores (merged weights, orbax catalog loaders) end
         in barriers over every process of the job. Checked here first (a 4xx before anything
         is broadcast), then ``OnEveryProcess`` goes out and process 0 exports."""
-        from adapters_lib.engine import sampling
+        from adapters_lib.engine import checkpoint_jobs
 
-        run, fmt = sampling.check_export(self, cmd)
+        run, fmt = checkpoint_jobs.check_export(self, cmd)
 
         def job() -> dict[str, Any]:
             active = self.run_queue.training()
@@ -122,7 +122,7 @@ class LeaderEngine(Engine):
                     hint="export when it ends (or stop it: it checkpoints and can resume)")
             self.bus.send_command(messages.OnEveryProcess(request=cmd.to_json(),
                                                           run_dir=str(run.path.resolve())))
-            return sampling.export_job(self, cmd, run, fmt)
+            return checkpoint_jobs.export_job(self, cmd, run, fmt)
 
         return then(self.scheduler.submit(job, label="export"), api.ExportReply.from_json)
 
@@ -197,14 +197,14 @@ def _follow_train(msg: messages.Train, bus: multihost.Bus) -> None:
 
 def _follow_export(cmd: api.Export, run_dir: str) -> None:
     """Process 0's export, run here for its collectives, into a folder thrown away after."""
-    from adapters_lib.engine import sampling
+    from adapters_lib.engine import checkpoint_jobs
 
     run = multihost.run_dir_for(run_dir)
     here = types.SimpleNamespace(find_run=lambda run_id: run)
     with tempfile.TemporaryDirectory(prefix="gemma-workbench-export-") as tmp:
         local = cmd.replace(out=str(Path(tmp) / "out"), force=False)
-        _, fmt = sampling.check_export(here, local)
-        sampling.export_job(here, local, run, fmt)
+        _, fmt = checkpoint_jobs.check_export(here, local)
+        checkpoint_jobs.export_job(here, local, run, fmt)
     log.info("multi-host: export of run %s done here", run.run_id)
 
 

@@ -1,9 +1,9 @@
-"""Device jobs of the engine: sample, compare (one turn, a chat, a compare set) and export.
+"""Device jobs of the engine: sample, compare (one turn, a chat, a compare set).
 
 They run on the device thread and go through the one tuned-model path
 (``adapters_lib.tuned``): a run's checkpoint, an exported adapter folder or a bare base model
 is a ``TunedModel``; the last few are cached (a chat of several turns loads the weights
-once). Each streamed text piece is handed to ``emit(type, data)``; when ``emit`` returns
+once; export and eval, ``engine.checkpoint_jobs``, share the cache). Each streamed text piece is handed to ``emit(type, data)``; when ``emit`` returns
 False (the client went away) generation stops at the next piece.
 
 Done replies carry, per side, the tokens, ``tokens_per_s`` and the ``stop_reason``
@@ -323,90 +323,3 @@ def jobs() -> dict[type, Callable[..., dict[str, Any]]]:
     from adapters_lib.engine import api
 
     return {api.Sample: sample_job, api.Compare: compare_job, api.CompareSet: compare_set_job}
-
-
-def handlers() -> dict[type, Callable[[Any, Any], Any]]:
-    """The answer of each non-streaming command of this area: ``handler(engine, cmd) -> reply``
-    (the engine's handler table, ``engine.handlers.generation``, keeps export and eval off the
-    request threads: it awaits their device futures instead of calling these)."""
-    from adapters_lib.engine import api
-
-    return {api.Export: export, api.Eval: evaluate}
-
-
-def export(engine: Any, cmd: Any) -> Any:
-    """An export request: checked here (a 4xx), written on the device thread."""
-    from adapters_lib.engine import api
-
-    run, fmt = check_export(engine, cmd)
-    future = engine.on_device(lambda: export_job(engine, cmd, run, fmt), label="export")
-    return api.ExportReply.from_json(future.result())
-
-
-def evaluate(engine: Any, cmd: Any) -> Any:
-    from adapters_lib.engine import api
-
-    return api.EvalReply.from_json(eval_job(engine, cmd))
-
-
-# --------------------------------------------------------------------------- export
-
-
-def check_export(engine: Any, cmd: Any) -> tuple[Any, str]:
-    """(run, format) of an export request, or a 4xx before the device thread is asked."""
-    from adapters_lib.export import formats
-    from adapters_lib.export.run import check_format, default_out
-    from adapters_lib.export.target import resolve_target
-
-    run = run_dir_of(engine, cmd.run_id)
-    fmt = formats.resolve(cmd.format, cmd.kind, where="export request: format")
-    formats.check_quant(fmt, cmd.quant, where="export request: quant")
-    if cmd.out and not Path(cmd.out).expanduser().is_absolute():
-        raise EngineError(f"out {cmd.out!r} is a relative path", where="export request: out", status=400,
-                          hint="send an absolute folder (the engine's working directory is not yours)")
-    check_format(run.config(), fmt, run.run_id)
-    resolve_target(cmd.out or default_out(run.path, fmt), force=cmd.force, owned=not cmd.out,
-                   where="export request: out")  # refuse before loading anything
-    return run, fmt
-
-
-def export_job(engine: Any, cmd: Any, run: Any, fmt: str) -> dict[str, Any]:
-    """Export a run's checkpoint in the one vocabulary (``export.formats``)."""
-    from adapters_lib.export import formats
-
-    model = tuned_model(run, cmd.step)
-    result = model.export(fmt, cmd.out or None, force=cmd.force, quant=cmd.quant)
-    return {"run_id": run.run_id, "kind": formats.KINDS[fmt], "format": fmt, "out": result["out"],
-            "step": result["step"], "result": result}
-
-
-# --------------------------------------------------------------------------- eval
-
-
-def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
-    """``eval`` in the engine: the evaluation area's computation (``adapters_lib.perplexity``)."""
-    from adapters_lib import perplexity
-
-    where = "eval request"
-    if not cmd.data or not Path(cmd.data).is_absolute():
-        raise EngineError(f"data {cmd.data!r} is not an absolute path", where=f"{where}: data",
-                          hint="send an absolute file or folder (the engine's working directory is not yours)")
-    if cmd.batch_size < 1 or cmd.max_length < 0:
-        raise EngineError("batch_size must be positive and max_length not negative", where=where)
-    check_quantize(cmd.quantize, f"{where}: quantize")
-    run = run_dir_of(engine, cmd.run_id) if cmd.run_id else None
-    step = cmd.step
-    if run is not None:
-        from adapters_lib.evals.selection import resolve_step
-
-        step = resolve_step(run, step)  # -2: the run's best checkpoint (#20)
-    future = engine.on_device(lambda: perplexity.evaluate(
-        model=cmd.model, run=str(run.path) if run is not None else "",
-        step=None if step < 0 else step, data=cmd.data, fmt=cmd.format,
-        max_length=cmd.max_length or None, loss_on=cmd.loss_on, batch_size=cmd.batch_size,
-        quantize=cmd.quantize),
-        label="eval")
-    result = future.result().to_dict()
-    if run is not None:
-        result["run"] = run.run_id
-    return result

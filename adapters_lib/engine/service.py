@@ -42,12 +42,7 @@ log = logging.getLogger("adapters_lib.engine")
 QUIET = (api.Status, api.ListRuns, api.GetRun)
 """Commands logged at DEBUG (clients poll them)."""
 
-__all__ = ["Engine", "checkpoint_steps"]
-
-
-def checkpoint_steps(run: runs.RunDir) -> list[int]:
-    """Complete, finite checkpoints (``runs.checkpoints``' one rule)."""
-    return runs.list_checkpoints(run)
+__all__ = ["Engine"]
 
 
 class Engine:
@@ -97,7 +92,7 @@ class Engine:
             before = run.status()
             if before.get("state") in runs.ACTIVE_STATES:
                 after = runs.lifecycle.reconcile(run, before, here=False)
-                if after.get("state") == "interrupted":
+                if after.get("state") == runs.RunState.INTERRUPTED:
                     marked.append(run)
         return marked
 

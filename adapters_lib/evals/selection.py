@@ -22,7 +22,7 @@ from typing import Any
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.evals import records
 from adapters_lib.evals.metrics import best_index, improves
-from adapters_lib.runs import RunDir, list_checkpoints
+from adapters_lib.runs import RunDir
 
 BEST_STEP = -2
 """``--step best`` as a step number where an API field is an int (-1 = the latest)."""
@@ -86,7 +86,7 @@ def candidates(run: RunDir, metric: str) -> dict[int, float]:
 def best_step(run: RunDir | str | Path, metric: str = "") -> tuple[int, str, float | None]:
     """(step, metric, value) of the run's best checkpoint (see the module doc)."""
     run = run if isinstance(run, RunDir) else RunDir(Path(run))
-    steps = list_checkpoints(run)
+    steps = run.checkpoints()
     if not steps:
         raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir),
                              hint="wait for the first checkpoint (train.checkpoint_every) or resume it")

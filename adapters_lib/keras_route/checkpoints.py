@@ -22,10 +22,9 @@ import numpy as np
 
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs import checkpoints as rule
-from adapters_lib.runs.checkpoints import complete_steps as checkpoint_steps
 from adapters_lib.runs.files import fsync_dir, fsync_file
 
-__all__ = ["NonFiniteState", "checkpoint_steps", "discard_from", "prune", "restore", "save"]
+__all__ = ["NonFiniteState", "discard_from", "prune", "restore", "save"]
 
 
 class NonFiniteState(ValueError):
@@ -72,7 +71,7 @@ def save(directory: Path, step: int, model: Any, *, loss: float | None) -> Path:
 
 def prune(directory: Path, keep: int, confirmed_below: int | None, pinned: Any = ()) -> None:
     """Apply ``train.keep_checkpoints`` (``runs.checkpoints.prune_plan``)."""
-    for old in rule.prune_plan(checkpoint_steps(directory), keep, confirmed_below, pinned):
+    for old in rule.prune_plan(rule.complete_steps(directory), keep, confirmed_below, pinned):
         shutil.rmtree(directory / str(old), ignore_errors=True)
 
 
@@ -81,7 +80,7 @@ def discard_from(directory: Path, step: int) -> list[int]:
     for k, folder in rule.step_folders(directory):
         if k >= step:
             shutil.rmtree(folder, ignore_errors=True)
-    return checkpoint_steps(directory)
+    return rule.complete_steps(directory)
 
 
 def _assign(variables: list[Any], values: Any, what: str, where: Path) -> None:

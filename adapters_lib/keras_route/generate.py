@@ -120,7 +120,7 @@ def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned
     cfg = run.config()
     if cfg.model.backend != "keras":
         raise WorkbenchError(f"run {run.run_id} is a {cfg.model.backend} run", hint="load it with tuned.load_checkpoint")
-    steps = checkpoints.checkpoint_steps(run.checkpoints_dir)
+    steps = run.checkpoints()
     if not steps:
         raise WorkbenchError(f"run {run.run_id} has no checkpoint yet", where=str(run.checkpoints_dir))
     step = steps[-1] if step is None else step

@@ -18,16 +18,14 @@ package is cheap: no JAX.
 
 - ``rundir``: ``RunDir`` — paths, readers, durable writers; every state change checked.
 - ``state``: ``RunState``, ``TRANSITIONS`` (illegal moves are refused).
-- ``registry``: ``Registry`` over every run root — ``find``, ``checkpoints``, ``latest_complete``.
+- ``registry``: ``Registry`` over every run root — ``find``, ``create``, ``delete``.
+- ``rundir``: ``RunDir`` — its files, and ``checkpoints()``: the complete ones, by the rule below.
 - ``checkpoints``: the one rule for a complete checkpoint, and the retention rule.
 - ``lease``: the owner lease (pid, process start time, host).
 - ``lifecycle``: ``record_failure``, ``mark_interrupted``, ``reconcile``, ``settle``.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
 
 from adapters_lib.runs import checkpoints, lease, lifecycle
 from adapters_lib.runs.checkpoints import complete_steps, latest_complete
@@ -61,30 +59,8 @@ from adapters_lib.runs.state import (
 __all__ = [
     "ACTIVE_STATES", "RESUMABLE_STATES", "STATES", "TERMINAL_STATES", "TRANSITIONS",
     "AmbiguousRun", "IllegalTransition", "LinkedRun", "NoSuchRun", "Registry", "RunDir",
-    "RunOwned", "RunState", "append_jsonl", "checkpoint_steps", "checkpoints", "complete_steps",
+    "RunOwned", "RunState", "append_jsonl", "checkpoints", "complete_steps",
     "create_run", "delete_run_dir", "find_run", "iter_jsonl", "latest_complete", "lease",
-    "lifecycle", "list_checkpoints", "list_runs", "read_jsonl", "remember_root",
+    "lifecycle", "list_runs", "read_jsonl", "remember_root",
     "remembered_roots", "runs_root", "select_run", "write_json_atomic",
 ]
-
-
-def checkpoint_steps(directory: str | Path) -> list[int]:
-    """Complete checkpoints under a ``checkpoints/`` folder (``checkpoints.complete_steps``)."""
-    return complete_steps(directory)
-
-
-def list_checkpoints(run_dir: str | Path | RunDir) -> list[int]:
-    """Steps with a complete checkpoint, ascending (reads the folder; no JAX or orbax)."""
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(Path(run_dir))
-    return complete_steps(run.checkpoints_dir)
-
-
-def __getattr__(name: str) -> Any:
-    # ``load_tuned`` moved out of the run-directory package (it loads a model): it is
-    # ``adapters_lib.tuned.checkpoint.load_checkpoint``. The old name is kept for callers,
-    # imported on use, so this package never imports the model side.
-    if name == "load_tuned":
-        import importlib
-
-        return importlib.import_module("adapters_lib.tuned.checkpoint").load_checkpoint
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

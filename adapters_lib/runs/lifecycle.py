@@ -24,7 +24,7 @@ from typing import Any
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs import lease
 from adapters_lib.runs.rundir import RunDir, now
-from adapters_lib.runs.state import ACTIVE_STATES, IllegalTransition
+from adapters_lib.runs.state import ACTIVE_STATES, IllegalTransition, RunState
 
 log = logging.getLogger("adapters_lib.runs")
 
@@ -88,7 +88,7 @@ def _record_reason_only(run: RunDir, message: str, envelope: dict[str, Any], err
             status = run.status()
         except OSError:
             return None
-        return status if status.get("state") == "failed" else None
+        return status if status.get("state") == RunState.FAILED else None
 
 
 def mark_interrupted(run: RunDir, reason: str, *,
@@ -124,13 +124,13 @@ def owner_gone(run: RunDir, status: dict[str, Any], *, here: bool = False) -> st
     owner = lease.owner_of(run, status)
     state = status.get("state")
     if owner is None:
-        return ("the process that queued it is gone (no owner recorded)" if state == "queued"
+        return ("the process that queued it is gone (no owner recorded)" if state == RunState.QUEUED
                 else "the process running it is gone (no owner recorded)")
     if lease.is_me(owner):
         return f"{owner.describe()} no longer works on it"
     if lease.alive(owner):
         return None
-    if state == "queued":
+    if state == RunState.QUEUED:
         return f"the engine stopped before the run started ({owner.describe()} is gone)"
     return f"the process running it stopped unexpectedly ({owner.describe()} is gone)"
 

@@ -21,7 +21,6 @@ from typing import Any
 
 from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.runs import checkpoints as ckpt
 from adapters_lib.runs import files
 from adapters_lib.runs.rundir import RunDir
 
@@ -250,12 +249,6 @@ class Registry:
     def create(self, cfg: Any, *, now: float | None = None) -> RunDir:
         root = runs_root(cfg.run.dir) if cfg.run.dir else (self.default_root or runs_root())
         return create_run(cfg, root=root, now=now)
-
-    def checkpoints(self, run: RunDir) -> list[int]:
-        return ckpt.complete_steps(run.checkpoints_dir)
-
-    def latest_complete(self, run: RunDir) -> int | None:
-        return ckpt.latest_complete(run.checkpoints_dir)
 
     def delete(self, run: RunDir) -> None:
         delete_run_dir(run, self.roots())

@@ -32,10 +32,11 @@ class RunState(enum.StrEnum):
 
 
 STATES = tuple(s.value for s in RunState)
-ACTIVE_STATES = ("queued", "running", "stopping")
+ACTIVE_STATES = (RunState.QUEUED, RunState.RUNNING, RunState.STOPPING)
 """States in which a process is (or should be) working on the run."""
-RESUMABLE_STATES = ("stopped", "failed", "interrupted")
-TERMINAL_STATES = ("stopped", "completed", "failed", "interrupted")
+RESUMABLE_STATES = (RunState.STOPPED, RunState.FAILED, RunState.INTERRUPTED)
+TERMINAL_STATES = (RunState.STOPPED, RunState.COMPLETED, RunState.FAILED, RunState.INTERRUPTED)
+"""The states a run ends in (compared as ``RunState``: a reply's ``state`` string equals its member)."""
 
 TRANSITIONS: dict[str, frozenset[str]] = {
     "queued": frozenset({"running", "stopped", "failed", "interrupted"}),

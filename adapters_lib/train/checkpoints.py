@@ -27,10 +27,9 @@ import numpy as np
 import orbax.checkpoint as ocp
 
 from adapters_lib.runs import checkpoints as rule
-from adapters_lib.runs.checkpoints import complete_steps as checkpoint_steps
 
 __all__ = ["ITEMS", "CheckpointStore", "NonFiniteState", "abstract_of", "abstract_trainable",
-           "all_finite", "checkpoint_steps", "restore_params", "rng_from_json", "rng_to_json"]
+           "all_finite", "restore_params", "rng_from_json", "rng_to_json"]
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,5 @@
-"""A gemma-route run's checkpoint: the config, the base model and the trained tree.
-
-This is where ``runs.load_tuned`` moved (#16: loading a tuned model is not the run
-directory's business); ``runs`` re-exports it for old callers.
-"""
+"""A gemma-route run's checkpoint: the config, the base model and the trained tree (loading a
+model is not the run directory's business: ``runs`` never imports this)."""
 
 from __future__ import annotations
 

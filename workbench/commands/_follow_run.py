@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs.state import TERMINAL_STATES, RunState
 
 
 def _client() -> Any:
@@ -107,8 +108,7 @@ def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = Fal
                     ended = True
                     break
             if not ended:  # the stream closed early: a final state ends it, else follow again
-                ended = client.get_run(run_id, metrics=False, events=False).state in (
-                    "stopped", "completed", "failed", "interrupted")
+                ended = client.get_run(run_id, metrics=False, events=False).state in TERMINAL_STATES
         except KeyboardInterrupt:
             if stopping or _ask(run_id) == "detach":
                 print(f"\ndetached: run {run_id} goes on in the engine; follow it with "
@@ -147,7 +147,7 @@ def finish(run: Any) -> int:
     """The run's end as this command's: a summary line on stderr and the exit status."""
     state, run_id = run.state, run.id
     error = run.error
-    if state == "failed":
+    if state == RunState.FAILED:
         if error is not None and (error.where or error.hint):  # a user mistake: its one line, exit 2
             raise WorkbenchError(error.message or run.message or "the run failed",
                                  where=error.where, hint=error.hint)
@@ -155,7 +155,7 @@ def finish(run: Any) -> int:
         print(f"run {run_id} failed: {why}", file=sys.stderr)
         return 1
     print(summary_line(run), file=sys.stderr)
-    if state == "stopped":
+    if state == RunState.STOPPED:
         print(f"resume with: gemma-workbench train --resume {run_id}", file=sys.stderr)
         return 130
-    return 0 if state == "completed" else 1
+    return 0 if state == RunState.COMPLETED else 1

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs.state import RunState
 from workbench.commands._generation_args import add_in_process_arg
 
 
@@ -145,10 +146,10 @@ def _train(cfg: Any, run_dir: Any, *, resume: bool) -> int:
         line += (f", exact-match {result.exact_match_base or 0:.1%} (base) → "
                  f"{result.exact_match_tuned:.1%} (tuned)")
     print(line, file=sys.stderr)
-    if result.state == "stopped":
+    if result.state == RunState.STOPPED:
         print(f"resume with: gemma-workbench train --resume {run_dir.run_id}", file=sys.stderr)
         return 130
-    return 0 if result.state == "completed" else 1
+    return 0 if result.state == RunState.COMPLETED else 1
 
 
 def _resume(args: argparse.Namespace) -> int:

@@ -52,9 +52,12 @@ def brief(err: BaseException) -> str:
 
 class Reconnecting:
     """The reconnect policy of ``RemoteLink`` (which supplies the handshake, the lock, the
-    generation counter, ``emit`` and the ssh control)."""
+    generation counter, ``emit``, the ssh control, the token and the listeners). The client
+    holds a link as this type (``link.RemoteLink`` imports the client to probe the engine)."""
 
     where: str
+    token: str | None
+    listeners: list[Callable[[LinkEvent], Any]]
     spec: RemoteSpec
     ssh: SshControl
     generation: int

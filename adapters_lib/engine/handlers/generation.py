@@ -3,7 +3,7 @@
 Each checks its request in the request thread (errors become the HTTP status, before a
 stream opens), then hands the work to the device thread and returns at once: a
 ``GenerationStream`` or a future. The jobs themselves are the generation area's
-(``engine/sampling.py``).
+(``engine/sampling.py``, ``engine/checkpoint_jobs.py``).
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ def generate(engine: Engine, cmd: Any) -> GenerationStream:
 
 @handles(api.Export)
 def export(engine: Engine, cmd: api.Export) -> concurrent.futures.Future:
-    from adapters_lib.engine import sampling
+    from adapters_lib.engine import checkpoint_jobs
 
-    run, fmt = sampling.check_export(engine, cmd)  # a 4xx before the device thread
-    future = engine.scheduler.submit(lambda: sampling.export_job(engine, cmd, run, fmt),
+    run, fmt = checkpoint_jobs.check_export(engine, cmd)  # a 4xx before the device thread
+    future = engine.scheduler.submit(lambda: checkpoint_jobs.export_job(engine, cmd, run, fmt),
                                      label="export")
     return then(future, api.ExportReply.from_json)
 
 
 @handles(api.Eval)
 def evaluate(engine: Engine, cmd: api.Eval) -> api.EvalReply:
-    """Loss/perplexity on a data file (``sampling.eval_job``: its checks, then the device
-    thread; it waits in the slow pool, never in the one status uses)."""
-    from adapters_lib.engine import sampling
+    """Loss/perplexity on a data file (``checkpoint_jobs.eval_job``: its checks, then the
+    device thread; it waits in the slow pool, never in the one status uses)."""
+    from adapters_lib.engine import checkpoint_jobs
 
-    return api.EvalReply.from_json(sampling.eval_job(engine, cmd))
+    return api.EvalReply.from_json(checkpoint_jobs.eval_job(engine, cmd))

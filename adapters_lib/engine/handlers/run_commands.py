@@ -65,7 +65,7 @@ def get_run(engine: Engine, cmd: api.GetRun) -> api.RunDetail:
         out["config"] = tomllib.loads(run.config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         out["config"] = None
-    out["checkpoints"] = engine.registry.checkpoints(run)
+    out["checkpoints"] = run.checkpoints()
     if cmd.metrics:
         out["metrics"] = run.metrics()
     if cmd.events:
@@ -105,7 +105,7 @@ def resume_run(engine: Engine, cmd: api.ResumeRun) -> api.RunSummary:
         raise EngineError(f"run {run.run_id} is {state}; only a stopped, failed or "
                           "interrupted run can be resumed", status=409)
     _open(engine)
-    resume = bool(engine.registry.checkpoints(run))
+    resume = bool(run.checkpoints())
     engine.run_queue.resume(run, resume)
     engine.publish_status(run)
     return engine.summary(run)
