@@ -3,7 +3,7 @@
 ``real_270m`` assembles the starter package into the session's data dir (sha256 checked)
 and loads it in float32 on the first device: every real-weights test shares that one
 load (~1.1 GB of params). ``shared_real_load`` makes ``load_model`` hand that same object
-to code that loads the starter itself (the train loop, ``runs.load_tuned``, adapters),
+to code that loads the starter itself (the train loop, ``tuned.load_checkpoint``, adapters),
 when it asks for what the session holds (float32, the first device, no other
 tokenizer); anything else loads as usual.
 """

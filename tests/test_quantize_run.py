@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from fixtures_runs import demo_overrides
 
-from adapters_lib.runs import RunDir, list_checkpoints
+from adapters_lib.runs import RunDir
 
 STEPS = 12
 STOP_AT = 5
@@ -65,7 +65,7 @@ def test_lora_on_an_int4_base_lowers_eval_loss_and_checkpoints(int4_runs):
     assert result.state == "completed" and straight.config().model.quantize == "int4"
     first = straight.metrics()[0]["loss"]  # the base model's loss on the first batch
     assert result.final_eval_loss is not None and result.final_eval_loss < 0.8 * first
-    assert list_checkpoints(straight.path) == [6, 12]
+    assert RunDir(straight.path).checkpoints() == [6, 12]
 
 
 def test_an_int4_run_resumes_to_the_same_losses(int4_runs):
