@@ -171,6 +171,16 @@ class TrainSpec:
     remat: bool = False
     param_dtype: str = "float32"
     compute_dtype: str = "float32"
+    objective: str = "sft"
+    """What the step minimises (``train.objectives``): "sft" (the answer tokens' cross-entropy)
+    or "dpo" (preference pairs: chosen over rejected, against a frozen reference)."""
+    beta: float = 0.1
+    """DPO: the strength of the reference's pull (the β of the DPO paper)."""
+    label_smoothing: float = 0.0
+    """DPO: the assumed fraction of flipped labels (conservative DPO), in [0, 0.5)."""
+    reference: str = "base"
+    """DPO: the reference model: "base" (the same params with the adapters off) or
+    "run:ID[@STEP]" (that run's adapters, at STEP or its latest checkpoint)."""
 
 
 @dataclass(frozen=True)

@@ -243,7 +243,33 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
             fail("train", key, f"train.{key} is {value!r}", f"expected one of {', '.join(dtypes)}")
     if eval_metrics:
         _check_eval_keys(t, fail, eval_metrics)
+    _check_objective(t, lo, fail, m.backend)
     return dataclasses.replace(cfg, lora=dataclasses.replace(lo, targets=tuple(targets)))
+
+
+OBJECTIVES = ("sft", "dpo")
+REFERENCE = re.compile(r"^run:([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(\d+))?$")
+
+
+def _check_objective(t: Any, lo: Any, fail: Any, backend: str = "gemma") -> None:
+    """``train.objective`` and DPO's ``beta``, ``label_smoothing``, ``reference`` (#33)."""
+    if t.objective not in OBJECTIVES:
+        fail("train", "objective", f"train.objective is {t.objective!r}",
+             f"{closest(t.objective, list(OBJECTIVES))} (objectives are {', '.join(OBJECTIVES)})")
+    if not t.beta > 0:
+        fail("train", "beta", f"train.beta is {t.beta}", "use a positive strength such as 0.1")
+    if not 0 <= t.label_smoothing < 0.5:
+        fail("train", "label_smoothing", f"train.label_smoothing is {t.label_smoothing}",
+             "use a fraction in [0, 0.5), e.g. 0 (plain DPO) or 0.1")
+    if t.reference != "base" and not REFERENCE.match(t.reference):
+        fail("train", "reference", f"train.reference is {t.reference!r}",
+             'use "base" (the adapters off) or "run:ID" / "run:ID@STEP" (a run\'s adapters)')
+    if t.objective != "sft" and backend == "keras":
+        fail("train", "objective", f"train.objective = {t.objective!r} runs on the gemma route only",
+             'use model.backend = "gemma" (the Keras route trains sft)')
+    if t.objective == "dpo" and not lo.enabled:
+        fail("lora", "enabled", "train.objective = \"dpo\" trains LoRA adapters: lora.enabled is false",
+             "set lora.enabled = true (the reference is the base with the adapters off: no second copy)")
 
 
 def _check_eval_keys(t: Any, fail: Any, names: tuple[str, ...]) -> None:

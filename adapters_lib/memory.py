@@ -43,7 +43,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 FIT_FRACTION = 0.8
 
 TERMS = ("weights", "compute_copy", "adapters", "gradients", "optimizer", "accumulator",
-         "activations", "logits", "batch")
+         "activations", "logits", "batch", "reference")
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class MemoryEstimate:
     activations: int
     logits: int
     batch: int
+    reference: int = 0
+    """A DPO reference's own weights: 0 for the base with the adapters off (the same params,
+    no second copy), a reference run's adapters otherwise."""
+    reference_note: str = ""
     device_bytes: int = 0
     """The device's memory (0 = unknown)."""
     trainable_params: int = 0
@@ -89,7 +93,8 @@ class MemoryEstimate:
     def summary(self) -> str:
         parts = ", ".join(f"{t} {fmt_bytes(getattr(self, t))}" for t in TERMS if getattr(self, t))
         dev = f" of {fmt_bytes(self.device_bytes)} ({self.verdict})" if self.device_bytes else ""
-        return f"{fmt_bytes(self.total)} per device{dev}: {parts}"
+        note = f"; {self.reference_note}" if self.reference_note else ""
+        return f"{fmt_bytes(self.total)} per device{dev}: {parts}{note}"
 
 
 def fmt_bytes(n: float) -> str:
@@ -209,12 +214,16 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
              lora_dtype: str = "float32", param_dtype: str = "float32", compute_dtype: str = "float32",
              remat: bool = False, grad_accum: int = 1, chunked_ce: bool = True,
              ce_chunk_bytes: int = CE_CHUNK_BYTES, device_bytes: int = 0,
-             quantize: str = "none", quantize_tile: int = 64) -> MemoryEstimate:
+             quantize: str = "none", quantize_tile: int = 64, objective: str = "sft",
+             reference: str = "base") -> MemoryEstimate:
     """Bytes per device of one train step of ``config`` (see the module docstring).
 
     ``batch_size`` is the global batch of one optimizer step; ``grad_accum`` splits it;
-    ``mesh_shape`` is (data, fsdp, tensor), resolved.
+    ``mesh_shape`` is (data, fsdp, tensor), resolved. ``objective = "dpo"``: ``batch_size``
+    pairs, two rows each (chosen, rejected), and the reference's forward (no activations
+    kept; its weights are the base's with the adapters off, or a reference run's adapters).
     """
+    pair_rows = 2 if objective == "dpo" else 1
     data, fsdp, tensor = mesh_shape
     sizes = {"data": data, "fsdp": fsdp, "tensor": tensor}
     transpose = bool(_cfg(config, "transpose_gating_einsum", True))
@@ -247,7 +256,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     v, d, f = int(_cfg(config, "num_embed")), int(_cfg(config, "embed_dim")), int(_cfg(config, "hidden_dim"))
     n, h, k = int(_cfg(config, "num_heads")), int(_cfg(config, "head_dim")), int(_cfg(config, "num_kv_heads"))
     layers = mesh_lib.num_layers(config)
-    rows = max(1, batch_size // max(grad_accum, 1) // (data * fsdp))
+    rows = max(1, pair_rows * batch_size // max(grad_accum, 1) // (data * fsdp))
     tokens = rows * seq_len
     n_loc = n // tensor if n % tensor == 0 else n
     k_loc = k // tensor if k % tensor == 0 else k
@@ -278,12 +287,20 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     logits = int(copies * rows * chunk * v_loc * 4)
 
     # batch: five [B, L] int32/f32 arrays (the whole step's batch) and the [b, L, L] mask
-    batch = 5 * 4 * (batch_size // (data * fsdp)) * seq_len + rows * seq_len * seq_len
+    batch = 5 * 4 * (pair_rows * batch_size // (data * fsdp)) * seq_len + rows * seq_len * seq_len
+    ref_bytes, ref_note = 0, ""
+    if objective == "dpo":
+        if reference == "base":
+            ref_note = "DPO reference: the base with the adapters off (no second copy, 0 B)"
+        else:
+            ref_bytes = adapters
+            ref_note = f"DPO reference: {reference}'s adapters ({fmt_bytes(ref_bytes)})"
 
     return MemoryEstimate(
         weights=int(weights), compute_copy=int(compute_copy), adapters=int(adapters),
         gradients=int(gradients), optimizer=int(optimizer), accumulator=int(accumulator),
-        activations=int(activations), logits=logits, batch=int(batch), device_bytes=int(device_bytes),
+        activations=int(activations), logits=logits, batch=int(batch), reference=int(ref_bytes),
+        reference_note=ref_note, device_bytes=int(device_bytes),
         trainable_params=int(trainable), total_params=int(base_total + (trainable if lora_enabled else 0)),
     )
 
@@ -300,7 +317,8 @@ def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int 
         param_dtype=cfg.train.param_dtype, compute_dtype=cfg.train.compute_dtype,
         remat=cfg.train.remat, grad_accum=cfg.train.grad_accum, device_bytes=device_bytes,
         ce_chunk_bytes=ce_chunk_bytes, quantize=cfg.model.quantize,
-        quantize_tile=cfg.model.quantize_tile_size)
+        quantize_tile=cfg.model.quantize_tile_size, objective=cfg.train.objective,
+        reference=cfg.train.reference)
 
 
 def host_memory_bytes() -> int:

@@ -142,15 +142,27 @@ def read_for(path: str) -> tuple[ReadResult, list[str]]:
     return read_path(path), []
 
 
-def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int) -> Pipeline:
+def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int,
+                   kind: str = "examples") -> Pipeline:
     """Read, validate, tokenize and split ``spec``'s data; raise ``WorkbenchError`` if unusable.
 
     An ``hf:``/``tfds:`` source that streams (``[data] streaming``) gets a
-    ``StreamingPipeline`` (``adapters_lib.data.streaming``), which has the same interface."""
+    ``StreamingPipeline`` (``adapters_lib.data.streaming``), which has the same interface.
+    ``kind``: what the objective trains on (``objectives.Objective.data``): "examples", or
+    "pairs" (preference pairs from any source, ``data.preference.PairPipeline``, the same
+    interface; read whole, not streamed)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise WorkbenchError(f"seed {seed!r}: the data order's seed is a whole number >= 0",
                              where="[train] seed", hint="set train.seed = 0 (or any number >= 0)")
     codec = TokenCodec.from_any(tokenizer)
+    if kind == "pairs":
+        from adapters_lib.data.preference import build_pair_pipeline
+
+        if spec.path == "demo":
+            raise WorkbenchError("the demo data has no preference pairs", where="[data] path",
+                                 hint="point at prompt/chosen/rejected records, e.g. examples/dpo/")
+        return build_pair_pipeline(spec, codec, read_for(spec.path)[0], batch_size=batch_size, seed=seed,
+                                   eval_read=read_for(spec.eval_path)[0] if spec.eval_path else None)
     if is_dataset_ref(spec.path) and spec.streaming is not False:
         from adapters_lib.data.streaming import build_streaming, wants_streaming
 

@@ -47,6 +47,8 @@ class Report:
     issues: list[DataIssue] = field(default_factory=list)
     fatal: str | None = None
     split: dict[str, int] = field(default_factory=dict)
+    pairs: dict[str, Any] = field(default_factory=dict)
+    """Preference data (``data.preference``): pair counts and answer/prompt lengths."""
     _examples: list[Example] = field(default_factory=list, repr=False)
     _tset: TokenizedSet | None = field(default=None, repr=False)
     _markers: tuple[str, str] = field(default=chat_template.GEMMA3_MARKERS, repr=False)
@@ -131,7 +133,7 @@ class Report:
             "trained_tokens": self.trained_tokens, "truncated": self.truncated,
             "truncated_fraction": round(self.truncated_fraction, 4), "chunked": self.chunked,
             "lengths": stats, "mean_tokens": stats.get("mean"), "max_tokens": stats.get("max"),
-            "histogram": self.histogram(), "split": self.split,
+            "histogram": self.histogram(), "split": self.split, "pairs": self.pairs,
             "errors": [i.to_dict() for i in self.errors[:JSON_LIMIT]],
             "warnings": [i.to_dict() for i in self.warnings[:JSON_LIMIT]],
             "error_count": len(self.errors), "warning_count": len(self.warnings),
@@ -158,6 +160,10 @@ class Report:
                 bar = "█" * round(24 * h["count"] / peak)
                 over = "  > max_length" if h["lo"] > self.max_length else ""
                 lines.append(f"  {h['lo']:>6}–{h['hi']:<6} {bar} {h['count']}{over}")
+        if self.pairs:
+            from adapters_lib.data.preference import render_pairs
+
+            lines.append(render_pairs(self.pairs))
         if self.split:
             lines.append("split: " + ", ".join(f"{k} {v}" for k, v in self.split.items()))
         for title, items in (("errors (records dropped)", self.errors), ("warnings", self.warnings)):
@@ -176,7 +182,10 @@ def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str]
             labels: dict[str, str] | None = None, limit: int = 0) -> Report:
     """Read, convert, tokenize and account for every record of ``path`` (a file, a folder, or
     an ``hf:``/``tfds:`` dataset); ``limit`` > 0: a dataset source's first ``limit`` records
-    only (files are read whole, as before)."""
+    only (files are read whole, as before). Preference pairs when its records carry
+    ``chosen`` and ``rejected`` (``data.preference``)."""
+    from adapters_lib.data import preference
+
     names: list[str] = []
     if isinstance(path, str) and is_dataset_ref(path):
         source = open_source(path)
@@ -187,6 +196,10 @@ def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str]
             read = source.read_all()
     else:
         read = read_path(path)
+    if preference.looks_like_pairs(read.records):
+        pset, issues = preference.tokenize_pairs(read.records, codec, max_length=max_length,
+                                                 truncation=truncation, field_map=field_map)
+        return pair_report(str(path), read, pset, issues, codec=codec, max_length=max_length)
     return report_for(str(path), len(read.records), read.files, read.issues,
                       *to_examples(read.records, format, field_map, labels=labels, label_names=names),
                       codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
@@ -217,6 +230,29 @@ def report_for(path: str, n_records: int, files: list[str], read_issues: list[Da
         report.fatal = (f"{path} is empty: no records" if empty else f"no records could be read from {path}")
     elif kept == 0:
         report.fatal = f"all {report.records} records were dropped; nothing to train on"
+    return report
+
+
+def pair_report(path: str, read: Any, pset: Any, issues: list[DataIssue], *, codec: TokenCodec,
+                max_length: int) -> Report:
+    """The report of preference data: the chosen side's sequences stand for the examples, and
+    ``pairs`` holds the pair counts and lengths (``preference.pair_summary``)."""
+    from adapters_lib.data.preference import pair_summary
+
+    n_records = len(read.records) + sum(1 for i in read.issues if i.severity == "error")
+    tokens = int(len(pset.chosen.tokens) + len(pset.rejected.tokens))
+    report = Report(
+        path=path, format="preference", max_length=max_length, tokenizer=codec.name, files=read.files,
+        file_formats={f: "preference" for f in read.files}, records=n_records, examples=len(pset),
+        sequences=2 * len(pset), tokens=tokens,
+        trained_tokens=int(pset.chosen.trained.sum() + pset.rejected.trained.sum()),
+        lengths=np.concatenate([pset.chosen.lengths, pset.rejected.lengths]),
+        issues=sorted(read.issues + issues, key=_issue_order), _markers=codec.markers,
+        pairs=pair_summary(pset, n_records))
+    if n_records == 0:
+        report.fatal = f"no records could be read from {path}"
+    elif len(pset) == 0:
+        report.fatal = f"all {n_records} preference records were dropped; nothing to train on"
     return report
 
 

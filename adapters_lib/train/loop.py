@@ -133,7 +133,8 @@ class GemmaTrainer(Trainer):
         optimizer = make_optimizer(t)
         steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,
                             reference_params=_reference_adapters(cfg, trainable))
-        pipeline = build_pipeline(cfg.data, loaded.tokenizer, batch_size=t.batch_size, seed=t.seed)
+        pipeline = build_pipeline(cfg.data, loaded.tokenizer, batch_size=t.batch_size, seed=t.seed,
+                                  kind=steps.objective.data)
         log.info("set-up %.1fs: %s", time.perf_counter() - t0,
                  mesh_lib.describe(cfg.mesh, len(devices)))
         self.state = steps.init_state(trainable)

@@ -1,4 +1,4 @@
-"""Train: live plots (loss + eval loss, LR, grad-norm, tokens/s), progress with ETA, events, stop.
+"""Train: live plots (loss + eval loss, LR or a DPO run's reward accuracy, grad-norm, tokens/s), progress with ETA, events, stop.
 
 Attaching to a run = one ``get_run`` (everything so far) + ``stream_run(since_step=last)``
 (what comes next), in a thread worker. Stream events are folded into a ``RunView`` off the
@@ -185,6 +185,7 @@ class TrainScreen(WorkbenchScreen):
             v = self.view
             loss, eval_loss = v.series("loss"), v.series("eval_loss")
             lr, grad, tps = v.series("lr"), v.series("grad_norm"), v.series("tokens_per_s")
+            reward, eval_reward = v.series("reward_accuracy"), v.series("eval_reward_accuracy")
             new_events = v.events[self._shown_events:]
             self._shown_events = len(v.events)
             step, total = v.step, v.total_steps
@@ -194,7 +195,14 @@ class TrainScreen(WorkbenchScreen):
         self.query_one("#plot-loss", PlotView).set_series(
             [Series("train", *loss)]
             + ([Series("eval", *eval_loss, marker="◆", lines=False)] if eval_loss[0] else []))
-        self.query_one("#plot-lr", PlotView).set_series([Series("lr", *lr)])
+        rates = self.query_one("#plot-lr", PlotView)
+        if reward[0]:  # a DPO run: its reward accuracy where the learning rate was
+            rates.title = "reward accuracy"
+            rates.set_series([Series("train", *reward)]
+                             + ([Series("eval", *eval_reward, marker="◆", lines=False)] if eval_reward[0] else []))
+        else:
+            rates.title = "learning rate"
+            rates.set_series([Series("lr", *lr)])
         self.query_one("#plot-grad", PlotView).set_series([Series("grad norm", *grad)])
         self.query_one("#plot-tps", PlotView).set_series([Series("tok/s", *tps)])
         self.query_one("#train-title", Static).update(head)

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-NAMES = ("sft",)
+NAMES = ("sft", "dpo")
 
 
 @dataclass(frozen=True)

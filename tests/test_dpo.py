@@ -1,0 +1,291 @@
+"""DPO (#33): the loss against gemma's ``DpoLoss``, preference data from every layout, a
+sharded step against one device, and a run that checkpoints, resumes and exports like SFT."""
+
+from __future__ import annotations
+
+import json
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from fixtures_mesh import random_batch
+
+from adapters_lib import mesh
+from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+from adapters_lib.train import step as step_lib
+
+L = 32
+P = 4
+
+
+def _pairs(pairs: int, length: int, seed: int) -> dict[str, np.ndarray]:
+    """Random chosen/rejected rows whose loss is on the second half only (the answers)."""
+    out = {}
+    for side, s in (("chosen", seed), ("rejected", seed + 100)):
+        rows = random_batch(pairs, length, s)
+        rows["loss_mask"][:, : length // 2] = 0
+        out.update({f"{side}_{k}": v for k, v in rows.items()})
+    return out
+
+
+def _cfg(shape=(1, 1, 1), **train) -> RunConfig:
+    t = dict(batch_size=P, objective="dpo", beta=0.5, label_smoothing=0.1)
+    t.update(train)
+    return RunConfig(mesh=MeshSpec(*shape, devices=int(np.prod(shape))), data=DataSpec(max_length=L),
+                     lora=LoraSpec(rank=4), train=TrainSpec(**t))
+
+
+def _logits(model, params, batch, side):
+    from adapters_lib.train.loss import attention_mask
+
+    return model.apply({"params": params}, jnp.asarray(batch[f"{side}_tokens"]),
+                       positions=jnp.asarray(batch[f"{side}_positions"]),
+                       attention_mask=attention_mask(jnp.asarray(batch[f"{side}_segment_ids"]))).logits
+
+
+def test_dpo_loss_equals_gemma_dpo_loss_on_the_same_log_probs(demo, lora_params):
+    """The step's DPO loss (chunked cross-entropy at the answer positions, the reference the
+    base with the adapters off) equals ``gm.losses.DpoLoss`` on full logits of the LoRA model
+    (policy) and the base (anchor); its reward metrics follow from the same margins."""
+    from gemma import gm
+
+    from adapters_lib import lora
+
+    model, base = demo
+    cfg = _cfg()
+    trainable = lora_params(cfg.lora)
+    batch = _pairs(P, L, seed=5)
+    batch["chosen_loss_mask"][P - 1] = 0  # a padding pair: weighs nothing
+    batch["rejected_loss_mask"][P - 1] = 0
+    steps = step_lib.build_steps(model, cfg, optax.sgd(0.1), mesh.make_mesh(cfg.mesh), base, trainable)
+    out = jax.device_get(steps.eval_step(steps.init_state(trainable).params, steps.put_batch(batch)))
+    assert float(out["weight"]) == P - 1
+
+    net, merged = lora.wrap(model, cfg.lora), lora.merge_lora(base, trainable)
+    policy = jnp.stack([_logits(net, merged, batch, s) for s in ("chosen", "rejected")], axis=1)
+    anchor = jnp.stack([_logits(model, base, batch, s) for s in ("chosen", "rejected")], axis=1)
+    targets = jnp.stack([batch["chosen_targets"], batch["rejected_targets"]], axis=1)
+    masks = jnp.stack([batch["chosen_loss_mask"], batch["rejected_loss_mask"]], axis=1) > 0
+    want = gm.losses.DpoLoss(tau=0.5, label_smoothing=0.1, tokens="t", sequence_mask="m", policy_logits="p",
+                             anchor_logits="a").get_values(tokens=targets[:-1], sequence_mask=masks[:-1],
+                                                           policy_logits=policy[:-1], anchor_logits=anchor[:-1])
+    np.testing.assert_allclose(out["loss_sum"] / out["weight"], float(jnp.mean(want)), rtol=2e-5)
+    assert abs(float(jnp.mean(want)) - np.log(2)) > 1e-3  # the adapters move the policy off the reference
+
+    logp = jax.nn.log_softmax(policy.astype(jnp.float32))
+    picked = jnp.sum(jnp.take_along_axis(logp, targets[..., None], -1)[..., 0] * masks, -1)[:-1]  # [P-1, 2]
+    ref = jax.nn.log_softmax(anchor.astype(jnp.float32))
+    ref_picked = jnp.sum(jnp.take_along_axis(ref, targets[..., None], -1)[..., 0] * masks, -1)[:-1]
+    margin = 0.5 * ((picked[:, 0] - ref_picked[:, 0]) - (picked[:, 1] - ref_picked[:, 1]))
+    w = out["weight"]
+    np.testing.assert_allclose(out["reward_margin"] / w, float(jnp.mean(margin)), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out["reward_accuracy"] / w, float(jnp.mean(margin > 0)), atol=1e-6)
+    np.testing.assert_allclose(out["chosen_logp"] / w, float(jnp.mean(picked[:, 0])), rtol=1e-5)
+    np.testing.assert_allclose(out["rejected_logp"] / w, float(jnp.mean(picked[:, 1])), rtol=1e-5)
+
+
+def test_a_sharded_dpo_step_equals_the_one_device_step(demo, lora_params):
+    """data × fsdp × tensor = 2×2×2 on 8 simulated devices: each pair's rows stay together."""
+    model, base = demo
+    shape = (2, 2, 2)
+    trainable = lora_params(LoraSpec(rank=4))
+    batch = _pairs(8, L, seed=9)
+    results = []
+    for s in ((1, 1, 1), shape):
+        cfg = _cfg(s, batch_size=8)
+        steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), mesh.make_mesh(cfg.mesh), base, trainable)
+        state, metrics = steps.train_step(steps.init_state(trainable), steps.put_batch(batch))
+        results.append((jax.device_get(metrics), jax.device_get(state.params)))
+    (m1, p1), (m8, p8) = results
+    for k in ("loss", "grad_norm", "reward_margin", "chosen_logp", "rejected_logp", "reward_accuracy"):
+        np.testing.assert_allclose(m8[k], m1[k], rtol=1e-4, atol=1e-6, err_msg=k)
+    for got, want in zip(jax.tree.leaves(p8), jax.tree.leaves(p1), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)  # reduction order: ~3e-6
+
+
+# --------------------------------------------------------------------------- data
+
+
+def _write(path, rows) -> str:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows), encoding="utf-8")
+    return str(path)
+
+
+USER = {"role": "user", "content": "Name a color."}
+PREFERENCE_ROWS = [
+    {"prompt": "What is 2+2?", "chosen": "4", "rejected": "After careful thought: four."},  # TRL strings
+    {"prompt": [USER], "chosen": [{"role": "assistant", "content": "Red"}],  # TRL conversational
+     "rejected": [{"role": "assistant", "content": "A color I can name is red."}]},
+    {"chosen": [USER, {"role": "assistant", "content": "Blue"}],  # chat lists, the prompt implicit
+     "rejected": [USER, {"role": "model", "content": "Blue is a color."}], "system": "Be brief."},
+    {"prompt": "Same?", "chosen": "yes", "rejected": " yes"},  # line 4: identical answers
+    {"prompt": "Missing", "chosen": "yes"},  # line 5: no rejected
+    {"chosen": [USER, {"role": "assistant", "content": "Red"}],  # line 6: prompts differ
+     "rejected": [{"role": "user", "content": "Other?"}, {"role": "assistant", "content": "No"}]},
+    {"prompt": "Hi", "chosen": [{"role": "user", "content": "x"}], "rejected": "b"},  # line 7: no answer
+]
+
+
+def test_preference_records_of_every_layout_become_pairs_and_bad_ones_are_dropped_with_file_line(tmp_path):
+    from adapters_lib.data import build_pipeline, check_file
+
+    path = _write(tmp_path / "prefs.jsonl", PREFERENCE_ROWS)
+    report = check_file(path, max_length=64)
+    assert report.pairs["pairs"] == 3 and report.pairs["dropped"] == 4
+    errors = {i.where.line: i.message for i in report.errors}
+    assert set(errors) == {4, 5, 6, 7}
+    assert "the same" in errors[4] and 'missing field "rejected"' in errors[5]
+    assert "differ before their answers" in errors[6] and "does not end with an assistant" in errors[7]
+    text = report.render()
+    assert "preference pairs: 3 (4 dropped)" in text and f"{path}:4:" in text
+    assert report.to_dict()["pairs"]["chosen_tokens"]["max"] >= 2
+
+    pipe = build_pipeline(DataSpec(path=path, max_length=64, eval_fraction=0.0), None, batch_size=2, seed=0,
+                          kind="pairs")
+    batch = pipe.train_batch(0)
+    assert batch["chosen_tokens"].shape == batch["rejected_loss_mask"].shape == (2, 64)
+    np.testing.assert_array_equal(pipe.train_batch(0)["chosen_tokens"], batch["chosen_tokens"])  # pure
+    for row in range(2):  # the loss is on the answer only: after the prompt, the same in both
+        c, r = batch["chosen_loss_mask"][row], batch["rejected_loss_mask"][row]
+        first_c, first_r = int(np.argmax(c)), int(np.argmax(r))
+        assert first_c == first_r > 5 and c.sum() >= 2 and r.sum() > c.sum() - 10
+        np.testing.assert_array_equal(batch["chosen_tokens"][row, :first_c + 1],
+                                      batch["rejected_tokens"][row, :first_r + 1])
+    with pytest.raises(Exception, match="no preference pairs"):
+        build_pipeline(DataSpec(path=_write(tmp_path / "sft.jsonl", [{"prompt": "a", "response": "b"}] * 3),
+                                max_length=64), None, batch_size=2, seed=0, kind="pairs")
+
+
+def test_dpo_config_keys_are_checked_by_name():
+    from adapters_lib.config import load_config
+    from adapters_lib.errors import WorkbenchError
+
+    cfg = load_config(None, ['train.objective="dpo"', "train.beta=0.2", 'train.reference="run:abc@40"'])
+    assert (cfg.train.objective, cfg.train.beta, cfg.train.reference) == ("dpo", 0.2, "run:abc@40")
+    for bad, where in ((['train.objective="ppo"'], "objective"), (["train.beta=0"], "beta"),
+                       (["train.label_smoothing=0.5"], "label_smoothing"),
+                       (['train.reference="abc"'], "reference"),
+                       (['train.objective="dpo"', "lora.enabled=false"], "enabled")):
+        with pytest.raises(WorkbenchError) as err:
+            load_config(None, bad)
+        assert where in str(err.value) and "\n" not in str(err.value)
+
+
+# --------------------------------------------------------------------------- a run
+
+
+class StopAt:
+    """A TrainControl that asks to stop once ``step`` updates are done."""
+
+    def __init__(self, step: int):
+        self.step, self.seen = step, 0
+
+    def should_stop(self) -> bool:
+        self.seen += 1
+        return self.seen >= self.step
+
+    def on_metrics(self, record: dict) -> None:
+        pass
+
+    def on_event(self, record: dict) -> None:
+        pass
+
+    def between_steps(self) -> None:
+        pass
+
+
+def _short_over_long(path, n: int = 24) -> str:
+    rows = [{"prompt": f"Say {w}.", "chosen": f"{w}.",
+             "rejected": f"I will now say the word that you asked for, which is {w}, as you asked."}
+            for w in ("red", "blue", "green", "cat", "dog", "sun", "moon", "tree")[: n // 3] * 3]
+    return _write(path, [dict(r, prompt=f"{r['prompt']} ({i})") for i, r in enumerate(rows)])
+
+
+def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(tmp_path, workbench_home):
+    from fixtures_runs import demo_overrides
+
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.runs import RunDir, list_checkpoints
+    from adapters_lib.train.loop import run_training
+    from adapters_lib.tuned import export_run
+
+    data = _short_over_long(tmp_path / "prefs.jsonl")
+    cfg = load_config(None, demo_overrides(
+        run__dir=f'"{tmp_path}"', data__path=f'"{data}"', data__max_length=40, data__eval_fraction=0.25,
+        train__objective='"dpo"', train__beta=0.5, train__steps=6, train__batch_size=4, train__eval_every=3,
+        train__checkpoint_every=3, train__learning_rate=0.01))
+    straight = run_training(cfg, runs.create_run(cfg), hooks=default_hooks)
+    assert straight.state == "completed" and straight.step == 6
+    records = RunDir(straight.run_dir).metrics()
+    assert [m["step"] for m in records] == list(range(1, 7))
+    for m in records:
+        assert {"loss", "reward_margin", "reward_accuracy", "chosen_logp", "rejected_logp"} <= set(m)
+    assert {"eval_loss", "eval_reward_accuracy", "eval_reward_margin"} <= set(records[2]) | set(records[5])
+    assert records[0]["loss"] == pytest.approx(np.log(2), abs=1e-4)  # step 1: the policy is the reference
+    assert records[-1]["reward_margin"] > records[0]["reward_margin"]
+
+    run = runs.create_run(cfg)
+    stopped = run_training(cfg, run, control=StopAt(2), hooks=default_hooks)
+    assert stopped.state == "stopped" and list_checkpoints(run.path) == [2]
+    resumed = run_training(cfg, run, resume=True, hooks=default_hooks)
+    assert resumed.state == "completed" and list_checkpoints(run.path)[-1] == 6
+    for step, loss in straight.losses.items():
+        assert resumed.losses.get(step, stopped.losses.get(step)) == pytest.approx(loss, rel=1e-5), step
+
+    out = export_run(run.path, "adapter", out=tmp_path / "adapter")
+    assert out["step"] == 6 and (tmp_path / "adapter").is_dir()
+
+
+CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"),
+            ("Germany", "Berlin"), ("Egypt", "Cairo"), ("Canada", "Ottawa"), ("Kenya", "Nairobi"),
+            ("Norway", "Oslo"), ("Greece", "Athens"), ("Russia", "Moscow"), ("China", "Beijing"),
+            ("Peru", "Lima"), ("Cuba", "Havana"), ("Chile", "Santiago"), ("Poland", "Warsaw"),
+            ("Sweden", "Stockholm"), ("Ireland", "Dublin"), ("Austria", "Vienna"), ("Turkey", "Ankara")]
+
+
+@pytest.mark.slow
+def test_dpo_on_the_real_270m_raises_reward_accuracy_on_held_out_pairs(shared_real_load, tmp_path):
+    """Short answers preferred over long ones: on pairs it never saw the tuned model's margin
+    is positive (the base's is 0: it is its own reference) for most of them."""
+    import os
+
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.train.loop import run_training
+
+    def rows(items):
+        return [{"prompt": f"What is the capital of {c}?", "chosen": f"{city}.",
+                 "rejected": f"That is a good question. The capital city of {c} is the city of {city}, "
+                             "and I hope that this answer helps you."} for c, city in items]
+
+    train = _write(tmp_path / "train.jsonl", rows(CAPITALS[:12]))
+    held = _write(tmp_path / "eval.jsonl", rows(CAPITALS[12:]))
+    config = os.path.join(os.path.dirname(__file__), "..", "examples", "dpo.toml")
+    cfg = load_config(config, [f'data.path="{train}"', f'data.eval_path="{held}"', "data.max_length=48",
+                               "train.steps=8", "train.batch_size=2", "train.eval_every=8", "train.eval_batches=4",
+                               "train.checkpoint_every=8", "train.log_every=4", "train.learning_rate=1e-3",
+                               'train.schedule="constant"', "train.warmup_steps=0", 'train.compute_dtype="float32"',
+                               "mesh.devices=1", f'run.dir="{tmp_path}"'])
+    result = run_training(cfg, runs.create_run(cfg), hooks=default_hooks)
+    assert result.state == "completed", result
+    last = runs.RunDir(result.run_dir).metrics()[-1]
+    assert last["eval_reward_accuracy"] >= 0.75 and last["eval_reward_margin"] > 0, last
+    assert last["eval_loss"] < np.log(2), last  # below the base's (margin 0: log 2)
+
+
+def test_the_memory_estimate_shows_no_second_copy_of_the_base_for_the_reference(demo):
+    from adapters_lib import memory
+
+    config = demo[0].config
+    sft = memory.estimate(config, batch_size=4, seq_len=64)
+    dpo = memory.estimate(config, batch_size=4, seq_len=64, objective="dpo")
+    assert dpo.weights == sft.weights and dpo.reference == 0 and dpo.adapters == sft.adapters
+    assert dpo.activations > sft.activations  # two rows a pair
+    assert "the base with the adapters off (no second copy, 0 B)" in dpo.summary()
+    other = memory.estimate(config, batch_size=4, seq_len=64, objective="dpo", reference="run:abc")
+    assert other.reference == other.adapters > 0 and other.total == dpo.total + other.adapters
