@@ -25,6 +25,9 @@ HEAVY_MODULES = (
 
 
 def import_heavy() -> None:
+    from adapters_lib import trace_context
+
+    trace_context.complete()  # before any program is traced
     for name in HEAVY_MODULES:
         try:
             importlib.import_module(name)

@@ -13,7 +13,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from adapters_lib import trace_context
 from adapters_lib.config import LoraSpec
+
+trace_context.complete()  # before any program is traced: see trace_context
 
 
 class Program:
@@ -39,6 +42,23 @@ class Program:
         self.traces: dict[str, int] = {"prefill": 0, "decode": 0}
         self.prefill = jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy"))
         self.decode = jax.jit(self._decode_impl, static_argnames=("chunk", "greedy"), donate_argnums=(2,))
+        self._decoders: dict[tuple, Any] = {}
+
+    def decoder(self, base, lora, state, max_new, temperature, top_k, top_p, *, chunk, greedy):
+        """The decode program compiled for these shapes (ahead of its first call, once per
+        length bucket): the sampler compiles it while the prefill runs, so the first token's
+        wait holds every compile and the decode rate none."""
+        import jax
+
+        args = (base, lora, state, max_new, temperature, top_k, top_p)
+        leaves, tree = jax.tree_util.tree_flatten(args)
+        key = (tree, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))),
+                            str(getattr(x, "sharding", ""))) for x in leaves), chunk, greedy)
+        compiled = self._decoders.get(key)
+        if compiled is None:
+            compiled = self.decode.lower(*args, chunk=chunk, greedy=greedy).compile()
+            self._decoders[key] = compiled
+        return compiled
 
     def _forward(self, base, lora, tokens, positions, mask, cache, last_only):
         from adapters_lib import lora as lora_lib

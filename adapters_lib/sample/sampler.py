@@ -19,6 +19,7 @@ complete.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -46,6 +47,23 @@ def bucket(n: int, buckets: Sequence[int] = PROMPT_BUCKETS) -> int:
         if n <= b:
             return b
     return 1 << (n - 1).bit_length()
+
+
+def _with_fallback(compiled: Any, jitted: Any) -> Any:
+    """Call the ahead-of-time ``compiled`` decode; where its arguments' layout differs from
+    the one it was compiled for (a sharded state coming back placed otherwise), the jitted
+    one from then on (the arguments are checked before anything is donated)."""
+    use = [compiled]
+
+    def call(*args: Any, **statics: Any) -> Any:
+        if use[0] is compiled:
+            try:
+                return compiled(*args)
+            except (TypeError, ValueError):
+                use[0] = jitted
+        return jitted(*args, **statics)
+
+    return call
 
 
 def _pow2(n: int) -> int:
@@ -165,8 +183,16 @@ class Sampler:
         state = self._prefill(self.params, lora, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(live),
                               keys, temp, top_k, top_p, cache_len=cache_len, variants=variants,
                               greedy=settings.greedy)
+        step_chunk = chunk or DECODE_CHUNK
+        max_new = jnp.int32(settings.max_new_tokens)
+        decode = self._decode
+        if settings.max_new_tokens > 1:  # compiled now, while the prefill runs on the device
+            compiled = self._program.decoder(self.params, lora, state, max_new, temp, top_k, top_p,
+                                             chunk=step_chunk, greedy=settings.greedy)
+            decode = _with_fallback(compiled, self._decode)
         streams = {(v, r): TextStream(self.tokenizer) for v in range(variants) for r in range(n)}
         finished: set[tuple[int, int]] = set()
+        stamp: list[float | None] = [None]
 
         def emit(tok_grid) -> Iterator[Piece]:
             for v in range(variants):
@@ -178,22 +204,26 @@ class Sampler:
                         continue
                     if tok in self.end_tokens:
                         finished.add((v, r))
-                        yield Piece(v, r, streams[v, r].flush(), tok, done=True, stop_reason="stop")
+                        yield Piece(v, r, streams[v, r].flush(), tok, done=True, stop_reason="stop",
+                                    time=stamp[0])
                         continue
-                    yield Piece(v, r, streams[v, r].push(tok), tok)
+                    yield Piece(v, r, streams[v, r].push(tok), tok, time=stamp[0])
 
         first = np.asarray(state["last"])
         yield from emit(first)
         produced = 1
-        step_chunk = chunk or DECODE_CHUNK
-        max_new = jnp.int32(settings.max_new_tokens)
         while produced < settings.max_new_tokens and len(finished) < variants * n:
-            state, out = self._decode(self.params, lora, state, max_new, temp, top_k, top_p,
-                                      chunk=step_chunk, greedy=settings.greedy)
+            began = time.perf_counter()
+            state, out = decode(self.params, lora, state, max_new, temp, top_k, top_p,
+                                chunk=step_chunk, greedy=settings.greedy)
             out = np.asarray(out)
+            steps = int((out.max(axis=(1, 2)) >= 0).sum()) or 1
+            per_step = (time.perf_counter() - began) / steps
             for i in range(out.shape[0]):
                 if out[i].max() < 0:
                     break
+                # a chunk's tokens arrive together: each is stamped when its step was done
+                stamp[0] = began + (i + 1) * per_step
                 yield from emit(out[i])
                 produced += 1
             if bool(np.asarray(state["done"])[:, :n].all()):

@@ -61,3 +61,6 @@ class Piece:
     done: bool = False
     stop_reason: str | None = None
     side: str = ""
+    time: float | None = None
+    """``time.perf_counter()`` when its decode step was done (tokens of one device call come
+    together; each is stamped at its own step), None: when it arrived."""

@@ -46,7 +46,7 @@ import numpy as np
 import optax
 from flax import linen as nn
 
-from adapters_lib import attention, lora
+from adapters_lib import attention, lora, trace_context
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
 from adapters_lib.train import loss as loss_lib
@@ -59,6 +59,7 @@ from adapters_lib.train.variants import (  # noqa: F401 - the step's model varia
 )
 
 log = logging.getLogger(__name__)
+trace_context.complete()  # before any program is traced: see trace_context
 
 
 class TrainState(NamedTuple):

@@ -109,11 +109,12 @@ class TunedModel:
             for piece in pieces:
                 answer = answers[piece.side][piece.row]
                 answer.text += piece.text
+                at = (piece.time if piece.time is not None else time.perf_counter()) - t0
                 if piece.token is not None and answer.tokens == 0:
-                    answer.first_token_s = time.perf_counter() - t0
+                    answer.first_token_s = at
                 if piece.token is not None:
                     answer.tokens += 1
-                    answer.seconds = time.perf_counter() - t0  # complete at its last token
+                    answer.seconds = at  # complete at its last token
                 if piece.done:
                     answer.stop_reason = piece.stop_reason or "stop"
                     # in a batch, a row that stopped is told so when the batch ends: its time
