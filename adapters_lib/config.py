@@ -106,6 +106,9 @@ class MeshSpec:
         for v in sizes.values():
             if v != -1:
                 known *= v
+        if known < 1 or len(fill) > 1:  # a 0 (or a negative) size: a RunConfig refuses it too
+            raise WorkbenchError(f"mesh {self.shape_text()}: each axis is ≥ 1, or -1 on one "
+                                 "axis to fill", where="[mesh]", hint="e.g. data = 1, tensor = -1")
         if fill:
             if device_count % known:
                 raise WorkbenchError(

@@ -1,7 +1,7 @@
 """Focus and keys as a person meets them (Pilot, 80×24, the static engine stand-in).
 
-Arriving on a screen puts the focus where the user acts (the prompt on Compare, the first
-field on Configure, the table on Models and Runs); while a text field has the focus every
+Arriving on a screen puts the focus where the user acts (the prompt on Compare, the page
+tabs on Configure, the table on Models and Runs); while a text field has the focus every
 printable key goes into it, screen and app keys included; escape leaves the field and the
 footer says so.
 """
@@ -65,10 +65,12 @@ async def test_compare_takes_what_you_type_and_enter_fills_both_panes():
         assert app.focused is app.screen.query_one("#compare-prompt", Input)
 
 
-async def test_configure_starts_in_the_first_field_and_escape_goes_to_the_page_tabs():
+async def test_configure_starts_on_the_page_tabs_and_escape_goes_back_to_them():
     app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        assert isinstance(app.focused, Tabs)
+        await pilot.press("tab")
         assert app.focused is app.screen.query_one("#f-mesh-data", Input)
         await pilot.press("escape")
         assert isinstance(app.focused, Tabs)
@@ -86,6 +88,7 @@ async def test_check_data_key_works_from_inside_a_field():
     app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
+        await pilot.press("enter")  # into the page's first field
         assert isinstance(app.focused, Input)
         await pilot.press("ctrl+d")  # a field's own ctrl+d (delete right) must not eat it
         await settle(pilot)

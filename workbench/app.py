@@ -192,13 +192,8 @@ class WorkbenchApp(App):
 
     def open_run(self, run_id: str, mode: str = "train") -> None:
         """Make ``run_id`` the current run and show it on ``mode`` (train or compare)."""
-        self.current_run = run_id
-        screen_name = mode
-        if screen_name in self._screen_stacks:  # already built: tell it about the run
-            screen = self._screen_stacks[screen_name][-1]
-            if hasattr(screen, "attach"):
-                screen.attach(run_id)
-        self.switch_mode(screen_name)
+        self.current_run = run_id  # the screen follows it when shown (its on_screen_resume)
+        self.switch_mode(mode)
 
     def action_toggle_theme(self) -> None:
         names = [t.name for t in themes.THEMES]

@@ -72,6 +72,46 @@ def _slug(name: str) -> str:
     return slug[:48] or "demo"
 
 
+GENERIC_STEMS = frozenset({"model", "weights", "checkpoint", "params", "train", "data",
+                           "dataset", "eval", "test", "valid", "validation", "dev", "all"})
+WEIGHT_SUFFIXES = (".gguf", ".safetensors", ".bin", ".keras", ".h5", ".npz")
+DATA_SUFFIXES = (".jsonl", ".json", ".txt", ".csv", ".parquet", ".md")
+
+
+def _short(ref: str, suffixes: tuple[str, ...]) -> str:
+    """The telling part of a catalog id or path: ``hf:google/gemma-3-1b-it`` → ``gemma-3-1b-it``,
+    ``…/answer-format/train.jsonl`` → ``answer-format`` (a generic file name gives its folder)."""
+    rest = ref.strip().rstrip("/")
+    if ":" in rest and not rest.startswith(("/", ".", "~")) and rest.split(":", 1)[0].isalpha():
+        rest = rest.split(":", 1)[1]
+    parts = [p for p in re.split(r"[/\\]", rest) if p]
+    if not parts:
+        return ""
+    last = parts[-1]
+    for suffix in suffixes:
+        if last.lower().endswith(suffix):
+            last = last[: -len(suffix)]
+            break
+    if last.lower() in GENERIC_STEMS and len(parts) > 1:
+        last = parts[-2]
+    return last
+
+
+def short_ref(model_source: str) -> str:
+    """A model's short name: ``starter:gemma-3-270m`` → ``gemma-3-270m``."""
+    return _short(model_source, WEIGHT_SUFFIXES)
+
+
+def default_name(model_source: str, data_path: str) -> str:
+    """A run's name when ``[run] name`` is empty: its model and its data
+    (``gemma-3-270m-answer-format``; the demo model on the demo tasks is ``demo``)."""
+    model = short_ref(model_source) or "model"
+    data = "demo-tasks" if data_path.strip() in ("", "demo") else _short(data_path, DATA_SUFFIXES)
+    if model == "demo" and data == "demo-tasks":
+        return "demo"
+    return _slug(f"{model}-{data or 'data'}")
+
+
 def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) -> RunDir:
     """Make a fresh run directory for ``cfg`` (a RunConfig): config.toml, status ``queued``.
 
@@ -91,7 +131,8 @@ def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) 
         with contextlib.suppress(OSError):  # a read-only state dir must not stop a run
             remember_root(parent)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
-    base = f"{stamp}-{_slug(cfg.run.name or 'demo')}"
+    name = cfg.run.name or default_name(cfg.model.source, cfg.data.path)
+    base = f"{stamp}-{_slug(name)}"
     for n in range(1, 1000):
         run_id = base if n == 1 else f"{base}-{n}"
         path = parent / run_id

@@ -19,6 +19,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import var
 from textual.widgets import Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
@@ -54,6 +55,9 @@ class CompareScreen(WorkbenchScreen):
                 id="compare.later", show=False),
     ]
 
+    generating = var(False, bindings=True)
+    """A generation streams (escape cancels it); the footer's keys follow it."""
+
     def __init__(self) -> None:
         super().__init__(name="compare")
         self.view: RunView | None = None
@@ -61,7 +65,6 @@ class CompareScreen(WorkbenchScreen):
         self.texts = {"base": "", "tuned": ""}
         self.summary: dict[str, Any] | None = None
         """The ``done`` item of the last generation (token counts, seconds), once it ends."""
-        self.generating = False
         self.earlier: list[dict[str, Any]] = []
         """Earlier compares of the run, newest first; ``earlier_pos`` is the one shown."""
         self.earlier_pos = -1
@@ -249,7 +252,6 @@ class CompareScreen(WorkbenchScreen):
         self.texts = {"base": "", "tuned": ""}
         self.summary = None
         self.generating = True
-        self.refresh_bindings()
         for side in ("base", "tuned"):
             self.show_text(side, "[dim]…[/]")
         for side in ("base", "tuned"):
@@ -297,7 +299,6 @@ class CompareScreen(WorkbenchScreen):
 
     def failed(self, text: str) -> None:
         self.generating = False
-        self.refresh_bindings()
         for side in ("base", "tuned"):
             if not self.texts[side]:
                 self.show_text(side, "")
@@ -321,7 +322,6 @@ class CompareScreen(WorkbenchScreen):
         (an empty answer says so)."""
         self.summary = summary
         self.generating = False
-        self.refresh_bindings()
         for side in ("base", "tuned"):
             if not self.texts[side]:
                 self.show_text(side, "[dim](no text: the model ended its turn at once)[/]")
@@ -345,7 +345,6 @@ class CompareScreen(WorkbenchScreen):
     def action_cancel(self) -> None:
         self.workers.cancel_group(self, "compare-stream")
         self.generating = False
-        self.refresh_bindings()
         self.query_one("#compare-wait", WaitNote).done("[yellow]cancelled[/]")
         self.notify("cancelled", timeout=2)
 

@@ -6,9 +6,15 @@ would print. A valid config is sent to the engine's estimate route (a worker, at
 flight, debounced) which fills the memory-fit bar, the trainable-parameter count and the
 sharding problems. Launch sends it to ``create_run`` and opens the Train screen on the run.
 
-Keys: arriving here puts the focus in the first field of the page; ``escape`` leaves a field
-for the tab strip (``←`` ``→`` switch pages, ``tab`` goes back into the page). From ~120
-columns the equivalent TOML stands beside the form, live.
+Keys: arriving here puts the focus on the page tabs, so the screen keys (``1``–``5``,
+``ctrl+l``) work at once: ``←`` ``→`` switch pages, ``tab``, ``enter`` or ``↓`` go into the
+page's first field, ``escape`` leaves a field for the tabs. ``ctrl+o`` opens a config file
+(the picked model's example is offered: ``ctrl+o`` ``enter``). From ~120 columns the
+equivalent TOML stands beside the form, live.
+
+Defaults depend on the model (``adapters_lib.model_defaults``) and every value says where it
+came from (``configure_origins``); a real model picked on the demo tasks is offered its
+example config (``workbench.example_configs``).
 """
 
 from __future__ import annotations
@@ -36,10 +42,12 @@ from adapters_lib.config import (
     MeshSpec,
     RunConfig,
     config_from_dict,
-    load_config,
 )
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.model_defaults import with_model_defaults
+from workbench.messages import DataChecked, EngineDevices, EstimateDone, RunLaunched
 from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
+from workbench.screens.configure_files import ConfigFilesMixin
 from workbench.screens.configure_form import (
     DATA_FIELDS,
     MESH_FIELDS,
@@ -47,8 +55,9 @@ from workbench.screens.configure_form import (
     field_id,
     form_pages,
 )
+from workbench.screens.configure_model import ModelDefaultsMixin
+from workbench.screens.configure_origins import FieldOrigins
 from workbench.screens.configure_text import data_report_text, device_info, estimate_view
-from workbench.screens.prompt import PromptScreen
 from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
 from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate
@@ -58,14 +67,16 @@ from workbench.widgets.waits import Wait
 DEBOUNCE_S = 0.3
 
 
-class ConfigureScreen(WorkbenchScreen):
+class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", id="configure.launch"),
-        Binding("ctrl+s", "save_toml", "Save TOML", id="configure.save"),
-        Binding("ctrl+o", "open_toml", "Open TOML", id="configure.open", show=False),
+        Binding("ctrl+o", "open_toml", "Open", id="configure.open"),
+        Binding("ctrl+s", "save_toml", "Save", id="configure.save"),
         # priority: a field's own ctrl+d (delete right) must not swallow it
         Binding("ctrl+d", "check_data", "Check data", id="configure.check_data", priority=True),
+        Binding("enter,down", "enter_page", "Into the page", id="configure.enter_page",
+                show=False),
     ]
 
     def __init__(self) -> None:
@@ -77,14 +88,26 @@ class ConfigureScreen(WorkbenchScreen):
         self.estimate_result: dict[str, Any] = {}
         self.catalog: dict[str, dict[str, Any]] = {}
         self._debounce = None
+        self.origins = FieldOrigins()
+        self.model_seen: str | None = None
+        """The Models screen's pick this form has taken (a new pick replaces the model)."""
+        self.suggestion: Path | None = None
+        """The example config offered for the model (ctrl+o opens it)."""
+        self.opened = ""
 
     # ------------------------------------------------------------------ layout
 
+    def start_config(self) -> RunConfig:
+        """The app's start config as given, else the defaults of the model picked on Models."""
+        given = getattr(self.app, "config_defaults", None)
+        if given is not None:
+            return given
+        choice = getattr(self.app, "model_choice", None) or "demo"
+        self.model_seen = choice
+        return with_model_defaults(RunConfig().replace(model=type(RunConfig().model)(source=choice)))
+
     def compose(self) -> ComposeResult:
-        base: RunConfig = getattr(self.app, "config_defaults", None) or RunConfig()
-        choice = getattr(self.app, "model_choice", None)
-        if choice:
-            base = base.replace(model=type(base.model)(source=choice))
+        base = self.base_config = self.start_config()
         d = base.to_dict()
         yield NavBar("configure")
         with Horizontal(id="configure-main"):
@@ -102,8 +125,11 @@ class ConfigureScreen(WorkbenchScreen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.base_config: RunConfig = getattr(self.app, "config_defaults", None) or RunConfig()
         self.data_wait: Wait | None = None
+        given = getattr(self.app, "config_defaults", None) is not None
+        self.origins.all_from(self.base_config, self.tracked_texts(),
+                              "from the start config" if given else None)
+        self.model_changed(self.base_config.model.source)
         self.load_devices()
         self.revalidate()
         self.set_interval(0.25, self.tick_waits)
@@ -116,9 +142,22 @@ class ConfigureScreen(WorkbenchScreen):
             self.query_one("#data-report", Static).update(f"[dim]{self.data_wait.text()}[/]")
 
     def on_screen_resume(self) -> None:
-        """Arriving: the focus goes to the first field of the page (unless a field has it)."""
+        """Arriving: a model picked on Models since comes in; the focus goes to the page tabs
+        (unless a field has it), where the screen keys work."""
+        choice = getattr(self.app, "model_choice", None)
+        if choice and choice != self.model_seen:
+            self.model_seen = choice
+            self.use_model(choice)
         if not is_text_field(self.focused):
-            self.call_after_refresh(self.focus_first_field)
+            self.call_after_refresh(self.leave_field)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "enter_page":
+            return isinstance(self.focused, Tabs)
+        return super().check_action(action, parameters)
+
+    def action_enter_page(self) -> None:
+        self.focus_first_field()
 
     def focus_first_field(self) -> None:
         pane = self.query_one(TabbedContent).active_pane
@@ -140,6 +179,8 @@ class ConfigureScreen(WorkbenchScreen):
         raw = self.base_config.to_dict()
         for section, key, _, kind in MESH_FIELDS + DATA_FIELDS + TRAIN_FIELDS:
             text = self.query_one(f"#{field_id(section, key)}", Input).value
+            if section == "mesh" and key == "devices" and not text.strip():
+                text = "0"  # empty: all of the engine's devices
             raw[section][key] = text.strip() if kind is str else (
                 parse_number(text, kind) if text.strip() else None)
         raw["data"]["format"] = str(self.query_one(f"#{field_id('data', 'format')}", Select).value)
@@ -179,6 +220,13 @@ class ConfigureScreen(WorkbenchScreen):
     @on(Select.Changed)
     @on(Checkbox.Changed)
     def _changed(self, event) -> None:
+        key = self.key_of(event.control.id or "")
+        if key == "model.source":
+            self.model_changed(str(event.value))
+        elif key in self.origins.shown and self.origins.seen(key, str(event.value)):
+            self.show_origins()
+        if key == "data.path":
+            self.show_suggestion()
         if self._debounce is not None:
             self._debounce.stop()
         self._debounce = self.set_timer(DEBOUNCE_S, self.revalidate)
@@ -191,11 +239,11 @@ class ConfigureScreen(WorkbenchScreen):
             self.config = self.build_config()
         except WorkbenchError as err:
             self.config, self.error = None, str(err)
-            status.update(f"[b red]✗[/] {err}")
+            status.update(f"[b red]✗[/] {escape(str(err))}")
             self.query_one("#launch", Button).disabled = True
             return
         self.error = ""
-        status.update("[b green]✓[/] config valid")
+        status.update("[b green]✓[/] config valid" + self.suggestion_text())
         self.query_one("#launch", Button).disabled = False
         toml = self.config.to_toml()
         self.query_one("#toml-preview", Static).update(toml)
@@ -238,8 +286,10 @@ class ConfigureScreen(WorkbenchScreen):
             note.update(f"[dim]asking the engine for its devices… "
                         f"{self.app.engine_note()}[/]")  # type: ignore[attr-defined]
         else:
+            s = "s" if used != 1 else ""
             note.update(f"data × fsdp × tensor must equal {used} (one axis may be -1: it "
-                        f"fills) · devices: 0 = all {self.device_count}")
+                        f"fills): the {used} device{s} used (devices: empty = all "
+                        f"{self.device_count})")
 
     @work(thread=True, exclusive=True, group="devices")
     def load_devices(self) -> None:
@@ -247,11 +297,14 @@ class ConfigureScreen(WorkbenchScreen):
         if status is None:
             return
         models = self.engine(self.client.models) or []
-        self.ui(self.set_devices, *device_info(status),
-                {str(m.get("id")): m for m in models if isinstance(m, dict)})
+        self.post_message(EngineDevices(*device_info(status), {
+            str(m.get("id")): m for m in models if isinstance(m, dict)}))
 
-    def set_devices(self, count: int, kind: str, catalog: dict[str, dict[str, Any]]) -> None:
-        self.device_count, self.device_kind, self.catalog = count, kind, catalog
+    def on_engine_devices(self, message: EngineDevices) -> None:
+        self.device_count, self.device_kind = message.count, message.kind
+        self.catalog = message.catalog
+        self.query_one(f"#{field_id('mesh', 'devices')}", Input).placeholder = \
+            f"all {message.count}"
         self.revalidate()
 
     @work(thread=True, exclusive=True, group="estimate")
@@ -259,13 +312,15 @@ class ConfigureScreen(WorkbenchScreen):
         try:
             reply = self.client.estimate(config.to_dict())
         except Exception as err:  # noqa: BLE001 - shown in the bar, not as a pop-up per keystroke
-            self.ui(self.query_one(MemoryFitBar).set_fits, [],
-                    f"no estimate: {error_text(err)}")
+            self.post_message(EstimateDone(None, f"no estimate: {error_text(err)}"))
             return
-        self.ui(self.show_estimate, estimate_view(reply))
+        self.post_message(EstimateDone(estimate_view(reply)))
 
-    def show_estimate(self, result: dict[str, Any]) -> None:
-        self.estimate_result = result
+    def on_estimate_done(self, message: EstimateDone) -> None:
+        if message.result is None:
+            self.query_one(MemoryFitBar).set_fits([], message.error)
+            return
+        result = self.estimate_result = message.result
         fits = fits_from_estimate(result)
         note = str(result.get("summary") or "")
         self.query_one(MemoryFitBar).set_fits(fits, note if fits else "no per-device estimate")
@@ -285,9 +340,6 @@ class ConfigureScreen(WorkbenchScreen):
         """Enter in a field moves to the next one, like a form."""
         event.stop()
         self.focus_next()
-
-    def use_model(self, source: str) -> None:
-        self.query_one(f"#{field_id('model', 'source')}", Input).value = source
 
     @on(Button.Pressed, "#launch")
     def _launch_pressed(self) -> None:
@@ -310,8 +362,10 @@ class ConfigureScreen(WorkbenchScreen):
     def launch(self, cfg: RunConfig) -> None:
         run = self.engine(self.client.create_run, cfg.to_dict())
         if run is not None:
-            run_id = str(run["id"])
-            self.ui(self.app.open_run, run_id, "train")  # type: ignore[attr-defined]
+            self.post_message(RunLaunched(str(run["id"])))
+
+    def on_run_launched(self, message: RunLaunched) -> None:
+        self.app.open_run(message.run_id, "train")  # type: ignore[attr-defined]
 
     def action_check_data(self) -> None:
         try:
@@ -348,62 +402,12 @@ class ConfigureScreen(WorkbenchScreen):
             report = self.client.data_check(raw["data"]["path"], format=raw["data"]["format"],
                                             config=raw, limit=2000)
         except Exception as err:  # noqa: BLE001
-            self.ui(self.show_data_report, f"[b red]✗[/] {error_text(err)}")
+            self.post_message(DataChecked(f"[b red]✗[/] {error_text(err)}"))
             return
-        self.ui(self.show_data_report, data_report_text(report))
+        self.post_message(DataChecked(data_report_text(report)))
 
-    def show_data_report(self, text: str) -> None:
+    def on_data_checked(self, message: DataChecked) -> None:
         self.data_wait = None
-        self.query_one("#data-report", Static).update(text)
-
-    def fill_form(self, cfg: RunConfig) -> None:
-        """Show ``cfg`` in the form; keys the form has no field for are kept as they are."""
-        self.base_config = cfg
-        d = cfg.to_dict()
-        for section, key, _, kind in MESH_FIELDS + DATA_FIELDS + TRAIN_FIELDS:
-            value = d[section][key]
-            self.query_one(f"#{field_id(section, key)}", Input).value = (
-                f"{value:g}" if kind is float else str(value))
-        self.query_one(f"#{field_id('data', 'format')}", Select).value = cfg.data.format
-        self.query_one(f"#{field_id('data', 'packing')}", Checkbox).value = cfg.data.packing
-        self.query_one(f"#{field_id('train', 'schedule')}", Select).value = cfg.train.schedule
-        self.query_one(f"#{field_id('model', 'quantize')}", Select).value = cfg.model.quantize
-        self.query_one(LoraForm).show_spec(cfg.lora)
-
-    def action_open_toml(self) -> None:
-        def load(path: str | None) -> None:
-            if not path:
-                return
-            try:
-                cfg = load_config(Path(path.strip()).expanduser())
-            except WorkbenchError as err:
-                self.notify(str(err), title="cannot open", severity="error", timeout=8)
-                return
-            self.fill_form(cfg)
-            self.notify(f"loaded {path.strip()}", timeout=3)
-
-        self.app.push_screen(PromptScreen("Open a run config (TOML)", "path.toml"), load)
-
-    def action_save_toml(self) -> None:
-        if self.config is None:
-            self.notify(self.error or "the config is not valid yet", severity="error")
-            return
-        cfg = self.config
-
-        def save(path: str | None) -> None:
-            if not path:
-                return
-            target = Path(path).expanduser()
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(cfg.to_toml(), encoding="utf-8")
-            except OSError as err:
-                self.notify(f"could not save: {err}", severity="error")
-                return
-            self.notify(f"saved {target}\nrun it with: gemma-workbench train {target}", timeout=6)
-
-        self.app.push_screen(PromptScreen("Save the config as TOML", "path.toml",
-                                          str(Path.cwd() / "run.toml")), save)
-
+        self.query_one("#data-report", Static).update(message.text)
 
 SCREEN = ConfigureScreen

@@ -1,7 +1,10 @@
 """The Configure screen's pages (Mesh, LoRA, Data, Train, TOML): their fields, in tab order.
 
 ``MESH_FIELDS``/``DATA_FIELDS``/``TRAIN_FIELDS`` are (section, key, label, kind) of the plain
-input fields; each field's id is ``f-<section>-<key>``.
+input fields; each field's id is ``f-<section>-<key>``, and beside a Train field a dim tag
+(``o-<section>-<key>``) says where its value came from. Each field takes only what it means
+(``Input`` validators: whole numbers, ≥ 1, one mesh axis -1); ``mesh.devices`` shows empty
+for 0 (= all of the engine's devices, the count in its placeholder).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
+from textual.validation import Function, Integer, Number, Validator
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static, TabPane
 
 from adapters_lib.config import DATA_FORMATS, QUANTIZE_MODES, SCHEDULES, RunConfig
@@ -30,6 +34,33 @@ TRAIN_FIELDS = (("model", "source", "model", str), ("run", "name", "run name", s
                 ("train", "seed", "seed", int))
 
 
+AT_LEAST_0 = ("data.max_length", "train.warmup_steps", "train.seed", "mesh.devices")
+"""Whole-number fields where 0 means something (none, all); the other counts are ≥ 1."""
+
+
+def validators(section: str, key: str, kind: type) -> list[Validator]:
+    """What the field takes: a mesh axis ≥ 1 or -1 (fills), counts ≥ 1 (or ≥ 0), numbers."""
+    name = f"{section}.{key}"
+    if section == "mesh" and key != "devices":
+        return [Integer(), Function(lambda v: v.strip() in ("-1",) or v.strip().isdigit()
+                                    and int(v) >= 1, "a mesh axis is ≥ 1, or -1 to fill")]
+    if name == "mesh.devices":  # empty = all
+        return [Function(lambda v: not v.strip() or v.strip().isdigit(),
+                         "the devices to use (empty: all)")]
+    if kind is int:
+        return [Integer(minimum=0 if name in AT_LEAST_0 else 1)]
+    if kind is float:
+        return [Number(minimum=0)]
+    return []
+
+
+def field_text(section: str, key: str, value: Any) -> str:
+    """A value as its field shows it (``mesh.devices`` 0 = all: empty)."""
+    if section == "mesh" and key == "devices" and value == 0:
+        return ""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 class FormScroll(VerticalScroll, can_focus=False):
     """A scrolling form page that tab skips (focus goes straight to its first field)."""
 
@@ -38,31 +69,38 @@ def field_id(section: str, key: str) -> str:
     return f"f-{section}-{key}"
 
 
+def origin_id(section: str, key: str) -> str:
+    return f"o-{section}-{key}"
 
 
-def form_fields(spec: tuple, defaults: dict[str, dict[str, Any]]) -> ComposeResult:
+def form_fields(spec: tuple, defaults: dict[str, dict[str, Any]],
+                tags: bool = False) -> ComposeResult:
     for section, key, label, kind in spec:
-        value = defaults[section][key]
         with Horizontal(classes="row"):
             yield Label(label, classes="label")
-            yield Input(f"{value:g}" if kind is float else str(value),
-                        id=field_id(section, key),
+            yield Input(field_text(section, key, defaults[section][key]),
+                        id=field_id(section, key), validators=validators(section, key, kind),
                         type={int: "integer", float: "number"}.get(kind, "text"),
                         classes="short" if kind is not str else "long", compact=True)
+            if tags and kind is not str:
+                yield Static("", id=origin_id(section, key), classes="origin")
 
 def form_pages(base: RunConfig, d: dict[str, dict[str, Any]]) -> ComposeResult:
     with TabPane("Mesh", id="tab-mesh"):
         with FormScroll():
             with Horizontal(classes="row"):
-                for section, key, label, _ in MESH_FIELDS:
+                for section, key, label, kind in MESH_FIELDS:
                     yield Label(label, classes="label-short")
-                    yield Input(str(d[section][key]), id=field_id(section, key),
+                    yield Input(field_text(section, key, d[section][key]),
+                                id=field_id(section, key), placeholder="all" * (key == "devices"),
+                                validators=validators(section, key, kind),
                                 type="integer", classes="tiny", compact=True)
             yield Static("", id="mesh-note", classes="note")
             yield DeviceGrid(id="device-grid")
     with TabPane("LoRA", id="tab-lora"):
         with FormScroll():
             yield LoraForm(base.lora, id="lora-form")
+            yield Static("", id="lora-origin", classes="note")
     with TabPane("Data", id="tab-data"):
         with FormScroll():
             yield from form_fields(DATA_FIELDS[:1], d)
@@ -79,7 +117,7 @@ def form_pages(base: RunConfig, d: dict[str, dict[str, Any]]) -> ComposeResult:
             yield Static("", id="data-report", classes="report")
     with TabPane("Train", id="tab-train"):
         with FormScroll():
-            yield from form_fields(TRAIN_FIELDS, d)
+            yield from form_fields(TRAIN_FIELDS, d, tags=True)
             with Horizontal(classes="row"):
                 yield Label("schedule", classes="label")
                 yield Select([(s, s) for s in SCHEDULES], value=base.train.schedule,
@@ -90,6 +128,7 @@ def form_pages(base: RunConfig, d: dict[str, dict[str, Any]]) -> ComposeResult:
                 yield Select([(q, q) for q in QUANTIZE_MODES], value=base.model.quantize,
                              allow_blank=False, id=field_id("model", "quantize"),
                              compact=True)
+            yield Static("", id="defaults-why", classes="note")
     with TabPane("TOML", id="tab-toml"):
         with FormScroll():
             yield Static("", id="toml-preview", classes="toml", markup=False)

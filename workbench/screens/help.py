@@ -11,7 +11,9 @@ from textual.widgets import Footer, Static
 from workbench.widgets.nav import NavBar
 
 FLOW = """[b]Main flow[/b]
-  2  Configure → check the mesh and LoRA fields → ctrl+l launches the run
+  1  Models: enter picks a model for Configure (it brings that model's defaults)
+  2  Configure → check the mesh and LoRA fields → ctrl+l launches the run;
+     ctrl+o enter opens a config file (the picked model's example is offered)
   3  Train: live loss, learning rate, grad norm, tokens/s · s stops (a checkpoint is kept)
   4  Compare: the prompt has the focus: type, enter (or ctrl+r) streams base | tuned
      side by side; \\[ and ] (outside the prompt) walk earlier compares of the run

@@ -266,16 +266,9 @@ class ModelsScreen(WorkbenchScreen):
             self.notify(f"{choice} is {entry.get('status')}: {entry.get('reason', '')}",
                         severity="warning", timeout=6)
             return
-        self.app.model_choice = choice  # type: ignore[attr-defined]
+        self.app.model_choice = choice  # type: ignore[attr-defined]  # Configure takes it when shown
         self.notify(f"model {choice} → Configure", timeout=3)
         self.app.action_show("configure")  # type: ignore[attr-defined]
-
-        def tell() -> None:
-            use = getattr(self.app.screen, "use_model", None)
-            if use is not None:
-                use(choice)
-
-        self.app.call_after_refresh(tell)
 
 
 SCREEN = ModelsScreen

@@ -18,6 +18,7 @@ from textual.worker import get_current_worker
 
 from adapters_lib.config import LORA_TARGETS, config_from_dict
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs.registry import default_name, short_ref
 from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.prompt import PromptScreen
 from workbench.screens.runstate import RunView
@@ -26,7 +27,7 @@ from workbench.widgets.plot import PlotView, Series
 from workbench.widgets.waits import WaitNote
 
 REFRESH_S = 2.0
-COLUMNS = ("✓", "run", "state", "step", "loss", "rank", "targets")
+COLUMNS = ("✓", "run", "model", "state", "step", "loss", "rank", "targets")
 
 
 def flatten(config: dict[str, Any]) -> dict[str, Any]:
@@ -175,8 +176,9 @@ class RunsScreen(WorkbenchScreen):
             rid = self.run_id(r)
             st = record_state(r)
             lora = self.configs.get(rid, {}).get("lora", {})
+            model = model_text(self.configs.get(rid, {}).get("model", {}))
             loss = r.get("loss", r.get("last_loss"))
-            table.add_row("✓" if rid in self.marked else " ", rid, str(st.get("state", "?")),
+            table.add_row("✓" if rid in self.marked else " ", rid, model, str(st.get("state", "?")),
                           f"{st.get('step', 0)}/{st.get('total_steps', '?')}",
                           f"{loss:.4f}" if isinstance(loss, (int, float)) else "—",
                           str(lora.get("rank", "—")) if lora.get("enabled", True) else "full",
@@ -355,7 +357,9 @@ class RunsScreen(WorkbenchScreen):
             before = dict(config.get("lora") or {})
             lora = parse_sweep(text, before)
             config["lora"] = lora
-            name = (config.get("run") or {}).get("name") or "demo"
+            name = (config.get("run") or {}).get("name") or default_name(
+                str((config.get("model") or {}).get("source", "demo")),
+                str((config.get("data") or {}).get("path", "demo")))
             config_from_dict(config, source="sweep")
         except WorkbenchError as err:
             self.ui(self.notify, error_text(err), title="sweep", severity="error")
@@ -390,6 +394,15 @@ def where_written(result: Any) -> str:
         if isinstance(result.get(key), str):
             return f"→ {result[key]}"
     return where_written(result.get("result")) if "result" in result else ""
+
+
+def model_text(model: dict[str, Any]) -> str:
+    """A run's model, short: ``starter:gemma-3-270m`` → ``gemma-3-270m`` (a Keras run says so)."""
+    source = str(model.get("source") or "")
+    if not source:
+        return "—"
+    keras = " (keras)" if model.get("backend") == "keras" else ""
+    return (short_ref(source) or source) + keras
 
 
 def targets_text(targets: list[str]) -> str:

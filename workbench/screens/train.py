@@ -15,7 +15,6 @@ first step the header says what the run waits for (set-up, compile) and for how 
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from textual import work
@@ -85,6 +84,7 @@ class TrainScreen(WorkbenchScreen):
     def on_mount(self) -> None:
         self.set_interval(REDRAW_S, self.redraw)
         self.set_interval(1.0, self.tick_wait)
+        self.set_interval(MEMORY_S, self.tick_memory)
 
     def tick_wait(self) -> None:
         """While the run waits for its first step, the header's elapsed time must move."""
@@ -100,28 +100,23 @@ class TrainScreen(WorkbenchScreen):
             self.attach(run_id)
         elif self.view is None:
             self.find_run()
-        self.watch_memory()
+        self.read_memory()
 
-    def on_screen_suspend(self) -> None:
-        self.workers.cancel_group(self, "train-memory")
+    def tick_memory(self) -> None:
+        """Every ``MEMORY_S`` while the screen shows: read the engine's memory (the engine's,
+        not the run's: it moves whatever the run's state, so the reading never stops)."""
+        if self.is_current:
+            self.read_memory()
 
     @work(thread=True, exclusive=True, group="train-memory")
-    def watch_memory(self) -> None:
-        worker = get_current_worker()
-        while not worker.is_cancelled:
-            try:
-                status = self.client.status()
-            except Exception:  # noqa: BLE001 - the nav strip says when the engine is gone
-                status = None
-            if status is not None and not worker.is_cancelled:
-                with self._lock:
-                    self.status = status
-                    self._dirty = True
-            with self._lock:
-                active = self.view is not None and self.view.active
-            if not active:  # a finished run's memory does not change: one reading is enough
-                return
-            time.sleep(MEMORY_S)
+    def read_memory(self) -> None:
+        try:
+            status = self.client.status()
+        except Exception:  # noqa: BLE001 - the nav strip says when the engine is gone
+            return
+        with self._lock:
+            self.status = status
+            self._dirty = True
 
     @work(thread=True, exclusive=True, group="train-find")
     def find_run(self) -> None:

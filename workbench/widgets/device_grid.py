@@ -74,7 +74,9 @@ class DeviceGrid(Widget):
         d, f, t = self.shape
         text = Text(no_wrap=True, overflow="ellipsis")
         kind = f" {self.kind}" if self.kind else ""
-        text.append(f"{self.device_count}{kind} devices · mesh data×fsdp×tensor = {d}×{f}×{t}\n",
+        plural = "s" if self.device_count != 1 else ""
+        text.append(f"{self.device_count}{kind} device{plural} · mesh data×fsdp×tensor = "
+                    f"{d}×{f}×{t}\n",
                     style="bold")
         if not self.valid:
             text.append(f"✗ {self.mismatch()}\n", style="bold red")

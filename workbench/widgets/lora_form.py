@@ -11,6 +11,7 @@ from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.validation import Integer, Number
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from adapters_lib.config import DTYPES, LORA_TARGETS, LoraSpec
@@ -52,9 +53,11 @@ class LoraForm(Vertical):
             yield Checkbox("full fine-tune (no LoRA)", value=not s.enabled, id="lora-full", compact=True)
         with Horizontal(classes="row"):
             yield Label("rank", classes="label")
-            yield Input(str(s.rank), id="lora-rank", type="integer", classes="short", compact=True)
+            yield Input(str(s.rank), id="lora-rank", type="integer", classes="short", compact=True,
+                        validators=[Integer(minimum=1)])
             yield Label("alpha", classes="label")
-            yield Input(f"{s.alpha:g}", id="lora-alpha", type="number", classes="short", compact=True)
+            yield Input(f"{s.alpha:g}", id="lora-alpha", type="number", classes="short", compact=True,
+                        validators=[Number(minimum=0)])
         with Horizontal(classes="row targets"):
             yield Label("targets", classes="label")
             for name in LORA_TARGETS:
