@@ -118,7 +118,7 @@ def model_detail(m: dict[str, Any]) -> str:
         lines += [f"  {escape(str(k))} = {escape(str(v))}" for k, v in list(config.items())[:24]]
         held = held_sizes(config)
         if held:
-            lines.append(f"[dim]base on the device ([model] quantize):[/] {escape(held)}")
+            lines.append(f"[dim]base on the device (\\[model] quantize):[/] {escape(held)}")
     return "\n".join(lines)
 
 
