@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from fixtures_tui import StaticClient
 from textual.widgets import Button, Input, Static
+from textual.worker import WorkerCancelled
 
 from workbench.app import WorkbenchApp
 from workbench.settings import load_settings
@@ -18,10 +19,17 @@ SIZE = (80, 24)
 pytestmark = pytest.mark.anyio
 
 
+async def workers_done(app) -> None:
+    try:
+        await app.workers.wait_for_complete()
+    except WorkerCancelled:  # an exclusive worker replaced by a newer one (the estimate)
+        pass
+
+
 async def settle(pilot, app) -> None:
-    await app.workers.wait_for_complete()
+    await workers_done(app)
     await pilot.pause(0.4)  # the form re-validates 0.3 s after the last keystroke
-    await app.workers.wait_for_complete()
+    await workers_done(app)
     await pilot.pause()
 
 

@@ -16,6 +16,7 @@ import time
 import pytest
 from fixtures_tui import StaticClient
 from textual.widgets import DataTable, Footer, Input, Select, Static, Tabs
+from textual.worker import WorkerCancelled
 
 from workbench.app import WorkbenchApp
 
@@ -24,10 +25,17 @@ RUN = "20260101-120000-demo"
 pytestmark = pytest.mark.anyio
 
 
+async def workers_done(app) -> None:
+    try:
+        await app.workers.wait_for_complete()
+    except WorkerCancelled:  # an exclusive worker replaced by a newer one (the estimate)
+        pass
+
+
 async def settle(pilot) -> None:
-    await pilot.app.workers.wait_for_complete()
+    await workers_done(pilot.app)
     await pilot.pause(0.4)
-    await pilot.app.workers.wait_for_complete()
+    await workers_done(pilot.app)
     await pilot.pause()
 
 

@@ -46,7 +46,7 @@ from adapters_lib.config import (
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.model_defaults import with_model_defaults
 from workbench.messages import DataChecked, EngineDevices, EstimateDone, RunLaunched
-from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
+from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.configure_files import ConfigFilesMixin
 from workbench.screens.configure_form import (
     DATA_FIELDS,
@@ -68,6 +68,9 @@ DEBOUNCE_S = 0.3
 
 
 class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
+    AUTO_FOCUS = "Tabs"
+    """Arriving (with nothing focused) puts the focus on the page tabs, at once: a deferred
+    focus would pull it back from a field the user already tabbed into."""
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
     BINDINGS = [
         Binding("ctrl+l", "launch", "Launch", id="configure.launch"),
@@ -142,14 +145,11 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
             self.query_one("#data-report", Static).update(f"[dim]{self.data_wait.text()}[/]")
 
     def on_screen_resume(self) -> None:
-        """Arriving: a model picked on Models since comes in; the focus goes to the page tabs
-        (unless a field has it), where the screen keys work."""
+        """Arriving: a model picked on Models since comes in (the focus: ``AUTO_FOCUS``)."""
         choice = getattr(self.app, "model_choice", None)
         if choice and choice != self.model_seen:
             self.model_seen = choice
             self.use_model(choice)
-        if not is_text_field(self.focused):
-            self.call_after_refresh(self.leave_field)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "enter_page":

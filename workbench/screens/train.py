@@ -63,6 +63,7 @@ class TrainScreen(WorkbenchScreen):
         self.view: RunView | None = None
         self._lock = threading.Lock()
         self._dirty = False
+        self._memory_dirty = False
         self._shown_events = 0
         self.status: dict[str, Any] = {}
         """The engine's last status reply (device memory)."""
@@ -116,7 +117,7 @@ class TrainScreen(WorkbenchScreen):
             return
         with self._lock:
             self.status = status
-            self._dirty = True
+            self._memory_dirty = True
 
     @work(thread=True, exclusive=True, group="train-find")
     def find_run(self) -> None:
@@ -173,6 +174,11 @@ class TrainScreen(WorkbenchScreen):
     # ------------------------------------------------------------------ drawing (≤ 2 Hz)
 
     def redraw(self) -> None:
+        with self._lock:
+            memory, self._memory_dirty = (memory_text(self.status) if self._memory_dirty
+                                          else None), False
+        if memory is not None:  # the memory line alone: no plot is redrawn for it
+            self.query_one("#train-memory", Static).update(memory)
         with self._lock:
             if not self._dirty or self.view is None:
                 return
