@@ -6,16 +6,24 @@ from __future__ import annotations
 import pytest
 from fixtures_tui import StaticClient
 from textual.widgets import DataTable, Input, Static
+from textual.worker import WorkerCancelled
 
 from workbench.app import WorkbenchApp
 
 pytestmark = pytest.mark.anyio
 
 
+async def workers_done(pilot) -> None:
+    try:
+        await pilot.app.workers.wait_for_complete()
+    except WorkerCancelled:  # an exclusive worker replaced by a newer one (the estimate)
+        pass
+
+
 async def settle(pilot) -> None:
-    await pilot.app.workers.wait_for_complete()
+    await workers_done(pilot)
     await pilot.pause(0.3)
-    await pilot.app.workers.wait_for_complete()
+    await workers_done(pilot)
     await pilot.pause()
 
 
