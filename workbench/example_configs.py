@@ -22,17 +22,22 @@ def example_folders() -> list[Path]:
 
 
 def example_for(source: str) -> Path | None:
-    """The first example config whose ``[model] source`` is ``source`` (never the demo's)."""
+    """The example config whose ``[model] source`` is ``source`` (never the demo's): one that
+    fine-tunes (the default objective) before one that trains another objective (DPO)."""
     if source.strip() in ("", "demo"):
         return None
     for folder in example_folders():
+        found = []
         for path in sorted(folder.glob("*.toml")):
             try:
-                model = tomllib.loads(path.read_text(encoding="utf-8")).get("model") or {}
+                config = tomllib.loads(path.read_text(encoding="utf-8"))
             except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
                 continue
-            if str(model.get("source", "")).strip() == source.strip():
-                return path
+            if str((config.get("model") or {}).get("source", "")).strip() == source.strip():
+                objective = str((config.get("train") or {}).get("objective", "sft"))
+                found.append((objective != "sft", path.name, path))
+        if found:
+            return min(found)[2]
     return None
 
 
