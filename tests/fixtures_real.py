@@ -57,7 +57,7 @@ def shared_real_load(real_270m, monkeypatch):
 
     def load_model(spec, *, param_dtype="float32", sharding=None):
         if spec.source in (STARTER, "gemma-3-270m") and not spec.tokenizer and \
-                param_dtype == "float32" and _first_device_only(sharding):
+                spec.quantize == "none" and param_dtype == "float32" and _first_device_only(sharding):
             return real_270m
         return original(spec, param_dtype=param_dtype, sharding=sharding)
 

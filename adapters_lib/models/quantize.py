@@ -98,11 +98,13 @@ def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int
     return qwix.QArray(qvalue=weight_sharding, scale=scale, zero_point=None, qtype=qtype(mode))
 
 
-def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None) -> Any:
+def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None,
+                    donate: bool = False) -> Any:
     """The base tree with its projection weights as ``QArray`` (see the module doc).
 
-    Leaf by leaf: each float weight is quantized where it lies (same sharding) and deleted,
-    so the device holds the float base plus one quantized weight at most. ``mode = "none"``
+    Leaf by leaf: each float weight is quantized where it lies (same sharding); with
+    ``donate`` (the loader's own arrays) it is deleted at once, so the device holds the float
+    base plus one quantized weight at most. ``mode = "none"``
     returns ``params``.
     """
     import jax
@@ -121,7 +123,8 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
         sharding = getattr(x, "sharding", None)
         out = qarray_sharding(sharding, tuple(x.shape), axes, mode)
         q = _quantizer(mode, tuple(sorted(axes.items())), x.ndim, out)(x)
-        _delete(x)
+        if donate:
+            _delete(x)
         return q
 
     return jax.tree_util.tree_map_with_path(one, params)
@@ -227,8 +230,9 @@ def quantize_loaded(loaded: Any, spec: Any) -> Any:
     if mode == "gguf":
         raise WorkbenchError("model.quantize = \"gguf\" is not available in this build", where=WHERE,
                              hint='use "int8", "int4" or "nf4"')
-    loaded.params = quantize_params(loaded.params, mode, spec.quantize_tile_size,
-                                    config=loaded.config)
-    loaded.model = with_quantized_base(loaded.model)
-    loaded.quantize = mode
-    return loaded
+    import dataclasses
+
+    params = quantize_params(loaded.params, mode, spec.quantize_tile_size, config=loaded.config,
+                             donate=True)
+    return dataclasses.replace(loaded, params=params, model=with_quantized_base(loaded.model),
+                               quantize=mode)
