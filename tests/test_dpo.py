@@ -209,7 +209,7 @@ def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(t
     from adapters_lib import runs
     from adapters_lib.config import load_config
     from adapters_lib.evals.hooks import default_hooks
-    from adapters_lib.runs import RunDir, list_checkpoints
+    from adapters_lib.runs import RunDir
     from adapters_lib.train.loop import run_training
     from adapters_lib.tuned import export_run
 
@@ -230,9 +230,9 @@ def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(t
 
     run = runs.create_run(cfg)
     stopped = run_training(cfg, run, control=StopAt(2), hooks=default_hooks)
-    assert stopped.state == "stopped" and list_checkpoints(run.path) == [2]
+    assert stopped.state == "stopped" and run.checkpoints() == [2]
     resumed = run_training(cfg, run, resume=True, hooks=default_hooks)
-    assert resumed.state == "completed" and list_checkpoints(run.path)[-1] == 6
+    assert resumed.state == "completed" and run.checkpoints()[-1] == 6
     for step, loss in straight.losses.items():
         assert resumed.losses.get(step, stopped.losses.get(step)) == pytest.approx(loss, rel=1e-5), step
 
