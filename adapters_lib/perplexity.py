@@ -19,45 +19,18 @@ import functools
 import logging
 import math
 import time
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
 from adapters_lib.config import DataSpec, LoraSpec
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.evals.eval_result import EvalResult
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_LENGTH = 512
 DEFAULT_BATCH = 4
-
-
-@dataclass
-class EvalResult:
-    """The ``eval`` JSON object (contract: ``loss``, ``perplexity``, ``tokens``)."""
-
-    loss: float
-    """Mean negative log-likelihood per scored token (nats)."""
-    perplexity: float
-    tokens: int
-    """Tokens scored (for chat files: the model turns only)."""
-    sequences: int = 0
-    examples: int = 0
-    dropped: int = 0
-    """Examples the data rules dropped (each named in ``issues``)."""
-    format: str = ""
-    loss_on: str = "model"
-    max_length: int = 0
-    seconds: float = 0.0
-    model: str = ""
-    run: str | None = None
-    step: int | None = None
-    data: str = ""
-    issues: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _rows(lengths: np.ndarray, max_length: int) -> list[list[int]]:
@@ -156,7 +129,7 @@ def evaluate_file(model: Any, params: Any, tokenizer: Any, path: str, *, fmt: st
     return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), tokens=count,
                       sequences=len(pipe.train), examples=len(np.unique(pipe.train.example)),
                       dropped=int(report.dropped), format=str(report.format), loss_on=loss_on,
-                      max_length=max_length, seconds=time.perf_counter() - start, data=path,
+                      max_length=max_length, seconds=time.perf_counter() - start, data=str(path),
                       issues=issues)
 
 
@@ -203,8 +176,7 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
         else:
             result = evaluate_file(loaded.model, trainable, loaded.tokenizer, data, fmt=fmt,
                                    max_length=length, loss_on=loss_on, batch_size=batch_size)
-        result.model, result.run, result.step = cfg.model.source, run_dir.run_id, got
-        return result
+        return result.replace(model=cfg.model.source, run=run_dir.run_id, step=got)
     from adapters_lib.config import ModelSpec
     from adapters_lib.models.loader import load_model
 
@@ -213,5 +185,4 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
     result = evaluate_file(loaded.model, loaded.params, loaded.tokenizer, data, fmt=fmt,
                            max_length=max_length or DEFAULT_MAX_LENGTH, loss_on=loss_on,
                            batch_size=batch_size)
-    result.model = source
-    return result
+    return result.replace(model=source)

@@ -119,3 +119,12 @@ def test_a_model_path_goes_to_the_engine_absolute(tmp_path, monkeypatch):
     for as_typed in ("demo", "gemma-3-270m", "hf:google/gemma-3-1b-it", "starter:gemma-3-270m",
                      "missing.gguf", ""):
         assert model_ref(as_typed) == as_typed
+
+
+def test_the_library_the_engine_and_eval_json_share_one_result_record(demo, files):
+    from adapters_lib.engine import api
+
+    result = perplexity.evaluate_file(demo.model, demo.params, demo.tokenizer, files["chat"])
+    assert api.Eval.reply is type(result)  # one record, not a copy kept in step by hand
+    again = api.Eval.reply.from_json(json.loads(json.dumps(result.to_json())))
+    assert again == result and {"loss", "perplexity", "tokens"} <= set(again.to_json())

@@ -366,7 +366,7 @@ class EngineClient:
 
     def eval(self, data: str, *, model: str = "", run_id: str = "", step: int = -1,
              format: str = "auto", loss_on: str = "model", max_length: int = 0,
-             batch_size: int = 4, quantize: str = "") -> api.EvalReply:
+             batch_size: int = 4, quantize: str = "") -> api.EvalResult:
         """Loss, perplexity and scored tokens on ``data`` (an absolute path on the engine's machine)."""
         return self.call(api.Eval(data=data, model=model, run_id=run_id, step=step, format=format,
                                   loss_on=loss_on, max_length=max_length, batch_size=batch_size,

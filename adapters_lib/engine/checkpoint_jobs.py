@@ -70,7 +70,7 @@ def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
         max_length=cmd.max_length or None, loss_on=cmd.loss_on, batch_size=cmd.batch_size,
         quantize=cmd.quantize),
         label="eval")
-    result = future.result().to_dict()
+    result = future.result().to_json()
     if run is not None:
         result["run"] = run.run_id
     return result

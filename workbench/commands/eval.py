@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         result = _through_engine(args)
     if args.json:
-        print(json.dumps(result.to_dict() if hasattr(result, "to_dict") else result.to_json()))
+        print(json.dumps(result.to_json()))
         return 0
     what = f"run {result.run} step {result.step}" if result.run else result.model
     print(f"{what} on {result.data}: loss {result.loss:.4f}, perplexity {result.perplexity:.2f}, "

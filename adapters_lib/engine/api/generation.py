@@ -15,9 +15,10 @@ from typing import Any
 from adapters_lib.engine.api.chat import CompareItem
 from adapters_lib.engine.api.commands import COMMANDS, LIMITS, Command, Route
 from adapters_lib.engine.api.streams import StreamError, TokenChunk
+from adapters_lib.evals.eval_result import EvalResult
 from adapters_lib.jsontypes import Record, record
 
-__all__ = ["CompareSet", "CompareSetDone", "COMPARE_SET_ITEMS", "Eval", "EvalReply"]
+__all__ = ["CompareSet", "CompareSetDone", "COMPARE_SET_ITEMS", "Eval", "EvalResult"]
 
 
 @record
@@ -66,27 +67,6 @@ class CompareSet(Command):
 
 
 @record
-class EvalReply(Record):
-    """``eval --json`` (contract: ``loss``, ``perplexity``, ``tokens``) and its details."""
-
-    loss: float = 0.0
-    perplexity: float = 0.0
-    tokens: int = 0
-    sequences: int = 0
-    examples: int = 0
-    dropped: int = 0
-    format: str = ""
-    loss_on: str = "model"
-    max_length: int = 0
-    seconds: float = 0.0
-    model: str = ""
-    run: str | None = None
-    step: int | None = None
-    data: str = ""
-    issues: list[str] = dataclasses.field(default_factory=list)
-
-
-@record
 class Eval(Command):
     """Loss, perplexity and scored tokens of a model (or a run's checkpoint) on a data file."""
 
@@ -94,7 +74,7 @@ class Eval(Command):
     route = Route("POST", "/eval")
     slow = True
     needs_jax = touches_devices = True
-    reply = EvalReply
+    reply = EvalResult
     data: str = ""
     """The file or folder to score (absolute: the engine's working directory is not yours)."""
     model: str = ""

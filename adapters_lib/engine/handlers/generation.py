@@ -44,9 +44,9 @@ def export(engine: Engine, cmd: api.Export) -> concurrent.futures.Future:
 
 
 @handles(api.Eval)
-def evaluate(engine: Engine, cmd: api.Eval) -> api.EvalReply:
+def evaluate(engine: Engine, cmd: api.Eval) -> api.EvalResult:
     """Loss/perplexity on a data file (``checkpoint_jobs.eval_job``: its checks, then the
     device thread; it waits in the slow pool, never in the one status uses)."""
     from adapters_lib.engine import checkpoint_jobs
 
-    return api.EvalReply.from_json(checkpoint_jobs.eval_job(engine, cmd))
+    return api.EvalResult.from_json(checkpoint_jobs.eval_job(engine, cmd))
