@@ -173,6 +173,17 @@ def test_dpo_config_keys_are_checked_by_name():
         assert where in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_reference_run_that_is_not_there_is_one_line_naming_the_key(tmp_path):
+    from adapters_lib.config import load_config
+    from adapters_lib.errors import WorkbenchError
+    from adapters_lib.train.objectives.dpo import load_reference_adapters
+
+    cfg = load_config(None, ['train.objective="dpo"', 'train.reference="run:nope@3"', f'run.dir="{tmp_path}"'])
+    with pytest.raises(WorkbenchError) as err:
+        load_reference_adapters(cfg, cfg.train.reference, {})
+    assert "[train] reference" in str(err.value) and "'nope'" in str(err.value) and "\n" not in str(err.value)
+
+
 # --------------------------------------------------------------------------- a run
 
 
