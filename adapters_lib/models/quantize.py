@@ -174,28 +174,43 @@ def device_bytes(tree: Any) -> int:
 # --------------------------------------------------------------------------- the model
 
 
-def _frozen_einsum(eqn: str, x: Any, w: Any) -> Any:
+def _frozen_einsum(eqn: str, x: Any, w: Any, w_scale: float | None = None) -> Any:
     import jax
     import jax.numpy as jnp
     import qwix
 
     def run(x, w):
-        return jnp.einsum(eqn, x, qwix.dequantize(w).astype(x.dtype))
+        dense = qwix.dequantize(w).astype(x.dtype)
+        return jnp.einsum(eqn, x, dense if w_scale is None else dense * w_scale)
 
     return jax.checkpoint(run, policy=jax.checkpoint_policies.nothing_saveable)(x, w)
 
 
-def _interceptor(next_fun, args, kwargs, context):
-    import qwix
+@functools.cache
+def _einsum_classes() -> tuple[type, ...]:
+    """gemma's Einsum layers: Gemma 2/3's and Gemma 4's own (which also has ``w_scale``)."""
     from gemma.gm.nn import _layers
 
+    classes: list[type] = [_layers.Einsum]
+    try:
+        from gemma.gm.nn.gemma4 import _layers as g4_layers
+
+        classes.append(g4_layers.Einsum)
+    except ImportError:
+        pass
+    return tuple(classes)
+
+
+def _interceptor(next_fun, args, kwargs, context):
+    import qwix
+
     module = context.module
-    if (context.method_name == "__call__" and isinstance(module, _layers.Einsum)
+    if (context.method_name == "__call__" and isinstance(module, _einsum_classes())
             and module.has_variable("params", module.weight_name)):
         w = module.get_variable("params", module.weight_name)
         if isinstance(w, qwix.QArray):
             eqn, x = args
-            return _frozen_einsum(eqn, x, w)
+            return _frozen_einsum(eqn, x, w, getattr(module, "w_scale", None))
     return next_fun(*args, **kwargs)
 
 
