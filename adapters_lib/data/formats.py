@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters_lib.data.readers import DataIssue, Record, Where
+from adapters_lib.data.record_error import RecordError
 from adapters_lib.errors import WorkbenchError
 
 FORMATS = ("text", "prompt_response", "alpaca", "chat", "qa")
@@ -56,13 +57,6 @@ class Example:
     def to_chat(self) -> dict[str, Any]:
         """The chat-format record (``{"messages": [...]}``), as used for exact-match eval."""
         return {"messages": [dict(m) for m in self.messages], "source": str(self.where), **self.meta}
-
-
-class RecordError(Exception):
-    def __init__(self, message: str, field_name: str = ""):
-        super().__init__(message)
-        self.message = message
-        self.field = field_name
 
 
 def detect(data: dict[str, Any] | str) -> str | None:

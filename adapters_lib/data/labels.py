@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adapters_lib.data.formats import RecordError
+from adapters_lib.data.record_error import RecordError
 
 
 def label_answer(value: Any, labels: dict[str, str], names: list[str] | None = None) -> str:

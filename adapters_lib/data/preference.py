@@ -28,9 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from adapters_lib.data.formats import ROLES, Example, RecordError, apply_field_map, chat_messages
+from adapters_lib.data.formats import ROLES, Example, apply_field_map, chat_messages
 from adapters_lib.data.packing import assemble
 from adapters_lib.data.readers import DataIssue, Record, Where
+from adapters_lib.data.record_error import RecordError
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, subset, tokenize_examples
 from adapters_lib.errors import WorkbenchError
 

@@ -25,8 +25,9 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.config import DataSpec
+from adapters_lib.data.batches import Pipeline
 from adapters_lib.data.formats import to_examples
-from adapters_lib.data.sources import BLOCK, Source
+from adapters_lib.data.sources import BLOCK, Source, read_for
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, tokenize_examples
 from adapters_lib.data.validate import Report, report_for
 from adapters_lib.errors import WorkbenchError
@@ -174,8 +175,6 @@ class StreamingPipeline:
 def build_streaming(spec: DataSpec, source: Source, codec: TokenCodec, *, batch_size: int,
                     seed: int, block: int = BLOCK) -> StreamingPipeline:
     """The streaming pipeline of ``source`` (see the module doc)."""
-    from adapters_lib.data.pipeline import Pipeline, read_for
-
     opts = dict(codec=codec, max_length=spec.max_length, loss_on=spec.loss_on, truncation=spec.truncation)
     n = source.num_rows
     k = 0 if spec.eval_path or spec.eval_fraction <= 0 or n < 2 else min(EVAL_MAX, n - 1, max(1, round(spec.eval_fraction * n)))

@@ -2,17 +2,15 @@
 
 Hooks (``adapters_lib.evals.hooks``) subclass it; the trainer's caller makes them and hands
 them to ``run_training(hooks=)``, so the trainer never imports the evaluation area. A hook
-gets the run's context (``train.session.RunSession``) in ``on_start`` and returns metric
+gets the run's context (a ``train.session.RunSession``; typed ``Any`` here, since the
+session module builds on this one) in ``on_start`` and returns metric
 fields (a dict, or None) from ``on_start`` and ``on_eval``: the trainer puts them into its
 records; a hook does not change the trainer's result.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar
-
-if TYPE_CHECKING:
-    from adapters_lib.train.session import RunSession, TrainResult
+from typing import Any, ClassVar
 
 
 class TrainHook:
@@ -20,7 +18,7 @@ class TrainHook:
 
     name: ClassVar[str] = ""
 
-    def on_start(self, session: RunSession, step: int) -> dict[str, Any] | None:
+    def on_start(self, session: Any, step: int) -> dict[str, Any] | None:
         """Before the first step (``step`` > 0 on a resume); the run's start fields."""
 
     def on_step(self, step: int, metrics: dict[str, Any]) -> None:
@@ -37,5 +35,5 @@ class TrainHook:
         """True ends the run early (checkpointed, ``completed``)."""
         return False
 
-    def on_end(self, result: TrainResult) -> None:
+    def on_end(self, result: Any) -> None:
         """The run ended (completed, stopped); not called when it failed."""

@@ -26,11 +26,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from adapters_lib.data.readers import ReadResult, Record, Where
+from adapters_lib.data.readers import ReadResult, Record, Where, read_path
 from adapters_lib.dataset_refs import PREFIXES, DatasetRef, is_dataset_ref, parse_ref
 from adapters_lib.errors import WorkbenchError
 
-__all__ = ["BLOCK", "PREFIXES", "DatasetRef", "Source", "is_dataset_ref", "open_source", "parse_ref",
+__all__ = ["BLOCK", "PREFIXES", "DatasetRef", "Source", "is_dataset_ref", "open_source", "parse_ref", "read_for",
            "pick_split", "plain", "read_source"]
 
 BLOCK = 4096
@@ -126,3 +126,10 @@ def plain(value: Any) -> Any:
         return plain(value.tolist())
     return value
 
+
+def read_for(path: str) -> tuple[ReadResult, list[str]]:
+    """``path``'s records and, for a dataset source, its label class names."""
+    if is_dataset_ref(path):
+        source = open_source(path)
+        return source.read_all(), source.label_names
+    return read_path(path), []
