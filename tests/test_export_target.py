@@ -176,7 +176,8 @@ def test_a_forced_hf_reexport_leaves_no_stale_shard_or_index(trained_demo_run, t
         tuned.export_run(trained_demo_run, "hf", step=40, out=out)
     result = tuned.export_run(trained_demo_run, "hf", step=40, out=out, force=True)
     assert result["step"] == 40
-    assert set(T.files_under(out)) == {"config.json", "model.safetensors", "tokenizer.model", T.MARKER}
+    assert set(T.files_under(out)) == {"config.json", "model.safetensors", "tokenizer.model",
+                                      "gemma_workbench.json", T.MARKER}  # + what it was trained on
     marker = json.loads((out / T.MARKER).read_text())
     assert marker["step"] == 40 and marker["format"] == "hf"
     # The weights are step 40's: they differ from a step-20 export's.
