@@ -7,7 +7,8 @@ program traced before misses its cache and is traced and compiled again. The fir
 generation does that: it imports JAX's Pallas fuser (``pallas_fuser_disable_nested_fuse``),
 so the second Compare re-traced its prefill (~20 s of the 270M's first-token wait), and a
 run started after a Compare would re-trace its kept train step. ``complete()`` imports those
-modules first; the train step, the sampler and the engine's start-up call it at import.
+modules first: the train step's module at import, the engine at start-up, the sampler
+when it builds a program (not at import: the CLI imports ``adapters_lib.sample``).
 """
 
 from __future__ import annotations

@@ -16,8 +16,6 @@ from typing import Any
 from adapters_lib import trace_context
 from adapters_lib.config import LoraSpec
 
-trace_context.complete()  # before any program is traced: see trace_context
-
 
 class Program:
     """The compiled device functions for one (model, LoRA spec, stop tokens, dtype).
@@ -29,6 +27,10 @@ class Program:
     def __init__(self, model: Any, spec: LoraSpec | None, end_tokens: tuple[int, ...],
                  forbidden: tuple[int, ...], cache_dtype: str, decodable: int = 0):
         import jax
+
+        # before any program is traced (see trace_context); here, not at import: importing
+        # adapters_lib.sample (e.g. its settings, in the CLI) must not load JAX
+        trace_context.complete()
 
         from adapters_lib import lora as lora_lib
 
