@@ -112,7 +112,7 @@ def test_a_merged_export_of_an_int4_run_merges_into_the_float_base_in_bf16(int4_
     from gemma import gm
 
     from adapters_lib import lora, tuned
-    from adapters_lib.export.run import export_run
+    from adapters_lib.tuned import export_run
 
     straight, _, _ = int4_runs
     export_run(straight, "gemma", out=tmp_path / "merged")
