@@ -21,12 +21,14 @@ import numpy as np
 PROMPTS = ["Write a haiku about the sea.", "def fibonacci(n):", "The three primary colours are"]
 
 
-def greedy_workbench(tuned, ids_list, n):
+def greedy_workbench(tuned, ids_list, n, *, length=96):
+    """The tuned model's first ``n`` greedy tokens per prompt (never stopping at the end
+    token), one full causal forward a token in a ``length``-long buffer: the plainest decoder,
+    to hold llama.cpp's against (also used by tests/test_export_gguf_llama.py)."""
     import jax
 
     apply, params = tuned.apply_fn("tuned")
     f = jax.jit(apply)
-    length = 96
     positions = np.arange(length)[None]
     mask = np.tril(np.ones((1, length, length), bool))
     out = []

@@ -11,7 +11,6 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 LLAMA_CPP_DIR = Path(os.environ.get("GEMMA_WORKBENCH_LLAMA_CPP",
@@ -65,25 +64,9 @@ def prompt_ids(tuned):
 @pytest.fixture(scope="module")
 def workbench_greedy(tuned, prompt_ids):
     """The tuned model's first 16 greedy tokens per prompt (never stopping at the end token)."""
-    import jax
+    from bench.gguf_roundtrip import greedy_workbench
 
-    apply, params = tuned.apply_fn("tuned")
-    f = jax.jit(apply)
-    length = 64
-    positions = np.arange(length)[None]
-    mask = np.tril(np.ones((1, length, length), bool))
-    out = []
-    for ids in prompt_ids:
-        tokens = np.zeros((1, length), np.int32)
-        tokens[0, :len(ids)] = ids
-        cur, got = len(ids), []
-        for _ in range(N_TOKENS):
-            logits = np.asarray(f(params, tokens, positions, mask))
-            got.append(int(np.argmax(logits[0, cur - 1])))
-            tokens[0, cur] = got[-1]
-            cur += 1
-        out.append(got)
-    return out
+    return greedy_workbench(tuned, prompt_ids, N_TOKENS, length=64)
 
 
 def _llama(llama_cpp, path, **kw):
