@@ -56,3 +56,26 @@ def trained_demo_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run, result = train_demo(tmp_path_factory.mktemp("trained-demo"), "fixture")
     assert result.state == "completed", result
     return run.path
+
+
+class StopAt:
+    """A TrainControl that asks to stop once ``step`` updates are done (and keeps what it saw)."""
+
+    def __init__(self, step: int):
+        self.step = step
+        self.seen = 0
+        self.metrics: list[dict] = []
+        self.events: list[dict] = []
+
+    def should_stop(self) -> bool:
+        self.seen += 1
+        return self.seen >= self.step
+
+    def on_metrics(self, record: dict) -> None:
+        self.metrics.append(record)
+
+    def on_event(self, record: dict) -> None:
+        self.events.append(record)
+
+    def between_steps(self) -> None:
+        pass

@@ -187,26 +187,6 @@ def test_a_reference_run_that_is_not_there_is_one_line_naming_the_key(tmp_path):
 # --------------------------------------------------------------------------- a run
 
 
-class StopAt:
-    """A TrainControl that asks to stop once ``step`` updates are done."""
-
-    def __init__(self, step: int):
-        self.step, self.seen = step, 0
-
-    def should_stop(self) -> bool:
-        self.seen += 1
-        return self.seen >= self.step
-
-    def on_metrics(self, record: dict) -> None:
-        pass
-
-    def on_event(self, record: dict) -> None:
-        pass
-
-    def between_steps(self) -> None:
-        pass
-
-
 def _short_over_long(path, n: int = 24) -> str:
     rows = [{"prompt": f"Say {w}.", "chosen": f"{w}.",
              "rejected": f"I will now say the word that you asked for, which is {w}, as you asked."}
@@ -215,7 +195,7 @@ def _short_over_long(path, n: int = 24) -> str:
 
 
 def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(tmp_path, workbench_home):
-    from fixtures_runs import demo_overrides
+    from fixtures_runs import StopAt, demo_overrides
 
     from adapters_lib import runs
     from adapters_lib.config import load_config

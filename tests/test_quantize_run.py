@@ -7,30 +7,12 @@ the demo (its programs come from the session's compile cache)."""
 from __future__ import annotations
 
 import pytest
-from fixtures_runs import demo_overrides
+from fixtures_runs import StopAt, demo_overrides
 
 from adapters_lib.runs import RunDir
 
 STEPS = 12
 STOP_AT = 5
-
-
-class _StopAt:
-    def __init__(self, step: int):
-        self.step, self.seen = step, 0
-
-    def should_stop(self) -> bool:
-        self.seen += 1
-        return self.seen >= self.step
-
-    def on_metrics(self, record: dict) -> None:
-        pass
-
-    def on_event(self, record: dict) -> None:
-        pass
-
-    def between_steps(self) -> None:
-        pass
 
 
 def _config(root, name):
@@ -54,7 +36,7 @@ def int4_runs(tmp_path_factory):
     result = run_training(cfg, straight)
     cfg2 = _config(root, "resumed")
     resumed = runs.create_run(cfg2)
-    stopped = run_training(cfg2, resumed, control=_StopAt(STOP_AT))
+    stopped = run_training(cfg2, resumed, control=StopAt(STOP_AT))
     assert stopped.state == "stopped" and stopped.step == STOP_AT
     run_training(cfg2, resumed, resume=True)
     return straight, result, resumed

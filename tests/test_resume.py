@@ -12,34 +12,11 @@ import dataclasses
 import shutil
 
 import pytest
-from fixtures_runs import TRAINED_DEMO_STEPS, demo_overrides
+from fixtures_runs import TRAINED_DEMO_STEPS, StopAt, demo_overrides
 
 from adapters_lib.runs import RunDir
 
 STOP_AT = 13
-
-
-class StopAt:
-    """A TrainControl that asks to stop once ``step`` updates are done."""
-
-    def __init__(self, step: int):
-        self.step = step
-        self.seen = 0
-        self.metrics: list[dict] = []
-        self.events: list[dict] = []
-
-    def should_stop(self) -> bool:
-        self.seen += 1
-        return self.seen >= self.step
-
-    def on_metrics(self, record: dict) -> None:
-        self.metrics.append(record)
-
-    def on_event(self, record: dict) -> None:
-        self.events.append(record)
-
-    def between_steps(self) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
