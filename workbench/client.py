@@ -390,11 +390,3 @@ def _chat(messages: Sequence[Mapping[str, Any]]) -> tuple[api.ChatMessage, ...]:
 def connect(*, start: bool = True, timeout: float = START_TIMEOUT_S) -> EngineClient:
     """The client of this user's engine, starting the engine when needed."""
     return EngineClient.connect(start=start, timeout=timeout)
-
-
-def submit_run(config_toml_text: str, overrides: list[str] | tuple[str, ...] = (),
-               *, source: str = "<config>") -> str:
-    """Queue a run on the engine (started if needed) and return its id (``train --detach``)."""
-    with connect() as client:
-        return client.create_run(config_toml=config_toml_text, overrides=overrides,
-                                 source=source).id
