@@ -18,6 +18,16 @@ from adapters_lib.errors import WorkbenchError
 
 Batch = dict[str, np.ndarray]
 
+_EVAL_SPLIT_STREAM = 0x5E1EC7
+
+
+def eval_split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, eval) indices of ``n`` examples (or pairs), eval = ``fraction`` of them drawn
+    by seed, both sorted; at least one of each when ``fraction`` > 0 and ``n`` >= 2."""
+    k = 0 if fraction <= 0 or n < 2 else min(n - 1, max(1, round(fraction * n)))
+    perm = np.random.default_rng([seed, _EVAL_SPLIT_STREAM]).permutation(n)
+    return np.sort(perm[k:]), np.sort(perm[:k])
+
 
 class Pipeline:
     """Deterministic batches for training and eval (see the module doc)."""

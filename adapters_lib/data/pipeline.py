@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.config import DataSpec
-from adapters_lib.data.batches import Pipeline
+from adapters_lib.data.batches import Pipeline, eval_split
 from adapters_lib.data.formats import demo_examples, to_examples
 from adapters_lib.data.sources import is_dataset_ref, open_source, read_for
 from adapters_lib.data.tokenize import TokenCodec, subset
@@ -27,16 +27,6 @@ from adapters_lib.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
 
-_EVAL_SPLIT_STREAM = 0x5E1EC7
-
-
-def _split(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """(train, eval) example indices, eval = ``fraction`` of ``n`` drawn by seed, both sorted."""
-    k = 0 if fraction <= 0 or n < 2 else min(n - 1, max(1, round(fraction * n)))
-    perm = np.random.default_rng([seed, _EVAL_SPLIT_STREAM]).permutation(n)
-    return np.sort(perm[k:]), np.sort(perm[:k])
-
-
 def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int,
                    kind: str = "examples") -> Pipeline:
     """Read, validate, tokenize and split ``spec``'s data; raise ``WorkbenchError`` if unusable.
@@ -44,14 +34,14 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
     An ``hf:``/``tfds:`` source that streams (``[data] streaming``) gets a
     ``StreamingPipeline`` (``adapters_lib.data.streaming``), which has the same interface.
     ``kind``: what the objective trains on (``objectives.Objective.data``): "examples", or
-    "pairs" (preference pairs from any source, ``data.preference.PairPipeline``, the same
+    "pairs" (preference pairs from any source, ``data.pair_pipeline.PairPipeline``, the same
     interface; read whole, not streamed)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise WorkbenchError(f"seed {seed!r}: the data order's seed is a whole number >= 0",
                              where="[train] seed", hint="set train.seed = 0 (or any number >= 0)")
     codec = TokenCodec.from_any(tokenizer)
     if kind == "pairs":
-        from adapters_lib.data.preference import build_pair_pipeline
+        from adapters_lib.data.pair_pipeline import build_pair_pipeline
 
         if spec.path == "demo":
             raise WorkbenchError("the demo data has no preference pairs", where="[data] path",
@@ -87,7 +77,7 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
         if spec.eval_path:
             train_idx, eval_idx = usable, np.zeros(0, np.int64)
         else:
-            train_pos, eval_pos = _split(len(usable), spec.eval_fraction, seed)
+            train_pos, eval_pos = eval_split(len(usable), spec.eval_fraction, seed)
             train_idx, eval_idx = usable[train_pos], usable[eval_pos]
     report.raise_if_fatal()
     train = subset(tset, train_idx)

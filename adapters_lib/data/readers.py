@@ -2,8 +2,9 @@
 
 Supported: ``.jsonl`` (one object a line), ``.json`` (a list of objects), ``.csv`` (a header
 row), ``.parquet`` (pyarrow), ``.txt`` (paragraphs separated by blank lines, each a ``text``
-record) and a folder of those (sorted, recursive, hidden files skipped); ``hf:…`` and
-``tfds:…`` datasets go to ``adapters_lib.data.sources``, which gives the same records.
+record) and a folder of those (sorted, recursive, hidden files skipped). ``hf:…`` and
+``tfds:…`` datasets are read by ``adapters_lib.data.sources``, which gives the same records
+(``sources.read_for`` reads either).
 
 Reading never stops at the first bad record: a bad line becomes a ``DataIssue`` with its
 ``file:line`` and the reader moves on. Only what makes a whole file unreadable (missing,
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib import paths
+from adapters_lib.dataset_refs import is_dataset_ref
 from adapters_lib.errors import WorkbenchError
 
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet", ".txt")
@@ -80,13 +82,11 @@ class ReadResult:
 
 
 def read_path(path: str | Path) -> ReadResult:
-    """Read a file or a folder of files into records (see the module doc); an ``hf:…`` or
-    ``tfds:…`` dataset reference is read from its cache (``adapters_lib.data.sources``);
-    ``~`` is expanded."""
-    if isinstance(path, str) and path.startswith(("hf:", "tfds:")):
-        from adapters_lib.data.sources import read_source
-
-        return read_source(path)
+    """Read a file or a folder of files into records (see the module doc); ``~`` is expanded.
+    A dataset (``hf:…``, ``tfds:…``) is ``data.sources``'s to read."""
+    if is_dataset_ref(path):
+        raise WorkbenchError(f"{path} is a dataset in a cache, not a file", where="[data] path",
+                             hint="read it with adapters_lib.data.sources.read_for (files and datasets)")
     p = Path(path).expanduser()
     hint = "pass a .jsonl/.json/.csv/.parquet/.txt file or a folder of them"
     if not paths.exists(p, where="[data] path", hint=hint):

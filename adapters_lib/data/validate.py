@@ -15,6 +15,13 @@ import numpy as np
 from adapters_lib.config import DataSpec
 from adapters_lib.data import chat_template
 from adapters_lib.data.formats import Example, demo_examples, to_examples
+from adapters_lib.data.preference import (
+    PairSet,
+    looks_like_pairs,
+    pair_summary,
+    render_pairs,
+    tokenize_pairs,
+)
 from adapters_lib.data.readers import DataIssue, ReadResult, Where, read_path
 from adapters_lib.data.sources import is_dataset_ref, open_source
 from adapters_lib.data.tokenize import TokenCodec, TokenizedSet, example_pieces, tokenize_examples
@@ -161,8 +168,6 @@ class Report:
                 over = "  > max_length" if h["lo"] > self.max_length else ""
                 lines.append(f"  {h['lo']:>6}–{h['hi']:<6} {bar} {h['count']}{over}")
         if self.pairs:
-            from adapters_lib.data.preference import render_pairs
-
             lines.append(render_pairs(self.pairs))
         if self.split:
             lines.append("split: " + ", ".join(f"{k} {v}" for k, v in self.split.items()))
@@ -184,8 +189,6 @@ def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str]
     an ``hf:``/``tfds:`` dataset); ``limit`` > 0: a dataset source's first ``limit`` records
     only (files are read whole, as before). Preference pairs when its records carry
     ``chosen`` and ``rejected`` (``data.preference``)."""
-    from adapters_lib.data import preference
-
     names: list[str] = []
     if isinstance(path, str) and is_dataset_ref(path):
         source = open_source(path)
@@ -196,8 +199,8 @@ def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str]
             read = source.read_all()
     else:
         read = read_path(path)
-    if preference.looks_like_pairs(read.records):
-        pset, issues = preference.tokenize_pairs(read.records, codec, max_length=max_length,
+    if looks_like_pairs(read.records):
+        pset, issues = tokenize_pairs(read.records, codec, max_length=max_length,
                                                  truncation=truncation, field_map=field_map)
         return pair_report(str(path), read, pset, issues, codec=codec, max_length=max_length)
     return report_for(str(path), len(read.records), read.files, read.issues,
@@ -233,12 +236,10 @@ def report_for(path: str, n_records: int, files: list[str], read_issues: list[Da
     return report
 
 
-def pair_report(path: str, read: Any, pset: Any, issues: list[DataIssue], *, codec: TokenCodec,
+def pair_report(path: str, read: ReadResult, pset: PairSet, issues: list[DataIssue], *, codec: TokenCodec,
                 max_length: int) -> Report:
     """The report of preference data: the chosen side's sequences stand for the examples, and
     ``pairs`` holds the pair counts and lengths (``preference.pair_summary``)."""
-    from adapters_lib.data.preference import pair_summary
-
     n_records = len(read.records) + sum(1 for i in read.issues if i.severity == "error")
     tokens = int(len(pset.chosen.tokens) + len(pset.rejected.tokens))
     report = Report(

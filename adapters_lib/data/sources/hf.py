@@ -15,7 +15,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from adapters_lib.data.sources import DatasetRef, Source, pick_split
+from adapters_lib.data.sources.source import Source, pick_split
+from adapters_lib.dataset_refs import DatasetRef
 from adapters_lib.errors import WorkbenchError
 
 

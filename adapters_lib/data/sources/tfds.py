@@ -16,7 +16,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from adapters_lib.data.sources import DatasetRef, Source, pick_split, plain
+from adapters_lib.data.sources.source import Source, pick_split, plain
+from adapters_lib.dataset_refs import DatasetRef
 from adapters_lib.errors import WorkbenchError
 
 _VERSION = re.compile(r"^\d+\.\d+\.\d+$")
