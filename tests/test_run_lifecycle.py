@@ -284,7 +284,7 @@ def test_one_registry_sees_every_root_for_every_caller(tmp_path):
     assert str(custom.resolve()) in {str(p) for p in runs.remembered_roots()}
     assert runs.find_run(made.run_id) == made                 # sample/compare/export --run
     assert runs.Registry().find(made.run_id[:-2]) == made  # a unique prefix, as `runs show` takes
-    engine = Engine(warm=False)  # not started: no threads, no JAX
+    engine = Engine(handlers={}, warm=False)  # not started: no threads, no JAX
     assert engine.find_run(made.run_id).path == made.path
     assert made.run_id in {r.run_id for r in engine.all_runs()}
     assert runs.Registry(tmp_path / "other", remembered=False).all() == []

@@ -106,9 +106,9 @@ class WorkbenchApp(App):
         engine detached when none answers."""
         with self._client_lock:
             if self._client is None:
-                from workbench.client import EngineClient as RealClient
+                from workbench.connect import connect
 
-                self._client = RealClient.connect()
+                self._client = connect()
             return self._client
 
     def on_mount(self) -> None:

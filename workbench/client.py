@@ -2,7 +2,8 @@
 
 ``EngineClient.connect()`` finds the engine through the runtime dir (socket + token file),
 starting it detached (its own session, ``python -m adapters_lib.engine``) when no socket
-answers, and waits until it is ready. Methods mirror the v1 API (docs/engine-api.md); a
+answers, and waits until it is ready (``workbench.connect.connect()`` chooses between it
+and a remote engine). Methods mirror the v1 API (docs/engine-api.md); a
 refused request raises ``EngineRequestError`` (a ``WorkbenchError``) with the engine's
 message, where and hint. Replies are the typed records of ``adapters_lib.engine.api``
 (``status().jax.ready``, ``list_runs()[0].state``); for a transition they also read like the
@@ -25,7 +26,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -48,8 +49,23 @@ from workbench.engine_wire import (  # noqa: F401  (EngineRequestError: part of 
     sse_events,
 )
 
-if TYPE_CHECKING:
-    from workbench.remote.resume import LinkEvent, Reconnecting
+
+class Link(Protocol):
+    """What the client needs of a link to a remote engine (``workbench.remote.RemoteLink``,
+    whose reconnect policy is ``remote.resume.Reconnecting``)."""
+
+    where: str
+    token: str | None
+    listeners: list[Callable[[Any], Any]]
+    """Called with each ``remote.resume.LinkEvent``."""
+
+    def call(self, send: Callable[[], httpx.Response], method: str, path: str) -> httpx.Response: ...
+
+    def follow(self, open_stream: Callable[[int], Iterator[dict[str, Any]]],
+               since_step: int) -> Iterator[dict[str, Any]]: ...
+
+    def guard(self, open_stream: Callable[[], Iterator[dict[str, Any]]],
+              what: str) -> Iterator[dict[str, Any]]: ...
 
 API_VERSION = api.API_VERSION
 API = api.PREFIX
@@ -60,7 +76,7 @@ class EngineClient:
 
     def __init__(self, *, socket_path: str | Path | None = None, token: str | None = None,
                  url: str | None = None, token_path: Path | None = None, timeout: float = 60.0,
-                 link: Reconnecting | None = None):
+                 link: Link | None = None):
         files = engine_files()
         self.link = link
         self.where = link.where if link is not None else "local"
@@ -77,16 +93,8 @@ class EngineClient:
     @classmethod
     def connect(cls, *, start: bool = True, timeout: float = START_TIMEOUT_S,
                 **kwargs: Any) -> EngineClient:
-        """A client of the running engine; start one (detached) if none answers.
-
-        With a remote engine selected (``--remote``, ``workbench.remote.select``) and no
-        explicit socket/url: a client of that engine (started there if needed)."""
-        if not kwargs:
-            from workbench import remote
-
-            spec = remote.selected()
-            if spec is not None:
-                return remote.connect(spec)
+        """A client of the engine on this machine; start one (detached) if none answers.
+        (``workbench.connect.connect`` chooses between it and a remote engine.)"""
         client = cls(**kwargs)
         if client.ping():
             client.check_version()
@@ -140,7 +148,7 @@ class EngineClient:
     def close(self) -> None:
         self._http.close()
 
-    def on_link(self, callback: Callable[[LinkEvent], Any]) -> None:
+    def on_link(self, callback: Callable[[Any], Any]) -> None:
         """Call ``callback(event)`` when the link to a remote engine drops, reconnects, is back
         or gives up (from the thread that noticed; nothing happens for a local engine)."""
         if self.link is not None:
@@ -385,8 +393,3 @@ class EngineClient:
 def _chat(messages: Sequence[Mapping[str, Any]]) -> tuple[api.ChatMessage, ...]:
     return tuple(m if isinstance(m, api.ChatMessage) else api.ChatMessage.from_json(dict(m), key="messages")
                  for m in messages)
-
-
-def connect(*, start: bool = True, timeout: float = START_TIMEOUT_S) -> EngineClient:
-    """The client of this user's engine, starting the engine when needed."""
-    return EngineClient.connect(start=start, timeout=timeout)

@@ -105,7 +105,7 @@ async def _exit_when_idle(engine, stop: asyncio.Event, idle_exit: float) -> None
 async def serve(*, foreground: bool, tcp: str | None, warm: bool, idle_exit: float = 0,
                 engine_factory: Callable[..., Engine] | None = None,
                 tcp_any_address: bool = False) -> int:
-    """Serve the API until asked to stop. ``engine_factory(warm=...)`` makes the engine
+    """Serve the API until asked to stop. ``engine_factory(handlers=, warm=)`` makes the engine
     (default ``service.Engine``; the multi-host leader passes its ``LeaderEngine``).
 
     Whatever ends it (a stop, a port already taken, a crash), its socket, token and info
@@ -127,11 +127,12 @@ async def _serve(f: dict[str, Path], *, foreground: bool, address: tuple[str, in
                  engine_factory: Callable[..., Engine] | None) -> int:
     from aiohttp import web
 
+    from adapters_lib.engine.handlers import HANDLERS
     from adapters_lib.engine.server import STOP_KEY, make_app
     from adapters_lib.engine.service import Engine
 
     t0 = time.perf_counter()
-    engine = (engine_factory or Engine)(warm=warm)
+    engine = (engine_factory or Engine)(handlers=HANDLERS, warm=warm)
     token = secrets.token_urlsafe(32)
     write_private(f["token"], token + "\n")
     app = make_app(engine, token)

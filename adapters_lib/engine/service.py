@@ -11,8 +11,9 @@ It composes the parts, each in its own module:
 - ``runs.Registry`` — every run under every run root (the run lifecycle is
   ``adapters_lib.runs``'): runs are directories, read back for any client, and every request
   that reads a run reconciles it (an active run whose owner is gone becomes ``interrupted``);
-- ``handlers`` — the table from command type to handler; ``execute`` is the one way in, for
-  every request (sample and compare too), and waits first for what the command needs.
+- its handler table (command type → handler: ``engine.handlers.HANDLERS``, given by whoever
+  makes the engine); ``execute`` is the one way in, for every request (sample and compare
+  too), and waits first for what the command needs.
 - ``hub.Hub`` — live run events, from the device thread to the streams.
 """
 
@@ -23,13 +24,13 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from adapters_lib import runs
 from adapters_lib.config import RunConfig, config_from_dict, parse_toml
-from adapters_lib.engine import api, compute, handlers, training
+from adapters_lib.engine import api, compute, training
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.hub import Hub
 from adapters_lib.engine.run_queue import QueuedRun, RunQueue
@@ -45,8 +46,13 @@ QUIET = (api.Status, api.ListRuns, api.GetRun)
 __all__ = ["Engine"]
 
 
+Handler = Callable[["Engine", Any], Any]
+"""``fn(engine, cmd)`` → the command's reply (see ``engine.handlers.table``)."""
+
+
 class Engine:
-    def __init__(self, *, runs_root: Path | None = None, warm: bool = True):
+    def __init__(self, *, handlers: Mapping[type[api.Command], Handler], runs_root: Path | None = None,
+                 warm: bool = True):
         self.runs_root = runs_root
         self.registry = runs.Registry(runs_root)
         self.hub = Hub()
@@ -56,8 +62,7 @@ class Engine:
                                    on_failure=self._run_failed,
                                    prepare=self.runtime.ensure_ready,
                                    runs=self.run_queue, finish=self.run_ended)
-        self.handlers: dict[type[api.Command], Callable[[Engine, Any], Any]] = dict(
-            handlers.HANDLERS)
+        self.handlers: dict[type[api.Command], Handler] = dict(handlers)
         """This engine's handler table (a subclass may replace entries)."""
         self.started = time.time()
         self.listen: dict[str, Any] = {}

@@ -98,7 +98,7 @@ def refuse_beside_engine(command: str) -> None:
 
 def engine_client() -> Any:
     """The engine's client, starting the engine when none runs."""
-    from workbench.client import connect
+    from workbench.connect import connect
 
     return connect()
 

@@ -76,7 +76,7 @@ def _step(text: str) -> int:
 
 
 def _client():
-    from workbench.client import connect
+    from workbench.connect import connect
 
     return connect()
 

@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{len(p['points'])} points, ranked by {p['metric']} (dry run: nothing queued)",
                   file=sys.stderr)
         return 0
-    from workbench.client import connect
     from workbench.commands.train import engine_config
+    from workbench.connect import connect
 
     # the resolved config here; under --remote the file as written (the engine resolves it)
     text, common = engine_config(args, p["base"])

@@ -9,7 +9,7 @@
   ``data``, ``models``) run there, through the same connection;
 - ``upload``: ``train --upload FILE`` copies a dataset into the engine's data dir.
 
-``select(spec)`` (the CLI does it for ``--remote``) makes ``workbench.client.connect()``
+``select(spec)`` (the CLI does it for ``--remote``) makes ``workbench.connect.connect()``
 — so every command and the TUI — return a client of that engine. A client of a remote
 engine has ``client.where == "user@host"`` (``"local"`` otherwise) and ``client.on_link(cb)``
 to hear ``LinkEvent``s (``down``, ``reconnecting``, ``up``, ``failed``).
@@ -38,7 +38,7 @@ _default_listeners: list[Callable[[LinkEvent], Any]] = []
 
 
 def select(spec: RemoteSpec | None, *, listener: Callable[[LinkEvent], Any] | None = None) -> None:
-    """Make ``spec`` the engine of ``workbench.client.connect()`` in this process."""
+    """Make ``spec`` the engine of ``workbench.connect.connect()`` in this process."""
     global _selected
     _selected = spec
     _default_listeners.clear()

@@ -53,7 +53,7 @@ def brief(err: BaseException) -> str:
 class Reconnecting:
     """The reconnect policy of ``RemoteLink`` (which supplies the handshake, the lock, the
     generation counter, ``emit``, the ssh control, the token and the listeners). The client
-    holds a link as this type (``link.RemoteLink`` imports the client to probe the engine)."""
+    holds a link as its ``client.Link`` protocol (the client never imports this package)."""
 
     where: str
     token: str | None

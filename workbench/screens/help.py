@@ -24,12 +24,12 @@ FLOW = """[b]Main flow[/b]
 """
 
 
-def binding_table() -> str:
-    from workbench.app import WorkbenchApp
+def binding_table(app_bindings: list) -> str:
+    """Every screen's keys, the app's (``app_bindings``: the running app's) first."""
     from workbench.screens import compare, configure, models, runs, train
     from workbench.screens.base import WorkbenchScreen
 
-    sections = [("app (everywhere)", WorkbenchApp.BINDINGS),
+    sections = [("app (everywhere)", app_bindings),
                 ("text fields (every screen)", WorkbenchScreen.BINDINGS)]
     for module in (models, configure, train, compare, runs):
         sections.append((module.SCREEN.__name__.removesuffix("Screen"), module.SCREEN.BINDINGS))
@@ -54,7 +54,7 @@ class HelpScreen(Screen):
         yield NavBar("help")
         with VerticalScroll(id="help-body"):
             yield Static(FLOW, id="help-flow")
-            yield Static(binding_table(), id="help-keys")
+            yield Static(binding_table(type(self.app).BINDINGS), id="help-keys")
         yield Footer()
 
 

@@ -6,15 +6,12 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import TYPE_CHECKING
 
 from adapters_lib import __version__, paths, runs
 from adapters_lib.engine import api, compute
 from adapters_lib.engine import devices as devices_mod
 from adapters_lib.engine.handlers.table import handles
-
-if TYPE_CHECKING:
-    from adapters_lib.engine.service import Engine
+from adapters_lib.engine.service import Engine
 
 
 @handles(api.Status)

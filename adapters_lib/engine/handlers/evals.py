@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import concurrent.futures
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.handlers.table import handles, then
-
-if TYPE_CHECKING:
-    from adapters_lib.engine.service import Engine
+from adapters_lib.engine.service import Engine
 
 
 @handles(api.ListSweeps)

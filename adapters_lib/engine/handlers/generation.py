@@ -9,13 +9,11 @@ stream opens), then hands the work to the device thread and returns at once: a
 from __future__ import annotations
 
 import concurrent.futures
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adapters_lib.engine import api
 from adapters_lib.engine.handlers.table import Emit, GenerationStream, handles, then
-
-if TYPE_CHECKING:
-    from adapters_lib.engine.service import Engine
+from adapters_lib.engine.service import Engine
 
 
 @handles(api.Sample, api.Compare, api.CompareSet)

@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import logging
 import tomllib
-from typing import TYPE_CHECKING
 
 from adapters_lib import runs
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.handlers.table import handles
+from adapters_lib.engine.service import Engine
 from adapters_lib.errors import WorkbenchError
-
-if TYPE_CHECKING:
-    from adapters_lib.engine.service import Engine
 
 log = logging.getLogger("adapters_lib.engine")
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 import concurrent.futures
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from adapters_lib.engine import api
+from adapters_lib.engine.service import Handler
 
-if TYPE_CHECKING:
-    from adapters_lib.engine.service import Engine
-
-Handler = Callable[["Engine", Any], Any]
 Emit = Callable[[str, dict[str, Any]], bool]
 
 HANDLERS: dict[type[api.Command], Handler] = {}
