@@ -3,9 +3,10 @@
 Each expert ``e`` gets its own low-rank pairs on its gate, up and down projections
 (``lora_experts_gate_a: (E, D, r)``, ``…_gate_b: (E, r, X)``, the same for up, and
 ``…_down_a: (E, X, r)``, ``…_down_b: (E, r, D)``; B zero-initialised). They go
-through the library's own ragged dispatch: the tokens sorted by expert once, then
-``jax.lax.ragged_dot`` over the same group sizes for the base weights and for the adapters, so
-an adapter sees exactly the tokens its expert sees (and gets their gradient). The router stays
+through the library's own ragged dispatch (its ``_run_ffw_and_routing``, intercepted): the
+tokens sorted by expert once, then ``jax.lax.ragged_dot`` over the same group sizes for the
+base weights and for the adapters, so an adapter sees exactly the tokens its expert sees (and
+gets their gradient). The router stays
 frozen. Params live beside the bank's own (``layer_i/mlp/lora_experts_gate_a`` …);
 ``lora_fuse.fuse_experts`` folds them back into ``mlp/gating_einsum/w`` and ``mlp/linear/w``.
 """
@@ -26,18 +27,17 @@ def _ragged_lora(x: jax.Array, a: jax.Array, b: jax.Array, sizes: jax.Array, sca
     return jax.lax.ragged_dot(u, b.astype(x.dtype), group_sizes=sizes)
 
 
-def moe_call(m: nn.Module, x: jax.Array, *, rank: int, scale: float, dtype: Any) -> jax.Array:
-    """gemma's ``MoERagged.__call__`` with per-expert low-rank updates on gate, up and down.
+def ffw_call(m: nn.Module, x: jax.Array, choices: jax.Array, weights: jax.Array, *, rank: int,
+             scale: float, dtype: Any) -> jax.Array:
+    """gemma's ``MoERagged._run_ffw_and_routing`` (the routed tokens through their experts) with
+    per-expert low-rank updates on gate, up and down. The routing (``choices``, ``weights``)
+    is the caller's (``models.moe_routing``).
 
     ``m`` is the bound bank, called in its own scope: the adapters are params of that scope
     (``layer_i/mlp/lora_experts_gate_a`` …; ``Scope.param`` works in its setup-style call)."""
     from gemma.gm.nn.gemma4 import _moe  # the library's own dispatch and collect
 
     e, f, h, r = m.num_experts, m.features, m.hidden_dim, rank
-    router_input = m.router_norm(x)
-    root = jax.lax.rsqrt(jnp.array(f, dtype=router_input.dtype))
-    router_input = router_input * root * m.router_scale.astype(router_input.dtype)
-    weights, choices = m._router(m.router_logits("gsd,de->gse", router_input))  # noqa: SLF001
     sizes, sorted_xs, reverse, combine = _moe._expert_dispatch(x, choices, weights)  # noqa: SLF001
     a_init = nn.initializers.kaiming_uniform(in_axis=-2, out_axis=-1, batch_axis=(0,))
 
@@ -63,12 +63,13 @@ def moe_call(m: nn.Module, x: jax.Array, *, rank: int, scale: float, dtype: Any)
 
 
 def interceptor(banks: tuple[type, ...], *, rank: int, scale: float, dtype: Any):
-    """An ``nn.intercept_methods`` function: expert banks' calls go through ``moe_call``."""
+    """An ``nn.intercept_methods`` function: expert banks' ``_run_ffw_and_routing`` goes
+    through ``ffw_call``."""
 
     def intercept(next_fun, args, kwargs, context):
-        if context.method_name != "__call__" or not isinstance(context.module, banks):
+        if context.method_name != "_run_ffw_and_routing" or not isinstance(context.module, banks):
             return next_fun(*args, **kwargs)
-        return moe_call(context.module, *args, rank=rank, scale=scale, dtype=dtype, **kwargs)
+        return ffw_call(context.module, *args, rank=rank, scale=scale, dtype=dtype, **kwargs)
 
     return intercept
 

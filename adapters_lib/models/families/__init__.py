@@ -217,6 +217,16 @@ def model_class(arch: Arch) -> type:
             config: Any = arch.transformer_config()
             INFO = _transformer.ModelInfo(tokenizer_version=4)
 
+            if getattr(arch, "moe", False):
+                def __call__(self, *args, **kwargs):
+                    # route on the raw residual, as HF, keras-hub and llama.cpp do (moe_routing)
+                    from flax import linen as nn
+
+                    from adapters_lib.models import moe_routing
+
+                    with nn.intercept_methods(moe_routing.interceptor):
+                        return super().__call__(*args, **kwargs)
+
         Model4.__name__ = Model4.__qualname__ = name
         return Model4
 
