@@ -15,6 +15,7 @@ from fixtures_runs import train_demo
 
 REPO = Path(__file__).resolve().parent.parent
 SHORT = {"train__steps": 2, "train__eval_every": 2, "train__checkpoint_every": 2}
+WITH_EM = {**SHORT, "train__eval_exact_match": 2}
 
 
 @contextlib.contextmanager
@@ -35,22 +36,52 @@ def compile_events() -> Iterator[list[tuple[str, str]]]:
         monitoring.unregister_event_duration_listener(listener)
 
 
-def test_a_run_changing_only_lr_warmup_and_steps_traces_and_compiles_nothing(tmp_path):
+def test_a_run_changing_only_lr_warmup_and_steps_traces_and_compiles_nothing(tmp_path, monkeypatch):
+    """Nothing is traced or compiled (the train and eval steps, the exact-match decoder), the
+    weights are not made again, and the base eval at step 0 (loss, perplexity, exact match)
+    is read back, not computed: the same numbers land in eval.jsonl and status.json. Other
+    eval batches are scored anew."""
+    from adapters_lib.evals import base_scores
     from adapters_lib.models import model_cache
+    from adapters_lib.train.loop import GemmaTrainer
 
-    _, first = train_demo(tmp_path, "first", **SHORT)
-    assert first.state == "completed"
-    hits = model_cache.stats["hits"]
+    monkeypatch.setenv("GEMMA_WORKBENCH_BASE_SCORES", str(tmp_path / "scores"))
+    evaluated: list[int] = []
+    original = GemmaTrainer.evaluate
+
+    def counted(self):
+        evaluated.append(self.reached)
+        return original(self)
+
+    monkeypatch.setattr(GemmaTrainer, "evaluate", counted)
+    run1, first = train_demo(tmp_path, "first", **WITH_EM)
+    assert first.state == "completed" and evaluated == [0, 2]  # the base at step 0, the tuned at 2
+    hits, reused = model_cache.stats["hits"], base_scores.stats["reused"]
+    evaluated.clear()
     with compile_events() as seen:
-        _, second = train_demo(tmp_path, "second", train__steps=3, train__learning_rate=0.002,
-                               train__warmup_steps=1, train__eval_every=3, train__checkpoint_every=3)
+        run2, second = train_demo(tmp_path, "second", **{**WITH_EM, "train__steps": 3, "train__eval_every": 3,
+                                                         "train__checkpoint_every": 3},
+                               train__learning_rate=0.002, train__warmup_steps=1)
     assert second.state == "completed" and len(second.losses) == 3
     compiled = [e for e in seen if e[0] != "jaxpr_trace_duration"]
     assert compiled == [], compiled  # no lowering, no XLA compile (cached or not)
     traced = {f for e, f in seen if e == "jaxpr_trace_duration"}
-    assert not traced & {"train_fn", "eval_fn"}, traced
+    assert not traced & {"train_fn", "eval_fn", "_prefill_impl", "_step_impl"}, traced
     assert model_cache.stats["hits"] == hits + 1  # the demo's weights were not made again
     assert second.losses != first.losses  # the new lr reached the kept step: it is an input
+    assert evaluated == [3] and base_scores.stats["reused"] == reused + 1  # base not scored again
+    assert _base_row(run2.path) == _base_row(run1.path) and "exact_match" in _base_row(run1.path)
+    assert second.exact_match_base == first.exact_match_base is not None
+    evaluated.clear()
+    _, third = train_demo(tmp_path, "more-eval", **WITH_EM, train__eval_batches=2)
+    assert third.state == "completed" and evaluated == [0, 2]  # other eval batches: scored
+
+
+def _base_row(run: Path) -> dict:
+    import json
+
+    rows = [json.loads(x) for x in (run / "eval.jsonl").read_text().splitlines()]
+    return next(r for r in rows if r["phase"] == "base")
 
 
 def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(tmp_path):
@@ -93,3 +124,4 @@ def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(t
         assert any(f"Persistent compilation cache hit for '{name}'" in line for line in jax_lines), \
             (name, jax_lines)
         assert not any("MISS" in line and f"'{name}'" in line for line in jax_lines), (name, jax_lines)
+

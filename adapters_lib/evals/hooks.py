@@ -26,15 +26,16 @@ only the one that records (``session.run.records``, not a follower) writes files
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import weakref
 from typing import Any
 
-from adapters_lib.evals import records
+from adapters_lib.evals import base_scores, records
 from adapters_lib.evals.plan import EvalPlan, plan_for
 from adapters_lib.evals.selection import Selection
-from adapters_lib.evals.task import TaskSet, likelihood
+from adapters_lib.evals.task import Scored, TaskSet, likelihood
 from adapters_lib.train.hooks import TrainHook
 
 log = logging.getLogger(__name__)
@@ -65,8 +66,26 @@ class EvalHook(TrainHook):
                 records.truncate_after(session.run, step)
             self.base_em = session.run.status().get("exact_match_base")
         elif session.probe is not None:
-            self.score(step, "base", session.probe.eval_loss() if self.plan.likelihood else None)
+            self.score_base(step)
         return {} if self.base_em is None else {"base_exact_match": self.base_em}
+
+    def score_base(self, step: int) -> None:
+        """The base model's score: read back when this model, data and eval settings were
+        scored before (``evals.base_scores``), else measured and kept."""
+        probe = self.session.probe
+        key = base_scores.key_for(probe.base_fingerprint(), {
+            "plan": dataclasses.asdict(self.plan), "max_length": self.cfg.data.max_length,
+            "examples": base_scores.digest(list(probe.eval_examples)) if self.plan.generated else ""})
+        kept = base_scores.lookup(key)
+        if kept is not None:
+            log.info("eval (base): the scores of an earlier run with this model, data and eval "
+                     "settings (not computed again)")
+            scored = Scored(**kept["scored"]) if kept.get("scored") else None
+            self.record(step, "base", kept["values"], scored)
+            return
+        values, scored = self.measure(step, "base", probe.eval_loss() if self.plan.likelihood else None)
+        base_scores.store(key, values, dataclasses.asdict(scored) if scored else None)
+        self.record(step, "base", values, scored)
 
     def on_eval(self, step: int, results: dict[str, Any]) -> dict[str, Any]:
         """A tuned eval at ``step`` (the probe holds that step's params); the end's exact-match
@@ -76,6 +95,10 @@ class EvalHook(TrainHook):
         return {}
 
     def score(self, step: int, phase: str, loss: float | None) -> dict[str, Any]:
+        return self.record(step, phase, *self.measure(step, phase, loss))
+
+    def measure(self, step: int, phase: str, loss: float | None) -> tuple[dict[str, float], Scored | None]:
+        """The values of this eval (and the generated metrics' ``Scored``)."""
         plan, probe = self.plan, self.session.probe
         values = likelihood(loss, plan.likelihood)
         scored = None
@@ -88,6 +111,10 @@ class EvalHook(TrainHook):
             with probe.scope():
                 scored = self.tasks.score(probe.apply_fn, probe.params(), generated)
             values.update(scored.values)
+        return values, scored
+
+    def record(self, step: int, phase: str, values: dict[str, float], scored: Scored | None) -> dict[str, Any]:
+        """The eval.jsonl row, the log lines, the listeners and the exact-match fields."""
         if not values:
             return {}
         row = records.make_row(step, phase, values)

@@ -43,12 +43,30 @@ def _load(spec: ModelSpec, param_dtype: str, sharding: Any, *, keep: bool) -> Lo
     from adapters_lib.models import weights  # the catalog's loaders (light to import here)
 
     entry = weights.resolve(spec.source)
-    files = model_cache.files_fingerprint(entry.checkpoint or entry.path) if entry.path else ()
-    tok = model_cache.files_fingerprint(spec.tokenizer) if spec.tokenizer else ()
-    key = None if placement is None or not files else \
-        (spec.source, spec.tokenizer, param_dtype, placement, files + tok)
+    files = _files(entry, spec)
+    key = None if placement is None or not files else (spec.source, spec.tokenizer, param_dtype, placement, files)
     return model_cache.kept(key, lambda: weights.load_entry(
         entry, tokenizer=spec.tokenizer, param_dtype=param_dtype, sharding=sharding, source=spec.source))
+
+
+def _files(entry: Any, spec: ModelSpec) -> tuple:
+    from adapters_lib.models import model_cache
+
+    files = model_cache.files_fingerprint(entry.checkpoint or entry.path) if entry.path else ()
+    tok = model_cache.files_fingerprint(spec.tokenizer) if spec.tokenizer else ()
+    return files + tok if files else ()
+
+
+def fingerprint(spec: ModelSpec) -> tuple | None:
+    """What a load of ``spec`` reads: the source and tokenizer as asked and the files' names,
+    sizes and mtimes (the demo: none, its weights come from a fixed seed); None when the
+    files cannot be named. A model rewritten on disk has another fingerprint."""
+    if spec.source == "demo":
+        return ("demo", spec.tokenizer)
+    from adapters_lib.models import weights
+
+    files = _files(weights.resolve(spec.source), spec)
+    return (spec.source, spec.tokenizer, files) if files else None
 
 
 def _load_demo(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:

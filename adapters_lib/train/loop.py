@@ -34,6 +34,7 @@ see the same records (``TrainHook.on_step``/``on_eval``/``on_checkpoint``/``shou
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -142,8 +143,10 @@ class GemmaTrainer(Trainer):
         if not cfg.lora.enabled:
             loaded.params = None  # the trainable tree is the model now (and is donated each step)
         self.store = CheckpointStore(self.run.checkpoints_dir, keep=t.keep_checkpoints)
+        eval_host = pipeline.eval_batches(t.eval_batches)
         self.s = GemmaSetup(loaded=loaded, mesh=mesh, rng=rng, steps=steps, pipeline=pipeline,
-                            eval_data=[steps.put_batch(b) for b in pipeline.eval_batches(t.eval_batches)])
+                            eval_data=[steps.put_batch(b) for b in eval_host])
+        self.eval_digest = _eval_digest(eval_host)
         self.log_ = _MetricLog(self)
         self.em = _ProbeModel(cfg, loaded)
         return RouteSetup(schedule=make_schedule(t), has_eval=bool(self.s.eval_data))
@@ -167,7 +170,28 @@ class GemmaTrainer(Trainer):
                           params=lambda: self.em.model_params(self.state.params)[1],
                           tokenizer=s.loaded.tokenizer, eval_examples=list(s.pipeline.eval_examples),
                           eval_loss=lambda: self.evaluate().get("eval_loss"),
-                          trainable_params=_count(self.state.params))
+                          trainable_params=_count(self.state.params),
+                          base_fingerprint=self.base_fingerprint)
+
+    def base_fingerprint(self) -> dict[str, Any] | None:
+        """What this route's score of the base model depends on (``evals.base_scores``): not
+        the adapters (zero at step 0), the lr, the steps or the seed (the eval batches are)."""
+        import jax
+
+        from adapters_lib.models.loader import fingerprint
+        from adapters_lib.train.step_programs import mesh_signature
+
+        cfg, t = self.cfg, self.cfg.train
+        if jax.process_count() > 1 or getattr(t, "reference", "base") not in ("", "base"):
+            return None  # every process scores together; another run's adapters may change
+        files = fingerprint(cfg.model)
+        if files is None:
+            return None
+        return {"route": self.route, "model": repr(cfg.model), "files": files,
+                "param_dtype": t.param_dtype, "compute_dtype": t.compute_dtype,
+                "mesh": mesh_signature(self.s.mesh), "objective": getattr(t, "objective", "sft"),
+                "beta": getattr(t, "beta", None), "label_smoothing": getattr(t, "label_smoothing", None),
+                "eval_batches": self.eval_digest}
 
     def step(self, start: int, stop: int) -> dict[str, Any] | None:
         """Steps start+1..stop. The host does not wait for the device between steps: the
@@ -276,6 +300,21 @@ class _MetricLog:
         return held
 
 
+def _eval_digest(batches: list[Any]) -> str:
+    """sha256 over the host eval batches: names, dtypes, shapes and bytes."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for batch in batches:
+        for name in sorted(batch):
+            a = np.ascontiguousarray(np.asarray(batch[name]))
+            h.update(f"{name}:{a.dtype}:{a.shape};".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()
+
+
 def _count(tree: Any) -> int:
     import jax
     import numpy as np
@@ -313,8 +352,18 @@ class _ProbeModel:
 
     def apply(self) -> Any:
         if self.apply_fn is None:
-            from adapters_lib import evaluate, lora
+            from adapters_lib import lora
 
             model = lora.wrap(self.loaded.model, self.cfg.lora) if self.cfg.lora.enabled else self.loaded.model
-            self.apply_fn = evaluate.model_apply_fn(model)
+            self.apply_fn = _probe_apply(model)
         return self.apply_fn
+
+
+@functools.lru_cache(maxsize=8)
+def _probe_apply(model: Any) -> Any:
+    """One apply function per model (LoRA-wrapped or not) in this process: the greedy decoder
+    it carries (``greedy_cache``) is compiled once for every run of that model and spec, so a
+    second run's exact match traces nothing either."""
+    from adapters_lib import evaluate
+
+    return evaluate.model_apply_fn(model)

@@ -79,6 +79,9 @@ class ModelProbe:
     ``eval_loss`` in metrics.jsonl measures); None without an eval split."""
     trainable_params: int | None = None
     """How many values the run trains (the adapters, or every param of a full fine-tune)."""
+    base_fingerprint: Callable[[], dict[str, Any] | None] = lambda: None
+    """What the route's score of the base model (step 0) depends on, JSON-able (model, files,
+    dtypes, mesh, objective, eval batches); None: not reusable (``evals.base_scores``)."""
 
 
 class TrainingDiverged(WorkbenchError):
