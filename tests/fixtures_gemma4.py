@@ -1,4 +1,4 @@
-"""Tiny random-init Gemma 4 models of the three shapes, made once per session.
+"""Tiny random-init Gemma 4 models of the three shapes, and a tiny Gemma 3n, made once per session.
 
 - ``dense``: k=v global layers (one ``k_einsum``), a wider global head, partial rotary;
 - ``moe``: 4 experts top-2 beside the shared MLP, k=v global layers;
@@ -6,6 +6,9 @@
 
 ``gemma4_tiny[kind]`` is ``(arch, model, params)``: f32 numpy params of the library's own tree
 (``jax.eval_shape`` of gemma's init, filled with seeded normals: no init program compiled).
+``gemma3n_tiny`` is the same for a Gemma 3n: AltUp, Laurel, per-layer inputs, activation
+sparsity in its first layer and KV sharing (its last 2 of 4 layers; ``L G`` unshared, so
+gemma's and transformers' rules pick the same source layers).
 """
 
 from __future__ import annotations
@@ -27,6 +30,27 @@ SHAPES: dict[str, dict[str, Any]] = {
 }
 
 
+def tiny_arch_3n():
+    from adapters_lib.models.families.gemma3n import Gemma3nArch
+
+    return Gemma3nArch("gemma3n", 4, 32, 64, 4, 8, 2, 256, ("local", "global") * 2, 4,
+                       use_qk_norm=True, transpose_gating=True, query_pre_attn_scalar=1.0,
+                       final_logit_softcap=30.0, local_rope=10_000, global_rope=1_000_000,
+                       per_layer_input_dim=8, kv_shared_layers=2, laurel_rank=4,
+                       activation_sparsity=(0.95, 0.0, 0.0, 0.0))
+
+
+def _random_params(model, seed: int):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    shapes = jax.eval_shape(lambda r, m=model: m.init(r, jnp.zeros((1, 4), jnp.int32))["params"],
+                            jax.random.key(seed))
+    rng = np.random.default_rng(seed)
+    return jax.tree.map(lambda s, rng=rng: (rng.standard_normal(s.shape) * 0.3).astype(np.float32), shapes)
+
+
 def tiny_arch(kind: str):
     from adapters_lib.models.families.gemma4 import Gemma4Arch
 
@@ -35,9 +59,7 @@ def tiny_arch(kind: str):
 
 @pytest.fixture(scope="session")
 def gemma4_tiny() -> dict[str, tuple[Any, Any, Any]]:
-    import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from adapters_lib.models import families
 
@@ -45,9 +67,16 @@ def gemma4_tiny() -> dict[str, tuple[Any, Any, Any]]:
     for i, kind in enumerate(SHAPES):
         arch = tiny_arch(kind)
         model = families.model_class(arch)(dtype=jnp.float32)
-        shapes = jax.eval_shape(lambda r, m=model: m.init(r, jnp.zeros((1, 4), jnp.int32))["params"],
-                                jax.random.key(i))
-        rng = np.random.default_rng(i)
-        params = jax.tree.map(lambda s, rng=rng: (rng.standard_normal(s.shape) * 0.3).astype(np.float32), shapes)
-        out[kind] = (arch, model, params)
+        out[kind] = (arch, model, _random_params(model, i))
     return out
+
+
+@pytest.fixture(scope="session")
+def gemma3n_tiny() -> tuple[Any, Any, Any]:
+    import jax.numpy as jnp
+
+    from adapters_lib.models import families
+
+    arch = tiny_arch_3n()
+    model = families.model_class(arch)(dtype=jnp.float32)
+    return arch, model, _random_params(model, 5)

@@ -96,7 +96,8 @@ def name_guess(entry: ModelEntry, name: str) -> None:
     entry.variant = "it" if re.search(r"(^|[-_/ .])(it|instruct)([-_/ .]|$)", low) else "pt"
     fam = re.search(r"gemma[-_ ]?(\d)(n)?", low)
     if fam and entry.family == "other":
-        entry.family = {"2": "gemma2", "3": "gemma3", "4": "gemma4"}.get(fam.group(1), "other")
+        entry.family = "gemma3n" if fam.group(2) and fam.group(1) == "3" else \
+            {"2": "gemma2", "3": "gemma3", "4": "gemma4"}.get(fam.group(1), "other")
     size = re.search(r"(?<![\w.])(e\d+b|\d+(?:\.\d+)?[mb])(?![\w])", low.replace("_", "-"))
     if size and entry.size == "custom":
         entry.size = size.group(1)
@@ -106,7 +107,7 @@ def set_arch(entry: ModelEntry, arch: Arch) -> None:
     entry.arch = arch
     entry.family = arch.family
     entry.size = families.size_of(arch)
-    if arch.family == "gemma4":  # effective (E-models) and active per token (MoE)
+    if arch.family in ("gemma4", "gemma3n"):  # effective (E-models) and active per token (MoE)
         entry.params_effective = arch.effective_params()  # type: ignore[attr-defined]
         entry.params_active = arch.active_params()  # type: ignore[attr-defined]
         entry.towers = tuple(arch.towers)  # type: ignore[attr-defined]

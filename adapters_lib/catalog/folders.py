@@ -15,7 +15,7 @@ from adapters_lib.catalog.keras_preset import inspect_keras
 from adapters_lib.catalog.orbax_meta import orbax_shapes, read_json
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.models import families
-from adapters_lib.models.families import ArchError, gemma4
+from adapters_lib.models.families import ArchError, gemma3n, gemma4
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,8 @@ def _inspect_orbax(entry: ModelEntry, folder: Path, ckpt: Path) -> None:
                 if shapes_n.get(path) != shape:
                     raise ArchError(f"{'/'.join(path)} has shape {shapes_n.get(path)}, "
                                     f"config.json implies {shape}", "unsupported", arch.family)
+        elif entry.family == "gemma3n" or any("altup" in k or "laurel" in k for k in shapes):
+            arch = gemma3n.from_shapes(shapes)
         elif entry.family == "gemma4" or any("k_einsum" in k or "skip_scale" in k for k in shapes):
             arch = gemma4.from_shapes(shapes)
         else:

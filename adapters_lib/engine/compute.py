@@ -20,7 +20,7 @@ from adapters_lib.errors import WorkbenchError
 HINTS = {
     "incomplete": "a file is missing: download the model again, or point at the full folder",
     "unreadable": "check that the files are readable and not truncated",
-    "unsupported": "only Gemma 2, 3 and 4 text models can be trained here",
+    "unsupported": "only Gemma 2, 3, 3n and 4 text models can be trained here",
 }
 
 

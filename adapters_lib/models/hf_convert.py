@@ -36,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters_lib.models.families import Arch, gemma4, gemma4_hf, hf_config_for
+from adapters_lib.models import families
+from adapters_lib.models.families import Arch, hf_config_for
 from adapters_lib.models.families.arch import arch_from_transformer_config
 from adapters_lib.models.hf_layout import (  # noqa: F401 - re-exported
     _NORMS,
@@ -66,8 +67,9 @@ Fetch = Callable[[str], np.ndarray]
 
 def leaf_plan(arch: Arch) -> list[tuple[tuple[str, ...], list[str], Callable[..., np.ndarray]]]:
     """For each gemma leaf: its path, the HF names it is made of, and how (exact ops only)."""
-    if isinstance(arch, gemma4.Gemma4Arch):
-        return gemma4_hf.leaf_plan(arch)
+    own = families.hf_map(arch)  # Gemma 4, 3n: the family's own map
+    if own is not None:
+        return own.leaf_plan(arch)
     n, k, h, d, _f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
 
     def q(w):  # (N·H, D) → (N, D, H)
@@ -117,8 +119,9 @@ def leaf_plan(arch: Arch) -> list[tuple[tuple[str, ...], list[str], Callable[...
 
 def gemma_shapes(arch: Arch) -> dict[tuple[str, ...], tuple[int, ...]]:
     """The gemma param shapes of ``arch`` (without building the model)."""
-    if isinstance(arch, gemma4.Gemma4Arch):
-        return dict(gemma4.param_shapes(arch.transformer_config_fields()))
+    fam = families.family(arch.family)
+    if fam.hf_map and fam.param_shapes is not None:
+        return dict(fam.param_shapes(arch.transformer_config_fields()))  # type: ignore[attr-defined]
     n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
     out: dict[tuple[str, ...], tuple[int, ...]] = {
         ("embedder", "input_embedding"): (arch.vocab_size, d), ("final_norm", "scale"): (d,)}
@@ -158,13 +161,14 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
                 *, arch: Arch | None = None) -> dict[str, np.ndarray]:
     """HF tensors (``model.`` prefix) from a gemma params tree: the inverse of ``hf_to_gemma``.
 
-    Pass the model's ``TransformerConfig`` and family ("gemma2"/"gemma3"), or an ``Arch``.
+    Pass the model's ``TransformerConfig`` and family, or an ``Arch``.
     LoRA adapters must be fused first (``adapters_lib.lora.fuse_lora``).
     """
     if arch is None:
         arch = arch_from_config(transformer_config, family)
-    if isinstance(arch, gemma4.Gemma4Arch):
-        return gemma4_hf.gemma_to_hf(params, arch)
+    own = families.hf_map(arch)
+    if own is not None:
+        return own.gemma_to_hf(params, arch)
     n, k, h, d = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim
 
     def get(*path: str) -> np.ndarray:
@@ -203,7 +207,8 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
 
 def omitted(hf_name: str, arch: Arch) -> np.ndarray:
     """A tensor the checkpoint may leave out, as the library expects it (else KeyError)."""
-    fill = gemma4_hf.omitted_fill(hf_name, arch) if isinstance(arch, gemma4.Gemma4Arch) else None
+    own = families.hf_map(arch)
+    fill = own.omitted_fill(hf_name, arch) if own is not None else None
     if fill is None:
         raise KeyError(hf_name)
     return fill
@@ -211,9 +216,7 @@ def omitted(hf_name: str, arch: Arch) -> np.ndarray:
 
 def arch_from_config(config: Any, family: str) -> Arch:
     """An ``Arch`` from a gemma model config of any family that exports."""
-    if family == "gemma4":
-        return gemma4.arch_from_config(config)
-    return arch_from_transformer_config(config, family)
+    return families.arch_of_config(config, family)
 
 
 def save_hf(folder: Path, tensors: Mapping[str, np.ndarray], config: Mapping[str, Any], *,

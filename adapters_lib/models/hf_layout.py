@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from adapters_lib.models.families import Arch, family
+from adapters_lib.models.families import Arch, family, hf_map
 
 _PREFIXES = ("model.language_model.", "language_model.model.", "model.")
 
@@ -26,10 +26,9 @@ _NORMS = family("gemma3").hf_norms
 
 def hf_shapes(arch: Arch) -> dict[str, tuple[int, ...]]:
     """The HF tensor shapes (``model.`` prefix) of ``arch``."""
-    if arch.family == "gemma4":
-        from adapters_lib.models.families import gemma4_hf
-
-        return {f"model.{k}": v for k, v in gemma4_hf.hf_shapes(arch).items()}  # type: ignore[arg-type]
+    own = hf_map(arch)  # Gemma 4, 3n: the family's own map
+    if own is not None:
+        return {f"model.{k}": v for k, v in own.hf_shapes(arch).items()}
     n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
     out = {"model.embed_tokens.weight": (arch.vocab_size, d), "model.norm.weight": (d,)}
     norms = family(arch.family).hf_norms
@@ -70,9 +69,8 @@ def check_hf_shapes(arch: Arch, shapes: Mapping[str, tuple[int, ...]]) -> str | 
 
 
 def _omitted(arch: Arch):
-    """name → True when the checkpoint may omit that tensor (Gemma 4's KV-shared k/v)."""
-    if arch.family != "gemma4":
+    """name → True when the checkpoint may omit that tensor (the KV-shared layers' k/v)."""
+    own = hf_map(arch)
+    if own is None:
         return lambda name: False
-    from adapters_lib.models.families import gemma4_hf
-
-    return lambda name: gemma4_hf.omitted_fill(name, arch) is not None  # type: ignore[arg-type]
+    return lambda name: own.omitted_fill(name, arch) is not None

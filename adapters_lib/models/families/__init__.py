@@ -197,19 +197,38 @@ def family_of_config(config: Any) -> Family:
     """The family a gemma config (or a mapping of its fields with ``family``) belongs to."""
     if isinstance(config, Mapping):
         return family(str(config.get("family") or "gemma3"))
-    if type(config).__module__.startswith("gemma.gm.nn.gemma4"):
-        return gemma4.FAMILY
+    for fam in (gemma4, gemma3n):
+        if type(config).__module__.startswith(f"gemma.gm.nn.{fam.FAMILY.name}"):
+            return fam.FAMILY
     return family(str(getattr(config, "family", "") or "gemma3"))
+
+
+def hf_map(arch: Arch) -> Any:
+    """The family's own HF tensor map module (``Family.hf_map``), or None for Gemma 2/3's."""
+    name = family(arch.family).hf_map
+    return importlib.import_module(name) if name else None
+
+
+def arch_of_config(config: Any, fam: str) -> Arch:
+    """An ``Arch`` from a gemma model config of any family (the inverse of ``transformer_config``)."""
+    if fam == "gemma4":
+        return gemma4.arch_from_config(config)
+    if fam == "gemma3n":
+        return gemma3n.arch_from_config(config)
+    return arch_from_transformer_config(config, fam)
 
 
 @functools.cache
 def model_class(arch: Arch) -> type:
     """A gemma model class carrying ``arch`` (one class per arch, reused): a
-    ``gm.nn.Transformer`` subclass, or ``gm.nn.gemma4``'s ``Transformer`` for Gemma 4."""
+    ``gm.nn.Transformer`` subclass, ``gm.nn.gemma4``'s ``Transformer`` for Gemma 4, its
+    ``Gemma3nTransformer`` for Gemma 3n."""
     from gemma import gm
 
     known = match_known(arch)
     name = known[1] if known and known[1] != "demo" else f"{arch.family.capitalize()}Custom"
+    if arch.family == "gemma3n":
+        return gemma3n.model_class(arch, name)  # type: ignore[arg-type]
     if arch.family == "gemma4":
         from gemma.gm.nn.gemma4 import _transformer
 

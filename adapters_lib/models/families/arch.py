@@ -215,6 +215,10 @@ class Family:
     closed form, ``lora_shapes.lora_param_shapes``)."""
     tokenizer_class: str = "Gemma3Tokenizer"
     """gemma's ``gm.text`` tokenizer class."""
+    hf_map: str = ""
+    """The module holding this family's own HF tensor map (``families.gemma4_hf``: ``leaf_plan``,
+    ``hf_shapes``, ``gemma_to_hf``, ``omitted_fill``, each of an arch); "" = Gemma 2/3's
+    (``hf_convert``)."""
 
     def einsum_targets(self) -> dict[str, dict[str, int | None]]:
         """Weight kind → {target: slot}: the LoRA table seen from the weights."""

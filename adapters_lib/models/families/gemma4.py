@@ -429,4 +429,5 @@ FAMILY = Family(
                    "moe": ("gemma.gm.nn.gemma4._moe:MoERagged",)},
     chat=CHAT, sharding=SHARDING, sharding_words=SHARDING_WORDS, lora_axes=LORA_AXES,
     param_shapes=param_shapes, lora_shapes=lora_shapes, tokenizer_class="Gemma4Tokenizer",
+    hf_map="adapters_lib.models.families.gemma4_hf",
 )

@@ -1,4 +1,5 @@
-"""Hugging Face ``config.json`` ↔ ``Arch``: Gemma 2 and Gemma 3 (text part) both ways.
+"""Hugging Face ``config.json`` ↔ ``Arch``: Gemma 2 and Gemma 3 (text part) both ways; Gemma 4
+and 3n by their family modules.
 
 ``from_hf_config`` reads a config (missing keys take transformers' class defaults, as
 transformers does; old and new RoPE keys); ``hf_config_for`` writes one
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapters_lib.models.families import gemma2, gemma3, gemma4
+from adapters_lib.models.families import gemma2, gemma3, gemma3n, gemma4
 from adapters_lib.models.families.arch import Arch, ArchError, arch_from_transformer_config
 from adapters_lib.models.families.arch import layer_pattern as _pattern
 
@@ -39,6 +40,8 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
     family = hf_family(cfg)
     if family == "gemma4":
         return gemma4.from_hf_config(cfg)
+    if family == "gemma3n":
+        return gemma3n.from_hf_config(cfg)
     if kind == "gemma3" and isinstance(cfg.get("text_config"), Mapping):
         cfg = {"model_type": "gemma3_text", **cfg["text_config"]}
     # transformers omits keys equal to the config class defaults (Gemma2Config, Gemma3TextConfig)
@@ -46,10 +49,10 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
                                               k.endswith("softcapping") or k == "rope_scaling"}}
     if family == "other":
         what = "a Gemma 1" if kind == "gemma" else f"a {kind!r}"
-        raise ArchError(f"config.json describes {what} model ({archs}), not Gemma 2/3/4",
+        raise ArchError(f"config.json describes {what} model ({archs}), not Gemma 2/3/3n/4",
                         "unsupported", "other")
     if kind not in _HF_FAMILY and kind != "gemma3_text":
-        raise ArchError(f"{kind} checkpoints are listed but this build loads only Gemma 2, 3 and 4 "
+        raise ArchError(f"{kind} checkpoints are listed but this build loads only Gemma 2, 3, 3n and 4 "
                         "text models", "unsupported", family)
     try:
         layers = int(cfg["num_hidden_layers"])
@@ -123,6 +126,8 @@ def hf_config_for(arch: Any, family: str = "", *, dtype: str = "float32") -> dic
     """
     if isinstance(arch, gemma4.Gemma4Arch):
         return gemma4.hf_config_for(arch, dtype=dtype)
+    if isinstance(arch, gemma3n.Gemma3nArch):
+        return gemma3n.hf_config_for(arch, dtype=dtype)
     if not isinstance(arch, Arch):
         arch = arch_from_transformer_config(arch, family)
     common = {
