@@ -92,17 +92,17 @@ def ui_overhead(quick: bool = False) -> list[Row]:
 
                 def follower():
                     with EngineClient.connect() as c:
-                        for item in c.stream_run(run["id"]):
+                        for item in c.stream_run(run.id):
                             seen[0] += 1
-                            if stop.is_set() or item.get("type") == "end":
+                            if stop.is_set() or item.type == "end":
                                 return
 
                 th = threading.Thread(target=follower, daemon=True) if follow else None
                 if th:
                     th.start()
-                client.wait_run(run["id"], timeout=900)
+                client.wait_run(run.id, timeout=900)
                 stop.set()
-                metrics = client.get_run(run["id"])["metrics"]
+                metrics = client.get_run(run.id).metrics
                 rates = [m["tokens_per_s"] for m in metrics if m.get("step", 0) > 5 and m.get("tokens_per_s")]
                 return statistics.median(rates)
 

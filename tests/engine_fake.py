@@ -2,8 +2,10 @@
 the real engine (``tests/recorded/engine_replies.json``, made by
 ``tests/record_engine_replies.py``), read through the API's own types.
 
-Every answer is built with ``adapters_lib.engine.api``'s ``from_json``, so the fake cannot
-answer with a key or a type the engine does not have; ``tests/test_engine_contract.py``
+It is the client's own typed calls (``workbench.engine_calls.EngineCalls``: the same methods
+building the same commands) with ``call`` and ``stream`` answered from the recording by
+command type, and every answer read back with the command's reply type (``from_json``), so
+the fake cannot answer with a key or a type the engine does not have; ``tests/test_engine_contract.py``
 sends the same requests to a real engine and to this fake and compares the shapes. The
 recording holds two finished demo runs (``fake.run_ids``) with every metric and event, 8
 CPU devices (the status at start-up and after the runs), the catalog (the demo, and an unreadable folder), a data report, two
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.engine import api
-from workbench.client import EngineRequestError
+from adapters_lib.runs.state import RESUMABLE_STATES, RunState
+from workbench.engine_calls import EngineCalls
+from workbench.engine_wire import EngineRequestError
 
 RECORDING = Path(__file__).with_name("recorded") / "engine_replies.json"
 
@@ -30,11 +34,12 @@ def load_recording(path: Path = RECORDING) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-class EngineFake:
-    """Same methods and reply types as ``EngineClient``; answers from the recording.
+class EngineFake(EngineCalls):
+    """The engine client's typed calls (``workbench.engine_calls.EngineCalls``, the same
+    methods and signatures) over commands answered from the recording by command type.
 
     State is kept only where a screen would notice: ``stop_run``/``delete_run`` of a run
-    change what ``list_runs`` says next. ``calls`` lists every call (name, args) in order.
+    change what ``list_runs`` says next. ``calls`` lists every command sent, in order.
     """
 
     where = "local"
@@ -42,13 +47,39 @@ class EngineFake:
 
     def __init__(self, recording: dict[str, Any] | None = None) -> None:
         self.data = recording or load_recording()
-        self.calls: list[tuple[str, tuple, dict]] = []
+        self.calls: list[api.Command] = []
         self._runs = {rid: api.RunDetail.from_json(r["detail"])
                       for rid, r in self.data["runs"].items()}
         self._deleted: set[str] = set()
         self._created = [api.RunSummary.from_json(r) for r in self.data["created"]]
         self._new: dict[str, api.RunSummary] = {}
         """Runs created here that the recording did not finish (they stay queued/stopped)."""
+        self._answers: dict[type[api.Command], Callable[[Any], Any]] = {
+            api.Status: self._status, api.Shutdown: self._shutdown, api.ListModels: self._models,
+            api.CheckData: self._data_check, api.Estimate: self._estimate,
+            api.CreateRun: self._create_run, api.ListRuns: self._list_runs, api.GetRun: self._get_run,
+            api.StopRun: self._stop_run, api.ResumeRun: self._resume_run,
+            api.DeleteRun: self._delete_run, api.Export: self._export}
+        self._streams: dict[type[api.Command], Callable[[Any], list[dict[str, Any]]]] = {
+            api.StreamRun: self._stream_run, api.Sample: self._sample, api.Compare: self._compare}
+
+    # ----------------------------------------------------------------- the two primitives
+
+    def call(self, cmd: api.Command, *, timeout: float | None = None) -> Any:
+        """The recorded answer to ``cmd``, read back as the client reads the engine's."""
+        self.calls.append(cmd)
+        answer = self._answers.get(type(cmd))
+        if answer is None:
+            raise NotImplementedError(f"the recording has no answer to {cmd.name}")
+        reply = answer(cmd)
+        return cmd.reply.from_json(api.to_jsonable(reply), where=f"{cmd.name} reply")
+
+    def stream(self, cmd: api.Command) -> Iterator[api.StreamItem]:
+        self.calls.append(cmd)
+        answer = self._streams.get(type(cmd))
+        if answer is None:
+            raise NotImplementedError(f"the recording has no stream of {cmd.name}")
+        return self._items(answer(cmd), cmd.items)
 
     # ----------------------------------------------------------------- helpers
 
@@ -56,9 +87,6 @@ class EngineFake:
     def run_ids(self) -> list[str]:
         """The recorded finished runs, newest first (as ``list_runs`` orders them)."""
         return sorted((r for r in self._runs if r not in self._deleted), reverse=True)
-
-    def _log(self, name: str, *args: Any, **kwargs: Any) -> None:
-        self.calls.append((name, args, kwargs))
 
     def _refuse(self, name: str) -> EngineRequestError:
         err = api.ErrorReply.from_json(self.data["errors"][name]).error
@@ -89,11 +117,12 @@ class EngineFake:
             raise self._refuse("no_such_run")
         return known[matches[0]]
 
-    def _items(self, raw: list[dict[str, Any]], items: dict) -> Iterator[api.StreamItem]:
+    @staticmethod
+    def _items(raw: list[dict[str, Any]], items: dict) -> Iterator[api.StreamItem]:
         for item in raw:
             yield api.stream_item(item["type"], item["data"], items)
 
-    # ----------------------------------------------------------------- engine
+    # ----------------------------------------------------------------- what a client has besides
 
     def ping(self) -> bool:
         return True
@@ -110,48 +139,44 @@ class EngineFake:
     def on_link(self, callback: Callable[[Any], Any]) -> None:
         pass
 
-    def status(self, *, wait: bool = False) -> api.EngineStatus:
+    def wait_run(self, run_id: str, timeout: float = 600.0, **_: Any) -> api.RunDetail:
+        return self.get_run(run_id, metrics=False, events=False)
+
+    # ----------------------------------------------------------------- the engine
+
+    def _status(self, cmd: api.Status) -> dict[str, Any]:
         """The first answer is the one recorded at start-up (JAX ready, gemma still
         importing: ``modules_ready`` false); every later one is the one recorded after the
         runs (gemma imported), as a real engine's status moves on. A recording without the
         later answer repeats the first."""
-        first = not any(name == "status" for name, _, _ in self.calls)
-        self._log("status", wait=wait)
+        first = sum(isinstance(c, api.Status) for c in self.calls) == 1
         later = self.data.get("status_later")
-        return api.EngineStatus.from_json(self.data["status"] if first or later is None
-                                          else later)
+        return self.data["status"] if first or later is None else later
 
-    def shutdown(self) -> api.ShutdownReply:
-        self._log("shutdown")
+    def _shutdown(self, cmd: api.Shutdown) -> api.ShutdownReply:
         return api.ShutdownReply(stopping=True, active_run=None)
 
-    def models(self, folders: list[str] | tuple[str, ...] = ()) -> list[api.ModelInfo]:
-        self._log("models", folders=tuple(folders))
-        return [api.ModelInfo.from_json(m) for m in self.data["models"]]
+    def _models(self, cmd: api.ListModels) -> dict[str, Any]:
+        return {"models": self.data["models"]}
 
-    def data_check(self, path: str = "", **kwargs: Any) -> api.DataReport:
-        self._log("data_check", path, **kwargs)
-        return api.DataReport.from_json(self.data["data_check"])
+    def _data_check(self, cmd: api.CheckData) -> dict[str, Any]:
+        return {"report": self.data["data_check"]}
 
-    def estimate(self, config: dict[str, Any] | None = None, *, config_toml: str = "",
-                 overrides: list[str] | tuple[str, ...] = ()) -> api.EstimateReply:
+    def _estimate(self, cmd: api.Estimate) -> dict[str, Any]:
         """The recorded estimate; the one with a mesh warning when the tensor axis is > 1."""
-        self._log("estimate", config, overrides=tuple(overrides))
-        tensor = ((config or {}).get("mesh") or {}).get("tensor", 1)
+        tensor = ((cmd.config or {}).get("mesh") or {}).get("tensor", 1)
         warned = tensor not in (1, -1) or any(o.startswith("mesh.tensor=") and
                                               o.split("=", 1)[1] not in ("1", "-1")
-                                              for o in overrides)
-        return api.EstimateReply.from_json(
-            self.data["estimate_warning" if warned else "estimate"])
+                                              for o in cmd.overrides)
+        return self.data["estimate_warning" if warned else "estimate"]
 
     # ----------------------------------------------------------------- runs
 
-    def create_run(self, config: dict[str, Any] | None = None, **kwargs: Any) -> api.RunSummary:
+    def _create_run(self, cmd: api.CreateRun) -> api.RunSummary:
         """The recorded creations in order (the first is a run the recording then finished);
         after them, the last one again."""
-        self._log("create_run", config, **kwargs)
-        self._check_config(config, kwargs.get("config_toml", ""), kwargs.get("source", ""))
-        name = ((config or {}).get("run") or {}).get("name")
+        self._check_config(cmd.config, cmd.config_toml, cmd.source)
+        name = ((cmd.config or {}).get("run") or {}).get("name")
         named = [r for r in self._created if name and r.id.endswith("-" + name)]
         if named:  # the recorded creation of a run of that name (the scenario's "stopped")
             reply = named[0]
@@ -163,70 +188,55 @@ class EngineFake:
             self._new[reply.id] = reply
         return reply
 
-    def list_runs(self) -> list[api.RunSummary]:
-        self._log("list_runs")
+    def _list_runs(self, cmd: api.ListRuns) -> api.RunList:
         listed = [api.RunSummary.from_json(r) for r in self.data["list_runs"]]
         kept = [r for r in listed if r.id in self._runs and r.id not in self._deleted]
-        return sorted([*self._new.values(), *kept], key=lambda r: r.id, reverse=True)
+        return api.RunList(runs=sorted([*self._new.values(), *kept], key=lambda r: r.id, reverse=True))
 
-    def get_run(self, run_id: str, *, metrics: bool = True, events: bool = True) -> api.RunDetail:
-        self._log("get_run", run_id, metrics=metrics, events=events)
-        run = self._find(run_id)
-        return run.replace(metrics=run.metrics if metrics else None,
-                           events=run.events if events else None)
+    def _get_run(self, cmd: api.GetRun) -> api.RunDetail:
+        run = self._find(cmd.run_id)
+        return run.replace(metrics=run.metrics if cmd.metrics else None,
+                           events=run.events if cmd.events else None)
 
-    def wait_run(self, run_id: str, timeout: float = 600.0, **_: Any) -> api.RunDetail:
-        return self.get_run(run_id, metrics=False, events=False)
-
-    def stop_run(self, run_id: str) -> api.RunSummary:
-        self._log("stop_run", run_id)
-        run = self._find(run_id)
-        if run.state not in ("queued", "running"):
+    def _stop_run(self, cmd: api.StopRun) -> dict[str, Any]:
+        run = self._find(cmd.run_id)
+        if run.state not in (RunState.QUEUED, RunState.RUNNING):
             raise self._refuse("not_running")
-        reply = api.RunSummary.from_json({**self.data["stop_run"], "id": run.id,
-                                          "run_id": run.id})
+        reply = api.RunSummary.from_json({**self.data["stop_run"], "id": run.id, "run_id": run.id})
         self._new[run.id] = reply
-        return reply
+        return reply.to_json()
 
-    def resume_run(self, run_id: str) -> api.RunSummary:
-        self._log("resume_run", run_id)
-        run = self._find(run_id)
-        if run.state not in ("stopped", "failed", "interrupted"):
+    def _resume_run(self, cmd: api.ResumeRun) -> dict[str, Any]:
+        run = self._find(cmd.run_id)
+        if run.state not in RESUMABLE_STATES:
             raise self._refuse("completed_resume")
-        reply = api.RunSummary.from_json({**self.data["stop_run"], "id": run.id,
-                                          "run_id": run.id, "state": "queued",
-                                          "message": "resume requested"})
+        reply = api.RunSummary.from_json({**self.data["stop_run"], "id": run.id, "run_id": run.id,
+                                          "state": "queued", "message": "resume requested"})
         self._new[run.id] = reply
-        return reply
+        return reply.to_json()
 
-    def delete_run(self, run_id: str) -> api.DeleteReply:
-        self._log("delete_run", run_id)
-        run = self._find(run_id)
+    def _delete_run(self, cmd: api.DeleteRun) -> api.DeleteReply:
+        run = self._find(cmd.run_id)
         self._deleted.add(run.id)
         self._new.pop(run.id, None)
         return api.DeleteReply(id=run.id, deleted=True)
 
-    def stream_run(self, run_id: str, since_step: int = 0) -> Iterator[api.StreamItem]:
-        self._log("stream_run", run_id, since_step=since_step)
-        run = self._find(run_id)
+    def _stream_run(self, cmd: api.StreamRun) -> list[dict[str, Any]]:
+        run = self._find(cmd.run_id)
         raw = self.data["runs"][run.id]["stream"]
-        kept = [i for i in raw if i["type"] != "metrics" or i["data"]["step"] > since_step]
-        return self._items(kept, api.RUN_STREAM_ITEMS)
+        return [i for i in raw if i["type"] != "metrics" or i["data"]["step"] > cmd.since_step]
 
     # ----------------------------------------------------------------- generation, export
 
-    def sample(self, prompt: str, *, run_id: str = "", **kwargs: Any) -> Iterator[api.StreamItem]:
-        self._log("sample", prompt, run_id=run_id, **kwargs)
-        if run_id:
-            self._find(run_id)
-        return self._items(self.data["sample" if run_id else "sample_base"], api.SAMPLE_ITEMS)
+    def _sample(self, cmd: api.Sample) -> list[dict[str, Any]]:
+        if cmd.run_id:
+            self._find(cmd.run_id)
+        return self.data["sample" if cmd.run_id else "sample_base"]
 
-    def compare(self, prompt: str, run_id: str, **kwargs: Any) -> Iterator[api.StreamItem]:
-        self._log("compare", prompt, run_id=run_id, **kwargs)
-        self._find(run_id)
-        return self._items(self.data["compare"], api.COMPARE_ITEMS)
+    def _compare(self, cmd: api.Compare) -> list[dict[str, Any]]:
+        self._find(cmd.run_id)
+        return self.data["compare"]
 
-    def export(self, run_id: str, **kwargs: Any) -> api.ExportReply:
-        self._log("export", run_id, **kwargs)
-        self._find(run_id)
-        return api.ExportReply.from_json(self.data["export"])
+    def _export(self, cmd: api.Export) -> dict[str, Any]:
+        self._find(cmd.run_id)
+        return self.data["export"]

@@ -71,10 +71,10 @@ def play(client: Any, workdir: Path, *, runs: tuple[dict[str, Any], ...] | None 
                                                                   "mesh.tensor=4"])
     created = [client.create_run(cfg) for cfg in runs]
     for run in created:
-        client.wait_run(run["id"], timeout=timeout)
-    first = created[0]["id"]
-    out["runs"] = {run["id"]: {"detail": client.get_run(run["id"]),
-                               "stream": list(client.stream_run(run["id"]))}
+        client.wait_run(run.id, timeout=timeout)
+    first = created[0].id
+    out["runs"] = {run.id: {"detail": client.get_run(run.id),
+                            "stream": list(client.stream_run(run.id))}
                    for run in created}
     out["list_runs"] = client.list_runs()
     out["sample"] = list(client.sample(PROMPT, run_id=first, max_tokens=8))
@@ -83,9 +83,9 @@ def play(client: Any, workdir: Path, *, runs: tuple[dict[str, Any], ...] | None 
     out["export"] = client.export(first, out=str(workdir / "export"))
     queued = client.create_run(run_config(4, name="stopped"))
     out["created"] = [*created, queued]
-    out["stop_run"] = client.stop_run(queued["id"])
-    client.wait_run(queued["id"], timeout=timeout)  # it may have started: it stops at a step
-    out["delete_run"] = client.delete_run(queued["id"])
+    out["stop_run"] = client.stop_run(queued.id)
+    client.wait_run(queued.id, timeout=timeout)  # it may have started: it stops at a step
+    out["delete_run"] = client.delete_run(queued.id)
     out["errors"] = {
         "no_such_run": refusal(lambda: client.get_run("no-such-run")),
         "bad_config": refusal(lambda: client.create_run(config_toml="[train]\nsteps = 0\n",

@@ -1,7 +1,7 @@
 """TUI test fixtures: a static engine stand-in for deterministic snapshots.
 
-``StaticClient`` answers like the engine client (same method names and reply shapes) from
-fixed data: a finished demo run with 40 steps of metrics, for the key and form tests that
+``StaticClient`` is the engine client's typed calls (``EngineCalls``) answered from fixed
+data: a finished demo run with 40 steps of metrics, for the key and form tests that
 assert on its exact texts. The snapshots use ``engine_fake.EngineFake`` (replies recorded
 from the real engine). Flows that must prove the real thing (launch, stream, stop,
 compare, overlay) use the real engine fixture instead.
@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from adapters_lib.config import RunConfig
+from adapters_lib.engine import api
+from workbench.engine_calls import EngineCalls
 
 
 def _metrics(steps: int, scale: float, seed: int) -> list[dict[str, Any]]:
@@ -47,10 +49,30 @@ RUNS = {
 }
 
 
-class StaticClient:
-    """Fixed replies shaped like workbench.client's."""
+class StaticClient(EngineCalls):
+    """Fixed answers, by command type, read back with each command's reply type (as the
+    client reads the engine's): the client's own typed calls over ``call`` and ``stream``."""
 
-    def status(self, *, wait: bool = False) -> dict[str, Any]:
+    def call(self, cmd: api.Command, *, timeout: float | None = None) -> Any:
+        answer = {api.Status: lambda c: self.status_json(), api.ListModels: lambda c: {"models": self.models_json()},
+                  api.CheckData: lambda c: {"report": self.report_json()},
+                  api.Estimate: lambda c: self.estimate_json(c.config),
+                  api.CreateRun: lambda c: {"id": "20260101-140000-demo", "state": "queued"},
+                  api.ListRuns: lambda c: {"runs": [self._summary(rid) for rid in RUNS]},
+                  api.GetRun: lambda c: self._record(c.run_id, c.metrics, c.events),
+                  api.StopRun: lambda c: {"id": c.run_id, "state": "stopping"},
+                  api.ResumeRun: lambda c: {"id": c.run_id, "state": "stopping"},
+                  api.DeleteRun: lambda c: {"id": c.run_id, "deleted": True},
+                  api.Export: lambda c: {"run_id": c.run_id, "out": f"/tmp/{c.run_id}/adapter"},
+                  }[type(cmd)]
+        return cmd.reply.from_json(answer(cmd), where=f"{cmd.name} reply")
+
+    def stream(self, cmd: api.Command) -> Iterator[api.StreamItem]:
+        items = {api.StreamRun: lambda c: [("replayed", {}), ("end", {"state": RUNS[c.run_id][0]})],
+                 api.Compare: lambda c: self.compare_items()}[type(cmd)](cmd)
+        return iter([api.stream_item(kind, data, cmd.items) for kind, data in items])
+
+    def status_json(self) -> dict[str, Any]:
         return {"api_version": 1, "backend": "cpu", "busy": False, "active_run": None,
                 "jax": {"ready": True, "loading": False, "error": None, "modules_ready": True},
                 "memory": {"host_bytes": 24 * 2**30, "engine_rss_bytes": 1536 * 2**20},
@@ -58,7 +80,7 @@ class StaticClient:
                              "memory_bytes": None, "bytes_in_use": None,
                              "peak_bytes_in_use": None} for i in range(8)]}
 
-    def models(self, folders: Any = ()) -> list[dict[str, Any]]:
+    def models_json(self) -> list[dict[str, Any]]:
         """Entries with the keys of the engine's catalog reply (``ModelEntry.to_dict``)."""
         return [
             {"id": "demo", "family": "gemma3", "size": "custom", "variant": "pt",
@@ -75,14 +97,14 @@ class StaticClient:
              "reason": "config.json is not valid JSON (line 1)", "source": "huggingface"},
         ]
 
-    def data_check(self, path: str = "", **_: Any) -> dict[str, Any]:
+    def report_json(self) -> dict[str, Any]:
         return {"ok": True, "fatal": None, "format": "chat", "records": 480, "examples": 480,
                 "dropped": 0, "tokens": 30112, "truncated": 0, "mean_tokens": 62.7,
                 "errors": [], "warnings": [], "error_count": 0, "warning_count": 0,
                 "preview": [{"text": "<bos><start_of_turn>user\nadd 2 and 3<end_of_turn>\n"
                                      "<start_of_turn>model\n5<end_of_turn>", "tokens": 17}]}
 
-    def estimate(self, config: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
+    def estimate_json(self, config: dict[str, Any] | None) -> dict[str, Any]:
         f, t = config["mesh"]["fsdp"], config["mesh"]["tensor"]
         rank = config["lora"]["rank"]
         per = int(60 * 2**20 / max(1, f * max(t, 1))) + rank * 2**20
@@ -100,9 +122,6 @@ class StaticClient:
                 "trainable_params": 4 * 7 * rank * 512, "total_params": 3_800_000,
                 "mesh_problems": problems, "ok": not any(p["level"] == "error" for p in problems)}
 
-    def create_run(self, config: dict[str, Any] | None = None, **_: Any) -> dict[str, Any]:
-        return {"id": "20260101-140000-demo", "state": "queued"}
-
     def _summary(self, rid: str) -> dict[str, Any]:
         state, rank, scale = RUNS[rid]
         return {"id": rid, "dir": f"/runs/{rid}", "state": state, "step": 40, "total_steps": 40,
@@ -118,33 +137,14 @@ class StaticClient:
                            {"time": "2026-01-01T12:00:15Z", "kind": "state",
                             "state": "completed"}]} if events else {})}
 
-    def list_runs(self) -> list[dict[str, Any]]:
-        return [self._summary(rid) for rid in RUNS]
-
-    def get_run(self, run_id: str, *, metrics: bool = True, events: bool = True) -> dict[str, Any]:
-        return self._record(run_id, metrics, events)
-
-    def stream_run(self, run_id: str, since_step: int = 0) -> Iterator[dict[str, Any]]:
-        yield {"type": "replayed", "data": {}}
-        yield {"type": "end", "data": {"state": RUNS[run_id][0]}}
-
-    def stop_run(self, run_id: str) -> dict[str, Any]:
-        return {"id": run_id, "state": "stopping"}
-
-    resume_run = stop_run
-
-    def delete_run(self, run_id: str) -> dict[str, Any]:
-        return {"id": run_id, "deleted": True}
-
-    def compare(self, prompt: str, run_id: str, **_: Any) -> Iterator[dict[str, Any]]:
+    def compare_items(self) -> list[tuple[str, dict[str, Any]]]:
+        out: list[tuple[str, dict[str, Any]]] = []
         for word in ("The", " answer", " is", " 5."):
-            yield {"type": "token", "data": {"side": "base", "text": word.lower(), "token": 7}}
-            yield {"type": "token", "data": {"side": "tuned", "text": word, "token": 7}}
-        yield {"type": "done", "data": {"base": "the answer is 5.", "tuned": "The answer is 5.",
-                                        "tokens": {"base": 4, "tuned": 4}, "seconds": 0.5}}
-
-    def export(self, run_id: str, **_: Any) -> dict[str, Any]:
-        return {"path": f"/tmp/{run_id}/adapter"}
+            out.append(("token", {"side": "base", "text": word.lower(), "token": 7}))
+            out.append(("token", {"side": "tuned", "text": word, "token": 7}))
+        out.append(("done", {"base": "the answer is 5.", "tuned": "The answer is 5.",
+                             "tokens": {"base": 4, "tuned": 4}, "seconds": 0.5}))
+        return out
 
 
 @pytest.fixture

@@ -32,7 +32,7 @@ def _raw(engine_process, token: str | None = "good") -> httpx.Client:
 
 
 def _still_serving(engine: EngineClient) -> None:
-    assert engine.status()["api_version"] == 1
+    assert engine.status().api_version == 1
 
 
 def test_socket_token_and_runtime_dir_are_private(engine_process):
@@ -111,12 +111,12 @@ def test_unknown_run_and_route_are_404(engine_process, engine):
 
 def test_status_reports_versions_devices_and_idle(engine):
     s = engine.status(wait=True)
-    assert s["api_version"] == 1 and s["version"]
-    assert s["jax"]["ready"] and s["backend"] == "cpu"
-    assert len(s["devices"]) >= 1
-    assert {"id", "platform", "kind", "memory_bytes"} <= set(s["devices"][0])
-    assert s["busy"] is False and s["active_run"] is None
-    assert "tcp" not in s["listen"]  # never on a network interface unless asked
+    assert s.api_version == 1 and s.version
+    assert s.jax.ready and s.backend == "cpu"
+    assert len(s.devices) >= 1
+    assert {"id", "platform", "kind", "memory_bytes"} <= set(s.devices[0].to_json())
+    assert s.busy is False and s.active_run is None
+    assert "tcp" not in s.listen  # never on a network interface unless asked
 
 
 def test_second_engine_in_the_same_home_refuses_to_start(engine_process, engine):
@@ -148,31 +148,31 @@ def test_tcp_only_on_explicit_request_and_still_with_token(engine_factory):
         assert wrong.status_code == 401
     token = (proc.runtime / "engine.token").read_text().strip()
     with EngineClient(url=url, token=token) as client:
-        assert client.status()["listen"]["tcp"] == info["tcp"]
+        assert client.status().listen["tcp"] == info["tcp"]
 
 
 def test_models_lists_the_demo_model(engine):
     models = engine.models()
-    demo = [m for m in models if m["id"] == "demo"]
-    assert demo and demo[0]["status"] == "ok"
+    demo = [m for m in models if m.id == "demo"]
+    assert demo and demo[0].status == "ok"
 
 
 def test_estimate_gives_memory_params_and_mesh_problems_without_training(engine):
     from fixtures_engine import demo_run_config
 
     good = engine.estimate(demo_run_config())
-    assert good["ok"] and good["mesh_problems"] == []
-    assert good["estimate"]["total"] > 0 and good["trainable_params"] > 0
-    assert good["device_count"] == 1
-    assert [row["verdict"] for row in good["devices"]] == [good["estimate"]["verdict"]]
+    assert good.ok and good.mesh_problems == []
+    assert good.estimate["total"] > 0 and good.trainable_params > 0
+    assert good.device_count == 1
+    assert [row.verdict for row in good.devices] == [good.estimate["verdict"]]
     # the demo model has 1 KV head: a 4-way tensor axis replicates it (said, not fatal)
     warn = engine.estimate(demo_run_config(), overrides=["mesh.devices=4", "mesh.tensor=4"])
-    assert warn["ok"] and "num_kv_heads" in warn["mesh_problems"][0]["message"]
+    assert warn.ok and "num_kv_heads" in warn.mesh_problems[0].message
     bad = engine.estimate(demo_run_config(), overrides=["mesh.devices=4", "mesh.data=3",
                                                         "mesh.tensor=1"])
-    assert not bad["ok"] and bad["estimate"] is None
-    assert any(p["level"] == "error" for p in bad["mesh_problems"])
-    assert engine.status()["active_run"] is None and engine.list_runs() == []
+    assert not bad.ok and bad.estimate is None
+    assert any(p.level == "error" for p in bad.mesh_problems)
+    assert engine.status().active_run is None and engine.list_runs() == []
 
 
 def test_data_check_reports_problems_in_a_file(engine, tmp_path):
@@ -181,8 +181,8 @@ def test_data_check_reports_problems_in_a_file(engine, tmp_path):
     path = tmp_path / "chat.jsonl"
     path.write_text(json.dumps(good) + "\n" + "{broken\n" + json.dumps(good) + "\n")
     report = engine.data_check(str(path))
-    assert report["records"] >= 2
-    assert report["error_count"] >= 1  # the broken line, with its line number
+    assert report.records >= 2
+    assert report.error_count >= 1  # the broken line, with its line number
     with pytest.raises(EngineRequestError) as info:
         engine.data_check(str(tmp_path / "missing.jsonl"))
     assert info.value.status == 400
@@ -190,7 +190,7 @@ def test_data_check_reports_problems_in_a_file(engine, tmp_path):
 
 def test_an_engine_started_on_demand_exits_when_idle(engine_factory):
     proc = engine_factory(args=["--idle-exit", "1", "--no-warm"])
-    assert proc.client.status()["busy"] is False
+    assert proc.client.status().busy is False
     proc.proc.wait(timeout=30)  # nobody uses it: it goes, and frees the devices
     assert not (proc.runtime / "engine.sock").exists()
     assert "idle for" in proc.log_text()
@@ -220,7 +220,7 @@ def test_replies_are_typed_records_that_still_read_like_dicts(engine):
     dev = s.devices[0]
     assert isinstance(dev, api.DeviceInfo) and dev.platform == "cpu"
     assert "bytes_in_use" in dev.to_json()  # null on CPU, but always said
-    assert s["jax"]["ready"] is True and s.get("backend") == "cpu"  # transition: dict reads
+    assert not isinstance(s, dict)  # typed replies only: no dict view to index
     assert api.EngineStatus.from_json(s.to_json()) == s
     runs = engine.list_runs()
     assert isinstance(runs, list) and all(isinstance(r, api.RunSummary) for r in runs)

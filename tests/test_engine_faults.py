@@ -78,7 +78,7 @@ def story(engine_factory, tmp_path_factory):
 def test_kill_9_during_a_checkpoint_commit_leaves_the_previous_checkpoint(story):
     first = story["factory"](home=story["home"], command=FAULTS,
                              env={"WB_FAULT_SLOW_FINALIZE_S": "120", "WB_FAULT_SLOW_FROM_STEP": "6"})
-    run_id = first.client.create_run(_config("crash", **COSINE))["id"]
+    run_id = first.client.create_run(_config("crash", **COSINE)).id
     run = RunDir(story["runs"] / run_id)
     story["run"] = run
     _until(lambda: (story["home"] / "commit-pending-6").exists(), 300, "checkpoint 6 written")
@@ -90,23 +90,23 @@ def test_kill_9_during_a_checkpoint_commit_leaves_the_previous_checkpoint(story)
     second = story["factory"](home=story["home"])
     story["engine"] = second
     got = second.client.get_run(run_id)
-    assert got["state"] == "interrupted" and got["checkpoints"] == [3]
-    assert "stopped unexpectedly" in got["message"]
+    assert got.state == "interrupted" and got.checkpoints == [3]
+    assert "stopped unexpectedly" in got.message
     assert _steps(run) == list(range(1, len(_steps(run)) + 1)) and len(_steps(run)) >= 6
 
 
 def test_kill_9_at_a_random_step_then_resume_again(story):
     run, engine = story["run"], story["engine"]
     kill_after = story["rng"].randint(4, STEPS - 2)
-    assert engine.client.resume_run(run.run_id)["state"] == "queued"
+    assert engine.client.resume_run(run.run_id).state == "queued"
     _until(lambda: any(e["kind"] == "resumed" for e in run.events()), 300, "the resume")
     _until(lambda: kill_after in _steps(run), 300, f"step {kill_after}")
     engine.kill()
     before = run.checkpoints()
     story["engine"] = third = story["factory"](home=story["home"], command=FAULTS, env=FSIZE_ENV)
     got = third.client.get_run(run.run_id)
-    assert got["state"] == "interrupted", got["state"]
-    assert got["checkpoints"] == before and before[-1] >= 3
+    assert got.state == "interrupted", got.state
+    assert got.checkpoints == before and before[-1] >= 3
 
 
 def _poll(client: EngineClient, run_id: str, stop: threading.Event, latencies: list[float],
@@ -128,7 +128,7 @@ def _stream(client: EngineClient, run_id: str, out: list[dict], errors: list[str
     try:
         for item in client.stream_run(run_id):
             out.append(item)
-            if item["type"] == "end":
+            if item.type == "end":
                 return
     except Exception as e:  # noqa: BLE001
         errors.append(f"stream: {type(e).__name__}: {e}")
@@ -138,9 +138,9 @@ def test_resume_completes_a_removed_queued_run_fails_and_load_loses_nothing(stor
     run, engine = story["run"], story["engine"]
     client = engine.client
     client.resume_run(run.run_id)
-    doomed = client.create_run(_config("doomed", **COSINE))["id"]
-    straight = client.create_run(_config("straight", **COSINE))["id"]
-    assert client.get_run(doomed, metrics=False)["state"] == "queued"
+    doomed = client.create_run(_config("doomed", **COSINE)).id
+    straight = client.create_run(_config("straight", **COSINE)).id
+    assert client.get_run(doomed, metrics=False).state == "queued"
     doomed_items: list[dict] = []
     errors: list[str] = []
     t_doomed = threading.Thread(target=_stream, args=(EngineClient(**_addr(engine)), doomed, doomed_items, errors))
@@ -158,35 +158,35 @@ def test_resume_completes_a_removed_queued_run_fails_and_load_loses_nothing(stor
                                                      latencies, errors)) for _ in range(6)]
     for t in threads:
         t.start()
-    assert client.wait_run(run.run_id, timeout=600)["state"] == "completed"
-    assert client.wait_run(straight, timeout=600)["state"] == "completed"
+    assert client.wait_run(run.run_id, timeout=600).state == "completed"
+    assert client.wait_run(straight, timeout=600).state == "completed"
     stop.set()
     for t in [*threads, t_doomed]:
         t.join(120)
     assert errors == []
 
     # the doomed run: failed in words, the engine went on
-    ends = [i for i in doomed_items if i["type"] == "end"]
-    assert ends and ends[-1]["data"]["state"] == "failed"
+    ends = [i for i in doomed_items if i.type == "end"]
+    assert ends and ends[-1].data.state == "failed"
     with pytest.raises(EngineRequestError) as info:
         client.get_run(doomed)
     assert info.value.status == 404
     assert f"run {doomed} failed" in engine.log_text() and "No such file" in engine.log_text()
 
     # nothing lost: every stream and metrics.jsonl hold every step once, with the same values
-    on_disk = client.get_run(straight)["metrics"]
+    on_disk = client.get_run(straight).metrics
     assert [m["step"] for m in on_disk] == list(range(1, STEPS + 1))
     for s in streams:
-        got = [i["data"] for i in s if i["type"] == "metrics"]
+        got = [i.data for i in s if i.type == "metrics"]
         assert [m["step"] for m in got] == list(range(1, STEPS + 1))
         assert [m["loss"] for m in got] == [m["loss"] for m in on_disk]
 
     # the resumed curve equals the uninterrupted one
     resumed = client.get_run(run.run_id)
-    assert [m["step"] for m in resumed["metrics"]] == list(range(1, STEPS + 1))
-    assert [m["loss"] for m in resumed["metrics"]] == pytest.approx(
+    assert [m["step"] for m in resumed.metrics] == list(range(1, STEPS + 1))
+    assert [m["loss"] for m in resumed.metrics] == pytest.approx(
         [m["loss"] for m in on_disk], rel=1e-5, abs=1e-6)
-    assert len([e for e in resumed["events"] if e["kind"] == "resumed"]) == 2
+    assert len([e for e in resumed.events if e["kind"] == "resumed"]) == 2
     assert list(run.checkpoints_dir.glob("*tmp*")) == []  # the killed saves' leftovers are gone
 
     latencies.sort()
@@ -206,19 +206,19 @@ def test_write_failures_fail_the_run_in_words_and_keep_its_last_good_checkpoint(
     import json
 
     client, home = story["engine"].client, story["home"]
-    ckpt = client.create_run(_config("fail-checkpoint", steps=8, checkpoint_every=2))["id"]
-    metrics = client.create_run(_config("fail-metrics", steps=40, checkpoint_every=4))["id"]
+    ckpt = client.create_run(_config("fail-checkpoint", steps=8, checkpoint_every=2)).id
+    metrics = client.create_run(_config("fail-metrics", steps=40, checkpoint_every=4)).id
     for run_id, name in ((ckpt, "fail-checkpoint"), (metrics, "fail-metrics")):
         got = client.wait_run(run_id, timeout=600)
         marker = home / f"fsize-{name}"
         assert marker.exists(), "the fault was never injected"
         at_fault = json.loads(marker.read_text())["checkpoints"]
-        assert got["state"] == "failed", (got, story["engine"].log_text()[-2000:])
-        assert "file too large" in got["message"].lower(), got["message"]
+        assert got.state == "failed", (got, story["engine"].log_text()[-2000:])
+        assert "file too large" in got.message.lower(), got.message
         run = RunDir(story["runs"] / run_id)
         kept = run.checkpoints()
         assert at_fault and kept and kept[-1] >= at_fault[-1], (at_fault, kept)
-        assert run.status()["error"]["message"] == got["message"]
+        assert run.status()["error"]["message"] == got.message
         assert not run.owner_path.exists()
         steps = _steps(run)
         assert steps == list(range(1, len(steps) + 1))  # what was written is whole
@@ -226,7 +226,7 @@ def test_write_failures_fail_the_run_in_words_and_keep_its_last_good_checkpoint(
 
 def test_sigterm_checkpoints_and_stops_the_active_run(story):
     engine = story["engine"]
-    run_id = engine.client.create_run(_config("term", steps=400, checkpoint_every=1000))["id"]
+    run_id = engine.client.create_run(_config("term", steps=400, checkpoint_every=1000)).id
     run = RunDir(story["runs"] / run_id)
     _until(lambda: len(_steps(run)) >= 3, 300, "three steps")
     os.kill(engine.pid, signal.SIGTERM)

@@ -33,7 +33,7 @@ def story(engine_factory, tmp_path_factory):
 
 
 def _metric_steps(items):
-    return [i["data"]["step"] for i in items if i["type"] == "metrics"]
+    return [i.data["step"] for i in items if i.type == "metrics"]
 
 
 def _follow(client, run_id, until_step, since_step=0, timeout=240):
@@ -42,9 +42,9 @@ def _follow(client, run_id, until_step, since_step=0, timeout=240):
     t0 = time.monotonic()
     for item in client.stream_run(run_id, since_step=since_step):
         items.append(item)
-        if item["type"] == "metrics" and item["data"]["step"] >= until_step:
+        if item.type == "metrics" and item.data["step"] >= until_step:
             break
-        if item["type"] == "end":
+        if item.type == "end":
             break
         assert time.monotonic() - t0 < timeout, f"no step {until_step} in {timeout} s"
     return items
@@ -55,21 +55,21 @@ def test_create_returns_at_once_and_the_run_trains_detached(story):
     t0 = time.monotonic()
     run = client.create_run(CONFIG)
     assert time.monotonic() - t0 < 5
-    assert run["state"] in ("queued", "running")
-    story["run_id"] = run["id"]
-    assert client.list_runs()[0]["id"] == run["id"]
+    assert run.state in ("queued", "running")
+    story["run_id"] = run.id
+    assert client.list_runs()[0].id == run.id
     with pytest.raises(EngineRequestError) as info:
-        client.delete_run(run["id"])
+        client.delete_run(run.id)
     assert info.value.status == 409  # not while it trains
 
 
 def test_a_second_run_waits_in_the_queue_and_can_be_stopped_and_deleted(story):
     client = story["first"].client
     second = client.create_run(CONFIG)
-    assert client.get_run(second["id"])["state"] == "queued"
-    assert client.stop_run(second["id"])["state"] == "stopped"
-    assert client.delete_run(second["id"])["deleted"]
-    assert [r["id"] for r in client.list_runs()] == [story["run_id"]]
+    assert client.get_run(second.id).state == "queued"
+    assert client.stop_run(second.id).state == "stopped"
+    assert client.delete_run(second.id).deleted
+    assert [r.id for r in client.list_runs()] == [story["run_id"]]
 
 
 def _attach(home, run_id):
@@ -105,7 +105,7 @@ def test_ctrl_c_in_runs_attach_detaches_without_stopping_the_run(story):
     _, err = attached.communicate(timeout=30)
     assert attached.returncode == 0
     assert "detached; the run goes on" in err
-    assert first.client.get_run(story["run_id"], metrics=False)["state"] == "running"
+    assert first.client.get_run(story["run_id"], metrics=False).state == "running"
 
 
 def test_reattaching_replays_every_metric_so_far(story):
@@ -113,8 +113,8 @@ def test_reattaching_replays_every_metric_so_far(story):
     items = _follow(client, story["run_id"], until_step=KILL_AFTER_CHECKPOINT + 1)
     steps = _metric_steps(items)
     assert steps == list(range(1, steps[-1] + 1))  # every step, once, in order
-    on_disk = {m["step"]: m["loss"] for m in client.get_run(story["run_id"])["metrics"]}
-    streamed = {i["data"]["step"]: i["data"]["loss"] for i in items if i["type"] == "metrics"}
+    on_disk = {m["step"]: m["loss"] for m in client.get_run(story["run_id"]).metrics}
+    streamed = {i.data["step"]: i.data["loss"] for i in items if i.type == "metrics"}
     assert all(on_disk[s] == loss for s, loss in streamed.items())
     later = [s for s in _metric_steps(_follow(client, story["run_id"], steps[-1], since_step=5))]
     assert later and min(later) == 6
@@ -123,26 +123,26 @@ def test_reattaching_replays_every_metric_so_far(story):
 def test_engine_killed_mid_run_leaves_the_run_interrupted_at_next_start(story):
     first = story["first"]
     run_id = story["run_id"]
-    while KILL_AFTER_CHECKPOINT not in first.client.get_run(run_id, metrics=False)["checkpoints"]:
+    while KILL_AFTER_CHECKPOINT not in first.client.get_run(run_id, metrics=False).checkpoints:
         time.sleep(0.05)
     before = first.client.get_run(run_id)
-    assert before["state"] == "running" and before["step"] < STEPS
+    assert before.state == "running" and before.step < STEPS
     first.kill()
-    story["metrics_before"] = before["metrics"]
+    story["metrics_before"] = before.metrics
     second = story["factory"](home=story["home"])
     story["second"] = second
     run = second.client.get_run(run_id)
-    assert run["state"] == "interrupted"
-    assert KILL_AFTER_CHECKPOINT in run["checkpoints"]
-    kept = {m["step"] for m in run["metrics"]}
+    assert run.state == "interrupted"
+    assert KILL_AFTER_CHECKPOINT in run.checkpoints
+    kept = {m["step"] for m in run.metrics}
     assert {m["step"] for m in story["metrics_before"]} <= kept  # nothing lost
-    assert any(e.get("state") == "interrupted" for e in run["events"])
+    assert any(e.get("state") == "interrupted" for e in run.events)
 
 
 def test_resume_continues_from_the_checkpoint_to_completion(story, tmp_path):
     client = story["second"].client
     run_id = story["run_id"]
-    assert client.resume_run(run_id)["state"] == "queued"
+    assert client.resume_run(run_id).state == "queued"
     # the uninterrupted run to compare with, from the CLI: queued behind it (one at a time)
     config = tmp_path / "baseline.toml"
     config.write_text(config_from_dict(CONFIG).to_toml())
@@ -153,24 +153,23 @@ def test_resume_continues_from_the_checkpoint_to_completion(story, tmp_path):
     assert out.returncode == 0, out.stderr
     assert time.monotonic() - t0 < 60  # returns at once, whatever the run's length
     story["baseline"] = out.stdout.strip().splitlines()[-1]
-    assert client.get_run(story["baseline"], metrics=False)["state"] == "queued"
+    assert client.get_run(story["baseline"], metrics=False).state == "queued"
     resumed = client.wait_run(run_id, timeout=300)
-    assert resumed["state"] == "completed", resumed
+    assert resumed.state == "completed", resumed
     got = client.get_run(run_id)
-    assert [e["step"] for e in got["events"] if e["kind"] == "resumed"] == [KILL_AFTER_CHECKPOINT]
-    assert [m["step"] for m in got["metrics"]] == list(range(1, STEPS + 1))
+    assert [e["step"] for e in got.events if e["kind"] == "resumed"] == [KILL_AFTER_CHECKPOINT]
+    assert [m["step"] for m in got.metrics] == list(range(1, STEPS + 1))
 
 
 def test_a_b_compare_streams_tokens_while_the_next_run_trains(story):
     client = story["second"].client
     items = list(client.compare("Is 7 even or odd?", story["run_id"], max_tokens=4))
-    sides = {i["data"]["side"] for i in items if i["type"] == "token"}
+    sides = {i.data.side for i in items if i.type == "token"}
     assert sides == {"base", "tuned"}
     done = items[-1]
-    assert done["type"] == "done" and done["data"]["step"] == STEPS
-    tuned = "".join(i["data"]["text"] for i in items
-                    if i["type"] == "token" and i["data"]["side"] == "tuned")
-    assert tuned == done["data"]["tuned"]
+    assert done.type == "done" and done.data.step == STEPS
+    tuned = "".join(i.data.text for i in items if i.type == "token" and i.data.side == "tuned")
+    assert tuned == done.data.tuned
     with pytest.raises(EngineRequestError) as info:
         list(client.compare("", story["run_id"]))
     assert info.value.status == 400
@@ -179,7 +178,7 @@ def test_a_b_compare_streams_tokens_while_the_next_run_trains(story):
 def test_export_writes_the_adapter_through_the_engine(story, tmp_path):
     client = story["second"].client
     out = client.export(story["run_id"], kind="adapter", out=str(tmp_path / "adapter"))
-    assert out["result"]["step"] == STEPS
+    assert out.result["step"] == STEPS
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     assert list((tmp_path / "adapter").glob("*.safetensors"))
     with pytest.raises(EngineRequestError) as info:
@@ -189,9 +188,9 @@ def test_export_writes_the_adapter_through_the_engine(story, tmp_path):
 
 def test_the_loss_curve_after_resume_equals_an_uninterrupted_run(story):
     client = story["second"].client
-    assert client.wait_run(story["baseline"], timeout=300)["state"] == "completed"
-    got = client.get_run(story["run_id"])["metrics"]
-    want = client.get_run(story["baseline"])["metrics"]
+    assert client.wait_run(story["baseline"], timeout=300).state == "completed"
+    got = client.get_run(story["run_id"]).metrics
+    want = client.get_run(story["baseline"]).metrics
     assert [m["step"] for m in want] == list(range(1, STEPS + 1))
     losses = [m["loss"] for m in got]
     expected = [m["loss"] for m in want]

@@ -16,43 +16,43 @@ from workbench.client import EngineRequestError
 @pytest.fixture(scope="module")
 def run_id(engine):
     run = engine.create_run(demo_run_config(steps=10, checkpoint_every=5), source="<test>")
-    done = engine.wait_run(run["id"], timeout=600)
-    assert done["state"] == "completed", done
-    return run["id"]
+    done = engine.wait_run(run.id, timeout=600)
+    assert done.state == "completed", done
+    return run.id
 
 
 def _collect(items):
     texts, done = {}, None
     for item in items:
-        if item["type"] == "token":
-            side = item["data"].get("side") or "text"
-            texts[side] = texts.get(side, "") + item["data"]["text"]
-        elif item["type"] == "done":
-            done = item["data"]
-        elif item["type"] == "error":
-            raise AssertionError(item["data"])
+        if item.type == "token":
+            side = item.data.side or "text"
+            texts[side] = texts.get(side, "") + item.data.text
+        elif item.type == "done":
+            done = item.data
+        elif item.type == "error":
+            raise AssertionError(item.data)
     return texts, done
 
 
 def test_compare_done_reply_has_per_side_speed_and_stop_reason(engine, run_id):
     texts, done = _collect(engine.compare("Is 7 even or odd?", run_id, max_tokens=6))
-    assert texts["base"] == done["base"] and texts["tuned"] == done["tuned"]
-    assert done["step"] == 10
+    assert texts["base"] == done.base and texts["tuned"] == done.tuned
+    assert done.step == 10
     for side in ("base", "tuned"):
-        assert done["stop_reason"][side] in ("stop", "length")
-        assert done["tokens"][side] >= 1 and done["tokens_per_s"][side] > 0
+        assert done.stop_reason[side] in ("stop", "length")
+        assert done.tokens[side] >= 1 and done.tokens_per_s[side] > 0
 
 
 def test_sample_streams_the_runs_tuned_answer_with_its_stop_reason(engine, run_id):
     texts, done = _collect(engine.sample("Is 7 even or odd?", run_id=run_id, max_tokens=6, step=5))
-    assert texts.get("text", "") == done["text"] and done["step"] == 5
-    assert done["stop_reason"] in ("stop", "length") and done["tokens_per_s"] > 0
+    assert texts.get("text", "") == done.text and done.step == 5
+    assert done.stop_reason in ("stop", "length") and done.tokens_per_s > 0
 
 
 def test_export_goes_through_the_one_vocabulary_and_never_overwrites(engine, run_id, tmp_path):
     out = tmp_path / "merged"
     reply = engine.export(run_id, kind="merged", format="hf", out=str(out))
-    assert reply["result"]["format"] == "hf" and (out / "model.safetensors").is_file()
+    assert reply.result["format"] == "hf" and (out / "model.safetensors").is_file()
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("keep")
     with pytest.raises(EngineRequestError) as err:
@@ -210,8 +210,8 @@ def test_an_exported_adapter_samples_and_compares_through_the_engine(cli_home, e
     assert r.returncode == 0, r.stderr
     from_adapter = json.loads(r.stdout)
     _, done = _collect(engine.sample("Is 7 even or odd?", run_id=run_id, max_tokens=5))
-    assert from_adapter["text"] == done["text"]  # the adapter is the run's latest checkpoint
+    assert from_adapter["text"] == done.text  # the adapter is the run's latest checkpoint
     r = _cli(cli_home, "compare", "--adapter", str(out), "--prompt", "Is 7 even or odd?", "--json",
              "--max-new-tokens", "5")
     assert r.returncode == 0 and "saved" not in r.stderr, r.stderr
-    assert json.loads(r.stdout)[0]["tuned"] == done["text"]
+    assert json.loads(r.stdout)[0]["tuned"] == done.text

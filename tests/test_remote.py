@@ -305,8 +305,8 @@ def test_remote_flow_detach_attach_cut_reconnect_compare(server, laptop, tmp_pat
 
     def follow():
         for item in client.stream_run(run_id):
-            if item["type"] == "metrics":
-                api_steps.append(item["data"]["step"])
+            if item.type == "metrics":
+                api_steps.append(item.data["step"])
 
     follower = threading.Thread(target=follow, daemon=True)
     follower.start()
@@ -338,12 +338,12 @@ def test_remote_flow_detach_attach_cut_reconnect_compare(server, laptop, tmp_pat
     sides = {"base": "", "tuned": ""}
     done = None
     for item in client.compare("What is 3 plus 4?", run_id, max_tokens=4):
-        if item["type"] == "token":
-            sides[item["data"]["side"]] += item["data"]["text"]
-        elif item["type"] == "done":
-            done = item["data"]
+        if item.type == "token":
+            sides[item.data.side] += item.data.text
+        elif item.type == "done":
+            done = item.data
     client.close()
-    assert done is not None and done["base"] == sides["base"] and done["tuned"] == sides["tuned"]
+    assert done is not None and done.base == sides["base"] and done.tuned == sides["tuned"]
     assert sides["base"] and sides["tuned"]
     phase("compare")
     argv = ["compare", "--run", run_id, "--prompt", "What is 3 plus 4?", "--max-new-tokens", "8"]

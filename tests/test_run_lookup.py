@@ -116,12 +116,12 @@ def test_the_engine_deletes_by_exact_id_or_prefix_only(lookup_engine):
     zeta = _stopped(root, "zeta")
     other = _stopped(root, "other", now=86400 * 400)
     client = proc.start() if not proc.alive() else proc.client
-    assert {r["id"] for r in client.list_runs()} == {zeta.run_id, other.run_id}
+    assert {r.id for r in client.list_runs()} == {zeta.run_id, other.run_id}
     with pytest.raises(EngineRequestError) as info:
         client.delete_run("ta")
     assert info.value.status == 404
     assert zeta.path.is_dir()
-    assert client.delete_run(other.run_id[:12])["id"] == other.run_id
+    assert client.delete_run(other.run_id[:12]).id == other.run_id
     assert not other.path.exists() and zeta.path.is_dir()
 
 

@@ -63,11 +63,11 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
     from workbench.sweep_launch import queue_one_point
 
     parent = engine.client.get_run(queued.points[0].run_id, metrics=False, events=False)
-    one_id, summary = queue_one_point(engine.client, dict(parent["config"]), {"lora.rank": 8},
+    one_id, summary = queue_one_point(engine.client, dict(parent.config), {"lora.rank": 8},
                                       name="grid-r8")
-    assert engine.client.stop_run(summary["id"])["state"] == "stopped"
+    assert engine.client.stop_run(summary.id).state == "stopped"
     one = engine.client.get_sweep(one_id)
-    assert [(p.run_id, p.point) for p in one.points] == [(summary["id"], {"lora.rank": 8})]
+    assert [(p.run_id, p.point) for p in one.points] == [(summary.id, {"lora.rank": 8})]
     assert load_config(f"{one.points[0].dir}/config.toml").lora.rank == 8
 
     for p in queued.points:

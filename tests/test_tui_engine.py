@@ -39,9 +39,9 @@ def finished_runs(engine):
     for rank in (4, 8):
         cfg = demo_run_config(steps=6, checkpoint_every=3)
         cfg["lora"]["rank"] = rank
-        ids.append(engine.create_run(cfg)["id"])
+        ids.append(engine.create_run(cfg).id)
     for rid in ids:
-        assert engine.wait_run(rid, timeout=300)["state"] == "completed"
+        assert engine.wait_run(rid, timeout=300).state == "completed"
     return ids
 
 
@@ -82,8 +82,8 @@ async def test_launch_from_configure_fills_the_train_plot_and_stop_keeps_a_check
     # generous for a loaded 2-core machine; a blocking engine call here would take seconds
     assert probe.worst < 1.0
     record = engine.get_run(run_id, metrics=True, events=False)
-    assert record["state"] == "stopped" and record["checkpoints"]
-    assert 5 <= len(record["metrics"]) < 500
+    assert record.state == "stopped" and record.checkpoints
+    assert 5 <= len(record.metrics) < 500
 
 
 async def test_compare_streams_base_and_tuned_side_by_side(engine, finished_runs):
@@ -95,10 +95,10 @@ async def test_compare_streams_base_and_tuned_side_by_side(engine, finished_runs
         app.screen.query_one("#compare-prompt", Input).focus()
         await pilot.press("enter")
         await until(pilot, lambda: app.screen.summary is not None, what="the generation's end")
-        tokens = app.screen.summary["tokens"]
+        tokens = app.screen.summary.tokens
         shown = {side: str(app.screen.query_one(f"#out-{side}", Static).render())
                  for side in ("base", "tuned")}
-        saved = Path(app.screen.summary["saved"])
+        saved = Path(app.screen.summary.saved)
         # the compare is kept beside the run, and the screen lists it among the earlier ones
         await until(pilot, lambda: any(e.get("when") == saved.stem for e in app.screen.earlier),
                     what="the compare among the earlier ones")
@@ -114,18 +114,18 @@ async def test_runs_overlay_two_curves_and_rank_sweep_relaunches_on_top(engine, 
     app = WorkbenchApp(engine, mode="runs", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         screen: RunsScreen = app.screen
-        await until(pilot, lambda: set(finished_runs) <= {screen.run_id(r) for r in screen.runs})
+        await until(pilot, lambda: set(finished_runs) <= {r.id for r in screen.runs})
         table = screen.query_one("#runs-table")
         for rid in finished_runs:
-            table.move_cursor(row=[screen.run_id(r) for r in screen.runs].index(rid))
+            table.move_cursor(row=[r.id for r in screen.runs].index(rid))
             await pilot.press("space")
         plot = screen.query_one("#runs-plot", PlotView)
         await until(pilot, lambda: len(plot.series) == 2, what="two overlaid curves")
         assert all(len(s.ys) == 6 for s in plot.series)
         assert "lora.rank: 4 | 8" in str(screen.query_one("#runs-diff-text", Static).render())
 
-        table.move_cursor(row=[screen.run_id(r) for r in screen.runs].index(finished_runs[0]))
-        before = {screen.run_id(r) for r in screen.runs}
+        table.move_cursor(row=[r.id for r in screen.runs].index(finished_runs[0]))
+        before = {r.id for r in screen.runs}
         await pilot.press("w")
         await pilot.press("enter")  # the proposed rank: twice the parent's
         await until(pilot, lambda: len(screen.marked) == 2 and screen.marked[1] not in before,
@@ -133,7 +133,7 @@ async def test_runs_overlay_two_curves_and_rank_sweep_relaunches_on_top(engine, 
         child = screen.marked[1]
         assert screen.marked[0] == finished_runs[0]
         assert screen.configs.get(child, {}).get("lora", {}).get("rank") == 8 or \
-            engine.get_run(child, metrics=False, events=False)["config"]["lora"]["rank"] == 8
+            engine.get_run(child, metrics=False, events=False).config["lora"]["rank"] == 8
         await until(pilot, lambda: len(plot.series) == 2 and plot.series[1].ys,
                     what="the child's curve over its parent's")
     engine.wait_run(child, timeout=300)

@@ -18,6 +18,7 @@ from fixtures_tui import StaticClient
 from textual.widgets import DataTable, Footer, Input, Select, Static, Tabs
 from textual.worker import WorkerCancelled
 
+from adapters_lib.engine import api
 from workbench.app import WorkbenchApp
 
 SIZE = (80, 24)
@@ -125,18 +126,24 @@ class TalkingClient(StaticClient):
         return {**super()._summary(rid), "dir": self.run_dir or f"/runs/{rid}",
                 **({"best_step": self.best} if self.best is not None else {})}
 
-    def compare(self, prompt: str = "", run_id: str = "", **kw):
-        self.requests.append({"prompt": prompt, "run_id": run_id, **kw})
-        turn = max(0, sum(1 for m in kw.get("messages") or () if m["role"] == "user") - 1)
+    def stream(self, cmd: api.Command):
+        return self.talk(cmd) if isinstance(cmd, api.Compare) else super().stream(cmd)
+
+    def talk(self, cmd: api.Compare):
+        messages = [{k: v for k, v in m.to_json().items() if v is not None} for m in cmd.messages]
+        self.requests.append({"prompt": cmd.prompt, "run_id": cmd.run_id, "save": cmd.save,
+                              **({"messages": messages} if messages else {})})
+        turn = max(0, sum(1 for m in cmd.messages if m.role == "user") - 1)
         try:
-            yield {"type": "token", "data": {"side": "base", "text": f"b{turn}", "token": 7}}
-            yield {"type": "token", "data": {"side": "tuned", "text": f"t{turn}", "token": 7}}
+            yield api.stream_item("token", {"side": "base", "text": f"b{turn}", "token": 7}, cmd.items)
+            yield api.stream_item("token", {"side": "tuned", "text": f"t{turn}", "token": 7}, cmd.items)
             until = time.monotonic() + 30  # a failing test still ends
             while self.hold and time.monotonic() < until:
                 time.sleep(0.05)
-            yield {"type": "done", "data": {"base": f"b{turn}", "tuned": f"t{turn}",
-                                            "tokens": {"base": 1, "tuned": 1},
-                                            "stop_reason": {"base": "stop", "tuned": "length"}}}
+            yield api.stream_item("done", {"base": f"b{turn}", "tuned": f"t{turn}",
+                                           "tokens": {"base": 1, "tuned": 1},
+                                           "stop_reason": {"base": "stop", "tuned": "length"}},
+                                  cmd.items)
         finally:
             self.hung_up.set()
 

@@ -18,7 +18,9 @@ from textual.widgets import Button, DataTable, Input, Tabs
 from textual.worker import WorkerCancelled
 
 from adapters_lib.config import RunConfig, load_config
+from adapters_lib.engine import api
 from adapters_lib.runs.registry import create_run, default_name
+from adapters_lib.runs.state import RunState
 from workbench.app import WorkbenchApp
 
 SIZE = (80, 24)
@@ -53,15 +55,17 @@ class LaunchingClient(StaticClient):
         self.devices = devices
         self.calls = itertools.count()
 
-    def status(self, *, wait: bool = False) -> dict:
-        s = super().status(wait=wait)
+    def status_json(self) -> dict:
+        s = super().status_json()
         s["devices"] = s["devices"][: self.devices]
         s["memory"] = {**s["memory"], "engine_rss_bytes": (900 + next(self.calls)) * 2**20}
         return s
 
-    def create_run(self, config: dict | None = None, **_) -> dict:
-        self.sent.append(config)
-        return {"id": "20260101-120000-demo", "state": "queued"}
+    def call(self, cmd: api.Command, *, timeout: float | None = None):
+        if isinstance(cmd, api.CreateRun):
+            self.sent.append(cmd.config)
+            return api.RunSummary(id="20260101-120000-demo", state=RunState.QUEUED)
+        return super().call(cmd, timeout=timeout)
 
 
 async def test_the_readme_path_picks_the_starter_opens_its_example_and_launches_it():

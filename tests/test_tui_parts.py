@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.runs.state import RunState
 from workbench.screens.runs import config_diff, parse_sweep
 from workbench.screens.runstate import RunView, event_line
 from workbench.settings import Settings, load_settings, save_settings, settings_path
@@ -22,25 +24,30 @@ DEMO_ARCH = {"num_layers": 4, "embed_dim": 256, "hidden_dim": 1024, "num_heads":
 def test_run_view_merges_record_and_stream_without_duplicates():
     view = RunView("r1")
     event = {"time": 1.0, "kind": "state", "state": "running", "step": 0}
-    view.apply_record({"id": "r1", "state": "running", "step": 2, "total_steps": 10,
-                       "metrics": [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.0}],
-                       "events": [event], "checkpoints": [2]})
+    view.apply_record(api.RunDetail.from_json({
+        "id": "r1", "state": "running", "step": 2, "total_steps": 10,
+        "metrics": [{"step": 1, "loss": 5.0}, {"step": 2, "loss": 4.0}],
+        "events": [event], "checkpoints": [2]}))
+
+    def item(kind: str, data: dict) -> api.StreamItem:
+        return api.stream_item(kind, data, api.RUN_STREAM_ITEMS)
+
     # the stream replays the events and then goes on
-    assert view.apply_stream({"type": "event", "data": event}) == "event"
-    assert view.apply_stream({"type": "metrics", "data": {"step": 3, "loss": 3.5}}) == "metrics"
-    assert view.apply_stream({"type": "metrics", "data": {"step": 3, "eval_loss": 3.9}})
-    assert view.apply_stream({"type": "end", "data": {"state": "completed"}}) == "end"
+    assert view.apply_stream(item("event", event)) == "event"
+    assert view.apply_stream(item("metrics", {"step": 3, "loss": 3.5})) == "metrics"
+    assert view.apply_stream(item("metrics", {"step": 3, "eval_loss": 3.9}))
+    assert view.apply_stream(item("end", {"state": "completed"})) == "end"
     assert len(view.events) == 1
     assert view.series("loss") == ((1, 2, 3), (5.0, 4.0, 3.5))
     assert view.series("eval_loss") == ((3,), (3.9,))
-    assert view.state == "completed" and view.checkpoints == [2]
+    assert view.state == RunState.COMPLETED and view.checkpoints == [2]
 
 
 def test_eta_comes_from_step_times_of_an_active_run():
-    view = RunView("r", state="running", step=10, total_steps=30,
+    view = RunView("r", state=RunState.RUNNING, step=10, total_steps=30,
                    metrics=[{"step": 10, "step_time_s": 0.5}])
     assert view.eta_seconds() == pytest.approx(10.0)
-    view.state = "completed"
+    view.state = RunState.COMPLETED
     assert view.eta_seconds() is None
 
 
@@ -49,7 +56,7 @@ def test_step_time_leaves_out_the_compiling_first_step():
     # header said 40.82 s/step, ETA 3h22m, at step 2
     metrics = [{"step": 1, "step_time_s": 77.3}, {"step": 2, "step_time_s": 4.4},
                {"step": 3, "step_time_s": 1.9}, {"step": 4, "step_time_s": 2.1}]
-    view = RunView("r", state="running", step=4, total_steps=300, metrics=metrics)
+    view = RunView("r", state=RunState.RUNNING, step=4, total_steps=300, metrics=metrics)
     assert view.step_time() == pytest.approx(2.1)
     assert view.eta_seconds() == pytest.approx(296 * 2.1)
     assert RunView("r", metrics=metrics[:1]).step_time() is None  # the compile alone: no figure
@@ -69,9 +76,8 @@ def test_plot_draws_every_series_with_a_legend():
 
 
 def test_memory_fit_verdicts_follow_the_fraction_of_capacity():
-    fits = fits_from_estimate({"devices": [
-        {"device": i, "kind": "tpu", "bytes": used, "capacity_bytes": 100, "verdict": ""}
-        for i, used in enumerate((10, 90, 120))]})
+    fits = fits_from_estimate([api.DeviceFit(device=i, kind="tpu", bytes=used, capacity_bytes=100)
+                               for i, used in enumerate((10, 90, 120))])
     assert [f.status for f in fits] == ["fits", "tight", "exceeds"]
     assert DeviceFit("cpu", 10, None).status == "unknown"
 

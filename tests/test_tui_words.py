@@ -3,6 +3,8 @@ an entry that is not ok, the Train header and memory line, the Compare per-side 
 
 from __future__ import annotations
 
+from adapters_lib.engine import api
+from adapters_lib.runs.state import RunState
 from workbench.screens.base import EnginePhase, phase_of
 from workbench.screens.compare_history import blank_words, earlier_compares, side_stats
 from workbench.screens.compare_turns import answer_markup, record_text
@@ -16,31 +18,39 @@ UNREADABLE = {"id": "hf:google/gemma-3-1b-it", "family": "gemma3", "size": "1b",
               "reason": "config.json is not valid JSON (line 1)", "path": "/hf/x"}
 
 
+def model(data: dict) -> api.ModelInfo:
+    return api.ModelInfo.from_json(data)
+
+
+def status(data: dict) -> api.EngineStatus:
+    return api.EngineStatus.from_json(data)
+
+
 def test_an_entry_that_is_not_ok_says_why_and_what_to_do_never_no_problems():
-    text = model_detail(UNREADABLE)
+    text = model_detail(model(UNREADABLE))
     assert "✗ unreadable" in text and "config.json is not valid JSON (line 1)" in text
     assert "what to do:" in text and "press r" in text
     assert "no problems" not in text
     assert "Hugging Face cache" in text
-    assert model_row(UNREADABLE)[1] == "✗ unreadable"
-    with_hint = model_detail({**UNREADABLE, "hint": "re-download it",
-                              "problems": [UNREADABLE["reason"], "no tokenizer.model"],
-                              "arch": {"num_layers": 26}})
+    assert model_row(model(UNREADABLE))[1] == "✗ unreadable"
+    with_hint = model_detail(model({**UNREADABLE, "hint": "re-download it",
+                                    "problems": [UNREADABLE["reason"], "no tokenizer.model"],
+                                    "arch": {"num_layers": 26}}))
     assert "what to do:[/] re-download it" in with_hint
     assert "no tokenizer.model" in with_hint and with_hint.count("not valid JSON") == 1
     assert "num_layers = 26" in with_hint
 
 
 def test_a_gguf_entry_names_its_quantization_and_its_source():
-    entry = {"id": "starter:gemma-3-270m", "format": "gguf", "quant": "Q4_K_M",
-             "status": "ok", "source": "starter"}
+    entry = model({"id": "starter:gemma-3-270m", "format": "gguf", "quant": "Q4_K_M",
+                   "status": "ok", "source": "starter"})
     assert model_row(entry)[3] == "gguf Q4_K_M"
     text = model_detail(entry)
     assert "Q4_K_M" in text and "starter package" in text and "✓ ok" in text
 
 
 def test_train_header_has_eval_loss_step_time_and_eta():
-    view = RunView("r", state="running", step=20, total_steps=40,
+    view = RunView("r", state=RunState.RUNNING, step=20, total_steps=40,
                    metrics=[{"step": 10, "loss": 2.5, "eval_loss": 2.75, "step_time_s": 0.5},
                             {"step": 20, "loss": 2.0, "step_time_s": 0.5}])
     text = header_text(view, "r", "green")
@@ -49,36 +59,38 @@ def test_train_header_has_eval_loss_step_time_and_eta():
 
 
 def test_before_the_first_step_the_header_says_what_the_run_waits_for():
-    view = RunView("r", state="running")
+    view = RunView("r", state=RunState.RUNNING)
     view.add_event({"time": 1000.0, "kind": "state", "state": "running"})
     assert "setting up" in header_text(view, "r", "green", now=1012.0)
     assert "12s" in header_text(view, "r", "green", now=1012.0)
     view.add_event({"time": 1030.0, "kind": "log", "message": "set-up 30.0s: mesh 1×1×1"})
     assert "compiling the train step" in header_text(view, "r", "green", now=1040.0)
-    view.state = "stopping"
+    view.state = RunState.STOPPING
     view.add_metrics({"step": 3, "loss": 2.0})
     view.add_event({"time": 1050.0, "kind": "state", "state": "stopping"})
     assert "stopping: writing a checkpoint · 5s" in header_text(view, "r", "y", now=1055.0)
 
 
 def test_memory_line_reads_device_use_against_capacity_or_the_host():
-    gpu = {"devices": [{"id": 0, "kind": "H200", "bytes_in_use": 30 * 2**30,
-                        "memory_bytes": 120 * 2**30}]}
+    gpu = status({"devices": [{"id": 0, "kind": "H200", "bytes_in_use": 30 * 2**30,
+                               "memory_bytes": 120 * 2**30}]})
     assert "30.0 GiB / 120.0 GiB (25%)" in memory_text(gpu)
-    two = {"devices": [{"id": 0, "kind": "TPU v5 lite", "bytes_in_use": 2**30,
-                        "memory_bytes": 16 * 2**30},
-                       {"id": 1, "kind": "TPU v5 lite", "bytes_in_use": 4 * 2**30,
-                        "memory_bytes": 16 * 2**30}]}
+    two = status({"devices": [{"id": 0, "kind": "TPU v5 lite", "bytes_in_use": 2**30,
+                               "memory_bytes": 16 * 2**30},
+                              {"id": 1, "kind": "TPU v5 lite", "bytes_in_use": 4 * 2**30,
+                               "memory_bytes": 16 * 2**30}]})
     line = memory_text(two)
     assert "2×TPU v5 lite" in line and "max 4.0 GiB / 16.0 GiB (25%) on #1" in line
-    cpu = {"devices": [{"id": 0, "kind": "cpu", "bytes_in_use": None, "memory_bytes": None}],
-           "memory": {"engine_rss_bytes": 3 * 2**30, "host_bytes": 24 * 2**30}}
+    cpu = status({"devices": [{"id": 0, "kind": "cpu", "bytes_in_use": None, "memory_bytes": None}],
+                  "memory": {"engine_rss_bytes": 3 * 2**30, "host_bytes": 24 * 2**30}})
     assert "engine 3.0 GiB / 24.0 GiB" in memory_text(cpu)
+    assert "waiting for the engine" in memory_text(None)
 
 
 def test_checkpoints_grow_from_the_stream():
-    view = RunView("r", state="running", checkpoints=[10])
-    view.apply_stream({"type": "event", "data": {"time": 1.0, "kind": "checkpoint", "step": 20}})
+    view = RunView("r", state=RunState.RUNNING, checkpoints=[10])
+    view.apply_stream(api.stream_item("event", {"time": 1.0, "kind": "checkpoint", "step": 20},
+                                      api.RUN_STREAM_ITEMS))
     assert view.checkpoints == [10, 20]
     assert checkpoints_text(view.checkpoints) == "ckpts (2) 10 20"
     assert checkpoints_text(list(range(10, 80, 10))) == "ckpts (7) … 30 40 50 60 70"
@@ -95,22 +107,22 @@ def test_compare_sides_say_tokens_speed_and_stop_reason(tmp_path):
         '{"prompt": "a", "base": "x", "tuned": "y"}\n', encoding="utf-8")
     (folder / "20260102-120000.jsonl").write_text(
         '{"prompt": "b", "base": "x2", "tuned": "y2"}\nnot json\n', encoding="utf-8")
-    earlier = earlier_compares({"dir": str(tmp_path)})
+    earlier = earlier_compares(api.RunDetail(id="r", state=RunState.COMPLETED, dir=str(tmp_path)))
     assert [e["prompt"] for e in earlier] == ["b", "a"]
     assert earlier[0]["when"] == "20260102-120000"
 
 
 def test_engine_phase_follows_the_jax_start_up_and_keeps_its_clock():
-    loading = {"jax": {"loading": True, "ready": False, "modules_ready": False}}
+    loading = status({"jax": {"loading": True, "ready": False, "modules_ready": False}})
     first = phase_of(loading)
     assert first.wait is not None and first.wait.what == "importing JAX"
     assert phase_of(loading, first) is first  # the same wait: the clock keeps counting
-    gemma = phase_of({"jax": {"loading": False, "ready": True, "modules_ready": False}}, first)
+    gemma = phase_of(status({"jax": {"loading": False, "ready": True, "modules_ready": False}}), first)
     assert gemma.wait.what == "importing gemma"
-    ready = phase_of({"jax": {"ready": True, "modules_ready": True}, "backend": "cpu",
-                      "devices": [{"platform": "cpu"}] * 2})
+    ready = phase_of(status({"jax": {"ready": True, "loading": False, "modules_ready": True},
+                             "backend": "cpu", "devices": [{"id": 0, "platform": "cpu"}] * 2}))
     assert ready.wait is None and ready.ready == "engine ✓ cpu×2"
-    assert "JAX failed" in phase_of({"jax": {"error": "boom"}}).error
+    assert "JAX failed" in phase_of(status({"jax": {"error": "boom"}})).error
     assert "s" in EnginePhase(Wait("engine starting", started=0.0)).markup()
 
 
@@ -142,7 +154,7 @@ def test_a_long_folder_id_keeps_its_start_and_its_name_in_the_table():
     """At 80×24 a local folder's id (its whole path) pushed the status column off screen."""
     from workbench.screens.models import ID_WIDTH, short_id
 
-    entry = {**UNREADABLE, "id": "local:/tmp/pytest-of-root/pytest-12/weights0/broken-gemma"}
+    entry = model({**UNREADABLE, "id": "local:/tmp/pytest-of-root/pytest-12/weights0/broken-gemma"})
     shown = model_row(entry)[0]
     assert len(shown) == ID_WIDTH and shown.startswith("local:…") and shown.endswith("broken-gemma")
     assert short_id("starter:gemma-3-270m") == "starter:gemma-3-270m"

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 
 DEVICE_FLAG = "--xla_force_host_platform_device_count"
@@ -43,22 +44,21 @@ def since_text(started: float, now: float | None = None) -> str:
     return "since " + time.strftime("%b %d %H:%M", when)
 
 
-def engine_text(status: Any) -> str:
+def engine_text(status: api.EngineStatus) -> str:
     """``pid 4242, since 01:02:03, 1 cpu device`` from an engine status reply."""
-    devices = list(_get(status, "devices") or [])
-    kind = str(_get(devices[0], "kind") or _get(devices[0], "platform") or "") if devices else ""
+    devices = status.devices
+    kind = (devices[0].kind or devices[0].platform) if devices else ""
     count = f"{len(devices)} {kind} device{'s' if len(devices) != 1 else ''}".replace("  ", " ")
-    started = _get(status, "started")
-    since = f", {since_text(float(started))}" if isinstance(started, (int, float)) and started else ""
-    return f"pid {_get(status, 'pid')}{since}, {count}"
+    since = f", {since_text(status.started)}" if status.started else ""
+    return f"pid {status.pid}{since}, {count}"
 
 
-def device_mismatch(err: WorkbenchError, status: Any, *, remote: str | None = None,
+def device_mismatch(err: WorkbenchError, status: api.EngineStatus, *, remote: str | None = None,
                     environ: Mapping[str, str] | None = None) -> WorkbenchError:
     """``err`` (a mesh that does not fit the engine's devices) with the engine, this shell's
     request and the restart command."""
     asked, asks = shell_request(environ)
-    devices = len(list(_get(status, "devices") or []))
+    devices = len(status.devices)
     message = (f"{err.message} — the running engine ({engine_text(status)}) fixed its devices "
                "when it started")
     if remote:
@@ -86,10 +86,3 @@ def fits(mesh: Any, device_count: int) -> bool:
     except WorkbenchError:
         return False
     return True
-
-
-def _get(obj: Any, key: str) -> Any:
-    """A field of a typed reply or of its dict view."""
-    if isinstance(obj, Mapping):
-        return obj.get(key)
-    return getattr(obj, key, None)

@@ -8,9 +8,10 @@ the UI thread. Workers never query widgets or write app state themselves.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from textual.message import Message
+
+from adapters_lib.engine import api
 
 
 @dataclass
@@ -19,14 +20,15 @@ class EngineDevices(Message):
 
     count: int
     kind: str
-    catalog: dict[str, dict[str, Any]]
+    catalog: dict[str, api.ModelInfo]
+    """The catalog by model id."""
 
 
 @dataclass
 class EstimateDone(Message):
     """The engine's memory estimate of a config (``result``), or why there is none."""
 
-    result: dict[str, Any] | None
+    result: api.EstimateReply | None
     error: str = ""
 
 

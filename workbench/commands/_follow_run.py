@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs.state import TERMINAL_STATES, RunState
 
@@ -128,7 +129,7 @@ def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = Fal
     return finish(run)
 
 
-def summary_line(run: Any) -> str:
+def summary_line(run: api.RunDetail) -> str:
     line = f"{run.state} at step {run.step}/{run.total_steps}"
     metrics = run.metrics or []
     losses = [m["loss"] for m in metrics if isinstance(m.get("loss"), (int, float))]
@@ -137,13 +138,12 @@ def summary_line(run: Any) -> str:
         line += f", loss {losses[-1]:.4f}"
     if evals:
         line += f", eval loss {evals[-1]:.4f}"
-    base, tuned = run.get("exact_match_base"), run.get("exact_match_tuned")
-    if isinstance(tuned, (int, float)):
-        line += f", exact-match {base or 0:.1%} (base) → {tuned:.1%} (tuned)"
+    if run.exact_match_tuned is not None:
+        line += f", exact-match {run.exact_match_base or 0:.1%} (base) → {run.exact_match_tuned:.1%} (tuned)"
     return line
 
 
-def finish(run: Any) -> int:
+def finish(run: api.RunDetail) -> int:
     """The run's end as this command's: a summary line on stderr and the exit status."""
     state, run_id = run.state, run.id
     error = run.error

@@ -87,7 +87,7 @@ def refuse_beside_engine(command: str) -> None:
         if not client.ping():
             return
         try:
-            pid = client.status().get("pid")
+            pid = client.status().pid
         except WorkbenchError:
             pid = None
     held = f" (pid {pid})" if pid else ""

@@ -9,23 +9,24 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from adapters_lib.engine import api
+
 LOWER_IS_BETTER = ("loss", "perplexity")
 
 
-def _value(point: Any, metric: str) -> float | None:
-    v = point.value(metric) if hasattr(point, "value") else point.get(metric)
-    return v if isinstance(v, (int, float)) and math.isfinite(v) else None
+def _value(point: api.SweepPoint, metric: str) -> float | None:
+    v = point.value(metric)
+    return v if v is not None and math.isfinite(v) else None
 
 
-def ranked(results: Any) -> list[Any]:
-    metric = results["metric"]
-    sign = 1.0 if metric in LOWER_IS_BETTER else -1.0
+def ranked(results: api.SweepResults) -> list[api.SweepPoint]:
+    sign = 1.0 if results.metric in LOWER_IS_BETTER else -1.0
 
-    def key(p: Any) -> tuple[int, float, int]:
-        v = _value(p, metric)
-        return (v is None, sign * v if v is not None else 0.0, p.get("index") or 10**6)
+    def key(p: api.SweepPoint) -> tuple[bool, float, int]:
+        v = _value(p, results.metric)
+        return (v is None, sign * v if v is not None else 0.0, p.index or 10**6)
 
-    return sorted(results["points"], key=key)
+    return sorted(results.points, key=key)
 
 
 def _bytes(n: Any) -> str:
@@ -58,47 +59,44 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def render_sweep(results: Any) -> str:
-    metric = results["metric"]
+def render_sweep(results: api.SweepResults) -> str:
+    metric = results.metric
     points = ranked(results)
-    best = (results.get("best") or {}).get("run_id")
+    best = results.best.run_id if results.best is not None else None
     keys: list[str] = []
     for p in points:
-        keys += [k for k in (p.get("point") or {}) if k not in keys]
+        keys += [k for k in p.point if k not in keys]
     others: list[str] = []
     for p in points:
-        others += [k for k in (p.get("metrics") or {}) if k != metric and k not in others]
+        others += [k for k in p.metrics if k != metric and k not in others]
     head = ["", *keys, "state", metric, "best step", *others, "wall", "peak mem", "trainable", "run"]
     rows = []
     for p in points:
-        final = p.get("metrics") or {}
-        wall = p.get("wall_s")
-        rows.append(["*" if p.get("run_id") == best else "",
-                     *[_cell((p.get("point") or {}).get(k, "-")) for k in keys],
-                     p.get("state", "-"), _num(_value(p, metric)),
-                     str(p["best_step"]) if p.get("best_step") is not None else "-",
-                     *[_num(final.get(k)) for k in others],
-                     f"{wall:.0f} s" if isinstance(wall, (int, float)) else "-",
-                     _bytes(p.get("peak_bytes")), _count(p.get("trainable_params")),
-                     p.get("run_id", "-")])
+        rows.append(["*" if p.run_id == best else "", *[_cell(p.point.get(k, "-")) for k in keys],
+                     p.state, _num(_value(p, metric)),
+                     str(p.best_step) if p.best_step is not None else "-",
+                     *[_num(p.metrics.get(k)) for k in others],
+                     f"{p.wall_s:.0f} s" if p.wall_s is not None else "-",
+                     _bytes(p.peak_bytes), _count(p.trainable_params), p.run_id or "-"])
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(len(head))]
-    lines = [f"sweep {results['sweep']}: {len(points)} points, ranked by {metric} "
+    lines = [f"sweep {results.sweep}: {len(points)} points, ranked by {metric} "
              f"({'lower' if metric in LOWER_IS_BETTER else 'higher'} is better)"]
     for r in [head, *rows]:
         lines.append("  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
-    if best:
-        lines.append(f"best: {best} ({' '.join(f'{k}={_cell(v)}' for k, v in (results['best'].get('point') or {}).items())})")
+    if results.best is not None:
+        point = " ".join(f"{k}={_cell(v)}" for k, v in results.best.point.items())
+        lines.append(f"best: {best} ({point})")
     else:
         lines.append("best: none yet (no point has a value of the metric)")
     return "\n".join(lines)
 
 
-def render_sweeps(sweeps: list[Any]) -> str:
+def render_sweeps(sweeps: list[api.SweepInfo]) -> str:
     if not sweeps:
         return "no sweeps yet (start one with `gemma-workbench sweep CONFIG --grid key=v1,v2`)"
-    width = max(len(s["sweep"]) for s in sweeps)
+    width = max(len(s.sweep) for s in sweeps)
     lines = [f"{'SWEEP':<{width}}  {'POINTS':>6}  {'METRIC':<13}  STATES"]
     for s in sweeps:
-        states = ", ".join(f"{n} {k}" for k, n in sorted((s.get("states") or {}).items()))
-        lines.append(f"{s['sweep']:<{width}}  {s.get('points', 0):>6}  {s.get('metric', ''):<13}  {states}")
+        states = ", ".join(f"{n} {k}" for k, n in sorted(s.states.items()))
+        lines.append(f"{s.sweep:<{width}}  {s.points:>6}  {s.metric:<13}  {states}")
     return "\n".join(lines)

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 
 
@@ -57,23 +58,20 @@ def _gib(n: int | None) -> str:
     return f"{n / 2**30:.1f} GiB" if n else "-"
 
 
-def render_status(s: dict[str, Any]) -> str:
-    jax = s["jax"]
-    backend = s["backend"] or ("starting…" if jax["loading"] else f"error: {jax['error']}")
-    lines = [f"engine {s['version']} (API v{s['api_version']}) pid {s['pid']}, "
-             f"up {s['uptime_s']:.0f} s",
-             f"  listening  {', '.join(f'{k} {v}' for k, v in s['listen'].items())}",
-             f"  jax        {backend}, {len(s['devices'])} device(s)"]
+def render_status(s: api.EngineStatus) -> str:
+    backend = s.backend or ("starting…" if s.jax.loading else f"error: {s.jax.error}")
+    lines = [f"engine {s.version} (API v{s.api_version}) pid {s.pid}, up {s.uptime_s:.0f} s",
+             f"  listening  {', '.join(f'{k} {v}' for k, v in s.listen.items())}",
+             f"  jax        {backend}, {len(s.devices)} device(s)"]
     kinds: dict[tuple[str, str], int] = {}
-    for d in s["devices"]:
-        key = (d["kind"], _gib(d["memory_bytes"]))
+    for d in s.devices:
+        key = (d.kind, _gib(d.memory_bytes))
         kinds[key] = kinds.get(key, 0) + 1
     lines += [f"             {n}× {kind}  memory {mem}" for (kind, mem), n in kinds.items()]
-    lines.append(f"  busy       {'yes' if s['busy'] else 'no'}"
-                 + (f" — run {s['active_run']}" if s["active_run"] else ""))
-    if s["queued_runs"]:
-        lines.append(f"  queued     {', '.join(s['queued_runs'])}")
-    lines.append(f"  runs dir   {s['runs_dir']}")
+    lines.append(f"  busy       {'yes' if s.busy else 'no'}" + (f" — run {s.active_run}" if s.active_run else ""))
+    if s.queued_runs:
+        lines.append(f"  queued     {', '.join(s.queued_runs)}")
+    lines.append(f"  runs dir   {s.runs_dir}")
     return "\n".join(lines)
 
 
@@ -104,21 +102,20 @@ def run_start(args: argparse.Namespace) -> int:
         return engine_main(["--foreground", *tcp_argv])
     client = EngineClient()
     if client.ping():
-        s = client.status().to_json()
-        if args.tcp and "tcp" not in s["listen"]:
+        s = client.status()
+        if args.tcp and "tcp" not in s.listen:
             raise WorkbenchError("the engine is already running without TCP",
                                  hint="stop it (`gemma-workbench engine stop`) and start it "
                                       "again with --tcp")
-        _print(args, s, "engine already running\n" + render_status(s))
+        _print(args, s.to_json(), "engine already running\n" + render_status(s))
         return 0
     t0 = time.monotonic()
     proc = spawn_engine(tcp=args.tcp, tcp_any_address=args.tcp_any_address, on_demand=False)
     client.wait_ready(proc=proc)
     seconds = time.monotonic() - t0
-    s = client.status().to_json()
-    s["start_seconds"] = round(seconds, 3)
-    _print(args, s, f"engine started in {seconds:.1f} s (log: {engine_files()['log']})\n"
-           + render_status(s))
+    s = client.status()
+    _print(args, {**s.to_json(), "start_seconds": round(seconds, 3)},
+           f"engine started in {seconds:.1f} s (log: {engine_files()['log']})\n" + render_status(s))
     return 0
 
 
@@ -130,8 +127,8 @@ def run_stop(args: argparse.Namespace) -> int:
         _print(args, {"running": False}, "engine not running")
         return 0
     s = client.status()
-    if s["active_run"] and not args.force:
-        raise WorkbenchError(f"run {s['active_run']} is training", where="engine stop",
+    if s.active_run and not args.force:
+        raise WorkbenchError(f"run {s.active_run} is training", where="engine stop",
                              hint="stop the run first (`gemma-workbench runs stop ID`), or use "
                                   "--force (the run checkpoints and can be resumed)")
     client.shutdown()
@@ -139,8 +136,8 @@ def run_stop(args: argparse.Namespace) -> int:
         if not client.ping():
             break
         time.sleep(0.1)
-    _pid_gone(s["pid"])
-    _print(args, {"running": False, "stopped_pid": s["pid"]}, f"engine stopped (pid {s['pid']})")
+    _pid_gone(s.pid)
+    _print(args, {"running": False, "stopped_pid": s.pid}, f"engine stopped (pid {s.pid})")
     return 0
 
 
@@ -169,9 +166,8 @@ def run_status(args: argparse.Namespace) -> int:
         _print(args, {"running": False}, "engine not running (start it with "
                "`gemma-workbench engine start`)")
         return 1
-    s = client.status(wait=args.wait).to_json()
-    s["running"] = True
-    _print(args, s, render_status(s))
+    s = client.status(wait=args.wait)
+    _print(args, {**s.to_json(), "running": True}, render_status(s))
     return 0
 
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.jsontypes import to_jsonable
 
@@ -100,26 +101,25 @@ def run_list(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet (start one with `gemma-workbench train CONFIG.toml --detach`)")
         return 0
-    width = max(len(r["id"]) for r in runs)
+    width = max(len(r.id) for r in runs)
     print(f"{'ID':<{width}}  {'STATE':<11}  {'STEP':>11}  UPDATED")
     for r in runs:
-        step = f"{r.get('step', 0)}/{r.get('total_steps', 0)}"
-        print(f"{r['id']:<{width}}  {r['state']:<11}  {step:>11}  {_when(r.get('updated'))}")
+        step = f"{r.step}/{r.total_steps}"
+        print(f"{r.id:<{width}}  {r.state:<11}  {step:>11}  {_when(r.updated)}")
     return 0
 
 
-def render_run(r: dict[str, Any]) -> str:
-    lines = [f"run {r['id']}: {r['state']}  step {r.get('step', 0)}/{r.get('total_steps', 0)}",
-             f"  dir          {r['dir']}"]
-    if r.get("message"):
-        lines.append(f"  message      {r['message']}")
-    cfg = r.get("config") or {}
+def render_run(r: api.RunDetail) -> str:
+    lines = [f"run {r.id}: {r.state}  step {r.step}/{r.total_steps}", f"  dir          {r.dir}"]
+    if r.message:
+        lines.append(f"  message      {r.message}")
+    cfg = r.config or {}
     if cfg:
         model, lora, train = cfg.get("model", {}), cfg.get("lora", {}), cfg.get("train", {})
         lines.append(f"  model        {model.get('source')}  data {cfg.get('data', {}).get('path')}")
         lines.append(f"  lora         {'rank ' + str(lora.get('rank')) if lora.get('enabled') else 'off (full fine-tune)'}"
                      f"  lr {train.get('learning_rate')}  batch {train.get('batch_size')}")
-    metrics = r.get("metrics") or []
+    metrics = r.metrics or []
     if metrics:
         last = metrics[-1]
         lines.append(f"  last metrics step {last.get('step')}: loss {_fmt(last.get('loss'))}  "
@@ -128,15 +128,15 @@ def render_run(r: dict[str, Any]) -> str:
         evals = [m for m in metrics if "eval_loss" in m]
         if evals:
             lines.append(f"  eval_loss    {_fmt(evals[-1]['eval_loss'])} (step {evals[-1]['step']})")
-    if r.get("best_metric") and r.get("best_step") is not None:  # evals' BestHook (#20)
-        lines.append(f"  best         {r['best_metric']} {_fmt(r.get('best_value'))} at step "
-                     f"{r['best_step']} (--step best)")
-    facts = [f"{r['trainable_params']:,} trainable params" if r.get("trainable_params") else "",
-             f"peak memory {r['peak_bytes'] / 2**30:.2f} GiB" if r.get("peak_bytes") else "",
-             f"wall {r['wall_s']:.0f} s" if isinstance(r.get("wall_s"), (int, float)) else ""]
+    if r.best_metric and r.best_step is not None:  # evals' BestHook (#20)
+        lines.append(f"  best         {r.best_metric} {_fmt(r.best_value)} at step "
+                     f"{r.best_step} (--step best)")
+    facts = [f"{r.trainable_params:,} trainable params" if r.trainable_params else "",
+             f"peak memory {r.peak_bytes / 2**30:.2f} GiB" if r.peak_bytes else "",
+             f"wall {r.wall_s:.0f} s" if r.wall_s is not None else ""]
     if any(facts):
         lines.append(f"  facts        {'  '.join(f for f in facts if f)}")
-    lines.append(f"  checkpoints  {', '.join(map(str, r.get('checkpoints') or [])) or 'none'}")
+    lines.append(f"  checkpoints  {', '.join(map(str, r.checkpoints)) or 'none'}")
     return "\n".join(lines)
 
 
@@ -153,7 +153,7 @@ def _action(args: argparse.Namespace, method: str, verb: str) -> int:
     if args.json:
         print(json.dumps(to_jsonable(r)))
     else:
-        print(f"run {r['id']}: {r['state']} ({verb})")
+        print(f"run {r.id}: {r.state} ({verb})")
     return 0
 
 
@@ -212,27 +212,28 @@ def run_delete(args: argparse.Namespace) -> int:
                                   f"gemma-workbench runs delete {args.run_id} --yes")
     with _client() as c:
         r = c.get_run(args.run_id, metrics=False, events=False)
-        checkpoints = len(r.get("checkpoints") or [])
-        what = (f"run {r['id']}  {r['state']}  step {r.get('step', 0)}/{r.get('total_steps', 0)}  "
+        checkpoints = len(r.checkpoints)
+        what = (f"run {r.id}  {r.state}  step {r.step}/{r.total_steps}  "
                 f"{checkpoints} checkpoint{'s' if checkpoints != 1 else ''}  "
-                f"{_size_text(folder_size(r['dir']))}\n  {r['dir']}")
+                f"{_size_text(folder_size(r.dir))}\n  {r.dir}")
         if not args.yes:
             print(what, file=sys.stderr)
             if not _confirm("delete it?"):
                 print("not deleted", file=sys.stderr)
                 return 1
-        result = c.delete_run(r["id"])  # the exact id found above, never the text typed
+        result = c.delete_run(r.id)  # the exact id found above, never the text typed
     if args.json:
-        print(json.dumps(result))
+        print(json.dumps(result.to_json()))
     else:
         if args.yes:
             print(what, file=sys.stderr)
-        print(f"run {result['id']} deleted")
+        print(f"run {result.id} deleted")
     return 0
 
 
-def format_item(item: dict[str, Any]) -> str | None:
-    kind, data = item["type"], item["data"]
+def format_item(item: api.StreamItem) -> str | None:
+    """One run-stream item (``api.RUN_STREAM_ITEMS``) as a line, or None (not shown)."""
+    kind, data = item.type, item.data
     if kind == "metrics":
         text = (f"step {data.get('step')}  loss {_fmt(data.get('loss'))}  "
                 f"lr {_fmt(data.get('lr'), '.2e')}  grad_norm {_fmt(data.get('grad_norm'), '.3f')}  "
@@ -244,10 +245,9 @@ def format_item(item: dict[str, Any]) -> str | None:
         extra = {k: v for k, v in data.items() if k not in ("time", "kind")}
         return f"[{data.get('kind')}] " + " ".join(f"{k}={v}" for k, v in extra.items())
     if kind == "status":
-        return f"[state] {data.get('state')} at step {data.get('step', 0)}" + (
-            f" — {data['message']}" if data.get("message") else "")
+        return f"[state] {data.state} at step {data.step}" + (f" — {data.message}" if data.message else "")
     if kind == "error":
-        return f"[error] {data.get('message')}"
+        return f"[error] {data.message}"
     return None
 
 
@@ -255,20 +255,20 @@ def run_attach(args: argparse.Namespace) -> int:
     """Follow until the run ends; Ctrl-C closes only this stream."""
     with _client() as c:
         run = c.get_run(args.run_id, metrics=False, events=False)
-        print(f"attached to {run['id']} ({run['state']}); Ctrl-C detaches, the run goes on",
+        print(f"attached to {run.id} ({run.state}); Ctrl-C detaches, the run goes on",
               file=sys.stderr)
         try:
-            for item in c.stream_run(run["id"], since_step=args.since):
+            for item in c.stream_run(run.id, since_step=args.since):
                 if args.json:
                     print(json.dumps(to_jsonable(item)), flush=True)
                     continue
                 line = format_item(item)
                 if line:
                     print(line, flush=True)
-                if item["type"] == "end":
-                    print(f"run {run['id']} {item['data'].get('state')}", file=sys.stderr)
+                if item.type == "end":
+                    print(f"run {run.id} {item.data.state}", file=sys.stderr)
         except KeyboardInterrupt:
-            print(f"\ndetached; the run goes on (`gemma-workbench runs attach {run['id']}`)",
+            print(f"\ndetached; the run goes on (`gemma-workbench runs attach {run.id}`)",
                   file=sys.stderr)
     return 0
 

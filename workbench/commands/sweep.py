@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
                 raise WorkbenchError(f"point {x['index']} ({x['label']}) was not queued: {err.message}",
                                      where=err.where, hint=f"queued before it: {done}; "
                                      f"stop them with `gemma-workbench runs stop ID`") from None
-            run_id = str(summary["id"])
+            run_id = summary.id
             queued.append({"point": x["point"], "run_id": run_id})
             if not args.json:
                 print(f"point {x['index']}: {x['label']}  → run {run_id}", file=sys.stderr)

@@ -32,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from workbench.remote.resume import LinkEvent, Reconnecting, VersionMismatch, brief
 from workbench.remote.spec import FALLBACK_COMMANDS, RemoteSpec
@@ -50,7 +51,8 @@ INSTALL_HINT = ("install it there (git clone the repository, then `make setup`),
 
 def version_problem(status: dict[str, Any], host: str, local_api: int,
                     local_version: str) -> VersionMismatch | None:
-    """A one-line refusal when the engine on ``host`` speaks another API version."""
+    """A one-line refusal when the engine on ``host`` speaks another API version (``status``:
+    its status as JSON, read untyped: another version's may not fit this one's types)."""
     remote_api = status.get("api_version")
     if remote_api == local_api:
         return None
@@ -83,7 +85,8 @@ class RemoteLink(Reconnecting):
         self.cache_path = self.ssh.dir / "link.json"
         self.info: dict[str, Any] = {}
         self.token: str | None = None
-        self.status: dict[str, Any] = {}
+        self.status: api.EngineStatus | None = None
+        """The engine's status when the link last opened."""
         self.generation = 0
         self.listeners: list[Callable[[LinkEvent], Any]] = list(listeners or [])
         self._lock = threading.RLock()
@@ -135,7 +138,7 @@ class RemoteLink(Reconnecting):
 
         with EngineClient(socket_path=self.socket_path, token=self.token, timeout=30) as c:
             status = c.status()
-        problem = version_problem(status, self.where, API_VERSION, __version__)
+        problem = version_problem(status.to_json(), self.where, API_VERSION, __version__)
         if problem:
             raise problem
         return status

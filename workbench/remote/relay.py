@@ -78,7 +78,7 @@ def upload(spec: RemoteSpec, local: str) -> str:
                              hint="give the local dataset file to copy (.jsonl, .txt, …)")
     link = link_for(spec)
     link.open(interactive=sys.stdin.isatty())
-    data_dir = link.status.get("data_dir") or link.info.get("data_dir")
+    data_dir = (link.status.data_dir if link.status is not None else "") or link.info.get("data_dir")
     if not data_dir:
         raise WorkbenchError(f"the engine on {spec.host} does not say where its data dir is",
                              where="--upload", hint=f"upgrade gemma-workbench on {spec.host}")

@@ -1,49 +1,34 @@
 """What every workbench screen shares: the engine port and a safe way to call it.
 
-``EngineClient`` is the protocol the screens need from ``workbench.client.EngineClient``
-(same method names and reply shapes: streams yield ``{"type": ..., "data": {...}}``), so screens can be driven by the real client or by a static stand-in
-in snapshot tests. Engine calls block (httpx over a Unix socket), so screens make them only
+``EngineClient`` is ``workbench.engine_calls.EngineCalls``, the typed calls the real client
+has (typed replies, streams of ``api.StreamItem``), so screens can be driven by the real
+client or by a test stand-in that answers the same commands. Engine calls block (httpx over a Unix socket), so screens make them only
 inside thread workers; ``WorkbenchScreen.engine`` wraps a call so that a user mistake
 (``WorkbenchError``) or a lost engine becomes a notification instead of a traceback.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from rich.markup import escape
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Input, TextArea
 
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
+from workbench.engine_calls import EngineCalls
 from workbench.widgets.waits import Wait
 
 T = TypeVar("T")
 
 
-class EngineClient(Protocol):
-    def status(self, *, wait: bool = False) -> dict[str, Any]: ...
-    def models(self, folders: list[str] | tuple[str, ...] = ()) -> list[dict[str, Any]]: ...
-    def data_check(self, path: str = "", *, format: str = "auto",
-                   config: dict[str, Any] | None = None, limit: int = 0) -> dict[str, Any]: ...
-    def estimate(self, config: dict[str, Any] | None = None) -> dict[str, Any]: ...
-
-    def create_run(self, config: dict[str, Any]) -> dict[str, Any]: ...
-    def list_runs(self) -> list[dict[str, Any]]: ...
-    def get_run(self, run_id: str, *, metrics: bool = True,
-                events: bool = True) -> dict[str, Any]: ...
-    def stop_run(self, run_id: str) -> dict[str, Any]: ...
-    def resume_run(self, run_id: str) -> dict[str, Any]: ...
-    def delete_run(self, run_id: str) -> dict[str, Any]: ...
-    def stream_run(self, run_id: str, since_step: int = 0) -> Iterator[dict[str, Any]]: ...
-    def compare(self, prompt: str, run_id: str, *, step: int = -1, max_tokens: int = 64,
-                temperature: float = 0.0, seed: int = 0,
-                chat: bool = True) -> Iterator[dict[str, Any]]: ...
-    def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,
-               format: str = "", quant: str = "") -> dict[str, Any]: ...
+EngineClient = EngineCalls
+"""What a screen holds of the engine: the typed calls (``workbench.engine_calls``), answered
+by the real client or by a test's stand-in built on the same class."""
 
 
 def error_text(err: BaseException) -> str:
@@ -70,23 +55,21 @@ class EnginePhase:
         return f"[dim]{escape(self.ready)}[/]"
 
 
-def phase_of(status: dict[str, Any], before: EnginePhase | None = None) -> EnginePhase:
+def phase_of(status: api.EngineStatus, before: EnginePhase | None = None) -> EnginePhase:
     """The phase an engine ``status`` reply tells (its JAX start-up, then ready).
 
     A wait that goes on keeps its start time (``before``), so the elapsed time keeps counting.
     """
-    jax = status.get("jax") or {}
-    if jax.get("error"):
-        return EnginePhase(error=f"JAX failed: {jax['error']}")
-    what = ("importing JAX" if jax.get("loading")
-            else "importing gemma" if jax and not jax.get("modules_ready") else "")
+    jax = status.jax
+    if jax.error:
+        return EnginePhase(error=f"JAX failed: {jax.error}")
+    what = ("importing JAX" if jax.loading else "importing gemma" if not jax.modules_ready else "")
     if what:
         if before is not None and before.wait is not None and before.wait.what == what:
             return before
         return EnginePhase(Wait(what))
-    devices = status.get("devices") or []
-    backend = status.get("backend") or ""
-    return EnginePhase(ready=f"engine ✓ {backend}×{len(devices)}" if devices else "engine ✓")
+    backend = status.backend or ""
+    return EnginePhase(ready=f"engine ✓ {backend}×{len(status.devices)}" if status.devices else "engine ✓")
 
 
 def is_text_field(widget: Any) -> bool:

@@ -23,8 +23,15 @@ from textual.reactive import var
 from textual.widgets import Footer, Input, Label, Select, Static
 from textual.worker import get_current_worker
 
+from adapters_lib.engine import api
 from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
-from workbench.screens.compare_history import blank_words, earlier_compares, side_stats, token_side
+from workbench.screens.compare_history import (
+    blank_words,
+    done_stats,
+    earlier_compares,
+    side_stats,
+    token_side,
+)
 from workbench.screens.compare_turns import Conversation, record_prompt, record_text
 from workbench.screens.runstate import RunView
 from workbench.widgets.lora_form import parse_number
@@ -63,7 +70,7 @@ class CompareScreen(WorkbenchScreen):
         self.view: RunView | None = None
         self.history_pos = -1
         self.texts = {"base": "", "tuned": ""}
-        self.summary: dict[str, Any] | None = None
+        self.summary: api.CompareDone | None = None
         """The ``done`` item of the last generation (token counts, seconds), once it ends."""
         self.earlier: list[dict[str, Any]] = []
         """Earlier compares of the run, newest first; ``earlier_pos`` is the one shown."""
@@ -148,8 +155,8 @@ class CompareScreen(WorkbenchScreen):
         if runs is not None:
             self.ui(self.show_runs, runs)
 
-    def show_runs(self, runs: list[dict[str, Any]]) -> None:
-        ids = sorted((str(r["id"]) for r in runs), reverse=True)
+    def show_runs(self, runs: list[api.RunSummary]) -> None:
+        ids = sorted((r.id for r in runs), reverse=True)
         picker = self.query_one("#compare-run", Select)
         current = getattr(self.app, "current_run", None)
         picker.set_options([(i, i) for i in ids])
@@ -168,11 +175,11 @@ class CompareScreen(WorkbenchScreen):
 
     @work(thread=True, exclusive=True, group="compare-ckpts")
     def load_checkpoints(self, run_id: str) -> None:
-        record = self.engine(self.client.get_run, run_id)
+        record = self.engine(self.client.get_run, run_id, metrics=False, events=False)
         if record is None:
             return
         view = RunView(run_id)
-        view.apply_record({k: v for k, v in record.items() if k not in ("metrics", "events")})
+        view.apply_record(record)
         self.ui(self.show_checkpoints, view, earlier_compares(record))
 
     def show_checkpoints(self, view: RunView, earlier: list[dict[str, Any]]) -> None:
@@ -283,8 +290,7 @@ class CompareScreen(WorkbenchScreen):
                 return True
             side, text = token_side(ev)
             if side == "done":
-                data = ev.get("data") if isinstance(ev.get("data"), dict) else {}
-                self.ui(self.finish, data)
+                self.ui(self.finish, ev.data)
                 return True
             if side == "error":
                 self.ui(self.failed, text)
@@ -317,7 +323,7 @@ class CompareScreen(WorkbenchScreen):
             markup = f"{history}\n\n{markup}" if history else markup
         self.query_one(f"#out-{side}", Static).update(markup)
 
-    def finish(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: api.CompareDone) -> None:
         """Both sides are done: each pane's frame says what its side made and why it stopped
         (an empty answer says so)."""
         self.summary = summary
@@ -332,14 +338,12 @@ class CompareScreen(WorkbenchScreen):
             self.asked = ""
             self.show_conversation()
         for side in ("base", "tuned"):
-            self.query_one(f"#pane-{side}").border_subtitle = side_stats(summary, side)
+            self.query_one(f"#pane-{side}").border_subtitle = done_stats(summary, side)
         run = self.query_one("#compare-run", Select).value
-        if summary.get("saved") and run is not Select.NULL:
+        if summary.saved and run is not Select.NULL:
             self.load_checkpoints(str(run))  # the new compare joins the earlier ones
-        seconds = summary.get("seconds")
-        took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
-        step = summary.get("step")
-        at = f" · tuned at step {step}" if isinstance(step, int) else ""
+        took = f" in {summary.seconds:.1f} s" if summary.seconds else ""
+        at = f" · tuned at step {summary.step}" if summary.step is not None else ""
         self.query_one("#compare-wait", WaitNote).done(f"[green]✓[/] done{took}{at}")
 
     def action_cancel(self) -> None:

@@ -14,18 +14,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from adapters_lib.engine import api
+
 MAX_EARLIER = 200
 STOP_WORDS = {"stop": "end of turn", "length": "max tokens", "cancelled": "cancelled"}
 """The engine's ``stop_reason`` values as the pane's frame says them."""
 
 
-def earlier_compares(record: dict[str, Any]) -> list[dict[str, Any]]:
+def earlier_compares(record: api.RunDetail) -> list[dict[str, Any]]:
     """The run's earlier compares, newest first, each with ``when`` (its file's stamp)."""
-    listed = record.get("compares")
+    listed = record.extra.get("compares")
     if isinstance(listed, list):
         return [c for c in listed if isinstance(c, Mapping)][:MAX_EARLIER]
-    folder = Path(str(record.get("dir") or "")) / "compare"
-    if not record.get("dir") or not folder.is_dir():
+    folder = Path(record.dir) / "compare"
+    if not record.dir or not folder.is_dir():
         return []
     out: list[dict[str, Any]] = []
     for path in sorted(folder.glob("*.jsonl"), reverse=True):
@@ -45,8 +47,9 @@ def earlier_compares(record: dict[str, Any]) -> list[dict[str, Any]]:
     return out[:MAX_EARLIER]
 
 
-def side_stats(summary: dict[str, Any], side: str) -> str:
-    """``"12 tokens · 41.5 tok/s · stop: end of turn"`` for one side of a finished compare."""
+def side_stats(summary: Mapping[str, Any], side: str) -> str:
+    """``"12 tokens · 41.5 tok/s · stop: end of turn"`` for one side of a finished compare
+    (a saved one: its ``tokens``, ``tokens_per_s`` and ``stop_reason``, each per side)."""
     parts = []
     tokens = _per_side(summary, "tokens", side)
     if isinstance(tokens, int):
@@ -60,24 +63,25 @@ def side_stats(summary: dict[str, Any], side: str) -> str:
     return " · ".join(parts)
 
 
-def _per_side(summary: dict[str, Any], key: str, side: str) -> Any:
+def _per_side(summary: Mapping[str, Any], key: str, side: str) -> Any:
     value = summary.get(key)
     return value.get(side) if isinstance(value, Mapping) else None
 
 
-def token_side(ev: dict[str, Any]) -> tuple[str, str]:
-    """(side, text) of one compare stream item; side is base, tuned, done or error."""
-    kind = str(ev.get("type", ev.get("event", "")))
-    if isinstance(ev.get("data"), dict):
-        ev = {**ev["data"], "type": kind}
-    if kind in ("done", "end"):
+def done_stats(done: api.CompareDone, side: str) -> str:
+    """``side_stats`` of a compare the engine just finished."""
+    return side_stats({"tokens": done.tokens, "tokens_per_s": done.tokens_per_s,
+                       "stop_reason": done.stop_reason}, side)
+
+
+def token_side(item: api.StreamItem) -> tuple[str, str]:
+    """(side, text) of one compare stream item (``api.COMPARE_ITEMS``); side is base, tuned,
+    done or error."""
+    if item.type == "done":
         return "done", ""
-    if kind == "error" or "error" in ev and "side" not in ev:
-        err = ev.get("error") or ev.get("message")
-        return "error", err.get("message", str(err)) if isinstance(err, dict) else str(err)
-    side = str(ev.get("side", ev.get("model", "")))
-    text = ev.get("text", ev.get("token", ev.get("delta", "")))
-    return side, str(text or "")
+    if item.type == "error":
+        return "error", item.data.message
+    return item.data.side or "", item.data.text
 
 
 def blank_words(text: str) -> str:

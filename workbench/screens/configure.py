@@ -38,11 +38,8 @@ from textual.widgets import (
     Tabs,
 )
 
-from adapters_lib.config import (
-    MeshSpec,
-    RunConfig,
-    config_from_dict,
-)
+from adapters_lib.config import MeshSpec, RunConfig, config_from_dict
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.model_defaults import with_model_defaults
 from workbench.messages import DataChecked, EngineDevices, EstimateDone, RunLaunched
@@ -57,7 +54,7 @@ from workbench.screens.configure_form import (
 )
 from workbench.screens.configure_model import ModelDefaultsMixin
 from workbench.screens.configure_origins import FieldOrigins
-from workbench.screens.configure_text import data_report_text, device_info, estimate_view
+from workbench.screens.configure_text import data_report_text, device_info, estimate_problems
 from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
 from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate
@@ -88,8 +85,8 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
         self.device_kind = ""
         self.config: RunConfig | None = None
         self.error: str = ""
-        self.estimate_result: dict[str, Any] = {}
-        self.catalog: dict[str, dict[str, Any]] = {}
+        self.estimate_result: api.EstimateReply | None = None
+        self.catalog: dict[str, api.ModelInfo] = {}
         self._debounce = None
         self.origins = FieldOrigins()
         self.model_seen: str | None = None
@@ -255,9 +252,9 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
         """The adapter size from the catalog's architecture (instant; the estimate refines)."""
         if self.config is None:
             return
-        model = self.catalog.get(self.config.model.source) or {}
-        arch = model.get("arch") or {}
-        total = model.get("params") if isinstance(model.get("params"), int) else None
+        model = self.catalog.get(self.config.model.source)
+        arch = (model.arch if model else None) or {}
+        total = model.params if model else None
         lora = self.config.lora
         if not lora.enabled:
             self.query_one(LoraForm).set_trainable(total, total)
@@ -279,9 +276,9 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
                 shape = MeshSpec(*shape).resolve(used).shape
             except WorkbenchError:
                 pass
-        problems = list(self.estimate_result.get("problems") or []) if self.config else []
-        self.query_one(DeviceGrid).show(used, shape, self.device_kind,
-                                        [str(p) for p in problems][:6])
+        problems = (estimate_problems(self.estimate_result)
+                    if self.config and self.estimate_result is not None else [])
+        self.query_one(DeviceGrid).show(used, shape, self.device_kind, problems[:6])
         if not self.device_count:
             note.update(f"[dim]asking the engine for its devices… "
                         f"{self.app.engine_note()}[/]")  # type: ignore[attr-defined]
@@ -297,8 +294,7 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
         if status is None:
             return
         models = self.engine(self.client.models) or []
-        self.post_message(EngineDevices(*device_info(status), {
-            str(m.get("id")): m for m in models if isinstance(m, dict)}))
+        self.post_message(EngineDevices(*device_info(status), {m.id: m for m in models}))
 
     def on_engine_devices(self, message: EngineDevices) -> None:
         self.device_count, self.device_kind = message.count, message.kind
@@ -314,24 +310,22 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
         except Exception as err:  # noqa: BLE001 - shown in the bar, not as a pop-up per keystroke
             self.post_message(EstimateDone(None, f"no estimate: {error_text(err)}"))
             return
-        self.post_message(EstimateDone(estimate_view(reply)))
+        self.post_message(EstimateDone(reply))
 
     def on_estimate_done(self, message: EstimateDone) -> None:
         if message.result is None:
             self.query_one(MemoryFitBar).set_fits([], message.error)
             return
         result = self.estimate_result = message.result
-        fits = fits_from_estimate(result)
-        note = str(result.get("summary") or "")
-        self.query_one(MemoryFitBar).set_fits(fits, note if fits else "no per-device estimate")
-        if result["errors"] and self.config is not None:
-            self.query_one("#config-status", Static).update(
-                f"[b red]✗[/] mesh: {escape(result['errors'][0])}")
+        fits = fits_from_estimate(result.devices)
+        self.query_one(MemoryFitBar).set_fits(fits, (result.summary or "") if fits
+                                              else "no per-device estimate")
+        errors = estimate_problems(result, errors_only=True)
+        if errors and self.config is not None:
+            self.query_one("#config-status", Static).update(f"[b red]✗[/] mesh: {escape(errors[0])}")
             self.query_one("#launch", Button).disabled = True
-        trainable = result.get("trainable_params")
-        if isinstance(trainable, int):
-            self.query_one(LoraForm).set_trainable(
-                trainable, result.get("total_params"))
+        if result.trainable_params is not None:
+            self.query_one(LoraForm).set_trainable(result.trainable_params, result.total_params)
         self.show_mesh()
 
     # ------------------------------------------------------------------ actions
@@ -362,7 +356,7 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
     def launch(self, cfg: RunConfig) -> None:
         run = self.engine(self.client.create_run, cfg.to_dict())
         if run is not None:
-            self.post_message(RunLaunched(str(run["id"])))
+            self.post_message(RunLaunched(run.id))
 
     def on_run_launched(self, message: RunLaunched) -> None:
         self.app.open_run(message.run_id, "train")  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
 
+from adapters_lib.engine import api
 from workbench.screens.base import WorkbenchScreen
 from workbench.screens.prompt import PromptScreen
 from workbench.widgets.memory_fit import gib
@@ -54,10 +55,9 @@ def human_count(n: Any) -> str:
     return str(int(n))
 
 
-def format_text(m: dict[str, Any]) -> str:
+def format_text(m: api.ModelInfo) -> str:
     """``gguf Q4_K_M`` for a quantized GGUF, else the format."""
-    quant = m.get("quant")
-    return f"{m.get('format', '')} {quant}" if quant else str(m.get("format", ""))
+    return f"{m.format} {m.quant}" if m.quant else m.format
 
 
 ID_WIDTH = 28
@@ -72,48 +72,41 @@ def short_id(entry_id: str, width: int = ID_WIDTH) -> str:
     return head + "…" + entry_id[-(width - len(head) - 1):]
 
 
-def model_row(m: dict[str, Any]) -> tuple[str, ...]:
-    size = m.get("bytes")
-    status = str(m.get("status", ""))
-    return (short_id(str(m.get("id", "?"))), status if status == "ok" else f"✗ {status}",
-            str(m.get("source", "")), format_text(m), str(m.get("size", "")),
-            human_count(m.get("params")),
-            gib(size) if isinstance(size, (int, float)) and size else "—",
-            str(m.get("family", "")), str(m.get("variant", "")))
+def model_row(m: api.ModelInfo) -> tuple[str, ...]:
+    return (short_id(m.id), m.status if m.status == "ok" else f"✗ {m.status}", m.source,
+            format_text(m), m.size, human_count(m.params), gib(m.bytes) if m.bytes else "—",
+            m.family, m.variant)
 
 
-def status_lines(m: dict[str, Any]) -> list[str]:
+def status_lines(m: api.ModelInfo) -> list[str]:
     """What the entry's status means: ready, or the reason and what to do."""
-    status = str(m.get("status", "?"))
-    if status == "ok":
+    if m.status == "ok":
         lines = ["[b green]✓ ok[/] ready to use: enter picks it for Configure"]
-        if m.get("note"):
-            lines.append(f"[dim]note:[/] {escape(str(m['note']))}")
+        if m.note:
+            lines.append(f"[dim]note:[/] {escape(m.note)}")
     else:
-        reason = str(m.get("reason") or "no reason given")
-        hint = str(m.get("hint") or STATUS_HINTS.get(status, DEFAULT_HINT))
-        lines = [f"[b red]✗ {escape(status)}[/]: {escape(reason)}"]
-        lines += [f"  [red]⚠[/] {escape(str(p))}" for p in m.get("problems") or []
-                  if str(p) != reason]
+        reason = m.reason or "no reason given"
+        hint = m.hint or STATUS_HINTS.get(m.status, DEFAULT_HINT)
+        lines = [f"[b red]✗ {escape(m.status)}[/]: {escape(reason)}"]
+        lines += [f"  [red]⚠[/] {escape(p)}" for p in m.problems if p != reason]
         lines.append(f"[b]what to do:[/] {escape(hint)}")
-    if m.get("tokenizer_mismatch"):
-        lines.append(f"[yellow]⚠ tokenizer: {escape(str(m['tokenizer_mismatch']))}[/]")
+    if m.tokenizer_mismatch:
+        lines.append(f"[yellow]⚠ tokenizer: {escape(m.tokenizer_mismatch)}[/]")
     return lines
 
 
-def model_detail(m: dict[str, Any]) -> str:
-    lines = [f"[b]{escape(str(m.get('id', '?')))}[/b]", *status_lines(m)]
-    source = str(m.get("source", ""))
-    if source:
-        lines.append(f"[dim]found in:[/] {escape(SOURCES.get(source, source))}")
-    if m.get("quant"):
-        lines.append(f"[dim]quantization:[/] {escape(str(m['quant']))} "
-                     "(dequantized to the run's dtype at load)")
-    for key in ("path", "checkpoint", "tokenizer", "format"):
-        if m.get(key):
-            lines.append(f"[dim]{key}:[/] {escape(str(m[key]))}")
-    config = m.get("arch") or {}
-    if isinstance(config, Mapping) and config:
+def model_detail(m: api.ModelInfo) -> str:
+    lines = [f"[b]{escape(m.id)}[/b]", *status_lines(m)]
+    if m.source:
+        lines.append(f"[dim]found in:[/] {escape(SOURCES.get(m.source, m.source))}")
+    if m.quant:
+        lines.append(f"[dim]quantization:[/] {escape(m.quant)} (dequantized to the run's dtype at load)")
+    for key, value in (("path", m.path), ("checkpoint", m.checkpoint), ("tokenizer", m.tokenizer),
+                       ("format", m.format)):
+        if value:
+            lines.append(f"[dim]{key}:[/] {escape(value)}")
+    config = m.arch or {}
+    if config:
         lines.append("[b]architecture[/b]")
         lines += [f"  {escape(str(k))} = {escape(str(v))}" for k, v in list(config.items())[:24]]
         held = held_sizes(config)
@@ -136,13 +129,14 @@ def held_sizes(arch: Mapping[str, Any]) -> str:
             f"int4/nf4 {gib(sizes['int4'])} (the embedding table stays bf16)")
 
 
-def scan_here(folders: tuple[str, ...]) -> list[dict[str, Any]]:
+def scan_here(folders: tuple[str, ...]) -> list[api.ModelInfo]:
     """The catalog of this machine, read in this process (metadata only, no JAX)."""
     from pathlib import Path
 
     from adapters_lib import catalog
 
-    return [m.to_dict() for m in catalog.list_models([Path(f).expanduser() for f in folders])]
+    return [api.ModelInfo.from_json(m.to_dict())
+            for m in catalog.list_models([Path(f).expanduser() for f in folders])]
 
 
 class ModelsScreen(WorkbenchScreen):
@@ -155,7 +149,7 @@ class ModelsScreen(WorkbenchScreen):
 
     def __init__(self) -> None:
         super().__init__(name="models")
-        self.catalog: list[dict[str, Any]] = []
+        self.catalog: list[api.ModelInfo] = []
         self.folders: list[str] = []
         self.from_engine = False
         """True once the engine's answer is shown (a local scan never replaces it)."""
@@ -204,7 +198,7 @@ class ModelsScreen(WorkbenchScreen):
             self.ui(self.query_one("#models-wait", WaitNote).done,
                     "[red]the engine did not answer[/] · r retries")
 
-    def show_catalog(self, catalog: list[dict[str, Any]], how: str = "",
+    def show_catalog(self, catalog: list[api.ModelInfo], how: str = "",
                      from_engine: bool = True) -> None:
         if self.from_engine and not from_engine:
             return
@@ -214,8 +208,8 @@ class ModelsScreen(WorkbenchScreen):
         self.catalog = list(catalog)
         table.clear()
         for m in self.catalog:
-            table.add_row(*model_row(m), key=str(m.get("id")))
-        bad = sum(1 for m in self.catalog if m.get("status") != "ok")
+            table.add_row(*model_row(m), key=m.id)
+        bad = sum(1 for m in self.catalog if m.status != "ok")
         count = f"{len(self.catalog)} model{'s' if len(self.catalog) != 1 else ''}" + (
             f", {bad} not usable (see why on the right)" if bad else "")
         wait = self.query_one("#models-wait", WaitNote)
@@ -261,9 +255,9 @@ class ModelsScreen(WorkbenchScreen):
         if not self.catalog or table.cursor_row is None:
             return
         entry = self.catalog[table.cursor_row]
-        choice = str(entry.get("id", "demo"))
-        if entry.get("status") != "ok":
-            self.notify(f"{choice} is {entry.get('status')}: {entry.get('reason', '')}",
+        choice = entry.id
+        if entry.status != "ok":
+            self.notify(f"{choice} is {entry.status}: {entry.reason}",
                         severity="warning", timeout=6)
             return
         self.app.model_choice = choice  # type: ignore[attr-defined]  # Configure takes it when shown

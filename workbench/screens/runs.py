@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Static
 from textual.worker import get_current_worker
 
 from adapters_lib.config import LORA_TARGETS, config_from_dict
+from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs.registry import default_name, short_ref
 from workbench.screens.base import WorkbenchScreen, error_text
@@ -69,10 +70,6 @@ def parse_sweep(text: str, lora: dict[str, Any]) -> dict[str, Any]:
     return new
 
 
-def record_state(r: dict[str, Any]) -> dict[str, Any]:
-    return r.get("status") if isinstance(r.get("status"), dict) else r
-
-
 class RunsScreen(WorkbenchScreen):
     AUTO_FOCUS = "#runs-table"
     BINDINGS = [
@@ -88,7 +85,7 @@ class RunsScreen(WorkbenchScreen):
 
     def __init__(self) -> None:
         super().__init__(name="runs")
-        self.runs: list[dict[str, Any]] = []
+        self.runs: list[api.RunSummary] = []
         self.marked: list[str] = []
         self.parents: dict[str, str] = {}
         self.curves: dict[str, RunView] = {}
@@ -135,8 +132,7 @@ class RunsScreen(WorkbenchScreen):
             self._watching = False
 
     def any_active(self) -> bool:
-        return any(record_state(r).get("state") in ("queued", "running", "stopping")
-                   for r in self.runs)
+        return any(r.active for r in self.runs)
 
     def load(self) -> None:
         """Fetch the list (worker); replies are applied in the order they were asked for."""
@@ -153,51 +149,42 @@ class RunsScreen(WorkbenchScreen):
         if runs is None:
             return
         for r in runs:
-            rid = self.run_id(r)
-            if isinstance(r.get("config"), dict):
-                self.configs[rid] = r["config"]
-            elif rid not in self.configs:
-                record = self.engine(self.client.get_run, rid, metrics=False, events=False)
-                self.configs[rid] = (record or {}).get("config") or {}
+            if r.id not in self.configs:
+                record = self.engine(self.client.get_run, r.id, metrics=False, events=False)
+                self.configs[r.id] = (record.config if record is not None else None) or {}
         self.ui(self.show_runs, runs, seq)
 
-    def run_id(self, r: dict[str, Any]) -> str:
-        return str(r["id"])
-
-    def show_runs(self, runs: list[dict[str, Any]], seq: int = 0) -> None:
+    def show_runs(self, runs: list[api.RunSummary], seq: int = 0) -> None:
         if seq < self._shown_seq:  # an older reply than the one on screen
             return
         self._shown_seq = seq
-        self.runs = sorted(runs, key=self.run_id, reverse=True)
+        self.runs = sorted(runs, key=lambda r: r.id, reverse=True)
         table = self.query_one(DataTable)
         cursor = table.cursor_row
         table.clear()
         for r in self.runs:
-            rid = self.run_id(r)
-            st = record_state(r)
+            rid = r.id
             lora = self.configs.get(rid, {}).get("lora", {})
             model = model_text(self.configs.get(rid, {}).get("model", {}))
-            loss = r.get("loss", r.get("last_loss"))
-            table.add_row("✓" if rid in self.marked else " ", rid, model, str(st.get("state", "?")),
-                          f"{st.get('step', 0)}/{st.get('total_steps', '?')}",
-                          f"{loss:.4f}" if isinstance(loss, (int, float)) else "—",
+            table.add_row("✓" if rid in self.marked else " ", rid, model, r.state,
+                          f"{r.step}/{r.total_steps or '?'}",
+                          f"{r.loss:.4f}" if r.loss is not None else "—",
                           str(lora.get("rank", "—")) if lora.get("enabled", True) else "full",
                           targets_text(lora.get("targets", [])), key=rid)
         if self.runs and cursor is not None:
             table.move_cursor(row=min(cursor, len(self.runs) - 1))
         wait = self.query_one("#runs-wait", WaitNote)
         if wait.wait is None and not str(wait.content).startswith(("[green]", "[red]")):
-            active = sum(1 for r in self.runs if record_state(r).get("state") in
-                         ("queued", "running", "stopping"))
+            active = sum(1 for r in self.runs if r.active)
             wait.done(f"[dim]{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}, "
                       f"{active} active · space marks runs to overlay and diff[/]")
-        self.marked = [m for m in self.marked if any(self.run_id(r) == m for r in self.runs)]
+        self.marked = [m for m in self.marked if any(r.id == m for r in self.runs)]
         self.load_curves(list(self.marked))
         if self.any_active() and not self._watching:
             self._watching = True
             self.watch_active()
 
-    def current(self) -> dict[str, Any] | None:
+    def current(self) -> api.RunSummary | None:
         table = self.query_one(DataTable)
         if not self.runs or table.cursor_row is None or table.cursor_row >= len(self.runs):
             return None
@@ -209,7 +196,7 @@ class RunsScreen(WorkbenchScreen):
         r = self.current()
         if r is None:
             return
-        rid = self.run_id(r)
+        rid = r.id
         if rid in self.marked:
             self.marked.remove(rid)
         else:
@@ -256,7 +243,7 @@ class RunsScreen(WorkbenchScreen):
     def action_open(self) -> None:
         r = self.current()
         if r is not None:
-            self.app.open_run(self.run_id(r), "train")  # type: ignore[attr-defined]
+            self.app.open_run(r.id, "train")  # type: ignore[attr-defined]
 
     def action_refresh(self) -> None:
         self.load()
@@ -266,7 +253,7 @@ class RunsScreen(WorkbenchScreen):
         if r is None:
             self.notify("no run selected", severity="warning")
             return
-        self.run_action_worker(name, call, self.run_id(r))
+        self.run_action_worker(name, call, r.id)
 
     @work(thread=True, group="runs-action")
     def run_action_worker(self, name: str, call, run_id: str) -> None:
@@ -293,7 +280,7 @@ class RunsScreen(WorkbenchScreen):
         if r is None:
             self.notify("no run selected", severity="warning")
             return
-        rid = self.run_id(r)
+        rid = r.id
 
         def chosen(choice: tuple[str, str] | None) -> None:
             if choice:
@@ -310,17 +297,16 @@ class RunsScreen(WorkbenchScreen):
         config = self.configs.get(rid)
         if not config:
             record = self.engine(self.client.get_run, rid, metrics=False, events=False)
-            config = (record or {}).get("config") or {}
+            config = (record.config if record is not None else None) or {}
         est = self.engine(self.client.estimate, config) if config else None  # sizes: counts only
-        counts = est if isinstance(est, dict) else getattr(est, "__dict__", {})
-        total, lora = counts.get("total_params"), counts.get("trainable_params")
+        total, lora = (est.total_params, est.trainable_params) if est is not None else (None, None)
         self.ui(self.app.push_screen, ExportScreen(rid, config, total, lora), chosen)
 
     def action_delete(self) -> None:
         r = self.current()
         if r is None:
             return
-        rid = self.run_id(r)
+        rid = r.id
 
         def confirmed(answer: str | None) -> None:
             if answer is not None and answer.strip().lower() in ("y", "yes", rid):
@@ -335,7 +321,7 @@ class RunsScreen(WorkbenchScreen):
         if r is None:
             self.notify("no run selected", severity="warning")
             return
-        rid = self.run_id(r)
+        rid = r.id
         lora = self.configs.get(rid, {}).get("lora") or {}
         rank = int(lora.get("rank", 8) or 8)
 
@@ -348,12 +334,11 @@ class RunsScreen(WorkbenchScreen):
 
     @work(thread=True, exclusive=True, group="runs-sweep")
     def sweep(self, parent: str, text: str) -> None:
-        record = self.engine(self.client.get_run, parent)
+        record = self.engine(self.client.get_run, parent, metrics=False, events=False)
         if record is None:
             return
         try:
-            config = {k: v for k, v in (record.get("config") or {}).items()
-                      if isinstance(v, dict)}
+            config = {k: v for k, v in (record.config or {}).items() if isinstance(v, dict)}
             before = dict(config.get("lora") or {})
             lora = parse_sweep(text, before)
             config["lora"] = lora
@@ -373,8 +358,7 @@ class RunsScreen(WorkbenchScreen):
                           name=f"{name}-r{lora.get('rank')}")
         if got is None:
             return
-        run = got[1]
-        child = str(run["id"])
+        child = got[1].id
         self.parents[child] = parent
         self.ui(self.show_sweep, parent, child, lora.get("rank"))
 
@@ -384,16 +368,9 @@ class RunsScreen(WorkbenchScreen):
         self.load()
 
 
-def where_written(result: Any) -> str:
-    """The path an export reply names (``{"result": {"path": ...}}`` or flatter), if any."""
-    if isinstance(result, str):
-        return f"→ {result}"
-    if not isinstance(result, dict):
-        return ""
-    for key in ("path", "out", "dir", "output"):
-        if isinstance(result.get(key), str):
-            return f"→ {result[key]}"
-    return where_written(result.get("result")) if "result" in result else ""
+def where_written(reply: Any) -> str:
+    """``→ folder`` of an export's reply; "" for the other actions' replies."""
+    return f"→ {reply.out}" if isinstance(reply, api.ExportReply) and reply.out else ""
 
 
 def model_text(model: dict[str, Any]) -> str:

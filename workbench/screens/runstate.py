@@ -1,8 +1,9 @@
 """What the Train, Compare and Runs screens know about one run, built from engine replies.
 
-``RunView`` folds the run record (``get_run``) and the live stream (``stream_run`` events)
-into plain lists: metrics by step, events, state. It is UI-free so the folding is tested
-without a terminal, and tolerant of missing keys (a run just created has no metrics yet).
+``RunView`` folds the run record (``get_run``: an ``api.RunDetail``) and the live stream
+(``stream_run``'s ``api.StreamItem``s) into plain lists: metrics by step (open records of
+numbers), events, state. It is UI-free so the folding is tested without a terminal; a run
+just created has no metrics yet.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-ACTIVE = ("queued", "running", "stopping")
+from adapters_lib.engine import api
+from adapters_lib.runs.state import ACTIVE_STATES, STATES, RunState
 
 
 @dataclass
 class RunView:
     run_id: str
-    state: str = "unknown"
+    state: RunState | None = None
+    """None until the engine has said."""
     step: int = 0
     total_steps: int = 0
     config: dict[str, Any] = field(default_factory=dict)
@@ -45,32 +48,31 @@ class RunView:
 
     @property
     def active(self) -> bool:
-        return self.state in ACTIVE
+        return self.state in ACTIVE_STATES
 
-    def apply_record(self, record: dict[str, Any]) -> None:
-        """Fold a ``get_run`` / ``list_runs`` record in."""
-        status = record.get("status") if isinstance(record.get("status"), dict) else record
-        self.state = str(status.get("state", self.state))
-        self.step = int(status.get("step", self.step) or 0)
-        self.total_steps = int(status.get("total_steps", self.total_steps) or 0)
-        err = status.get("error")
-        if err:
-            self.error = str(err.get("message", err)) if isinstance(err, dict) else str(err)
-        if isinstance(record.get("config"), dict):
-            self.config = record["config"]
+    def apply_status(self, status: api.RunSummary) -> None:
+        """Fold a run's status in (``list_runs``, ``stop_run``, a stream's ``status`` item)."""
+        self.state = status.state
+        self.step = status.step
+        self.total_steps = status.total_steps or self.total_steps
+        if status.error is not None and status.error.message:
+            self.error = status.error.message
+        if status.best_step is not None:
+            self.best_step = status.best_step
+
+    def apply_record(self, record: api.RunDetail) -> None:
+        """Fold a ``get_run`` record in: the status, the config, metrics, events, checkpoints."""
+        self.apply_status(record)
+        if record.config is not None:
+            self.config = record.config
         if not self.total_steps:
             self.total_steps = int(self.config.get("train", {}).get("steps", 0) or 0)
-        for m in record.get("metrics") or []:
+        for m in record.metrics or []:
             self.add_metrics(m)
-        for e in record.get("events") or []:
+        for e in record.events or []:
             self.add_event(e)
-        best = status.get("best_step", record.get("best_step"))
-        if isinstance(best, int) and not isinstance(best, bool):
-            self.best_step = best
-        ckpts = record.get("checkpoints")
-        if isinstance(ckpts, list):
-            self.checkpoints = sorted(int(c.get("step", c) if isinstance(c, dict) else c)
-                                      for c in ckpts)
+        if record.checkpoints:
+            self.checkpoints = sorted(record.checkpoints)
 
     def add_metrics(self, m: dict[str, Any]) -> None:
         step = int(m.get("step", 0) or 0)
@@ -81,34 +83,34 @@ class RunView:
         self.metrics.append(dict(m))
         self.step = max(self.step, step)
 
-    def apply_stream(self, ev: dict[str, Any]) -> str:
-        """Fold one stream event in; returns its kind (metrics, event, status, end)."""
-        kind = str(ev.get("type") or ev.get("event") or "")
-        data = ev.get("data") if isinstance(ev.get("data"), dict) else ev
-        if kind == "metrics" or (not kind and "loss" in data):
+    def apply_stream(self, item: api.StreamItem) -> str:
+        """Fold one run-stream item in (``api.RUN_STREAM_ITEMS``); returns its type."""
+        data = item.data
+        if item.type == "metrics":
             self.add_metrics(data)
-            return "metrics"
-        if kind in ("status", "state") or (not kind and "state" in data and "kind" not in data):
-            self.apply_record(data)
-            return "status"
-        if kind in ("replayed", "ping"):
-            return kind
-        if kind == "error":
-            self.error = str(data.get("message", data))
-            return "error"
-        if kind == "log":
-            self.add_event({"kind": "log", **data})
+        elif item.type == "status":
+            self.apply_status(data)
+        elif item.type == "error":
+            self.error = data.message
+        elif item.type == "log":
+            self.add_event({"kind": "log", **data.to_json()})
             return "event"
-        if kind in ("end", "done", "closed"):
-            if data.get("state"):
-                self.state = str(data["state"])
-            return "end"
-        if self.add_event(data) and data.get("kind") == "checkpoint" and \
-                isinstance(data.get("step"), int) and data["step"] not in self.checkpoints:
-            self.checkpoints = sorted([*self.checkpoints, data["step"]])
-        if data.get("kind") in ("state", "status") and data.get("state"):
-            self.state = str(data["state"])
-        return "event"
+        elif item.type == "end":
+            if data.state is not None:
+                self.state = data.state
+        elif item.type == "event":
+            self.apply_event(data)
+        return item.type
+
+    def apply_event(self, e: dict[str, Any]) -> None:
+        """An ``events.jsonl`` record: a checkpoint joins the list, a state event moves the state."""
+        if not self.add_event(e):
+            return
+        step = e.get("step")
+        if e.get("kind") == "checkpoint" and isinstance(step, int) and step not in self.checkpoints:
+            self.checkpoints = sorted([*self.checkpoints, step])
+        if e.get("kind") == "state" and e.get("state") in STATES:
+            self.state = RunState(e["state"])
 
     def series(self, key: str) -> tuple[tuple[float, ...], tuple[float, ...]]:
         pts = [(m["step"], m[key]) for m in self.metrics

@@ -15,7 +15,6 @@ first step the header says what the run waits for (set-up, compile) and for how 
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -24,6 +23,8 @@ from textual.containers import Grid, Horizontal
 from textual.widgets import Footer, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
+from adapters_lib.engine import api
+from adapters_lib.runs.state import RunState
 from workbench.screens.base import WorkbenchScreen
 from workbench.screens.runstate import RunView, event_line
 from workbench.screens.train_text import checkpoints_text, header_text, memory_text
@@ -36,19 +37,12 @@ PLOTS = (("plot-loss", "loss"), ("plot-lr", "learning rate"), ("plot-grad", "gra
          ("plot-tps", "tokens/s"))
 
 
-def newest_run(runs: list[dict[str, Any]]) -> str | None:
+def newest_run(runs: list[api.RunSummary]) -> str | None:
     """The newest active run, else the newest run (ids sort by creation time)."""
     if not runs:
         return None
-
-    def state(r: dict[str, Any]) -> str:
-        s = r.get("status") if isinstance(r.get("status"), dict) else r
-        return str(s.get("state", ""))
-
-    ordered = sorted(runs, key=lambda r: str(r["id"]))
-    active = [r for r in ordered if state(r) in ("queued", "running", "stopping")]
-    pick = (active or ordered)[-1]
-    return str(pick["id"])
+    ordered = sorted(runs, key=lambda r: r.id)
+    return ([r for r in ordered if r.active] or ordered)[-1].id
 
 
 class TrainScreen(WorkbenchScreen):
@@ -65,7 +59,7 @@ class TrainScreen(WorkbenchScreen):
         self._dirty = False
         self._memory_dirty = False
         self._shown_events = 0
-        self.status: dict[str, Any] = {}
+        self.status: api.EngineStatus | None = None
         """The engine's last status reply (device memory)."""
 
     def compose(self) -> ComposeResult:
@@ -163,12 +157,11 @@ class TrainScreen(WorkbenchScreen):
         except Exception as err:  # noqa: BLE001 - the stream ended badly: say so, keep the plot
             if not worker.is_cancelled:
                 self.ui(self.notify, f"stream ended: {err}", severity="warning")
-        final = self.engine(self.client.get_run, run_id)
+        final = self.engine(self.client.get_run, run_id, metrics=False, events=False)
         if final is not None and not worker.is_cancelled:
             with self._lock:
                 if self.view is not None and self.view.run_id == run_id:
-                    self.view.apply_record({k: v for k, v in final.items()
-                                            if k not in ("metrics", "events")})
+                    self.view.apply_record(final)
                     self._dirty = True
 
     # ------------------------------------------------------------------ drawing (≤ 2 Hz)
@@ -233,7 +226,7 @@ class TrainScreen(WorkbenchScreen):
         if result is not None:
             with self._lock:
                 if self.view is not None and self.view.run_id == run_id:
-                    self.view.apply_record(result if "state" in result else {})
+                    self.view.apply_status(result)
                     self._dirty = True
 
     def action_compare(self) -> None:
@@ -252,9 +245,10 @@ def short_id(run_id: str) -> str:
     return rest if head.isdigit() and len(head) == 8 and rest else run_id
 
 
-def state_style(state: str) -> str:
-    return {"running": "green", "completed": "b green", "failed": "b red",
-            "interrupted": "yellow", "stopped": "yellow", "stopping": "yellow"}.get(state, "dim")
+def state_style(state: RunState | None) -> str:
+    return {RunState.RUNNING: "green", RunState.COMPLETED: "b green", RunState.FAILED: "b red",
+            RunState.INTERRUPTED: "yellow", RunState.STOPPED: "yellow",
+            RunState.STOPPING: "yellow"}.get(state, "dim")
 
 
 SCREEN = TrainScreen

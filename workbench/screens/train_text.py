@@ -1,18 +1,19 @@
 """The Train screen's words: the header (state, step, losses, step time, ETA, or what the run
 waits for), device memory against capacity, and the checkpoints so far.
 
-Pure functions of a ``RunView`` and an engine ``status`` reply, tested without a terminal.
+Pure functions of a ``RunView`` and an engine ``status`` reply (``api.EngineStatus``), tested without a terminal.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from rich.markup import escape
 
+from adapters_lib.engine import api
+from adapters_lib.runs.state import RunState
 from workbench.screens.runstate import RunView, fmt_duration
 from workbench.widgets.memory_fit import gib
 
@@ -34,13 +35,13 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
     """Until the first step: what the run waits for and since when (``"compiling · 12 s"``)."""
     now = time.time() if now is None else now
     since = None
-    phases = ("stopping",) if view.state == "stopping" else ("queued", "running")
+    phases = (RunState.STOPPING,) if view.state == RunState.STOPPING else (RunState.QUEUED, RunState.RUNNING)
     for e in view.events:
         if e.get("kind") == "state" and e.get("state") in phases:
             since = epoch(e.get("time")) or since
-    if view.state == "queued":
+    if view.state == RunState.QUEUED:
         what = "queued: waiting for the device"
-    elif view.state == "stopping":
+    elif view.state == RunState.STOPPING:
         what = "stopping: writing a checkpoint"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("set-up")
              for e in view.events):
@@ -53,7 +54,7 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
 
 def header_text(view: RunView, name: str, state_style: str, now: float | None = None) -> str:
     v = view
-    parts = [f"[b]{escape(name)}[/b] [{state_style}]{v.state}[/] {v.step}/{v.total_steps or '?'}"]
+    parts = [f"[b]{escape(name)}[/b] [{state_style}]{v.state or 'unknown'}[/] {v.step}/{v.total_steps or '?'}"]
     last = v.metrics[-1] if v.metrics else {}
     if isinstance(last.get("loss"), (int, float)):
         parts.append(f"loss {last['loss']:.3f}")
@@ -66,7 +67,7 @@ def header_text(view: RunView, name: str, state_style: str, now: float | None = 
     eta = v.eta_seconds()
     if eta is not None:
         parts.append(f"ETA {fmt_duration(eta)}")
-    if v.active and (not v.metrics or v.state == "stopping"):
+    if v.active and (not v.metrics or v.state == RunState.STOPPING):
         parts.append(f"[yellow]{escape(waiting_for(v, now))}[/]")
     text = " ".join(parts)
     return text + (f" [red]{escape(v.error)}[/]" if v.error else "")
@@ -78,30 +79,28 @@ def bar(fraction: float, width: int = BAR_W) -> str:
     return f"[{style}]{'█' * filled}[/][dim]{'░' * (width - filled)}[/]"
 
 
-def memory_text(status: dict[str, Any]) -> str:
+def memory_text(status: api.EngineStatus | None) -> str:
     """Device memory in use against capacity (the engine's live figures); on devices that
     report none (CPU), the engine process against the host's memory."""
-    devices = [d for d in status.get("devices") or [] if isinstance(d, Mapping)]
-    known = [d for d in devices if isinstance(d.get("bytes_in_use"), int)
-             and isinstance(d.get("memory_bytes"), int) and d["memory_bytes"] > 0]
+    if status is None:
+        return "[dim]memory: waiting for the engine[/]"
+    known = [d for d in status.devices
+             if d.bytes_in_use is not None and d.memory_bytes is not None and d.memory_bytes > 0]
     if known:
-        worst = max(known, key=lambda d: d["bytes_in_use"] / d["memory_bytes"])
-        frac = worst["bytes_in_use"] / worst["memory_bytes"]
-        kind = worst["kind"] or "device"
+        worst = max(known, key=lambda d: d.bytes_in_use / d.memory_bytes)
+        frac = worst.bytes_in_use / worst.memory_bytes
+        kind = escape(worst.kind or "device")
         if len(known) == 1:
-            return (f"mem {escape(str(kind))}:{worst.get('id', 0)} {bar(frac)} "
-                    f"{gib(worst['bytes_in_use'])} / {gib(worst['memory_bytes'])} "
-                    f"({frac:.0%})")
-        low = min(d["bytes_in_use"] for d in known)
-        return (f"mem {len(known)}×{escape(str(kind))} {bar(frac)} max "
-                f"{gib(worst['bytes_in_use'])} / {gib(worst['memory_bytes'])} ({frac:.0%}) "
-                f"on #{worst.get('id')} · min {gib(low)}")
-    host = status.get("memory") or {}
-    rss, total = host.get("engine_rss_bytes"), host.get("host_bytes")
-    if isinstance(rss, int) and isinstance(total, int) and total > 0:
+            return (f"mem {kind}:{worst.id} {bar(frac)} {gib(worst.bytes_in_use)} / "
+                    f"{gib(worst.memory_bytes)} ({frac:.0%})")
+        low = min(d.bytes_in_use for d in known)
+        return (f"mem {len(known)}×{kind} {bar(frac)} max {gib(worst.bytes_in_use)} / "
+                f"{gib(worst.memory_bytes)} ({frac:.0%}) on #{worst.id} · min {gib(low)}")
+    rss, total = status.memory.engine_rss_bytes, status.memory.host_bytes
+    if rss is not None and total:
         return (f"mem host {bar(rss / total)} engine {gib(rss)} / {gib(total)} "
                 "[dim](no per-device figures here)[/]")
-    return "[dim]memory: waiting for the engine[/]" if not status else "[dim]memory: —[/]"
+    return "[dim]memory: —[/]"
 
 
 def checkpoints_text(steps: list[int]) -> str:

@@ -8,10 +8,11 @@ Verdicts (the same words the engine's estimate uses): ``fits`` below 85 % of cap
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from rich.text import Text
 from textual.widget import Widget
+
+from adapters_lib.engine import api
 
 TIGHT_AT = 0.85
 MAX_ROWS = 2
@@ -49,17 +50,10 @@ def gib(n: float | None) -> str:
     return f"{n / 2**10:.0f} KiB"
 
 
-def fits_from_estimate(estimate: dict[str, Any]) -> list[DeviceFit]:
-    """The per-device rows of an engine estimate (``EstimateReply.devices``: device, kind,
-    bytes, capacity_bytes, verdict)."""
-    out = []
-    for row in estimate.get("devices") or []:
-        used = row["bytes"] or 0
-        cap = row["capacity_bytes"]
-        name = f"{row['kind']}:{row['device']}"
-        out.append(DeviceFit(str(name), int(used),
-                             int(cap) if cap else None, str(row.get("verdict", ""))))
-    return out
+def fits_from_estimate(devices: list[api.DeviceFit]) -> list[DeviceFit]:
+    """The per-device rows of an engine estimate (``EstimateReply.devices``)."""
+    return [DeviceFit(f"{d.kind}:{d.device}", d.bytes, d.capacity_bytes or None, d.verdict)
+            for d in devices]
 
 
 class MemoryFitBar(Widget):

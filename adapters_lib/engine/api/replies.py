@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from adapters_lib.jsontypes import Record, record
+from adapters_lib.runs.state import ACTIVE_STATES, RunState
 
 API_VERSION = 1
 """The one definition: the server reports it in ``status``, the client refuses another."""
@@ -26,6 +27,8 @@ __all__ = [
     "ShutdownReply",
     "ModelInfo",
     "ModelList",
+    "DataIssueInfo",
+    "DataExample",
     "DataReport",
     "DataCheckReply",
     "MeshProblem",
@@ -175,6 +178,32 @@ class ModelList(Record):
 
 
 @record
+class DataIssueInfo(Record):
+    """One dropped record or warning (``data.readers.DataIssue.to_dict``)."""
+
+    file: str = ""
+    line: int | None = None
+    row: int | None = None
+    field: str | None = None
+    severity: str = "error"
+    message: str = ""
+    text: str = ""
+    """``file:line: message``."""
+
+
+@record
+class DataExample(Record):
+    """One example as the model sees it (``data.validate.Report.preview``)."""
+
+    text: str = ""
+    where: str = ""
+    format: str = ""
+    segments: list[Any] = dataclasses.field(default_factory=list)
+    """``[text, trained]`` pieces."""
+    tokens: int | None = None
+
+
+@record
 class DataReport(Record):
     """``adapters_lib.data.Report.to_dict()`` (docs/data.md); the rest of its keys in ``extra``."""
 
@@ -184,12 +213,17 @@ class DataReport(Record):
     format: str = ""
     records: int = 0
     examples: int = 0
+    dropped: int = 0
+    sequences: int = 0
     tokens: int = 0
-    errors: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    warnings: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    truncated: int = 0
+    mean_tokens: float | None = None
+    max_tokens: int | None = None
+    errors: list[DataIssueInfo] = dataclasses.field(default_factory=list)
+    warnings: list[DataIssueInfo] = dataclasses.field(default_factory=list)
     error_count: int = 0
     warning_count: int = 0
-    preview: list[Any] = dataclasses.field(default_factory=list)
+    preview: list[DataExample] = dataclasses.field(default_factory=list)
 
 
 @record
@@ -237,7 +271,7 @@ class RunSummary(Record):
     """A run's ``status.json`` plus ``id`` and ``dir`` (its other keys in ``extra``)."""
 
     id: str
-    state: str
+    state: RunState
     """queued, running, stopping, stopped, completed, failed, interrupted (contract)."""
     dir: str = ""
     run_id: str = ""
@@ -248,6 +282,26 @@ class RunSummary(Record):
     pid: int | None = None
     error: ErrorInfo | None = None
     """Why a ``failed`` run failed."""
+    loss: float | None = None
+    """The last logged training loss (NaN when the run diverged)."""
+    final_loss: float | None = None
+    final_eval_loss: float | None = None
+    best_metric: str | None = None
+    best_step: int | None = None
+    """The step the run pinned as its best (``[train] best_metric``'s selection)."""
+    best_value: float | None = None
+    exact_match_base: float | None = None
+    exact_match_tuned: float | None = None
+    trainable_params: int | None = None
+    peak_bytes: int | None = None
+    wall_s: float | None = None
+    processes: int | None = None
+    """A multi-host run: the processes that trained it."""
+
+    @property
+    def active(self) -> bool:
+        """Queued, running or stopping: a process is (or should be) working on it."""
+        return self.state in ACTIVE_STATES
 
 
 @record

@@ -13,6 +13,7 @@ from typing import Any
 from adapters_lib.engine.api.chat import CompareTurn
 from adapters_lib.engine.api.replies import RunSummary
 from adapters_lib.jsontypes import Record, record
+from adapters_lib.runs.state import RunState
 
 __all__ = [
     "LogLine",
@@ -45,7 +46,7 @@ class Replayed(Record):
 
 @record
 class RunEnd(Record):
-    state: str | None = None
+    state: RunState | None = None
 
 
 @record
@@ -102,6 +103,8 @@ class CompareDone(Record):
     stop_reason: dict[str, str] = dataclasses.field(default_factory=dict)
     turns: list[CompareTurn] | None = None
     """For a ``messages`` request: every user turn, answered now or given as history."""
+    saved: str | None = None
+    """The file the compare was kept in (``<run>/compare/*.jsonl``), when asked to save."""
 
 
 @record
