@@ -9,6 +9,10 @@
 ``gemma3n_tiny`` is the same for a Gemma 3n: AltUp, Laurel, per-layer inputs, activation
 sparsity in its first layer and KV sharing (its last 2 of 4 layers; ``L G`` unshared, so
 gemma's and transformers' rules pick the same source layers).
+
+Both have the demo tokenizer's 1024 ids: ``gemma4_tokenizer`` is the demo tokenizer with its
+turn markers (105/106) spelled Gemma 4's way (``<|turn>``/``<turn|>``); Gemma 3n reads the
+demo tokenizer as it is (Gemma 3's markers).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 import pytest
 
 _COMMON = dict(num_layers=4, embed_dim=32, hidden_dim=64, num_heads=2, head_dim=8, num_kv_heads=1,
-               vocab_size=256, attention=("local", "global", "local", "global"), sliding_window=4,
+               vocab_size=1024, attention=("local", "global", "local", "global"), sliding_window=4,
                use_qk_norm=True, transpose_gating=True, query_pre_attn_scalar=1.0,
                final_logit_softcap=30.0, local_rope=10_000, global_rope=1_000_000,
                global_head_dim=16)
@@ -33,7 +37,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 def tiny_arch_3n():
     from adapters_lib.models.families.gemma3n import Gemma3nArch
 
-    return Gemma3nArch("gemma3n", 4, 32, 64, 4, 8, 2, 256, ("local", "global") * 2, 4,
+    return Gemma3nArch("gemma3n", 4, 32, 64, 4, 8, 2, 1024, ("local", "global") * 2, 4,
                        use_qk_norm=True, transpose_gating=True, query_pre_attn_scalar=1.0,
                        final_logit_softcap=30.0, local_rope=10_000, global_rope=1_000_000,
                        per_layer_input_dim=8, kv_shared_layers=2, laurel_rank=4,
@@ -80,3 +84,20 @@ def gemma3n_tiny() -> tuple[Any, Any, Any]:
     arch = tiny_arch_3n()
     model = families.model_class(arch)(dtype=jnp.float32)
     return arch, model, _random_params(model, 5)
+
+
+@pytest.fixture(scope="session")
+def gemma4_tokenizer(tmp_path_factory) -> str:
+    """A Gemma 4 ``tokenizer.model``: the demo's, ``<start_of_turn>``/``<end_of_turn>`` (105/106)
+    renamed ``<|turn>``/``<turn|>`` (gemma's ``Gemma4Tokenizer`` ids)."""
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    from adapters_lib.models import demo
+
+    proto = pb.ModelProto()
+    proto.ParseFromString(demo.ensure_demo_tokenizer().read_bytes())
+    assert (proto.pieces[105].piece, proto.pieces[106].piece) == ("<start_of_turn>", "<end_of_turn>")
+    proto.pieces[105].piece, proto.pieces[106].piece = "<|turn>", "<turn|>"
+    path = tmp_path_factory.mktemp("gemma4-tokenizer") / "tokenizer.model"
+    path.write_bytes(proto.SerializeToString())
+    return str(path)

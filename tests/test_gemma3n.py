@@ -55,7 +55,7 @@ def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma3n_tiny, tmp_path
     assert ("layer_2", "attn", "kv_einsum", "w") not in _flat(params)  # KV-shared: no k/v of its own
     hf = hf_convert.gemma_to_hf(params, arch=arch)
     assert {k: v.shape for k, v in hf.items()} == hf_layout.hf_shapes(arch)
-    assert hf["model.embed_tokens.weight"].shape == (256 + 256, 32)  # HF's multimodal rows, zeros
+    assert hf["model.embed_tokens.weight"].shape == (1024 + 256, 32)  # HF's multimodal rows, zeros
     back = _flat(hf_convert.hf_to_gemma(hf, arch))
     assert all(np.array_equal(v, back[k]) for k, v in _flat(params).items())
     assert families.from_hf_config(json.loads(json.dumps(families.hf_config_for(arch)))) == arch
@@ -80,7 +80,7 @@ def test_multimodal_hf_folder_loads_the_text_tower(gemma3n_tiny, tmp_path):
         if parts[1] == "layers" and int(parts[2]) in arch.shared_kv() and parts[-2] in ("k_proj", "v_proj", "k_norm"):
             continue
         tensors["model.language_model." + name[len("model."):]] = value
-    tensors["model.language_model.embed_tokens.weight"][256:] = 7.0  # multimodal rows: never read
+    tensors["model.language_model.embed_tokens.weight"][1024:] = 7.0  # multimodal rows: never read
     tensors["model.vision_tower.timm_model.conv_stem.weight"] = np.zeros((4, 4), np.float32)
     config = {"architectures": ["Gemma3nForConditionalGeneration"], "model_type": "gemma3n",
               "text_config": families.hf_config_for(arch), "vision_config": {"hidden_size": 4},

@@ -105,6 +105,8 @@ def _fill(entry: ModelEntry, info, name_hint: str) -> None:
     try:
         arch = gguf_arch.arch_from_gguf(info)
         set_arch(entry, arch)
+        if arch.family in ("gemma3n", "gemma4"):  # the model's own: no rope_freqs, no padded rows
+            entry.params = arch.param_count()
     except ArchError as e:
         if e.family != "other":
             entry.family = e.family
@@ -117,10 +119,13 @@ def _fill(entry: ModelEntry, info, name_hint: str) -> None:
     if info.vocab_size is None:
         entry.fail("incomplete", "the GGUF holds no tokenizer vocabulary (tokenizer.ggml.tokens); "
                                  "set [model] tokenizer to the model's tokenizer.model")
-    elif kind != "llama":
+    elif kind not in ("llama", "gemma4"):
         entry.fail("unsupported", f"the GGUF's tokenizer is {kind!r}, not SentencePiece "
-                                  "('llama'), which Gemma uses")
-    entry.tokenizer_mismatch = vocab_mismatch(entry.vocab_rows, entry.tokenizer_pieces)
+                                  "('llama'; Gemma 4: 'gemma4'), which Gemma uses")
+    pieces = entry.tokenizer_pieces
+    if getattr(arch, "hf_rows", None) == pieces:  # Gemma 3n: padded to HF's multimodal rows
+        pieces = arch.vocab_size
+    entry.tokenizer_mismatch = vocab_mismatch(entry.vocab_rows, pieces)
     cached = cached_tokenizer(Path(entry.path))
     entry.tokenizer = str(cached) if cached else None
     if entry.status == "ok":

@@ -1,8 +1,9 @@
 """A GGUF's architecture, from its metadata alone, and llama.cpp's Gemma conventions undone.
 
 ``arch_from_gguf(info) -> Arch`` reads ``general.architecture`` and the ``<arch>.*`` keys
-(never the file name). Gemma 2 and Gemma 3 load; any other architecture is refused with
-an ``ArchError`` that names what the file is (``a GGUF of Llama 3.2 1B (llama)``).
+(never the file name). Gemma 2, 3, 3n and 4 load (Gemma 4 and 3n: ``gguf_arch_e``); any other
+architecture is refused with an ``ArchError`` that names what the file is
+(``a GGUF of Llama 3.2 1B (llama)``).
 
 llama.cpp's converter (``convert_hf_to_gguf.py``) writes Gemma with its own conventions,
 undone here:
@@ -26,7 +27,7 @@ from adapters_lib.models import families
 from adapters_lib.models.families import Arch, ArchError
 from adapters_lib.models.gguf_info import GGUFInfo
 
-SUPPORTED = ("gemma2", "gemma3")  # GGUF arches this build maps (gemma4/gemma3n GGUFs: listed, refused)
+SUPPORTED = ("gemma2", "gemma3", "gemma3n", "gemma4")  # GGUF arches this build maps
 
 # llama.cpp's names for architectures a user may hold, for the refusal line
 _KNOWN_NAMES = {"gemma": "Gemma 1", "gemma3n": "Gemma 3n", "gemma4": "Gemma 4",
@@ -50,7 +51,12 @@ def hf_name(gguf_name: str) -> str | None:
 
 
 def gguf_names(arch: Arch) -> dict[str, str]:
-    """HF name → GGUF name for every tensor ``arch`` needs."""
+    """HF name → GGUF name for every tensor ``arch`` needs (Gemma 4/3n: ``gguf_arch_e.gguf_plan``,
+    where a row of a stacked tensor names the whole tensor)."""
+    if families.hf_map(arch) is not None:
+        from adapters_lib.models.gguf_arch_e import gguf_plan
+
+        return {hf: name for hf, (name, _) in gguf_plan(arch).items()}
     fam = families.family(arch.family)
     out = {v: k for k, v in fam.gguf_top.items()}
     for i in range(arch.num_layers):
@@ -110,11 +116,20 @@ def _float(info: GGUFInfo, key: str) -> float | None:
 
 
 def arch_from_gguf(info: GGUFInfo) -> Arch:
-    """The gemma architecture of a Gemma 2/3 GGUF (see the module doc); raises ``ArchError``."""
+    """The gemma architecture of a Gemma 2/3/3n/4 GGUF (see the module doc; Gemma 4 and 3n:
+    ``gguf_arch_e``); raises ``ArchError``."""
     fam = family_of(info)
     if info.architecture not in SUPPORTED:
-        raise ArchError(f"{describe(info)}: this build loads Gemma 2 and Gemma 3 GGUFs only",
+        raise ArchError(f"{describe(info)}: this build loads Gemma 2, 3, 3n and 4 GGUFs only",
                         "unsupported", fam)
+    if fam in ("gemma3n", "gemma4"):
+        from adapters_lib.models import gguf_arch_e
+
+        arch = gguf_arch_e.FROM_GGUF[fam](info)
+        problem = gguf_arch_e.check_tensors(arch, info)
+        if problem:
+            raise ArchError(problem, "unsupported" if "shape" in problem else "unreadable", fam)
+        return arch
     embed = info.tensors.get("token_embd.weight")
     if embed is None or len(embed.shape) != 2:
         raise ArchError("no token_embd.weight tensor in the GGUF", "unreadable", fam)

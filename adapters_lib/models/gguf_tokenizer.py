@@ -16,6 +16,9 @@ the test oracle):
    oracle's special tokens: ``<start_of_turn>``/``<end_of_turn>`` encode to 105/106, so the
    chat template puts the real turn markers in place.
 
+Gemma 4's GGUF vocabulary (``tokenizer.ggml.model = gemma4``) is transformers' BPE
+``tokenizer.json`` (pieces, merges): the scores come from the merge ranks instead (``_scores``).
+
 ``tokenizer_for_gguf(path)`` returns the path of the rebuilt file, cached by the GGUF's
 hash under ``<data dir>/gguf-tokenizers/`` (the hash comes free from Ollama's and the HF
 cache's blob names and the starter package; otherwise it is computed once and remembered
@@ -56,9 +59,13 @@ def _vocab(reader: Any, where: str) -> dict[str, Any]:
         raise TokenizerError(f"{where} has no tokenizer vocabulary (tokenizer.ggml.tokens); "
                              "set [model] tokenizer to a tokenizer.model", "incomplete")
     model = str(kind.contents())
-    if model != "llama":
+    if model not in ("llama", "gemma4"):
         raise TokenizerError(f"{where} has a {model!r} tokenizer; Gemma's is SentencePiece "
-                             "('llama' in GGUF terms)", "unsupported")
+                             "('llama' in GGUF terms, 'gemma4' for Gemma 4)", "unsupported")
+    merges_field = fields.get("tokenizer.ggml.merges") if model == "gemma4" else None
+    if model == "gemma4" and merges_field is None:
+        raise TokenizerError(f"{where}: a 'gemma4' vocabulary without tokenizer.ggml.merges",
+                             "unreadable")
     tokens = fields["tokenizer.ggml.tokens"].contents()
     types_field = fields.get("tokenizer.ggml.token_type")
     types = list(types_field.contents()) if types_field is not None else [NORMAL] * len(tokens)
@@ -79,7 +86,22 @@ def _vocab(reader: Any, where: str) -> dict[str, Any]:
     if not any(t == BYTE for t in types):
         raise TokenizerError(f"{where}: the vocabulary has no byte pieces (<0x00>…), so text "
                              "outside it could not be encoded", "unsupported")
-    return {"tokens": tokens, "types": types, **ids}
+    merges = [str(m) for m in merges_field.contents()] if merges_field is not None else None
+    return {"tokens": tokens, "types": types, "merges": merges, **ids}
+
+
+def _scores(v: dict[str, Any]) -> list[float]:
+    """Piece scores: ``-index`` (a SentencePiece vocabulary: the file order is the merge order),
+    or, for Gemma 4's BPE vocabulary, ``-rank`` of the first merge that makes the piece (pieces
+    no merge makes below every merge), as keras-hub's ``convert_gemma4`` rebuilds it."""
+    if v["merges"] is None:
+        return [float(-i) for i in range(len(v["tokens"]))]
+    rank: dict[str, int] = {}
+    for i, rule in enumerate(v["merges"]):
+        a, _, b = rule.partition(" ")
+        rank.setdefault(a + b, i)
+    floor = -float(len(v["merges"]) + 1)
+    return [-float(rank[t]) if t in rank else floor for t in v["tokens"]]
 
 
 def build_model_proto(reader: Any, where: str = "the GGUF") -> bytes:
@@ -87,6 +109,7 @@ def build_model_proto(reader: Any, where: str = "the GGUF") -> bytes:
     from sentencepiece import sentencepiece_model_pb2 as pb
 
     v = _vocab(reader, where)
+    scores = _scores(v)
     piece_type = pb.ModelProto.SentencePiece.Type
     proto = pb.ModelProto()
     seen: set[str] = set()
@@ -110,7 +133,7 @@ def build_model_proto(reader: Any, where: str = "the GGUF") -> bytes:
             # SentencePiece forbids duplicates and empty pieces: keep the id, never match it
             text, t = f"<gguf-duplicate-{i}>", piece_type.UNUSED
         seen.add(text)
-        proto.pieces.add(piece=text, score=float(-i), type=t)
+        proto.pieces.add(piece=text, score=scores[i], type=t)
     ts = proto.trainer_spec
     ts.model_type = pb.TrainerSpec.BPE
     ts.vocab_size = len(v["tokens"])

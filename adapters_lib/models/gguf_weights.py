@@ -23,8 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from adapters_lib.models import families
 from adapters_lib.models.families import Arch
 from adapters_lib.models.gguf_arch import gguf_names, norm_offset
+from adapters_lib.models.gguf_arch_e import gguf_plan, rope_proportion, split_parts
 from adapters_lib.models.gguf_file import GGUFError, GGUFInfo, open_reader
 
 log = logging.getLogger(__name__)
@@ -62,18 +64,40 @@ class TensorSource:
 
     def __init__(self, info: GGUFInfo, arch: Arch):
         self.info = info
+        self.arch = arch
         self.readers = [open_reader(p) for p in info.shards]
         self.tensors = {t.name: t for r in self.readers for t in r.tensors}
-        self.names = gguf_names(arch)  # HF → GGUF
+        self.own = families.hf_map(arch)  # Gemma 4/3n: stacked rows, split experts, omitted k/v
+        self.plan = gguf_plan(arch) if self.own is not None else \
+            {hf: (name, None) for hf, name in gguf_names(arch).items()}  # HF → (GGUF, row)
         self.family = arch.family
 
     def get(self, hf_name: str, dtype: Any) -> np.ndarray:
         """The tensor llama.cpp wrote for ``hf_name``, as HF holds it, in ``dtype``."""
-        name = self.names.get(hf_name if hf_name.startswith("model.") else f"model.{hf_name}")
+        key = hf_name if hf_name.startswith("model.") else f"model.{hf_name}"
+        name, row = self.plan.get(key, (None, None))
         t = self.tensors.get(name or "")
+        split = split_parts(self.own, name or "") if self.own is not None else ()
+        if t is None and split and all(p in self.tensors for p in split):
+            return np.concatenate([dequantize(self.tensors[p], dtype) for p in split], axis=-2)
         if t is None:
-            raise GGUFError(f"tensor {name or hf_name} missing from the GGUF")
-        return dequantize(t, dtype, offset=norm_offset(t.name, self.family))
+            fill = self.own.omitted_fill(key[len("model."):], self.arch) if self.own is not None else None
+            if fill is None:
+                raise GGUFError(f"tensor {name or hf_name} missing from the GGUF")
+            return fill.astype(dtype)
+        value = dequantize(t, dtype, offset=norm_offset(t.name, self.family))
+        return value[row] if row is not None else value
+
+    def check_rope(self) -> None:
+        """Gemma 4: the global layers' partial rotary that ``rope_freqs`` encodes is the arch's."""
+        t = self.tensors.get("rope_freqs.weight")
+        head = getattr(self.arch, "global_head_dim", 0)
+        if t is None or not head:
+            return
+        got = rope_proportion(dequantize(t, np.float32), head)
+        if abs(got - self.arch.global_rope_proportion) > 1e-6:  # type: ignore[attr-defined]
+            raise GGUFError(f"rope_freqs rotates {got:g} of the global heads; this build reads "
+                            f"{self.arch.global_rope_proportion:g} (gemma's Gemma 4)", "unsupported")  # type: ignore[attr-defined]
 
 
 def dequantize(tensor: Any, dtype: Any, *, offset: float = 0.0,
@@ -110,6 +134,7 @@ def gemma_leaves(info: GGUFInfo, arch: Arch, param_dtype: str
     from adapters_lib.models.hf_convert import leaf_plan
 
     source = TensorSource(info, arch)
+    source.check_rope()
     dtype = _dtype(param_dtype)
     for path, names, convert in leaf_plan(arch):
         value = aligned(np.asarray(convert(*(source.get(n, dtype) for n in names))))
@@ -152,7 +177,8 @@ def export_hf_from_gguf(info: GGUFInfo, arch: Arch, out: Path, *, dtype: str = "
 
     source = TensorSource(info, arch)
     np_dtype = _dtype(dtype)
-    tensors = {name: source.get(name, np_dtype) for name in hf_shapes(arch)}
+    # a row-padded tensor (Gemma 3n's per-layer table) is cut back to HF's rows
+    tensors = {name: source.get(name, np_dtype)[: shape[0]] for name, shape in hf_shapes(arch).items()}
     out = Path(out)
     save_hf(out, tensors, hf_config_for(arch, dtype=dtype), max_shard_bytes=max_shard_bytes)
     if tokenizer:

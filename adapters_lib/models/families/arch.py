@@ -139,6 +139,21 @@ def layer_pattern(kind: str, num_layers: int) -> tuple[str, ...]:
     return tuple("global" if (i + 1) % 6 == 0 else "local" for i in range(num_layers))
 
 
+def kv_sources(attention: tuple[str, ...], shared: int) -> dict[int, int]:
+    """KV-shared layer → the layer whose k/v it reads, by gemma's rule (Gemma 3n and 4: the last
+    ``shared`` layers; a global one reads the last unshared layer, a local one the layer before)."""
+    first = len(attention) - shared
+    return {i: first - 1 if attention[i] == "global" else first - 2 for i in range(first, len(attention))}
+
+
+def hf_kv_sources(attention: tuple[str, ...], shared: int) -> dict[int, int]:
+    """The same by transformers' rule (``kv_sharing_modes``; keras-hub's too): the last unshared
+    layer of the same kind."""
+    first = len(attention) - shared
+    return {i: max(j for j in range(first) if attention[j] == attention[i])
+            for i in range(first, len(attention)) if attention[i] in attention[:first]}
+
+
 # --------------------------------------------------------------------------- the family record
 
 

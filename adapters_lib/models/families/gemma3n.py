@@ -18,7 +18,14 @@ from typing import Any
 
 from adapters_lib.lora_shapes import lora_param_shapes
 from adapters_lib.models.families import classic
-from adapters_lib.models.families.arch import Arch, ArchError, Axis, Family
+from adapters_lib.models.families.arch import (
+    Arch,
+    ArchError,
+    Axis,
+    Family,
+    hf_kv_sources,
+    kv_sources,
+)
 
 MULTIMODAL_ROWS = 256
 """Rows HF's ``embed_tokens`` holds past the text vocabulary (the audio and vision soft tokens)."""
@@ -49,16 +56,12 @@ class Gemma3nArch(Arch):
         return tuple(range(self.num_layers - self.kv_shared_layers, self.num_layers))
 
     def kv_sources(self) -> dict[int, int]:
-        """Shared layer → the layer whose k/v it reads, by gemma's rule (global: the last
-        unshared layer, local: the one before it)."""
-        first = self.num_layers - self.kv_shared_layers
-        return {i: first - 1 if self.attention[i] == "global" else first - 2 for i in self.shared_kv()}
+        """Shared layer → the layer whose k/v it reads, by gemma's rule (``arch.kv_sources``)."""
+        return kv_sources(self.attention, self.kv_shared_layers)
 
     def hf_kv_sources(self) -> dict[int, int]:
-        """The same by transformers' (and keras-hub's) rule: the last unshared layer of the kind."""
-        first = self.num_layers - self.kv_shared_layers
-        return {i: max(j for j in range(first) if self.attention[j] == self.attention[i])
-                for i in self.shared_kv() if any(self.attention[j] == self.attention[i] for j in range(first))}
+        """The same by transformers' (and keras-hub's) rule."""
+        return hf_kv_sources(self.attention, self.kv_shared_layers)
 
     def dims(self) -> tuple[int, ...]:
         return (*super().dims(), self.per_layer_input_dim, self.laurel_rank, self.kv_shared_layers)

@@ -198,3 +198,34 @@ def gemma_to_hf(params: Mapping[str, Any], arch: Gemma3nArch) -> dict[str, np.nd
     dtype = out["embed_tokens.weight"].dtype
     out.update({name: omitted_fill(name, arch).astype(dtype) for name in _shared_kv_names(arch)})  # type: ignore[union-attr]
     return {f"model.{k}": np.ascontiguousarray(v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------- llama.cpp's names
+
+GGUF_TOP = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
+            "embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+            "per_layer_model_projection.weight": "per_layer_model_proj.weight",
+            "per_layer_projection_norm.weight": "per_layer_proj_norm.weight"}
+"""HF name (no prefix) → the GGUF tensor llama.cpp's converter writes it as (same layout)."""
+GGUF_BLOCK = {
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight", "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "altup.correction_coefs.weight": "altup_correct_coef.weight",
+    "altup.correct_output_scale": "altup_correct_scale.weight",
+    "altup.prediction_coefs.weight": "altup_predict_coef.weight",
+    "altup.modality_router.weight": "altup_router.weight", "altup.router_norm.weight": "altup_router_norm.weight",
+    "laurel.linear_left.weight": "laurel_l.weight", "laurel.linear_right.weight": "laurel_r.weight",
+    "laurel.post_laurel_norm.weight": "laurel_post_norm.weight",
+    "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
+    "post_per_layer_input_norm.weight": "post_norm.weight",
+}
+"""The same inside the blocks (``layers.N.`` ↔ ``blk.N.``). Norms are stored as they are."""
+GGUF_STACKED = {"altup_projections": "altup_proj.weight", "altup_unembed_projections": "altup_unembd_proj.weight"}
+"""HF's ``<name>.j.weight`` are row ``j`` of one GGUF tensor (llama.cpp stacks the three)."""
+GGUF_PADDED = ("per_layer_token_embd.weight",)
+"""Tensors llama.cpp pads with zero rows up to ``vocab_size`` (the multimodal ids)."""

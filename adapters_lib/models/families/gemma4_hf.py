@@ -193,3 +193,32 @@ def gemma_to_hf(params: Mapping[str, Any], arch: Gemma4Arch) -> dict[str, np.nda
         else:
             out[names[0]] = w
     return {f"model.{k}": np.ascontiguousarray(v) for k, v in out.items()}
+
+
+# --------------------------------------------------------------------------- llama.cpp's names
+
+GGUF_TOP = {"embed_tokens.weight": "token_embd.weight", "norm.weight": "output_norm.weight",
+            "embed_tokens_per_layer.weight": "per_layer_token_embd.weight",
+            "per_layer_model_projection.weight": "per_layer_model_proj.weight",
+            "per_layer_projection_norm.weight": "per_layer_proj_norm.weight"}
+"""HF name (no prefix) → the GGUF tensor llama.cpp's converter writes it as (same layout)."""
+GGUF_BLOCK = {
+    "input_layernorm.weight": "attn_norm.weight", "post_attention_layernorm.weight": "post_attention_norm.weight",
+    "pre_feedforward_layernorm.weight": "ffn_norm.weight", "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
+    "pre_feedforward_layernorm_2.weight": "pre_ffw_norm_2.weight",
+    "post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
+    "post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_output.weight",
+    "self_attn.q_norm.weight": "attn_q_norm.weight", "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight", "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+    "router.proj.weight": "ffn_gate_inp.weight", "router.scale": "ffn_gate_inp.scale",
+    "router.per_expert_scale": "ffn_down_exps.scale", "experts.gate_up_proj": "ffn_gate_up_exps.weight",
+    "experts.down_proj": "ffn_down_exps.weight", "layer_scalar": "layer_output_scale.weight",
+    "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
+    "post_per_layer_input_norm.weight": "post_norm.weight",
+}
+"""The same inside the blocks (``layers.N.`` ↔ ``blk.N.``). Norms are stored as they are."""
+GGUF_SPLIT = {"ffn_gate_up_exps.weight": ("ffn_gate_exps.weight", "ffn_up_exps.weight")}
+"""A fused expert tensor an older converter wrote as two (concatenated on the hidden axis)."""

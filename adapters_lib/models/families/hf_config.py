@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapters_lib.models.families import gemma2, gemma3, gemma3n, gemma4
+from adapters_lib.models.families import gemma2, gemma3, gemma3n, gemma4, gemma4_config
 from adapters_lib.models.families.arch import Arch, ArchError, arch_from_transformer_config
 from adapters_lib.models.families.arch import layer_pattern as _pattern
 
@@ -39,7 +39,7 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Arch:
     archs = ",".join(cfg.get("architectures") or []) or "no architectures"
     family = hf_family(cfg)
     if family == "gemma4":
-        return gemma4.from_hf_config(cfg)
+        return gemma4_config.from_hf_config(cfg)
     if family == "gemma3n":
         return gemma3n.from_hf_config(cfg)
     if kind == "gemma3" and isinstance(cfg.get("text_config"), Mapping):
@@ -125,7 +125,7 @@ def hf_config_for(arch: Any, family: str = "", *, dtype: str = "float32") -> dic
     ``arch``: an ``Arch``, or a gemma ``TransformerConfig`` together with ``family``.
     """
     if isinstance(arch, gemma4.Gemma4Arch):
-        return gemma4.hf_config_for(arch, dtype=dtype)
+        return gemma4_config.hf_config_for(arch, dtype=dtype)
     if isinstance(arch, gemma3n.Gemma3nArch):
         return gemma3n.hf_config_for(arch, dtype=dtype)
     if not isinstance(arch, Arch):
