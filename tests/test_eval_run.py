@@ -101,11 +101,13 @@ def test_early_stop_ends_completed_and_keeps_the_best_checkpoint(stopped_early):
 
 
 def test_runs_show_names_the_best_checkpoint_and_the_run_facts(stopped_early):
+    from adapters_lib.engine import api
     from workbench.commands.runs import render_run
 
     run, _ = stopped_early
     status = run.status()
-    text = render_run({**status, "id": run.run_id, "dir": str(run.path), "checkpoints": run.checkpoints()})
+    text = render_run(api.RunDetail.from_json({**status, "id": run.run_id, "dir": str(run.path),
+                                               "checkpoints": run.checkpoints()}))
     assert f"  best         loss {status['best_value']:.4f} at step 2 (--step best)" in text
     assert f"{status['trainable_params']:,} trainable params" in text and "peak memory" in text
 
