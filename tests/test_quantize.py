@@ -95,7 +95,7 @@ def test_train_estimate_json_counts_the_quantized_base_as_the_device_holds_it(ca
     for mode in ("none", "int4"):
         cfg = load_config(None, ["mesh.devices=1", f"model.quantize={mode}"])
         args = argparse.Namespace(in_process=True, json=True)
-        assert print_estimate(args, cfg, "", []) == 0
+        assert print_estimate(args, cfg, cfg.to_toml(), []) == 0
         out[mode] = json.loads(capsys.readouterr().out)
     q = out["int4"]
     assert q["quantize"] == "int4" and q["total_bytes"] == sum(q[f"{t}_bytes"] for t in TERMS)

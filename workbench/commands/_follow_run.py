@@ -6,7 +6,7 @@ lines of the run, like the in-process trainer printed them). With ``--json`` std
 JSON object instead, the run's summary at its end. Ctrl-C asks on a
 terminal whether to stop the run (it checkpoints and stops at its next step; we follow it to
 the end) or to detach (it goes on in the engine). Without a terminal Ctrl-C detaches and
-says how to stop it. The exit status is the run's: 0 completed, 130 stopped, 2 failed on a
+says how to stop it. With ``--in-process`` the engine is this process: Ctrl-C stops the run. The exit status is the run's: 0 completed, 130 stopped, 2 failed on a
 user mistake (the one-line cause), 1 failed otherwise.
 """
 
@@ -20,10 +20,12 @@ from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs.state import TERMINAL_STATES, RunState
 
 
-def _client() -> Any:
+def _client(in_process: bool) -> Any:
+    from argparse import Namespace
+
     from workbench.commands._generation_args import engine_client
 
-    return engine_client()
+    return engine_client(Namespace(in_process=in_process))
 
 
 def precheck_mesh(client: Any, config_toml: str, overrides: list[str],
@@ -49,25 +51,27 @@ def precheck_mesh(client: Any, config_toml: str, overrides: list[str],
 
 
 def train_and_follow(config_toml: str, overrides: list[str], *, source: str, quiet: bool = False,
-                     mesh: Any = None, as_json: bool = False) -> int:
-    with _client() as client:
+                     mesh: Any = None, as_json: bool = False, in_process: bool = False) -> int:
+    with _client(in_process) as client:
         precheck_mesh(client, config_toml, overrides, mesh)
         run = client.create_run(config_toml=config_toml, overrides=overrides, source=source)
-        _started(run, as_json)
-        return follow(client, run.id, quiet=quiet, as_json=as_json)
+        _started(run, as_json, not in_process)
+        return follow(client, run.id, quiet=quiet, as_json=as_json, detachable=not in_process)
 
 
-def resume_and_follow(ref: str, *, quiet: bool = False, as_json: bool = False) -> int:
-    with _client() as client:
+def resume_and_follow(ref: str, *, quiet: bool = False, as_json: bool = False,
+                      in_process: bool = False) -> int:
+    with _client(in_process) as client:
         run = client.resume_run(ref)
-        _started(run, as_json)
-        return follow(client, run.id, quiet=quiet, as_json=as_json)
+        _started(run, as_json, not in_process)
+        return follow(client, run.id, quiet=quiet, as_json=as_json, detachable=not in_process)
 
 
-def _started(run: Any, as_json: bool) -> None:
+def _started(run: Any, as_json: bool, detachable: bool) -> None:
     if not as_json:
         print(run.dir, flush=True)
-    print(f"run {run.id}: following it here (Ctrl-C: stop or detach)", file=sys.stderr, flush=True)
+    keys = "Ctrl-C: stop or detach" if detachable else "Ctrl-C stops it"
+    print(f"run {run.id}: following it here ({keys})", file=sys.stderr, flush=True)
 
 
 def _ask(run_id: str) -> str:
@@ -92,8 +96,11 @@ def _progress(line: Any, quiet: bool) -> str | None:
     return line.message
 
 
-def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = False) -> int:
-    """Print the run's progress until it ends; returns the exit status (see the module doc)."""
+def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = False,
+           detachable: bool = True) -> int:
+    """Print the run's progress until it ends; returns the exit status (see the module doc).
+    ``detachable``: Ctrl-C may leave the run going (False for an engine in this process:
+    Ctrl-C stops the run, a second one stops waiting for its checkpoint)."""
     since, stopping, ended = 0, False, False
     while not ended:
         try:
@@ -111,14 +118,17 @@ def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = Fal
             if not ended:  # the stream closed early: a final state ends it, else follow again
                 ended = client.get_run(run_id, metrics=False, events=False).state in TERMINAL_STATES
         except KeyboardInterrupt:
-            if stopping or _ask(run_id) == "detach":
+            if not detachable and stopping:
+                raise
+            if detachable and (stopping or _ask(run_id) == "detach"):
                 print(f"\ndetached: run {run_id} goes on in the engine; follow it with "
                       f"`gemma-workbench runs attach {run_id}`, stop it with "
                       f"`gemma-workbench runs stop {run_id}`", file=sys.stderr)
                 return 0
             client.stop_run(run_id)
             stopping = True
-            print(f"stopping run {run_id}: it checkpoints at its next step (Ctrl-C again detaches)",
+            again = "detaches" if detachable else "stops waiting"
+            print(f"stopping run {run_id}: it checkpoints at its next step (Ctrl-C again {again})",
                   file=sys.stderr, flush=True)
     run = client.get_run(run_id, metrics=True, events=False)
     if as_json:

@@ -1,9 +1,11 @@
 """Options shared by the computing commands (no heavy imports): decoding, engine or in-process.
 
-Every command that computes (``sample``, ``compare``, ``export``, foreground ``train``) runs
-in the engine, which owns the devices (started on demand). ``--in-process`` keeps the old
-path for machines without an engine, and is refused while an engine runs: on a TPU VM only
-one process may hold the devices, and on a GPU a second one doubles the memory.
+Every command that computes (``sample``, ``compare``, ``export``, ``eval``, foreground
+``train``) sends its command to an engine, which owns the devices: the user's engine (started
+on demand), or with ``--in-process`` one inside this process (``engine_client``: the same
+handlers behind the same API, for machines without an engine daemon). ``--in-process`` is
+refused while an engine runs: on a TPU VM only one process may hold the devices, and on a GPU
+a second one doubles the memory.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ def step_arg(text: str) -> int:
 
 def add_in_process_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--in-process", action="store_true",
-                   help="compute in this process instead of the engine (for machines without an "
-                        "engine; refused while an engine runs)")
+                   help="compute in an engine inside this process, not the engine service (for "
+                        "machines without one; refused while an engine runs)")
 
 
 def settings_from(args: argparse.Namespace) -> Any:
@@ -96,8 +98,15 @@ def refuse_beside_engine(command: str) -> None:
                               "engine first: gemma-workbench engine stop")
 
 
-def engine_client() -> Any:
-    """The engine's client, starting the engine when none runs."""
+def engine_client(args: argparse.Namespace | None = None) -> Any:
+    """The client of the engine this command uses: with ``--in-process`` an engine inside this
+    process (closing the client ends it), else the user's engine (or ``--remote``'s), started
+    when none runs."""
+    if args is not None and getattr(args, "in_process", False):
+        from workbench.in_process import InProcessClient
+
+        quiet_engine_logs()
+        return InProcessClient()
     from workbench.connect import connect
 
     return connect()

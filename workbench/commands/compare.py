@@ -7,8 +7,8 @@ answered). ``--prompts FILE``: ``.txt`` (one prompt a line), or ``.jsonl`` lines
 replayed one by one while each side keeps its own history (assistant turns in the file are
 references, never fed to the models). The results are saved to
 ``<run>/compare/<timestamp>.jsonl``. ``--adapter DIR`` compares an exported adapter instead
-of a run (nothing is saved). The engine computes (started on demand); ``--in-process``
-computes here.
+of a run (nothing is saved). The engine computes (started on demand; ``--in-process``: an
+engine inside this process).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from workbench.commands._generation_args import (
     engine_client,
     local_path,
     model_ref,
-    quiet_engine_logs,
     run_ref,
     settings_body,
     settings_from,
@@ -75,10 +74,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     if args.step is not None and not args.run:
         raise WorkbenchError("--step needs --run", where="--step")
-    if args.in_process:
-        records, saved = _in_process(args, convs, settings)
-    else:
-        records, saved = _through_engine(args, convs, settings)
+    records, saved = _through_engine(args, convs, settings)
     if args.json:
         print(json.dumps(records))
     else:
@@ -105,22 +101,6 @@ def _print(records: list[dict[str, Any]]) -> None:
                 print(f"  ref  : {r['references'][i]}")
 
 
-def _in_process(args: argparse.Namespace, convs: list[Any], settings: Any) -> tuple[list[dict], Any]:
-    from adapters_lib import tuned as tuned_lib
-    from adapters_lib.sample.compare_sets import save_compare
-
-    quiet_engine_logs()
-    model = (tuned_lib.load_run_model(args.run, args.step, quantize=args.quantize) if args.run
-             else tuned_lib.load_adapter_model(args.adapter, args.model, quantize=args.quantize))
-    done = model.converse(convs, settings, chat=not args.raw)
-    records = [{**c.record(), "settings": model.settings_record(settings), "step": model.step}
-               for c in done]
-    saved = None
-    if model.run_path is not None and not args.no_save:
-        saved = save_compare(model.run_path, records)
-    return records, saved
-
-
 def _through_engine(args: argparse.Namespace, convs: list[Any], settings: Any) -> tuple[list[dict], Any]:
     entries: list[dict[str, Any]] = []
     for c in convs:
@@ -129,7 +109,7 @@ def _through_engine(args: argparse.Namespace, convs: list[Any], settings: Any) -
             entry["system"] = c.system
         entries.append(entry)
     done: Any = None
-    with engine_client() as client:
+    with engine_client(args) as client:
         for item in client.compare_set(entries, run_id=run_ref(args.run) if args.run else "",
                                        adapter=local_path(args.adapter), model=model_ref(args.model),
                                        step=-1 if args.step is None else args.step, chat=not args.raw,

@@ -6,7 +6,7 @@ text or chat file. Chat files score the model turns only (``--loss-on all``: eve
 ``--json`` prints one object with ``loss``, ``perplexity``, ``tokens`` (contract) and the
 details (sequences, examples, dropped, format, max_length, model, run, step, seconds).
 The computation is ``adapters_lib.perplexity``; it runs in the engine (started on demand;
-``--in-process``: in this process, refused while an engine runs).
+``--in-process``: an engine inside this process, refused while an engine runs).
 
 ``--all-checkpoints`` scores the base and every checkpoint of the run into one table (task
 metrics too: ``--metrics``, default the run's ``train.eval_metrics``) on ``--data`` or, by
@@ -69,22 +69,7 @@ def run(args: argparse.Namespace) -> int:
         raise WorkbenchError("--data is needed", where="--data",
                              hint="name the file to score (or use --run R --all-checkpoints for "
                                   "the run's eval split)")
-    if args.in_process:
-        from adapters_lib import perplexity
-        from workbench.commands._generation_args import quiet_engine_logs
-
-        quiet_engine_logs()
-        if args.step is not None and args.run:
-            from adapters_lib import runs
-            from adapters_lib.evals.selection import resolve_step
-
-            args.step = resolve_step(runs.find_run(args.run), args.step)
-        result = perplexity.evaluate(model=args.model, run=args.run, step=args.step, data=args.data,
-                                     fmt=args.format, max_length=args.max_length,
-                                     loss_on=args.loss_on, batch_size=args.batch_size,
-                                     quantize=args.quantize)
-    else:
-        result = _through_engine(args)
+    result = _through_engine(args)
     if args.json:
         print(json.dumps(result.to_json()))
         return 0
@@ -98,10 +83,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _through_engine(args: argparse.Namespace):
-    """The same computation in the engine; a reply with the ``EvalResult`` attributes."""
+    """The computation in the engine; its ``EvalResult``."""
     from workbench.commands._generation_args import engine_client, local_path, model_ref, run_ref
 
-    with engine_client() as client:  # a model path relative to this directory goes absolute
+    with engine_client(args) as client:  # a model path relative to this directory goes absolute
         return client.eval(local_path(args.data), model=model_ref(args.model),
                            run_id=run_ref(args.run) if args.run else "",
                            step=-1 if args.step is None else args.step, format=args.format,
@@ -123,19 +108,11 @@ def _all_checkpoints(args: argparse.Namespace) -> int:
         raise WorkbenchError(f"{flag} with --all-checkpoints", where=flag,
                              hint="--all-checkpoints scores every checkpoint of the run's base")
     metrics = [m for m in re.split(r"[\s,]+", args.metrics) if m]
-    if args.in_process:
-        from adapters_lib.evals.checkpoints import score_checkpoints
-        from workbench.commands._generation_args import quiet_engine_logs
+    from workbench.commands._generation_args import engine_client, local_path, run_ref
 
-        quiet_engine_logs()
-        table = score_checkpoints(args.run, data=args.data, metrics=metrics,
-                                  batch_size=args.batch_size)
-    else:
-        from workbench.commands._generation_args import engine_client, local_path, run_ref
-
-        with engine_client() as client:
-            table = client.eval_checkpoints(run_ref(args.run), data=local_path(args.data) if args.data else "",
-                                            metrics=metrics, batch_size=args.batch_size).to_json()
+    with engine_client(args) as client:
+        table = client.eval_checkpoints(run_ref(args.run), data=local_path(args.data) if args.data else "",
+                                        metrics=metrics, batch_size=args.batch_size).to_json()
     if args.json:
         print(json.dumps(table))
         return 0

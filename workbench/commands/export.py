@@ -8,7 +8,7 @@ config.json; ``gguf``: merged weights as one GGUF (``--quant f32|bf16|f16|q8_0|â
 an Ollama ``Modelfile``; ``gguf-lora``: the adapter as llama.cpp's LoRA GGUF + a
 ``Modelfile``. A GGUF export prints its files and the ``ollama create`` line. A non-empty
 ``--out`` is refused unless ``--force`` is given and it holds an earlier export of this tool (``adapters_lib.export.target``). The engine writes it (started
-on demand); ``--in-process`` writes it here.
+on demand; ``--in-process``: an engine inside this process).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from workbench.commands._generation_args import (
     add_in_process_arg,
     engine_client,
     local_path,
-    quiet_engine_logs,
     run_ref,
     step_arg,
 )
@@ -53,21 +52,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.in_process:
-        from adapters_lib.tuned import export_run
+    from adapters_lib.export.formats import check_quant
 
-        quiet_engine_logs()
-        result = export_run(args.run, args.format, step=args.step, out=args.out, force=args.force,
-                            quant=args.quant)
-    else:
-        from adapters_lib.export.formats import check_quant
-
-        check_quant(args.format, args.quant)  # before an engine is started
-        with engine_client() as client:
-            reply = client.export(run_ref(args.run), format=args.format, out=local_path(args.out),
-                                  step=-1 if args.step is None else args.step, force=args.force,
-                                  quant=args.quant)
-        result = dict(reply.result or {})
+    check_quant(args.format, args.quant)  # before an engine is started
+    with engine_client(args) as client:
+        reply = client.export(run_ref(args.run), format=args.format, out=local_path(args.out),
+                              step=-1 if args.step is None else args.step, force=args.force,
+                              quant=args.quant)
+    result = dict(reply.result or {})
     if args.json:
         print(json.dumps(result))
     else:

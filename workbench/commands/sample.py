@@ -1,8 +1,7 @@
 """``gemma-workbench sample --model M [--adapter DIR | --run RUN [--step N]] --prompt P [--json]``.
 
 Streams the completion to stdout as it is generated (``--json``: one object at the end).
-The engine computes it (started on demand); ``--in-process`` computes it here, for machines
-without an engine. Heavy imports happen in the in-process handler only.
+The engine computes it (started on demand; ``--in-process``: an engine inside this process).
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from workbench.commands._generation_args import (
     engine_client,
     local_path,
     model_ref,
-    quiet_engine_logs,
     run_ref,
     settings_body,
     settings_from,
@@ -55,10 +53,7 @@ def run(args: argparse.Namespace) -> int:
     prompt: Any = args.prompt
     if args.system is not None:
         prompt = [{"role": "system", "content": args.system}, {"role": "user", "content": args.prompt}]
-    if args.in_process:
-        text, step, extra = _in_process(args, prompt, settings)
-    else:
-        text, step, extra = _through_engine(args, prompt, settings)
+    text, step, extra = _through_engine(args, prompt, settings)
     if args.json:
         print(json.dumps({"prompt": args.prompt, "text": text, "settings": settings.to_dict(),
                           "step": step, **extra}))
@@ -73,24 +68,6 @@ def _echo(args: argparse.Namespace, piece: str) -> None:
         sys.stdout.flush()
 
 
-def _in_process(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[str, int | None, dict]:
-    from adapters_lib import tuned as tuned_lib
-
-    quiet_engine_logs()
-    if args.run:
-        model = tuned_lib.load_run_model(args.run, args.step, quantize=args.quantize)
-    elif args.adapter:
-        model = tuned_lib.load_adapter_model(args.adapter, args.model, quantize=args.quantize)
-    else:
-        model = tuned_lib.load_base_model(args.model or "demo", quantize=args.quantize)
-    side = "tuned" if model.has_tuned else "base"
-    answer = model.generate({side: [prompt]}, settings, chat=not args.raw,
-                            on_piece=lambda piece: _echo(args, piece.text))[side][0]
-    return answer.text, model.step, {"stop_reason": answer.stop_reason, "tokens": answer.tokens,
-                                     "tokens_per_s": answer.tokens_per_s,
-                                     "first_token_s": round(answer.first_token_s, 3)}
-
-
 def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tuple[str, int | None, dict]:
     fields: dict[str, Any] = {"run_id": run_ref(args.run) if args.run else "",
                               "adapter": local_path(args.adapter),
@@ -103,7 +80,7 @@ def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tup
     else:
         fields["messages"] = prompt
     done: Any = None
-    with engine_client() as client:
+    with engine_client(args) as client:
         for item in client.sample(**fields):
             if item.type == "token":
                 _echo(args, item.data.text)

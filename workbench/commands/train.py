@@ -6,22 +6,18 @@ then follows the run like ``runs attach`` (progress lines on stderr) until it en
 asks whether to stop the run (it checkpoints first) or detach (it goes on); without a
 terminal, Ctrl-C detaches and says how to stop it. ``--detach`` prints the run id at once.
 ``--resume RUN`` continues a stopped, failed or interrupted run from its last checkpoint.
-``--in-process`` trains in this process (machines without an engine; refused while one
-runs), where Ctrl-C stops the run. Heavy imports happen in the handlers only.
+``--in-process`` trains in an engine inside this process (machines without an engine service;
+refused while one runs), where Ctrl-C stops the run.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import logging
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.runs.state import RunState
 from workbench.commands._generation_args import add_in_process_arg
 
 
@@ -56,42 +52,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run)
 
 
-@contextlib.contextmanager
-def _progress_logging(quiet: bool) -> Iterator[None]:
-    """Engine log lines (progress, evals) to stderr, one plain line each, while training.
-
-    The logger is put back as it was afterwards (``main()`` may run inside a test session).
-    """
-    logger = logging.getLogger("adapters_lib")
-    saved = (logger.level, logger.propagate)
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logger.addHandler(handler)
-    logger.setLevel(logging.WARNING if quiet else logging.INFO)
-    logger.propagate = False
-    quieted = {name: logging.getLogger(name).level for name in ("absl", "jax", "orbax", "tensorflow")}
-    for name in quieted:
-        logging.getLogger(name).setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
-        for name, level in quieted.items():
-            logging.getLogger(name).setLevel(level)
-
-
-def _precheck_mesh(cfg: Any) -> None:
-    """A mesh that cannot fit the devices or the batch fails before a run dir is made."""
-    import jax
-
-    from adapters_lib import mesh as mesh_lib
-
-    mesh_lib.check(cfg.mesh, {}, cfg.train.batch_size, cfg.data.max_length, jax.device_count(),
-                   grad_accum=cfg.train.grad_accum)
-
-
 def run(args: argparse.Namespace) -> int:
     from adapters_lib.config import load_config
 
@@ -102,11 +62,10 @@ def run(args: argparse.Namespace) -> int:
         if args.config or args.overrides or args.print_config:
             raise WorkbenchError("--resume takes no CONFIG, --set or --print-config",
                                  where="train --resume", hint="a run resumes with its own config")
-        if args.in_process:
-            return _resume(args)
         from workbench.commands._follow_run import resume_and_follow
 
-        return resume_and_follow(args.resume, quiet=args.quiet, as_json=args.json)
+        return resume_and_follow(args.resume, quiet=args.quiet, as_json=args.json,
+                                 in_process=args.in_process)
     cfg = load_config(args.config, args.overrides)
     if args.print_config:
         sys.stdout.write(cfg.to_toml())
@@ -116,54 +75,16 @@ def run(args: argparse.Namespace) -> int:
 
         return print_estimate(args, cfg, *engine_config(args, cfg))
     if args.detach:
+        if args.in_process:
+            raise WorkbenchError("--detach hands the run to the engine service; --in-process trains "
+                                 "in this process", where="--detach", hint="drop one of the two")
         return _detach(args, cfg)
-    if not args.in_process:
-        from workbench.commands._follow_run import train_and_follow
+    from workbench.commands._follow_run import train_and_follow
 
-        text, overrides = engine_config(args, cfg)
-        return train_and_follow(text, overrides, source=args.config or "<demo defaults>",
-                                quiet=args.quiet, mesh=cfg.mesh, as_json=args.json)
-    with _progress_logging(args.quiet):
-        _precheck_mesh(cfg)
-        from adapters_lib import runs
-
-        run_dir = runs.create_run(cfg)
-        print(run_dir.path, flush=True)
-        return _train(cfg, run_dir, resume=False)
-
-
-def _train(cfg: Any, run_dir: Any, *, resume: bool) -> int:
-    from adapters_lib.evals.hooks import default_hooks
-    from adapters_lib.train.loop import run_training
-
-    result = run_training(cfg, run_dir, resume=resume, hooks=default_hooks)
-    line = f"{result.state} at step {result.step}/{result.total_steps}"
-    if result.final_loss is not None:
-        line += f", loss {result.final_loss:.4f}"
-    if result.final_eval_loss is not None:
-        line += f", eval loss {result.final_eval_loss:.4f}"
-    if result.exact_match_tuned is not None:
-        line += (f", exact-match {result.exact_match_base or 0:.1%} (base) → "
-                 f"{result.exact_match_tuned:.1%} (tuned)")
-    print(line, file=sys.stderr)
-    if result.state == RunState.STOPPED:
-        print(f"resume with: gemma-workbench train --resume {run_dir.run_id}", file=sys.stderr)
-        return 130
-    return 0 if result.state == RunState.COMPLETED else 1
-
-
-def _resume(args: argparse.Namespace) -> int:
-    from adapters_lib import runs
-
-    run_dir = runs.find_run(args.resume)
-    state = runs.lifecycle.reconcile(run_dir).get("state")  # a dead owner's run is interrupted
-    if state not in runs.RESUMABLE_STATES:
-        raise WorkbenchError(f"run {run_dir.run_id} is {state}", where="train --resume",
-                             hint="only stopped, failed or interrupted runs resume")
-    cfg = run_dir.config()
-    print(run_dir.path, flush=True)
-    with _progress_logging(args.quiet):
-        return _train(cfg, run_dir, resume=True)
+    text, overrides = engine_config(args, cfg)
+    return train_and_follow(text, overrides, source=args.config or "<demo defaults>",
+                            quiet=args.quiet, mesh=cfg.mesh, as_json=args.json,
+                            in_process=args.in_process)
 
 
 def _upload(path: str) -> str:
