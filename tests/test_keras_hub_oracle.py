@@ -2,7 +2,7 @@
 converters (``keras_hub.src.utils.transformers.convert_gemma4`` / ``convert_gemma3n``) and
 models load a tiny Gemma 4 (dense, MoE, E-style) or Gemma 3n written as transformers lays it
 out, the workbench's loader loads the same folder into gemma's modules, and the two give the
-same logits and perplexity (f32).
+same logits, and ``eval``'s perplexity is keras-hub's (f32).
 
 The MoE shape checks the routing: keras-hub (like transformers and llama.cpp) routes on the raw
 residual; gemma's own block on its normalised input (``models.moe_routing`` fixes that)."""
@@ -21,6 +21,23 @@ def _perplexity(logits: np.ndarray, tokens: np.ndarray) -> float:
         - logits.max(-1, keepdims=True)
     nll = -np.take_along_axis(logp, tokens[:, 1:, None], -1)
     return float(np.exp(nll.mean()))
+
+
+def eval_perplexity(model, params, tokens: np.ndarray) -> float:
+    """The perplexity ``gemma-workbench eval`` computes (``perplexity._scorer``: the final hidden
+    states through the chunked, soft-capped cross-entropy), every next token scored."""
+    import math
+
+    from adapters_lib import perplexity
+    from adapters_lib.train.loss import ce_chunk_budget
+
+    rows, length = tokens.shape
+    batch = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:],
+             "positions": np.broadcast_to(np.arange(length - 1, dtype=np.int32), (rows, length - 1)),
+             "segment_ids": np.ones((rows, length - 1), np.int32),
+             "loss_mask": np.ones((rows, length - 1), np.float32)}
+    nll, count = perplexity._scorer(model, None, ce_chunk_budget())(params, None, batch)  # noqa: SLF001
+    return math.exp(float(nll) / float(count))
 
 
 def keras_hub_logits(folder, tokens: np.ndarray, backbone: str) -> np.ndarray:
@@ -54,7 +71,8 @@ def test_keras_hubs_converter_and_ours_read_a_gemma4_checkpoint_alike(gemma4_tin
     theirs = keras_hub_logits(tmp_path, tokens, "Gemma4Backbone")
     assert theirs.shape == ours.shape
     np.testing.assert_allclose(ours, theirs, atol=2e-5 * max(1.0, float(np.abs(theirs).max())))
-    assert _perplexity(ours, tokens) == pytest.approx(_perplexity(theirs, tokens), rel=1e-5)
+    model = families.model_class(read)(dtype=jnp.float32)
+    assert eval_perplexity(model, loaded, tokens) == pytest.approx(_perplexity(theirs, tokens), rel=1e-5)
 
 
 def keras_hub_3n_logits(folder, text: dict, tokens: np.ndarray) -> np.ndarray:
@@ -119,4 +137,5 @@ def test_keras_hubs_converter_and_ours_read_a_gemma3n_checkpoint_alike(gemma3n_t
     assert theirs.shape == (*ours.shape[:2], arch.vocab_size + 256)
     theirs = theirs[..., :arch.vocab_size]
     np.testing.assert_allclose(ours, theirs, atol=2e-5 * max(1.0, float(np.abs(theirs).max())))
-    assert _perplexity(ours, tokens) == pytest.approx(_perplexity(theirs, tokens), rel=1e-5)
+    model = families.model_class(read)(dtype=jnp.float32)
+    assert eval_perplexity(model, loaded, tokens) == pytest.approx(_perplexity(theirs, tokens), rel=1e-5)

@@ -39,7 +39,8 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Gemma4Arch:
         else float(cfg["final_logit_softcapping"]),
         local_rope=int(sliding.get("rope_theta", 10_000)), global_rope=int(full.get("rope_theta", 1_000_000)),
         global_head_dim=int(cfg.get("global_head_dim") or h),
-        num_global_kv_heads=int(cfg.get("num_global_key_value_heads") or 0),
+        # transformers reads the global KV heads on k=v layers only (keras-hub: k=v iff they are set)
+        num_global_kv_heads=int(cfg.get("num_global_key_value_heads") or 0) if cfg.get("attention_k_eq_v") else 0,
         k_eq_v_global=bool(cfg.get("attention_k_eq_v")),
         global_rope_proportion=float(full.get("partial_rotary_factor", 0.25)),
         per_layer_input_dim=ple, kv_shared_layers=int(cfg.get("num_kv_shared_layers") or 0),
@@ -56,13 +57,16 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Gemma4Arch:
 
 def hf_config_for(arch: Gemma4Arch, *, dtype: str = "float32") -> dict[str, Any]:
     """A ``Gemma4ForCausalLM`` ``config.json`` (``gemma4_text``)."""
+    if arch.num_global_kv_heads and not arch.k_eq_v_global:
+        raise ArchError("global KV heads of their own without k=v global layers: transformers' "
+                        "Gemma 4 config cannot say it", "unsupported", "gemma4")
     return {
         "architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
         "vocab_size": arch.vocab_size, "hidden_size": arch.embed_dim,
         "intermediate_size": arch.hidden_dim, "num_hidden_layers": arch.num_layers,
         "num_attention_heads": arch.num_heads, "num_key_value_heads": arch.num_kv_heads,
         "head_dim": arch.head_dim, "global_head_dim": arch.global_head_dim or arch.head_dim,
-        "num_global_key_value_heads": arch.num_global_kv_heads or None,
+        "num_global_key_value_heads": (arch.num_global_kv_heads or arch.num_kv_heads) if arch.k_eq_v_global else None,
         "attention_k_eq_v": arch.k_eq_v_global, "hidden_activation": "gelu_pytorch_tanh",
         "rms_norm_eps": 1e-6, "sliding_window": arch.sliding_window,
         "layer_types": ["sliding_attention" if a == "local" else "full_attention" for a in arch.attention],
