@@ -333,7 +333,7 @@ def device_memory_bytes(device: Any = None) -> int:
     reports it; for CPU devices the host RAM shared by the local CPU devices."""
     import jax
 
-    device = device if device is not None else jax.devices()[0]
+    device = device if device is not None else jax.local_devices()[0]
     stats = None
     try:
         stats = device.memory_stats()

@@ -150,13 +150,10 @@ def test_multihost_engine_trains_a_detached_run_on_both_processes(short_home):
         follower_log = (home / "state" / "engine-process-1.log").read_text(errors="replace")
         assert "process 0 asked to stop" in follower_log
         assert not (home / "run" / "engine.sock").exists()
-        # The follower ran the same export on its own time (an adapter export needs no
-        # collective); its line, or its failure, is in its log by now.
+        # The follower ran the same export on its own devices (an adapter export needs no
+        # collective): it restores onto its own first device, never onto process 0's.
         done_line = f"export of run {created.id} done here"
-        if done_line not in follower_log and "export" in follower_log and "failed here" in follower_log:
-            pytest.xfail("known: the follower's own export fails restoring the checkpoint "
-                         "(orbax: 'the Array has no addressable shards'); process 0's is fine")
-        assert done_line in follower_log, follower_log[-3000:]
+        assert done_line in follower_log and "failed here" not in follower_log, follower_log[-3000:]
     finally:
         client.close()
         for p in procs:

@@ -43,7 +43,7 @@ def placement_key(sharding: Any) -> tuple | None:
     import jax
 
     if sharding is None:
-        return ("device", int(jax.devices()[0].id))
+        return ("device", int(jax.local_devices()[0].id))
     if isinstance(sharding, jax.sharding.Sharding):
         devices = sharding.device_set
         if len(devices) == 1:

@@ -114,7 +114,7 @@ def _sharding_fn(sharding: Any):
     import jax
 
     if sharding is None:
-        default = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+        default = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
         return lambda path, sds: default
     if isinstance(sharding, jax.sharding.Sharding):
         return lambda path, sds: sharding

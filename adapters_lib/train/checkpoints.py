@@ -179,11 +179,12 @@ def restore_params(directory: str | Path, step: int, abstract_trainable: Any) ->
 def abstract_trainable(loaded: Any, cfg: Any, sharding: Any = None) -> Any:
     """The abstract trainable tree of a run: adapter shapes for LoRA, base shapes otherwise.
 
-    ``sharding`` defaults to the first device (what a sampler in one process wants).
+    ``sharding`` defaults to this process's first device (what a sampler in one process wants;
+    on a multi-host follower, global device 0 is another process's).
     """
     from adapters_lib import lora
 
-    sharding = sharding or jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     if not cfg.lora.enabled:
         return abstract_of(jax.eval_shape(lambda p: p, loaded.params), sharding)
     shapes = jax.eval_shape(
