@@ -8,9 +8,10 @@ Gemma-only (refused with ``backend = "keras"``):
 - ``train.grad_accum > 1``: one ``fit`` step is one optimizer update here;
 - ``mesh.fsdp > 1``: the Keras mesh has two axes, ``batch`` (= mesh.data) and ``model`` (= mesh.tensor);
 - ``lora.dtype = "bfloat16"``: Keras LoRA kernels take the layer's variable dtype (train.param_dtype);
-- ``train.param_dtype = "bfloat16"`` with ``compute_dtype = "float32"``: no Keras dtype policy does that.
-Keras-only (refused with ``backend = "gemma"``): a ``model.source`` folder in the Keras preset
-layout (config.json + model.weights.h5).
+- ``train.param_dtype = "bfloat16"`` with ``compute_dtype = "float32"``: no Keras dtype policy does that;
+- ``model.quantize`` other than "none"/"int8": the Keras route uses Keras' own ``quantize("int8")``.
+A Keras preset folder (config.json + model.weights.h5 or its shards) is a ``model.source`` of
+either backend: the gemma route reads its weights (``models.keras_weights``).
 Accepted but different: ``data.packing`` — the Keras backbones take a padding mask, not
 segment ids, so the Keras route always trains one example per row (unpacked).
 """
@@ -24,9 +25,11 @@ from adapters_lib.errors import WorkbenchError
 
 
 def is_keras_preset(source: str) -> bool:
-    """True for a folder in the Keras preset layout (config.json + model.weights.h5)."""
+    """True for a folder in the Keras preset layout (config.json + model.weights.h5, or
+    keras-hub's shards: model.weights.json + model_NNNNN.weights.h5)."""
     p = Path(source).expanduser()
-    return p.is_dir() and (p / "config.json").is_file() and (p / "model.weights.h5").is_file()
+    return p.is_dir() and (p / "config.json").is_file() and (
+        (p / "model.weights.h5").is_file() or (p / "model.weights.json").is_file())
 
 
 def gemma_only_problems(cfg: Any) -> list[tuple[str, str, str]]:
@@ -47,10 +50,10 @@ def gemma_only_problems(cfg: Any) -> list[tuple[str, str, str]]:
         out.append(("[lora] dtype", f"lora.dtype = {lo.dtype!r} differs from train.param_dtype = {t.param_dtype!r}; "
                     "Keras LoRA kernels take the model's variable dtype",
                     f'set lora.dtype = "{t.param_dtype}", {alt}'))
-    if cfg.model.quantize != "none":
-        out.append(("[model] quantize", f"model.quantize = {cfg.model.quantize!r} is gemma-only "
-                    "(Keras' own quantize() is not wired to this route)",
-                    f'set quantize = "none", {alt}'))
+    if cfg.model.quantize not in ("none", "int8"):
+        out.append(("[model] quantize", f"model.quantize = {cfg.model.quantize!r}: the Keras route "
+                    'holds its base in int8 only (Keras\' own quantize("int8"))',
+                    f'set quantize = "int8" or "none", {alt} for int4/nf4/gguf'))
     if (t.param_dtype, t.compute_dtype) == ("bfloat16", "float32"):
         out.append(("[train] compute_dtype", "bfloat16 params with float32 compute has no Keras dtype policy",
                     'use compute_dtype = "bfloat16", or param_dtype = "float32" (mixed precision)'))
@@ -65,7 +68,3 @@ def check_backend_options(cfg: Any) -> None:
             where, cause, hint = problems[0]
             more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
             raise WorkbenchError(f'{cause} with backend = "keras"{more}', where=where, hint=hint)
-    elif cfg.model.backend == "gemma" and is_keras_preset(cfg.model.source):
-        raise WorkbenchError(
-            f"{cfg.model.source} is a Keras preset (config.json + model.weights.h5), which the gemma backend cannot load",
-            where="[model] source", hint='set [model] backend = "keras" (or pick the flax/orbax checkpoint)')

@@ -15,6 +15,26 @@ KERAS_DEMO = {
 }
 
 
+class StopOnceLogged:
+    """A TrainControl that asks for a stop once step ``n`` is logged (the Keras route polls
+    between fit's steps, so a stop counted in polls would land elsewhere)."""
+
+    def __init__(self, n: int):
+        self.n, self.seen, self.between = n, 0, 0
+
+    def should_stop(self) -> bool:
+        return self.seen >= self.n
+
+    def on_metrics(self, record):
+        self.seen = max(self.seen, record["step"])
+
+    def on_event(self, record):
+        pass
+
+    def between_steps(self):
+        self.between += 1
+
+
 @pytest.fixture(scope="session")
 def keras_demo_run(tmp_path_factory: pytest.TempPathFactory):
     """(RunDir, TrainResult) of a 30-step Keras demo run with ModelParallel on a 2×4 mesh."""
@@ -27,3 +47,126 @@ def keras_demo_run(tmp_path_factory: pytest.TempPathFactory):
     run = runs.create_run(cfg, root=tmp_path_factory.mktemp("keras-runs"))
     result = run_keras_training(cfg, run, hooks=default_hooks)
     return run, result
+
+
+# --------------------------------------------------------------------------- tiny Keras presets
+
+_G4_COMMON = dict(vocabulary_size=1024, image_size=None, num_layers=4, num_query_heads=2,
+                  num_key_value_heads=1, hidden_dim=32, intermediate_dim=64, head_dim=8,
+                  final_logit_soft_cap=30.0, sliding_window_size=4, global_head_dim=16,
+                  layer_types=["sliding_attention", "full_attention"] * 2,
+                  global_rope_partial_rotary_factor=0.25, local_rope_wavelength=10_000.0,
+                  global_rope_wavelength=1_000_000.0)
+KERAS_SHAPES: dict[str, tuple[str, dict]] = {
+    # Gemma 2 (GemmaBackbone with post norms; local layers 0, 2) and Gemma 3 (layer 5 global).
+    # Gemma 2 as 2B/9B scale queries (by head_dim): keras-hub 0.29's GemmaDecoderBlock passes
+    # query_head_dim_normalize=True to its attention whatever the backbone says (docs/keras.md)
+    "gemma2": ("GemmaBackbone", dict(vocabulary_size=1024, num_layers=4, num_query_heads=2,
+                                     num_key_value_heads=1, hidden_dim=32, intermediate_dim=128,
+                                     head_dim=8, query_head_dim_normalize=True, use_post_ffw_norm=True,
+                                     use_post_attention_norm=True, final_logit_soft_cap=30.0,
+                                     attention_logit_soft_cap=50.0, use_sliding_window_attention=True,
+                                     sliding_window_size=4)),
+    "gemma3": ("Gemma3Backbone", dict(vocabulary_size=1024, image_size=896, num_layers=6, num_query_heads=2,
+                                      num_key_value_heads=1, hidden_dim=32, intermediate_dim=64, head_dim=8,
+                                      use_post_ffw_norm=True, use_post_attention_norm=True,
+                                      use_sliding_window_attention=True, sliding_window_size=4,
+                                      vision_encoder=None)),
+    # the three Gemma 4 shapes of fixtures_gemma4 (k=v global layers; 4 experts top-2;
+    # per-layer inputs with the last 2 layers KV-shared and double-wide), at the demo's vocab
+    "gemma4-dense": ("Gemma4Backbone", dict(_G4_COMMON, num_global_key_value_heads=1)),
+    "gemma4-moe": ("Gemma4Backbone", dict(_G4_COMMON, num_global_key_value_heads=1, enable_moe_block=True,
+                                          num_experts=4, expert_intermediate_dim=16, num_experts_per_token=2)),
+    "gemma4-e": ("Gemma4Backbone", dict(_G4_COMMON, hidden_size_per_layer_input=8, num_kv_shared_layers=2,
+                                        use_double_wide_mlp=True)),
+    "gemma3n": ("Gemma3nBackbone", dict(
+        text_vocab_size=1024, text_hidden_size=32, num_hidden_layers=4, pad_token_id=0,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, intermediate_size=[64] * 4,
+        hidden_activation="gelu_approximate", layer_types=["sliding_attention", "full_attention"] * 2,
+        sliding_window=4, rope_theta=1_000_000.0, max_position_embeddings=128,
+        vocab_size_per_layer_input=1024, hidden_size_per_layer_input=8, altup_num_inputs=2,
+        laurel_rank=4, activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], altup_coef_clip=120.0,
+        num_kv_shared_layers=2, final_logit_soft_cap=30.0)),
+}
+
+
+def write_keras_preset(kind: str, folder, seed: int = 0):
+    """A tiny random-init keras-hub backbone of ``kind`` saved in the Kaggle Keras preset layout
+    (config.json, model.weights.h5, metadata.json, assets/tokenizer/vocabulary.spm: the demo
+    tokenizer). Every weight is a seeded normal (×0.3; keras-hub zero-initialises the expert
+    bank, which would leave its adapters without a gradient), except the MoE path's pre-norm
+    scale, a constant 0.8: with a per-dimension scale there, gemma's MoE (which routes on the
+    pre-normed input) and keras-hub's/transformers' (which route on the raw residual) differ,
+    see test_keras_presets."""
+    import shutil
+
+    import numpy as np
+
+    from adapters_lib.keras_route.model import import_keras
+    from adapters_lib.models.demo import ensure_demo_tokenizer
+
+    import_keras()
+    import keras_hub
+
+    class_name, config = KERAS_SHAPES[kind]
+    backbone = getattr(keras_hub.models, class_name)(**config, dtype="float32")
+    rng = np.random.default_rng(seed)
+    for v in backbone.weights:
+        if v.path.endswith("layer_scalar"):
+            continue
+        value = rng.standard_normal(v.shape) * 0.3
+        if v.path.endswith("pre_ffw_norm_moe/scale"):
+            value = np.full(v.shape, 0.8)
+        v.assign(value.astype(np.float32))
+    backbone.save_to_preset(str(folder))
+    (folder / "assets" / "tokenizer").mkdir(parents=True, exist_ok=True)
+    shutil.copy(ensure_demo_tokenizer(), folder / "assets" / "tokenizer" / "vocabulary.spm")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def keras_presets(tmp_path_factory: pytest.TempPathFactory):
+    """``keras_presets(kind)`` → the folder of that tiny preset, written once per session."""
+    made: dict[str, object] = {}
+    root = tmp_path_factory.mktemp("keras-presets")
+
+    def get(kind: str):
+        if kind not in made:
+            made[kind] = write_keras_preset(kind, root / kind)
+        return made[kind]
+
+    return get
+
+
+KERAS_G4_MOE = {  # the MoE preset with every target and the experts, ModelParallel 4×2
+    "model": {"backend": "keras"},  # source: the fixture's preset folder
+    "data": {"max_length": 32},
+    "mesh": {"data": 4, "tensor": 2},
+    "lora": {"rank": 4, "alpha": 8, "targets": ["q", "k", "v", "o", "gate", "up", "down", "experts"]},
+    "train": {"steps": 6, "batch_size": 4, "learning_rate": 1e-2, "warmup_steps": 1, "eval_every": 3,
+              "checkpoint_every": 3, "eval_batches": 1, "eval_exact_match": 4},
+    "run": {"name": "keras-gemma4-moe"},
+}
+
+
+def keras_g4_config(preset, **sections):
+    from adapters_lib.config import config_from_dict
+
+    raw = {k: dict(v) for k, v in KERAS_G4_MOE.items()}
+    raw["model"]["source"] = str(preset)
+    for name, values in sections.items():
+        raw.setdefault(name, {}).update(values)
+    return config_from_dict(raw)
+
+
+@pytest.fixture(scope="session")
+def keras_gemma4_run(keras_presets, tmp_path_factory: pytest.TempPathFactory):
+    """(RunDir, TrainResult) of a 6-step Keras-route run of the tiny Gemma 4 MoE preset on a
+    4×2 ModelParallel mesh, experts trained."""
+    from adapters_lib import runs
+    from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.keras_route import run_keras_training
+
+    cfg = keras_g4_config(keras_presets("gemma4-moe"))
+    run = runs.create_run(cfg, root=tmp_path_factory.mktemp("keras-g4-runs"))
+    return run, run_keras_training(cfg, run, hooks=default_hooks)

@@ -6,7 +6,7 @@ import json
 import math
 
 import pytest
-from fixtures_keras import KERAS_DEMO
+from fixtures_keras import KERAS_DEMO, StopOnceLogged
 
 from adapters_lib.config import config_from_dict
 from adapters_lib.config_backends import check_backend_options
@@ -53,25 +53,6 @@ def test_keras_demo_run_with_model_parallel_trains_30_steps_and_loss_falls(keras
     assert phases == ["base", "tuned"] and "eval_exact_match" in metrics[-1]
 
 
-class _StopAt:
-    """A TrainControl that asks for a stop once step ``n`` is logged."""
-
-    def __init__(self, n: int):
-        self.n, self.seen, self.between = n, 0, 0
-
-    def should_stop(self) -> bool:
-        return self.seen >= self.n
-
-    def on_metrics(self, record):
-        self.seen = max(self.seen, record["step"])
-
-    def on_event(self, record):
-        pass
-
-    def between_steps(self):
-        self.between += 1
-
-
 def test_stopped_keras_run_resumes_with_the_same_losses(keras_demo_run, tmp_path):
     from adapters_lib import runs
     from adapters_lib.evals.hooks import default_hooks
@@ -80,7 +61,7 @@ def test_stopped_keras_run_resumes_with_the_same_losses(keras_demo_run, tmp_path
     full, _ = keras_demo_run
     cfg = _cfg()
     run = runs.create_run(cfg, root=tmp_path)
-    control = _StopAt(12)
+    control = StopOnceLogged(12)
     stopped = run_keras_training(cfg, run, control=control, hooks=default_hooks)
     assert stopped.state == "stopped" and stopped.step == 12 and run.status()["state"] == "stopped"
     assert control.between == 11  # served between steps, until the stop
@@ -213,14 +194,6 @@ def test_keras_options_pass_for_the_demo_config_and_mixed_precision():
     check_backend_options(_cfg(lora={"enabled": False}))
 
 
-def test_a_keras_preset_with_the_gemma_backend_gives_one_line_cause(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"class_name": "Gemma3Backbone", "config": {}}))
-    (tmp_path / "model.weights.h5").write_bytes(b"")
-    with pytest.raises(WorkbenchError, match='is a Keras preset.*set \\[model\\] backend = "keras"') as err:
-        check_backend_options(config_from_dict({"model": {"source": str(tmp_path), "backend": "gemma"}}))
-    assert "\n" not in str(err.value)
-
-
 def test_a_keras_source_that_is_not_a_preset_is_named(tmp_path):
     from adapters_lib.keras_route.model import model_dims
 
@@ -284,8 +257,6 @@ def test_keras_preset_folder_loads_with_its_tokenizer_and_lora(tmp_path):
     a = demo.backbone.get_layer("token_embedding").embeddings.numpy()
     b = loaded.backbone.get_layer("token_embedding").embeddings.numpy()
     np.testing.assert_array_equal(a, b)
-    with pytest.raises(WorkbenchError, match='is a Keras preset.*backend = "keras"'):
-        check_backend_options(_cfg(model={"source": str(preset), "backend": "gemma"}))
 
 
 def test_compare_cli_works_on_a_keras_run(keras_demo_run, capsys):

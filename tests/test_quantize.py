@@ -40,10 +40,12 @@ def test_a_tile_that_does_not_divide_a_dimension_is_one_line_naming_the_key():
     assert "\n" not in text and "quantize_tile_size" in text and "256" in text
 
 
-def test_keras_route_refuses_a_quantized_base_in_one_line():
+def test_keras_route_refuses_a_base_quantization_keras_does_not_have_in_one_line():
+    load_config(None, ["model.backend=keras", "model.quantize=int8"])  # Keras' own int8
     with pytest.raises(WorkbenchError) as e:
-        load_config(None, ["model.backend=keras", "model.quantize=int8"])
-    assert "\n" not in str(e.value) and "quantize" in str(e.value)
+        load_config(None, ["model.backend=keras", "model.quantize=nf4"])
+    text = str(e.value)
+    assert "\n" not in text and "model.quantize = 'nf4'" in text and 'quantize = "int8"' in text
 
 
 @pytest.mark.parametrize("mode, bits, tolerance", [("int8", 8, 0.05), ("int4", 4, 0.45),

@@ -1,8 +1,9 @@
 """Export a Keras run's adapter in keras-hub's own format.
 
 ``export_keras_adapter(run_dir, out, step=None)`` writes ``out/adapter.lora.h5`` (load it with
-``backbone.enable_lora(rank, target_layer_names=...)`` then ``backbone.load_lora_weights(path)``)
-and ``out/adapter_config.json`` (rank, alpha, targets, the keras layer names, the source),
+``backbone.enable_lora(rank, target_layer_names=...)`` then ``backbone.load_lora_weights(path)``;
+Gemma 4's expert adapters, which keras-hub's format has no place for, are in the same file under
+``lora_experts/<variable path>``, ``keras_route.experts``) and ``out/adapter_config.json`` (rank, alpha, targets, the keras layer names, the source),
 staged beside ``out`` and swapped in (``export.target``).
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.keras_route.options import KERAS_LORA_LAYERS
+from adapters_lib.keras_route.backbones import lora_layers
 
 
 def export_keras_adapter(run_dir: str | Path, out: str | Path, step: int | None = None, *,
@@ -31,6 +32,7 @@ def write_keras_adapter(tuned: Any, out: str | Path, *, force: bool = False, own
                         run_id: str = "") -> Path:
     """Write a loaded ``KerasTuned``'s adapter (its LoRA kernels) to ``out``."""
     from adapters_lib.export.target import resolve_target, write_export
+    from adapters_lib.keras_route.experts import expert_adapters
 
     target = resolve_target(out, force=force, owned=owned)
     lora = tuned.cfg.lora
@@ -40,10 +42,21 @@ def write_keras_adapter(tuned: Any, out: str | Path, *, force: bool = False, own
 
     def write(folder: Path) -> None:
         folder.mkdir(parents=True)
-        tuned.model.backbone.save_lora_weights(str(folder / "adapter.lora.h5"))
+        backbone = tuned.model.backbone
+        names = lora_layers(type(backbone).__name__)
+        if backbone._lora_enabled_layers:  # noqa: SLF001 - keras-hub's own list
+            backbone.save_lora_weights(str(folder / "adapter.lora.h5"))
+        experts = expert_adapters(backbone)
+        if experts:
+            import h5py
+            import numpy as np
+
+            with h5py.File(folder / "adapter.lora.h5", "a") as f:
+                for path, v in experts.items():
+                    f.create_dataset(f"lora_experts/{path}", data=np.asarray(v.value))
         (folder / "adapter_config.json").write_text(json.dumps({
             "format": "keras-hub-lora", "backend": "keras", "rank": lora.rank, "alpha": lora.alpha,
-            "targets": list(lora.targets), "keras_layers": [KERAS_LORA_LAYERS[t] for t in lora.targets],
+            "targets": list(lora.targets), "keras_layers": [names[t] for t in lora.targets],
             "base_model": tuned.cfg.model.source, "step": tuned.step,
         }, indent=1) + "\n")
 

@@ -28,10 +28,12 @@ def _apply_fn(causal_lm: Any):
         return cached
     import jax.numpy as jnp
 
+    from adapters_lib.keras_route.backbones import model_inputs
+
     def apply(params, tokens, positions, mask):
         tv, ntv = params
-        logits, _ = causal_lm.stateless_call(tv, ntv, {"token_ids": tokens,
-                                                        "padding_mask": jnp.ones_like(tokens)})
+        x = model_inputs(causal_lm.backbone, tokens, jnp.ones_like(tokens), positions)
+        logits, _ = causal_lm.stateless_call(tv, ntv, x)
         return logits
 
     causal_lm._workbench_apply = apply
@@ -42,8 +44,10 @@ def params(model: Any, *, base: bool) -> tuple[list[Any], list[Any]]:
     """(trainable, non-trainable) values; ``base`` zeroes the LoRA B kernels."""
     import jax.numpy as jnp
 
+    from adapters_lib.keras_route.experts import is_lora_b
+
     lm = model.causal_lm
-    tv = [jnp.zeros_like(v.value) if base and v.path.endswith("lora_kernel_b") else v.value
+    tv = [jnp.zeros_like(v.value) if base and is_lora_b(v.path) else v.value
           for v in lm.trainable_variables]
     return tv, [v.value for v in lm.non_trainable_variables]
 
@@ -108,11 +112,8 @@ class KerasTuned:
 
 def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned:
     """A Keras run's model with the weights of checkpoint ``step`` (the latest when None)."""
-    import jax
-
-    from adapters_lib.config import MeshSpec
     from adapters_lib.keras_route import checkpoints
-    from adapters_lib.keras_route.layout import make_distribution, plan_layout
+    from adapters_lib.keras_route.layout import make_distribution, plan_for
     from adapters_lib.keras_route.model import build_model, import_keras, model_dims
     from adapters_lib.runs import RunDir
 
@@ -128,9 +129,7 @@ def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned
         raise WorkbenchError(f"run {run.run_id} has no checkpoint at step {step}",
                              hint=f"checkpoints: {', '.join(map(str, steps))}")
     import_keras()
-    mesh = MeshSpec(data=cfg.mesh.data, fsdp=1, tensor=cfg.mesh.tensor).resolve(len(jax.devices()))
-    plan = plan_layout(model_dims(cfg), data=mesh.data, tensor=mesh.tensor, batch_size=cfg.train.batch_size)
-    distribution = make_distribution(plan)
+    distribution = make_distribution(plan_for(cfg, model_dims(cfg)))
     model = build_model(cfg, distribution)
     scope = distribution.scope() if distribution is not None else None
     if scope is None:

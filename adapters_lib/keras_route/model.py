@@ -1,8 +1,9 @@
 """The Keras model of a run: the tiny demo Gemma 3 (same tokenizer as the gemma demo), a
-Keras preset folder, or any catalog model keras-hub can convert — a Hugging Face
-Gemma 2/3 folder as it is, a GGUF (the starter 270M among them) through the HF export of its
-dequantized weights (``preset_dir``) — built under the run's distribution, with LoRA on the
-chosen targets.
+Keras preset folder (Gemma 2, 3, 3n, 4), or any catalog model keras-hub can convert — a Hugging
+Face Gemma 2/3/4 folder as it is, a GGUF (the starter 270M among them) through the HF export of
+its dequantized weights (``preset_dir``) — built under the run's distribution, held in int8 when
+``[model] quantize = "int8"`` (Keras' own ``quantize``, ``backbones.quantize_int8``), with LoRA
+on the chosen targets (``backbones.enable_lora``).
 
 Keras must run on JAX: ``import_keras()`` sets ``KERAS_BACKEND=jax`` before the first keras
 import of the process, and refuses to go on if keras was already imported with another
@@ -16,15 +17,16 @@ import json
 import os
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from adapters_lib.config import RunConfig
 from adapters_lib.config_backends import is_keras_preset
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.keras_route.backbones import BACKBONES
 from adapters_lib.keras_route.layout import ModelDims
-from adapters_lib.keras_route.options import KERAS_LORA_LAYERS, keras_dtype_policy
+from adapters_lib.keras_route.options import keras_dtype_policy
 
 
 def import_keras():
@@ -125,8 +127,14 @@ def model_dims(cfg: RunConfig) -> ModelDims:
         arch = families.from_hf_config(json.loads((folder / "config.json").read_text()))
         return ModelDims(vocab=arch.vocab_size, hidden=arch.embed_dim, heads=arch.num_heads,
                          kv_heads=arch.num_kv_heads, head_dim=arch.head_dim, ffw=arch.hidden_dim,
-                         layers=arch.num_layers)
+                         layers=arch.num_layers, global_kv_heads=getattr(arch, "num_global_kv_heads", 0),
+                         experts=getattr(arch, "num_experts", 0), expert_dim=getattr(arch, "expert_dim", 0),
+                         per_layer=getattr(arch, "per_layer_input_dim", 0), per_layer_vocab=arch.vocab_size)
     name, c = preset_config(src)
+    if name not in BACKBONES:
+        raise WorkbenchError(f"{src}/config.json is a {name or 'unknown class'}, not a keras-hub Gemma "
+                             "backbone", where="[model] source",
+                             hint=f"the Keras route trains {', '.join(BACKBONES)}")
     try:
         return ModelDims.from_keras_config(name, c)
     except KeyError as e:
@@ -174,12 +182,15 @@ class KerasModel:
     dims: ModelDims
     tokenizer_path: str
     lora_layers: list[str]
+    notes: list[str] = field(default_factory=list)
 
 
 def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
     """Build (under ``distribution``) the backbone + CausalLM and enable LoRA on the targets."""
     keras = import_keras()
     import keras_hub
+
+    from adapters_lib.keras_route.backbones import enable_lora, quantize_int8
 
     policy = keras_dtype_policy(cfg.train.param_dtype, cfg.train.compute_dtype)
     dims = model_dims(cfg)
@@ -195,26 +206,15 @@ def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
                 dtype=policy, name="gemma3_backbone")
         else:
             backbone = keras_hub.models.Backbone.from_preset(str(preset_dir(cfg)), dtype=policy)
+        notes = quantize_int8(backbone) if cfg.model.quantize == "int8" else []
         lm_class = getattr(keras_hub.models, type(backbone).__name__.replace("Backbone", "CausalLM"), None)
         if lm_class is None:
             raise WorkbenchError(f"{type(backbone).__name__} has no CausalLM in keras-hub", where="[model] source")
         causal_lm = lm_class(backbone=backbone, preprocessor=None)
         lora_layers: list[str] = []
         if cfg.lora.enabled:
-            names = [KERAS_LORA_LAYERS[t] for t in cfg.lora.targets]
-            backbone.enable_lora(cfg.lora.rank, target_layer_names=names)
-            found = set()
-            for layer in backbone._flatten_layers(include_self=False):
-                if getattr(layer, "lora_enabled", False):
-                    layer.lora_alpha = cfg.lora.alpha  # scale = alpha / rank, as on the gemma route
-                    found.add(layer.name)
-                    lora_layers.append(layer.name)
-            missing = [t for t in cfg.lora.targets if KERAS_LORA_LAYERS[t] not in found]
-            if missing:
-                raise WorkbenchError(
-                    f"LoRA targets {' '.join(missing)} match no layer of {type(backbone).__name__}",
-                    where="[lora] targets", hint=f"targets found: {' '.join(sorted(t for t in cfg.lora.targets if t not in missing)) or 'none'}")
-    return KerasModel(causal_lm, backbone, dims, tokenizer_path(cfg), lora_layers)
+            lora_layers = enable_lora(backbone, cfg.lora.rank, cfg.lora.alpha, tuple(cfg.lora.targets))
+    return KerasModel(causal_lm, backbone, dims, tokenizer_path(cfg), lora_layers, notes)
 
 
 @contextlib.contextmanager

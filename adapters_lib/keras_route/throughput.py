@@ -14,18 +14,15 @@ import numpy as np
 
 
 def train_tokens_per_s(cfg: Any, *, steps: int = 20, warmup: int = 3) -> dict[str, float]:
-    import jax
-
-    from adapters_lib.config import MeshSpec
     from adapters_lib.config_backends import check_backend_options
-    from adapters_lib.keras_route.layout import make_distribution, plan_layout
+    from adapters_lib.keras_route.backbones import model_inputs
+    from adapters_lib.keras_route.layout import make_distribution, plan_for
     from adapters_lib.keras_route.model import _nullcontext, build_model, import_keras, model_dims
     from adapters_lib.keras_route.train import make_optimizer
 
     check_backend_options(cfg)
     t = cfg.train
-    mesh = MeshSpec(data=cfg.mesh.data, fsdp=1, tensor=cfg.mesh.tensor).resolve(len(jax.devices()))
-    plan = plan_layout(model_dims(cfg), data=mesh.data, tensor=mesh.tensor, batch_size=t.batch_size)
+    plan = plan_for(cfg, model_dims(cfg))
     keras = import_keras()
     dist = make_distribution(plan)
     model = build_model(cfg, dist)
@@ -42,7 +39,7 @@ def train_tokens_per_s(cfg: Any, *, steps: int = 20, warmup: int = 3) -> dict[st
 
         def __getitem__(self, i: int):
             tokens = rng.integers(107, vocab, (b, length), dtype=np.int32)
-            x = {"token_ids": tokens, "padding_mask": np.ones((b, length), np.int32)}
+            x = model_inputs(model.backbone, tokens, np.ones((b, length), np.int32))
             return x, np.roll(tokens, -1, axis=1), np.full((b, length), 1.0 / (b * length), np.float32)
 
     with dist.scope() if dist is not None else _nullcontext():
@@ -55,4 +52,4 @@ def train_tokens_per_s(cfg: Any, *, steps: int = 20, warmup: int = 3) -> dict[st
         keras.Model.fit(lm, Data(steps), epochs=1, verbose=0)
         seconds = time.perf_counter() - t0
     return {"tokens_per_s": b * length * steps / seconds, "step_time_s": seconds / steps,
-            "devices": mesh.data * mesh.tensor, "trainable_params": float(sum(np.prod(v.shape) for v in lm.trainable_variables))}
+            "devices": plan.data * plan.tensor, "trainable_params": float(sum(np.prod(v.shape) for v in lm.trainable_variables))}

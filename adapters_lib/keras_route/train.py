@@ -41,13 +41,16 @@ from adapters_lib.train.trainer import (
 log = logging.getLogger(__name__)
 
 
-def _keras_batch(batch: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+def _keras_batch(batch: dict[str, np.ndarray], backbone: Any) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
     """(x, y, sample_weight) for fit. The loss is reduced with "sum" over weights that sum to 1,
     so it is the loss_mask-weighted mean (the gemma route's loss) whatever mask Keras applies."""
+    from adapters_lib.keras_route.backbones import model_inputs
+
     mask = batch["loss_mask"].astype(np.float32)
     weight = mask / max(float(mask.sum()), 1.0)
-    x = {"token_ids": batch["tokens"].astype(np.int32),
-         "padding_mask": (batch["segment_ids"] != 0).astype(np.int32)}
+    positions = batch.get("positions")
+    x = model_inputs(backbone, batch["tokens"].astype(np.int32), (batch["segment_ids"] != 0).astype(np.int32),
+                     None if positions is None else positions.astype(np.int32))
     return x, batch["targets"].astype(np.int32), weight
 
 
@@ -95,9 +98,8 @@ class KerasTrainer(Trainer):
 
     # ---------------------------------------------------------------- set-up
     def setup(self) -> RouteSetup:
-        from adapters_lib.config import MeshSpec
         from adapters_lib.data import build_pipeline
-        from adapters_lib.keras_route.layout import make_distribution, plan_layout
+        from adapters_lib.keras_route.layout import make_distribution, plan_for
         from adapters_lib.keras_route.model import build_model, import_keras, model_dims
 
         cfg, t = self.cfg, self.cfg.train
@@ -107,12 +109,7 @@ class KerasTrainer(Trainer):
 
             raise WorkbenchError(f"the Keras route trains the sft objective only, not {t.objective!r}",
                                  where="[train] objective", hint='use model.backend = "gemma" for it')
-        dims = model_dims(cfg)
-        import jax
-
-        n = len(jax.devices())
-        mesh = MeshSpec(data=cfg.mesh.data, fsdp=1, tensor=cfg.mesh.tensor).resolve(n)
-        self.plan = plan_layout(dims, data=mesh.data, tensor=mesh.tensor, batch_size=t.batch_size)
+        self.plan = plan_for(cfg, model_dims(cfg))
         keras = import_keras()  # after the checks: a mistake is reported before the slow import
         self.distribution = make_distribution(self.plan)
         self.keras = keras
@@ -126,9 +123,9 @@ class KerasTrainer(Trainer):
             self.optimizer.build(lm.trainable_variables)
         data = dataclasses.replace(cfg.data, packing=False)  # no segment ids in keras-hub Gemma
         self.pipeline = build_pipeline(data, self.model.tokenizer_path, batch_size=t.batch_size, seed=t.seed)
-        self.event("setup", backend="keras", distribution=self.plan.kind, mesh=f"{mesh.data}x{mesh.tensor}",
-                   notes=self.plan.notes + (["packing off: Keras route trains one example per row"]
-                                            if cfg.data.packing else []),
+        self.event("setup", backend="keras", distribution=self.plan.kind, mesh=f"{self.plan.data}x{self.plan.tensor}",
+                   notes=self.plan.notes + self.model.notes + (
+                       ["packing off: Keras route trains one example per row"] if cfg.data.packing else []),
                    trainable_params=int(sum(np.prod(v.shape) for v in lm.trainable_variables)),
                    lora_layers=len(self.model.lora_layers))
         return RouteSetup(schedule=self.schedule,
@@ -164,7 +161,7 @@ class KerasTrainer(Trainer):
         total = count = 0.0
         with self._scope():
             for b in batches:
-                x, y, _ = _keras_batch(b)
+                x, y, _ = _keras_batch(b, self.model.backbone)
                 s, c = self._eval_fn(tv, ntv, x, y, b["loss_mask"].astype(np.float32))  # token-weighted
                 total, count = total + float(s), count + float(c)
         return total / max(count, 1.0)
@@ -173,7 +170,7 @@ class KerasTrainer(Trainer):
         """Train steps start+1..stop with ``fit`` (fewer if the trainer's poll stops it); the
         record of ``stop`` comes back unwritten, None when it stopped earlier."""
         keras, trainer = self.keras, self
-        pipeline = self.pipeline
+        pipeline, backbone = self.pipeline, self.model.backbone
         opt_vars = self.optimizer.variables
         norm_index = next(i for i, v in enumerate(opt_vars) if v is self.optimizer.grad_norm)
 
@@ -182,7 +179,7 @@ class KerasTrainer(Trainer):
                 return stop - start
 
             def __getitem__(self, i: int):
-                return _keras_batch(pipeline.train_batch(start + i))
+                return _keras_batch(pipeline.train_batch(start + i), backbone)
 
         class Metrics(keras.callbacks.Callback):
             def __init__(self) -> None:

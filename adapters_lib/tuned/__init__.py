@@ -58,8 +58,9 @@ def refuse_quantize_on_keras(quantize: str) -> None:
     if quantize and quantize != "none":
         from adapters_lib.errors import WorkbenchError
 
-        raise WorkbenchError(f"--quantize {quantize}: a quantized base is gemma-route only",
-                             where="--quantize", hint="drop --quantize for a Keras-route run")
+        raise WorkbenchError(f"--quantize {quantize}: a Keras-route run holds its base as its own "
+                             "[model] quantize says", where="--quantize",
+                             hint='drop --quantize (train with [model] quantize = "int8" for an int8 base)')
 
 
 def export_run(run: Any, fmt: str = "adapter", *, step: int | None = None,
