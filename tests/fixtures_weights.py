@@ -121,6 +121,39 @@ def hf_cache_repo(cache: Path, repo_id: str, files: dict[str, bytes], *,
     return snap
 
 
+def keras_gemma_layers(arch: families.Arch) -> dict[str, list[tuple[int, ...]]]:
+    """keras-hub's Gemma 3 backbone variables of ``arch``: layer name path → shapes."""
+    n, k, h, d, f = arch.num_heads, arch.num_kv_heads, arch.head_dim, arch.embed_dim, arch.hidden_dim
+    out = {"token_embedding": [(arch.vocab_size, d)], "final_normalization": [(d,)]}
+    for i in range(arch.num_layers):
+        b = f"decoder_block_{i}/"
+        for norm in ("pre_attention_norm", "post_attention_norm", "pre_ffw_norm", "post_ffw_norm"):
+            out[b + norm] = [(d,)]
+        out[b + "attention/query"] = [(n, d, h)]
+        out[b + "attention/key"] = out[b + "attention/value"] = [(k, d, h)]
+        out[b + "attention/attention_output"] = [(n, h, d)]
+        out[b + "attention/query_norm"] = out[b + "attention/key_norm"] = [(h,)]
+        out[b + "ffw_gating"] = out[b + "ffw_gating_2"] = [(d, f)]
+        out[b + "ffw_linear"] = [(f, d)]
+    return out
+
+
+def keras_h5(path: Path, layers: dict[str, list[tuple[int, ...]]]) -> Path:
+    """A ``model.weights.h5`` in Keras' layout (``layers/…/vars/<i>``, each ``vars`` group named
+    after its layer), zero-filled and stored lazily (a few KB whatever the shapes)."""
+    import h5py
+
+    with h5py.File(path, "w") as f:
+        for name, shapes in layers.items():
+            parts = name.split("/")
+            for depth in range(1, len(parts) + 1):
+                group = f.require_group("layers/" + "/".join(parts[:depth]) + "/vars")
+                group.attrs["name"] = parts[depth - 1]
+            for i, shape in enumerate(shapes):
+                group.create_dataset(str(i), shape=shape, dtype="float32")
+    return path
+
+
 def keras_preset(folder: Path, tokenizer: Path | None, *, weights: bool = True) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     body = {"vocabulary_size": 1024, "image_size": 896, "num_layers": 4, "num_query_heads": 4,
@@ -139,7 +172,7 @@ def keras_preset(folder: Path, tokenizer: Path | None, *, weights: bool = True) 
     (folder / "tokenizer.json").write_text(json.dumps({"module": "keras_hub.src.models.gemma3.gemma3_tokenizer",
                                                         "class_name": "Gemma3Tokenizer"}))
     if weights:
-        (folder / "model.weights.h5").write_bytes(b"\x89HDF\r\n\x1a\n" + b"\0" * 56)
+        keras_h5(folder / "model.weights.h5", keras_gemma_layers(DEMO_ARCH))
     if tokenizer is not None:
         (folder / "assets" / "tokenizer").mkdir(parents=True, exist_ok=True)
         shutil.copy(tokenizer, folder / "assets" / "tokenizer" / "vocabulary.spm")

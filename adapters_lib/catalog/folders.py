@@ -48,7 +48,8 @@ def scan_folder(folder: Path, *, missing_ok: bool = False, depth: int = 2) -> li
 def detect_format(folder: Path) -> tuple[str, Path] | None:
     """(format, weights dir) of a model folder, or None when it holds no weights."""
     config = folder / "config.json"
-    if (folder / "metadata.json").is_file() or (folder / "model.weights.h5").is_file():
+    if (folder / "metadata.json").is_file() or (folder / "model.weights.h5").is_file() \
+            or (folder / "model.weights.json").is_file():
         return "keras-preset", folder
     if config.is_file() and '"keras_hub' in _head(config):
         return "keras-preset", folder

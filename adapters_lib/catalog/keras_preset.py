@@ -1,19 +1,28 @@
-"""Keras presets (``config.json`` + ``model.weights.h5`` + ``assets/tokenizer``): listed here,
-loaded by the Keras route."""
+"""Keras presets (``config.json`` + ``model.weights.h5`` or its shards + ``assets/tokenizer``).
+
+A Gemma 2/3/4 preset is read by the gemma route (``models.keras_weights``: its tensors under
+Hugging Face names) and by the Keras route (``backend = "keras"``); Gemma 3n by the Keras route
+only. ``ok`` means the gemma route loads it: the architecture comes from the backbone config and
+every weight the gemma modules need is in the file with the shape the config implies.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from adapters_lib.catalog.entry import ModelEntry
+from adapters_lib.catalog.entry import ModelEntry, set_arch
 from adapters_lib.catalog.orbax_meta import read_json
 from adapters_lib.models import families
 from adapters_lib.models.families import ArchError
 
-_KERAS_FAMILY = {"Gemma3Backbone": "gemma3", "Gemma4Backbone": "gemma4"}
+
+def has_keras_weights(folder: Path) -> bool:
+    return (folder / "model.weights.h5").is_file() or (folder / "model.weights.json").is_file()
 
 
 def inspect_keras(entry: ModelEntry, folder: Path) -> None:
+    from adapters_lib.models.keras_weights import KerasPresetTensors, hf_config, preset_family
+
     tok = folder / "assets" / "tokenizer" / "vocabulary.spm"
     entry.tokenizer = str(tok) if tok.is_file() else None
     try:
@@ -21,33 +30,34 @@ def inspect_keras(entry: ModelEntry, folder: Path) -> None:
             if (folder / "config.json").is_file() else {}
         cls = str(config.get("class_name", ""))
         body = config.get("config") or {}
-        if cls == "GemmaBackbone":
-            entry.family = "gemma2" if body.get("use_post_ffw_norm") else "other"
-        elif cls in _KERAS_FAMILY:
-            entry.family = _KERAS_FAMILY[cls]
-        elif cls:
-            entry.family = "other"
-            entry.fail("unsupported", f"Keras preset of {cls}, not a Gemma backbone")
+        fam = preset_family(cls, body) if cls else "other"
+        entry.family = fam
         meta = folder / "metadata.json"
         if meta.is_file():
             count = read_json(meta, "metadata.json").get("parameter_count")
             entry.params = int(count) if count else None
-        if entry.family in ("gemma2", "gemma3") and body:
-            f = int(body.get("intermediate_dim", 0))
-            f = f // 2 if cls == "GemmaBackbone" else f
-            dims = (body.get("num_layers"), body.get("hidden_dim"), f, body.get("num_query_heads"),
-                    body.get("head_dim"), body.get("num_key_value_heads"))
-            for (fam, size), (_, known) in families.KNOWN.items():
-                if fam == entry.family and known.dims() == dims and size != "custom":
-                    entry.size = size
         if not cls:
             entry.fail("unreadable", "Keras preset without config.json")
-        elif not (folder / "model.weights.h5").is_file():
+            return
+        if not has_keras_weights(folder):
             entry.fail("incomplete", "Keras preset without model.weights.h5")
-        elif entry.tokenizer is None:
+            return
+        if entry.tokenizer is None:
             entry.fail("incomplete", "Keras preset without assets/tokenizer/vocabulary.spm")
-        elif entry.family == "gemma4":  # `ok` only for what loads: neither route reads it yet
-            entry.fail("unsupported", "a Keras Gemma 4 preset: this build loads Gemma 4 from HF "
-                       "safetensors (gemma route) and Keras presets of Gemma 2/3 only")
+            return
+        arch = families.from_hf_config(hf_config(cls, body))
+        set_arch(entry, arch)
+        entry.params = entry.params or arch.param_count()
+        from adapters_lib.models.hf_layout import check_hf_shapes
+
+        try:
+            with KerasPresetTensors(folder) as tensors:
+                problem = check_hf_shapes(arch, tensors.shapes())
+        except FileNotFoundError as e:
+            raise ArchError(str(e), "incomplete", arch.family) from None
+        if problem:
+            raise ArchError(f"model.weights.h5: {problem}", "unsupported", arch.family)
     except ArchError as e:
+        if e.family != "other":
+            entry.family = e.family
         entry.fail(e.status, e.reason)

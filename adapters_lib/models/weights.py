@@ -1,4 +1,5 @@
-"""Load catalog entries (orbax checkpoints, HF safetensors, GGUF) into gemma params on the mesh.
+"""Load catalog entries (orbax checkpoints, HF safetensors, GGUF, Keras presets) into gemma params
+on the mesh.
 
 ``load_from_source(spec, param_dtype=, sharding=)`` is what ``loader.load_model`` calls for
 every non-demo source. Params are placed on devices as they are read:
@@ -8,6 +9,8 @@ every non-demo source. Params are placed on devices as they are read:
   ``sharding=`` (a dict tree of shardings fails there, see STACK-NOTES);
 - safetensors: tensor by tensor (memory-mapped), converted with ``hf_convert.leaf_plan``,
   cast and ``device_put`` with its sharding, so the host holds one tensor at a time;
+- Keras presets: tensor by tensor from ``model.weights.h5`` (or its shards), named as HF's by
+  ``keras_weights`` and placed as the safetensors are;
 - GGUF: tensor by tensor too, dequantized by the ``gguf`` package in row blocks, llama.cpp's
   Gemma conventions undone (``gguf_weights``); the tokenizer is rebuilt from the file's
   vocabulary (``gguf_tokenizer``). The starter model is assembled at its first load.
@@ -49,9 +52,6 @@ def check_loadable(entry: ModelEntry, tokenizer: str = "", *, build_tokenizer: b
     where = f"[model] source = {entry.id!r}"
     if entry.format == "gguf" and entry.status == "ok" and not tokenizer and build_tokenizer:
         ensure_tokenizer(entry)
-    if entry.format == "keras-preset":
-        raise WorkbenchError("a Keras preset loads through the Keras route", where=where,
-                             hint='set [model] backend = "keras"')
     missing_tok_only = entry.status == "incomplete" and entry.tokenizer is None and \
         (entry.reason.startswith("no tokenizer.model") or "no tokenizer vocabulary" in entry.reason)
     if entry.status != "ok" and not (missing_tok_only and tokenizer):
@@ -89,6 +89,8 @@ def load_entry(entry: ModelEntry, *, tokenizer: str = "", param_dtype: str = "fl
             params = load_gguf(entry, arch, param_dtype, sharding)
         elif entry.format == "hf-safetensors":
             params = load_hf_params(Path(entry.path), arch, param_dtype, sharding)
+        elif entry.format == "keras-preset":
+            params = load_keras_params(Path(entry.path), arch, param_dtype, sharding)
         else:
             params = load_orbax_params(Path(entry.checkpoint or entry.path), arch, param_dtype,
                                        sharding)
@@ -176,29 +178,42 @@ def load_orbax_params(ckpt: Path, arch: families.Arch, param_dtype: str, shardin
 
 def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
     """Read HF safetensors tensor by tensor, convert, cast and place each gemma leaf."""
-    import jax
-    import numpy as np
-
-    from adapters_lib.models.gguf_weights import aligned
-    from adapters_lib.models.hf_convert import (
-        SafetensorsDir,
-        SafetensorsError,
-        hf_prefix,
-        leaf_plan,
-        omitted,
-    )
+    from adapters_lib.models.hf_convert import SafetensorsDir, SafetensorsError, hf_prefix
 
     try:
         tensors = SafetensorsDir(folder)
         prefix = hf_prefix(tensors.where)
     except (SafetensorsError, KeyError) as e:
         raise WorkbenchError(f"unreadable: {e}", where=f"[model] source = {str(folder)!r}") from None
+    return place_named_tensors(tensors.where, tensors.get, prefix, arch, param_dtype, sharding)
+
+
+def load_keras_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
+    """A Keras preset's weights (``model.weights.h5`` or its shards), read tensor by tensor under
+    their Hugging Face names (``keras_weights``) and placed as the safetensors are."""
+    from adapters_lib.models.keras_weights import KerasPresetTensors
+
+    with KerasPresetTensors(folder) as tensors:
+        return place_named_tensors(tensors.where, tensors.get, "model.", arch, param_dtype, sharding)
+
+
+def place_named_tensors(where: Any, get: Any, prefix: str, arch: families.Arch, param_dtype: str,
+                        sharding: Any) -> Any:
+    """Convert HF-named tensors (``get(name)``, names in ``where``) into the gemma tree, one
+    leaf at a time: cast, and ``device_put`` with its sharding."""
+    import jax
+    import numpy as np
+
+    from adapters_lib.models.gguf_weights import aligned
+    from adapters_lib.models.hf_convert import leaf_plan, omitted
+
     fn = _sharding_fn(sharding)
     dtype = np.dtype(jax.numpy.dtype(param_dtype))
     tree: dict[str, Any] = {}
+
     def read(name: str) -> np.ndarray:
-        if prefix + name in tensors.where:
-            return tensors.get(prefix + name)
+        if prefix + name in where:
+            return get(prefix + name)
         return omitted(name, arch)  # a KV-shared layer's k/v that the save dropped
 
     for path, names, convert in leaf_plan(arch):
