@@ -84,8 +84,8 @@ KERAS_SHAPES: dict[str, tuple[str, dict]] = {
         num_attention_heads=2, num_key_value_heads=1, head_dim=8, intermediate_size=[64] * 4,
         hidden_activation="gelu_approximate", layer_types=["sliding_attention", "full_attention"] * 2,
         sliding_window=4, rope_theta=1_000_000.0, max_position_embeddings=128,
-        vocab_size_per_layer_input=1024, hidden_size_per_layer_input=8, altup_num_inputs=2,
-        laurel_rank=4, activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], altup_coef_clip=120.0,
+        vocab_size_per_layer_input=1024, hidden_size_per_layer_input=8, laurel_rank=4, altup_num_inputs=4,
+        activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], altup_coef_clip=120.0,
         num_kv_shared_layers=2, final_logit_soft_cap=30.0)),
 }
 
@@ -94,10 +94,7 @@ def write_keras_preset(kind: str, folder, seed: int = 0):
     """A tiny random-init keras-hub backbone of ``kind`` saved in the Kaggle Keras preset layout
     (config.json, model.weights.h5, metadata.json, assets/tokenizer/vocabulary.spm: the demo
     tokenizer). Every weight is a seeded normal (×0.3; keras-hub zero-initialises the expert
-    bank, which would leave its adapters without a gradient), except the MoE path's pre-norm
-    scale, a constant 0.8: with a per-dimension scale there, gemma's MoE (which routes on the
-    pre-normed input) and keras-hub's/transformers' (which route on the raw residual) differ,
-    see test_keras_presets."""
+    bank, which would leave its adapters without a gradient)."""
     import shutil
 
     import numpy as np
@@ -114,10 +111,7 @@ def write_keras_preset(kind: str, folder, seed: int = 0):
     for v in backbone.weights:
         if v.path.endswith("layer_scalar"):
             continue
-        value = rng.standard_normal(v.shape) * 0.3
-        if v.path.endswith("pre_ffw_norm_moe/scale"):
-            value = np.full(v.shape, 0.8)
-        v.assign(value.astype(np.float32))
+        v.assign((rng.standard_normal(v.shape) * 0.3).astype(np.float32))
     backbone.save_to_preset(str(folder))
     (folder / "assets" / "tokenizer").mkdir(parents=True, exist_ok=True)
     shutil.copy(ensure_demo_tokenizer(), folder / "assets" / "tokenizer" / "vocabulary.spm")

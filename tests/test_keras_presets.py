@@ -28,12 +28,13 @@ def _keras_logits(folder, tokens, dtype="float32"):
 
 @pytest.mark.parametrize(("kind", "family"), [("gemma2", "gemma2"), ("gemma3", "gemma3"),
                                               ("gemma4-dense", "gemma4"), ("gemma4-moe", "gemma4"),
-                                              ("gemma4-e", "gemma4")])
+                                              ("gemma4-e", "gemma4"), ("gemma3n", "gemma3n")])
 def test_a_keras_preset_loads_on_the_gemma_route_with_keras_hubs_logits(keras_presets, kind, family):
     """Gemma 2's soft-caps and alternating window, Gemma 3's 5:1 pattern, Gemma 4's k=v global
-    layers with partial rotary, its expert bank and its per-layer inputs with KV sharing (the
-    KV-shared layers' omitted k/v filled as the library expects): the gemma modules on the
-    converted params give keras-hub's logits (f32)."""
+    layers with partial rotary, its expert bank (routed on the residual, a per-dimension
+    pre-norm scale) and its per-layer inputs with KV sharing (the KV-shared layers' omitted k/v
+    filled as the library expects), Gemma 3n's AltUp, Laurel, per-layer inputs and KV sharing:
+    the gemma modules on the converted params give keras-hub's logits (f32)."""
     import jax.numpy as jnp
 
     from adapters_lib.catalog import resolve
@@ -84,23 +85,31 @@ def test_sharded_bfloat16_preset_reads_the_same_tensors(keras_presets, tmp_path)
 
 
 def test_keras_presets_the_gemma_route_cannot_load_are_listed_so(keras_presets, tmp_path):
-    """Gemma 3n: the Keras route trains it, the gemma route does not load it yet; a preset
-    missing a tensor names it. Both are one line, and the gemma route refuses them with it."""
+    """A Gemma 1 backbone (no post norms) is not a family the gemma route builds; a preset
+    missing a tensor names it. Both are one line, and the gemma route refuses with it."""
+    import json
+
     import h5py
 
     from adapters_lib.catalog import resolve
     from adapters_lib.config import ModelSpec
     from adapters_lib.models.weights import load_from_source
 
-    e3n = resolve(str(keras_presets("gemma3n")))
-    assert (e3n.family, e3n.status) == ("gemma3n", "unsupported")
-    assert 'backend = "keras"' in e3n.reason and "\n" not in e3n.reason
+    gemma1 = tmp_path / "gemma1"
+    shutil.copytree(keras_presets("gemma2"), gemma1)
+    config = json.loads((gemma1 / "config.json").read_text())
+    config["config"].update(use_post_ffw_norm=False, use_post_attention_norm=False)
+    (gemma1 / "config.json").write_text(json.dumps(config))
+    entry = resolve(str(gemma1))
+    assert (entry.family, entry.status) == ("other", "unsupported") and "Gemma 1" in entry.reason
     broken = tmp_path / "broken"
     shutil.copytree(keras_presets("gemma4-dense"), broken)
     with h5py.File(broken / "model.weights.h5", "a") as f:
         del f["layers/gemma4_text_decoder_block_2/ffw_linear/vars/0"]
     entry = resolve(str(broken))
     assert entry.status == "unsupported" and "layers.2.mlp.down_proj.weight missing" in entry.reason
-    with pytest.raises(WorkbenchError) as err:
-        load_from_source(ModelSpec(source=str(broken)))
-    assert "down_proj" in str(err.value) and "\n" not in str(err.value)
+    for source in (gemma1, broken):
+        with pytest.raises(WorkbenchError) as err:
+            load_from_source(ModelSpec(source=str(source)))
+        assert "\n" not in str(err.value)
+    assert "down_proj" in str(err.value)

@@ -1,8 +1,8 @@
 """Keras presets (``config.json`` + ``model.weights.h5`` or its shards + ``assets/tokenizer``).
 
-A Gemma 2/3/4 preset is read by the gemma route (``models.keras_weights``: its tensors under
-Hugging Face names) and by the Keras route (``backend = "keras"``); Gemma 3n by the Keras route
-only. ``ok`` means the gemma route loads it: the architecture comes from the backbone config and
+A Gemma 2, 3, 3n or 4 preset is read by the gemma route (``models.keras_weights``: its tensors
+under Hugging Face names) and by the Keras route (``backend = "keras"``). ``ok`` means the gemma
+route loads it: the architecture comes from the backbone config and
 every weight the gemma modules need is in the file with the shape the config implies.
 """
 

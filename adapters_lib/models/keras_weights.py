@@ -10,8 +10,8 @@ keras: the weights are read with h5py, one tensor at a time.
   gives the ``Arch``; a setting the gemma modules cannot express is an ``ArchError``.
 - ``KerasPresetTensors(folder)``: the backbone's tensors under their Hugging Face names
   (``.where``, ``.shapes()``, ``.get(name)``), laid out as transformers stores them: the exact
-  inverse of keras-hub's ``convert_gemma``/``convert_gemma3``/``convert_gemma4`` weight ports
-  (transposes and head reshapes only, so nothing is rounded). The HF loader then maps them into
+  inverse of keras-hub's ``convert_gemma``/``convert_gemma3``/``convert_gemma4``/
+  ``convert_gemma3n`` weight ports (transposes and head reshapes only, so nothing is rounded). The HF loader then maps them into
   the gemma tree, sharded at load, as it does for safetensors.
 
 How the weights file names a variable: Keras saves each layer's variables as
@@ -32,9 +32,6 @@ import numpy as np
 
 from adapters_lib.models.families import ArchError
 
-# keras-hub backbone → the family its weights are (Gemma 1 is GemmaBackbone without post norms)
-GEMMA_CLASSES = ("GemmaBackbone", "Gemma3Backbone", "Gemma4Backbone")
-
 
 def read_preset_config(folder: Path) -> tuple[str, dict[str, Any]]:
     raw = json.loads((Path(folder) / "config.json").read_text())
@@ -42,7 +39,7 @@ def read_preset_config(folder: Path) -> tuple[str, dict[str, Any]]:
 
 
 def preset_family(class_name: str, config: dict[str, Any]) -> str:
-    """gemma2 / gemma3 / gemma3n / gemma4 / other."""
+    """gemma2 / gemma3 / gemma3n / gemma4 / other (Gemma 1 is a GemmaBackbone without post norms)."""
     if class_name == "GemmaBackbone":
         return "gemma2" if config.get("use_post_ffw_norm") else "other"
     return {"Gemma3Backbone": "gemma3", "Gemma4Backbone": "gemma4",
@@ -58,11 +55,10 @@ def hf_config(class_name: str, c: dict[str, Any]) -> dict[str, Any]:
     family = preset_family(class_name, c)
     if family == "other":
         what = "a Gemma 1" if class_name == "GemmaBackbone" else f"a {class_name or 'non-Gemma'}"
-        raise ArchError(f"Keras preset of {what} backbone: the gemma route loads Gemma 2, 3 and 4",
+        raise ArchError(f"Keras preset of {what} backbone: the gemma route loads Gemma 2, 3, 3n and 4",
                         "unsupported", "other")
     if family == "gemma3n":
-        raise ArchError("a Keras Gemma 3n preset: the gemma route does not load Gemma 3n yet "
-                        '(train it with [model] backend = "keras")', "unsupported", "gemma3n")
+        return _hf_config_3n(c)
     n, d = int(c["num_query_heads"]), int(c["hidden_dim"])
     h, layers = int(c["head_dim"]), int(c["num_layers"])
     common = {"vocab_size": c["vocabulary_size"], "hidden_size": d, "num_hidden_layers": layers,
@@ -122,6 +118,34 @@ def hf_config(class_name: str, c: dict[str, Any]) -> dict[str, Any]:
     return text
 
 
+def _hf_config_3n(c: dict[str, Any]) -> dict[str, Any]:
+    """keras-hub's ``Gemma3nBackbone`` arguments (the inverse of ``convert_gemma3n``'s)."""
+    if c.get("hidden_activation") not in ("gelu_approximate", "gelu_pytorch_tanh"):
+        raise ArchError(f"a Keras Gemma 3n preset with {c.get('hidden_activation')!r} activations",
+                        "unsupported", "gemma3n")
+    text = {"model_type": "gemma3n_text", "architectures": ["Gemma3nForCausalLM"],
+            "vocab_size": c["text_vocab_size"], "vocab_size_per_layer_input": c["vocab_size_per_layer_input"],
+            "hidden_size": c["text_hidden_size"], "intermediate_size": c["intermediate_size"],
+            "num_hidden_layers": c["num_hidden_layers"], "num_attention_heads": c["num_attention_heads"],
+            "num_key_value_heads": c["num_key_value_heads"], "head_dim": c["head_dim"],
+            "hidden_activation": "gelu_pytorch_tanh", "rms_norm_eps": c.get("rms_norm_eps", 1e-6),
+            "sliding_window": c["sliding_window"], "layer_types": c["layer_types"],
+            "rope_theta": c["rope_theta"], "rope_local_base_freq": c.get("rope_local_base_freq", 10_000.0),
+            "rope_scaling": c.get("rope_scaling"), "final_logit_softcapping": c.get("final_logit_soft_cap"),
+            "hidden_size_per_layer_input": c["hidden_size_per_layer_input"],
+            "altup_num_inputs": c["altup_num_inputs"], "altup_coef_clip": c.get("altup_coef_clip"),
+            "altup_active_idx": c.get("altup_active_idx", 0), "altup_correct_scale": c.get("altup_correct_scale", True),
+            "num_kv_shared_layers": c.get("num_kv_shared_layers", 0), "laurel_rank": c["laurel_rank"],
+            "activation_sparsity_pattern": c.get("activation_sparsity_pattern")}
+    if c.get("rope_scaling"):
+        raise ArchError("a Keras Gemma 3n preset with RoPE scaling", "unsupported", "gemma3n")
+    towers = {f"{t}_config": {} for t in ("vision", "audio") if c.get(f"{t}_encoder_config")}
+    if towers:
+        return {"model_type": "gemma3n", "architectures": ["Gemma3nForConditionalGeneration"],
+                "text_config": text, **towers}
+    return text
+
+
 # --------------------------------------------------------------------------- the name map
 
 _NORMS = {"pre_attention_norm": "input_layernorm", "post_attention_norm": "post_attention_layernorm",
@@ -140,6 +164,48 @@ _TOP = {"token_embedding": ("embed_tokens.weight", False), "final_normalization"
         "per_layer_projection_norm": ("per_layer_projection_norm.weight", False)}
 
 Rule = tuple[list[str], Callable[..., np.ndarray], Callable[..., tuple[int, ...]]]
+
+# Gemma 3n (keras ``Dense`` kernels are [in, out], HF's [out, in]; names under text_model/)
+_3N_SAME = {"embed_tokens/embedding": "embed_tokens.weight",
+            "embed_tokens_per_layer/embedding": "embed_tokens_per_layer.weight",
+            "norm": "norm.weight", "per_layer_projection_norm": "per_layer_projection_norm.weight"}
+_3N_BLOCK_SAME = {"attention/q_norm": "self_attn.q_norm.weight", "attention/k_norm": "self_attn.k_norm.weight",
+                  "altup": "altup.correct_output_scale", "altup/router_norm": "altup.router_norm.weight",
+                  "laurel/post_laurel_norm": "laurel.post_laurel_norm.weight",
+                  **{n: f"{n}.weight" for n in ("input_layernorm", "post_attention_layernorm",
+                                                "pre_feedforward_layernorm", "post_feedforward_layernorm",
+                                                "post_per_layer_input_norm")}}
+_3N_BLOCK_DENSE = {"attention/q_proj": "self_attn.q_proj", "attention/k_proj": "self_attn.k_proj",
+                   "attention/v_proj": "self_attn.v_proj", "attention/o_proj": "self_attn.o_proj",
+                   "mlp/gate_proj": "mlp.gate_proj", "mlp/up_proj": "mlp.up_proj", "mlp/down_proj": "mlp.down_proj",
+                   "altup/correction_coefs": "altup.correction_coefs",
+                   "altup/prediction_coefs": "altup.prediction_coefs",
+                   "altup/modality_router": "altup.modality_router", "laurel/linear_left": "laurel.linear_left",
+                   "laurel/linear_right": "laurel.linear_right", "per_layer_input_gate": "per_layer_input_gate",
+                   "per_layer_projection": "per_layer_projection"}
+
+
+def _rule_3n(name: str, key: str) -> tuple[str, Rule] | None:
+    """The HF name (``model.language_model.`` prefix) and rule of one Gemma 3n variable."""
+    p = "model.language_model."
+    same: Rule = ([key], _same, lambda s: s)
+    t: Rule = ([key], _t, lambda s: s[::-1])
+    if name in _3N_SAME:
+        return p + _3N_SAME[name], same
+    if name == "per_layer_model_projection":
+        return p + "per_layer_model_projection.weight", t
+    m = re.fullmatch(r"altup_(unembed_)?projection_(\d+)", name)
+    if m:  # keras numbers them from 1, transformers' lists from 0
+        return f"{p}altup_{m.group(1) or ''}projections.{int(m.group(2)) - 1}.weight", t
+    m = re.fullmatch(r"decoder_block_(\d+)/(.+)", name)
+    if not m:
+        return None
+    block, sub = f"{p}layers.{m.group(1)}.", m.group(2)
+    if sub in _3N_BLOCK_SAME:
+        return block + _3N_BLOCK_SAME[sub], same
+    if sub in _3N_BLOCK_DENSE:
+        return block + _3N_BLOCK_DENSE[sub] + ".weight", t
+    return None
 
 
 def _same(x):
@@ -165,10 +231,16 @@ def _gate_up(g, u):  # 2 × [E, D, I] → [E, 2I, D]
 
 
 def _rules(keys: dict[str, tuple[int, ...]]) -> dict[str, Rule]:
-    """HF name (``model.`` prefix) → (keras keys, how, its shape) for the keys present."""
+    """HF name (``model.`` prefix; Gemma 3n ``model.language_model.``) → (keras keys, how, its
+    shape) for the keys present."""
     out: dict[str, Rule] = {}
     for key in keys:
         name, _, index = key.rpartition(":")
+        if "text_model/" in name:  # Gemma 3n: its text model sits inside the embedding processor
+            found = _rule_3n(name.split("text_model/", 1)[1], key) if index == "0" else None
+            if found:
+                out[found[0]] = found[1]
+            continue
         if name in _TOP and index == "0":
             hf, transpose = _TOP[name]
             out["model." + hf] = ([key], _t if transpose else _same,

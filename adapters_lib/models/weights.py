@@ -191,10 +191,12 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
 def load_keras_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
     """A Keras preset's weights (``model.weights.h5`` or its shards), read tensor by tensor under
     their Hugging Face names (``keras_weights``) and placed as the safetensors are."""
+    from adapters_lib.models.hf_convert import hf_prefix
     from adapters_lib.models.keras_weights import KerasPresetTensors
 
     with KerasPresetTensors(folder) as tensors:
-        return place_named_tensors(tensors.where, tensors.get, "model.", arch, param_dtype, sharding)
+        return place_named_tensors(tensors.where, tensors.get, hf_prefix(tensors.where), arch,
+                                   param_dtype, sharding)
 
 
 def place_named_tensors(where: Any, get: Any, prefix: str, arch: families.Arch, param_dtype: str,
