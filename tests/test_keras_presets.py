@@ -113,3 +113,32 @@ def test_keras_presets_the_gemma_route_cannot_load_are_listed_so(keras_presets, 
             load_from_source(ModelSpec(source=str(source)))
         assert "\n" not in str(err.value)
     assert "down_proj" in str(err.value)
+
+
+@pytest.mark.parametrize("kind", ["gemma4-moe", "gemma4-e"])
+def test_a_preset_written_as_hf_by_the_reader_is_keras_hubs_model_again(keras_presets, kind, tmp_path):
+    """The reader's HF names and config, saved as safetensors, are what keras-hub's own HF
+    converter (``convert_gemma4``) reads back to the preset's logits; the Keras route builds
+    from that HF folder (its dims from the HF config) with LoRA on the expert bank."""
+    from adapters_lib.config import config_from_dict
+    from adapters_lib.keras_route.backbones import model_inputs
+    from adapters_lib.keras_route.model import build_model
+    from adapters_lib.models import hf_convert
+    from adapters_lib.models.keras_weights import KerasPresetTensors, hf_config, read_preset_config
+
+    preset = keras_presets(kind)
+    with KerasPresetTensors(preset) as tensors:
+        hf_convert.save_hf(tmp_path, {n: tensors.get(n) for n in tensors.where},
+                           hf_config(*read_preset_config(preset)))
+    shutil.copy(preset / "assets" / "tokenizer" / "vocabulary.spm", tmp_path / "tokenizer.model")
+    targets = ["q", "k", "v", "o", "gate", "up", "down"] + (["experts"] if kind == "gemma4-moe" else [])
+    cfg = config_from_dict({"model": {"backend": "keras", "source": str(tmp_path)},
+                            "mesh": {"data": 1, "tensor": 1, "devices": 1},
+                            "lora": {"rank": 2, "alpha": 4, "targets": targets}})
+    model = build_model(cfg, None)
+    assert type(model.causal_lm).__name__ == "Gemma4CausalLM"
+    assert any(p.endswith("moe_expert_bank") for p in model.lora_layers) == (kind == "gemma4-moe")
+    tokens = np.random.default_rng(3).integers(3, 1024, (2, 12)).astype(np.int32)
+    theirs, _ = _keras_logits(preset, tokens)
+    ours = np.asarray(model.causal_lm(model_inputs(model.backbone, tokens, np.ones_like(tokens))))
+    np.testing.assert_allclose(ours, theirs, atol=2e-5, rtol=0)  # LoRA B is zero: the base
