@@ -105,7 +105,13 @@ def write_keras_preset(kind: str, folder, seed: int = 0):
     import_keras()
     import keras_hub
 
-    class_name, config = KERAS_SHAPES[kind]
+    if kind == "gemma4-vision":  # the dense shape with a tiny vision tower, as Kaggle's E2B/E4B have
+        class_name, config = KERAS_SHAPES["gemma4-dense"]
+        config = dict(config, image_size=32, vision_encoder=keras_hub.models.Gemma4VisionEncoder(
+            image_size=32, patch_size=8, num_heads=2, hidden_dim=16, num_layers=1, intermediate_dim=32,
+            head_dim=8, output_dim=32, pool_size=2, position_embedding_size=16))
+    else:
+        class_name, config = KERAS_SHAPES[kind]
     backbone = getattr(keras_hub.models, class_name)(**config, dtype="float32")
     rng = np.random.default_rng(seed)
     for v in backbone.weights:

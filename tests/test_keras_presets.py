@@ -142,3 +142,31 @@ def test_a_preset_written_as_hf_by_the_reader_is_keras_hubs_model_again(keras_pr
     theirs, _ = _keras_logits(preset, tokens)
     ours = np.asarray(model.causal_lm(model_inputs(model.backbone, tokens, np.ones_like(tokens))))
     np.testing.assert_allclose(ours, theirs, atol=2e-5, rtol=0)  # LoRA B is zero: the base
+
+
+def test_a_multimodal_gemma4_preset_gives_its_text_tower_to_both_routes(keras_presets):
+    """A preset with a vision tower (as Kaggle's E2B/E4B): the catalog lists the tower, not
+    trained; the gemma route loads the text tower to keras-hub's text logits; the Keras route
+    builds the backbone without its towers (keras-hub's CausalLM would otherwise want pixels)
+    and says so."""
+    import jax.numpy as jnp
+
+    from adapters_lib.catalog import resolve
+    from adapters_lib.config import config_from_dict
+    from adapters_lib.keras_route.backbones import model_inputs
+    from adapters_lib.keras_route.model import build_model
+    from adapters_lib.models import weights
+
+    folder = keras_presets("gemma4-vision")
+    entry = resolve(str(folder))
+    assert entry.status == "ok" and entry.towers == ("vision",) and "not trained" in entry.note
+    cfg = config_from_dict({"model": {"backend": "keras", "source": str(folder)},
+                            "mesh": {"data": 1, "tensor": 1, "devices": 1}, "lora": {"rank": 2}})
+    model = build_model(cfg, None)
+    assert model.backbone.vision_encoder is None and "pixel_values" not in model.causal_lm.input
+    assert any("vision tower(s) in the checkpoint: not loaded" in n for n in model.notes)
+    tokens = np.random.default_rng(4).integers(3, 1024, (2, 12)).astype(np.int32)
+    theirs = np.asarray(model.causal_lm(model_inputs(model.backbone, tokens, np.ones_like(tokens))))
+    loaded = weights.load_entry(entry)
+    ours = np.asarray(loaded.model.apply({"params": loaded.params}, jnp.asarray(tokens)).logits)
+    np.testing.assert_allclose(ours, theirs, atol=2e-5, rtol=0)  # LoRA B is zero: the base

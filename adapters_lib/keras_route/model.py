@@ -175,6 +175,26 @@ def keras_tokenizer(proto_path: str):
     return keras_hub.models.GemmaTokenizer(proto=m.SerializeToString())
 
 
+# a multimodal backbone built without its towers: the text tower trains, the towers' weights in
+# the file are not read (keras-hub's config arguments for them)
+_NO_TOWERS = {"Gemma3Backbone": {"vision_encoder": None},
+              "Gemma4Backbone": {"vision_encoder": None, "audio_encoder": None},
+              "Gemma3nBackbone": {"vision_encoder_config": None, "audio_encoder_config": None}}
+
+
+def text_only(folder: Path) -> tuple[dict[str, Any], list[str]]:
+    """``from_preset`` arguments that leave a Gemma 3 / 4 / 3n backbone's vision and audio towers
+    out (a Keras preset by its class; an HF folder by its ``model_type``: keras-hub converts HF
+    Gemma 4 without them, Gemma 3n only with its towers' configs), and the towers left out."""
+    raw = json.loads((folder / "config.json").read_text())
+    name = raw.get("class_name") or {"gemma4": "Gemma4Backbone", "gemma3": "Gemma3Backbone"}.get(
+        str(raw.get("model_type")), "")
+    body = raw.get("config") or raw
+    towers = [t for t in ("vision", "audio") if body.get(f"{t}_encoder") or body.get(f"{t}_encoder_config")
+              or body.get(f"{t}_config")]
+    return dict(_NO_TOWERS.get(name, {})), towers
+
+
 @dataclass
 class KerasModel:
     causal_lm: Any
@@ -195,6 +215,7 @@ def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
     policy = keras_dtype_policy(cfg.train.param_dtype, cfg.train.compute_dtype)
     dims = model_dims(cfg)
     scope = distribution.scope() if distribution is not None else _nullcontext()
+    notes: list[str] = []
     with scope, _seeded(keras, cfg.train.seed):
         if cfg.model.source == "demo":
             backbone = keras_hub.models.Gemma3Backbone(
@@ -205,8 +226,13 @@ def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
                 use_sliding_window_attention=True, sliding_window_size=32, vision_encoder=None,
                 dtype=policy, name="gemma3_backbone")
         else:
-            backbone = keras_hub.models.Backbone.from_preset(str(preset_dir(cfg)), dtype=policy)
-        notes = quantize_int8(backbone) if cfg.model.quantize == "int8" else []
+            folder = preset_dir(cfg)
+            no_towers, towers = text_only(folder)
+            backbone = keras_hub.models.Backbone.from_preset(str(folder), dtype=policy, **no_towers)
+            if towers and no_towers:
+                notes.append(f"{' and '.join(towers)} tower(s) in the checkpoint: not loaded, the text "
+                             "tower trains")
+        notes += quantize_int8(backbone) if cfg.model.quantize == "int8" else []
         lm_class = getattr(keras_hub.models, type(backbone).__name__.replace("Backbone", "CausalLM"), None)
         if lm_class is None:
             raise WorkbenchError(f"{type(backbone).__name__} has no CausalLM in keras-hub", where="[model] source")

@@ -74,18 +74,22 @@ def hf_config(class_name: str, c: dict[str, Any]) -> dict[str, Any]:
                 "layer_types": _types(layers, lambda i: bool(window) and i % 2 == 0), "rope_theta": 10_000}
     if family == "gemma3":
         if not (c.get("use_post_ffw_norm") and c.get("use_post_attention_norm") and
-                c.get("use_query_key_norm", True)) or c.get("vision_encoder") or c.get("is_embedding_model"):
+                c.get("use_query_key_norm", True)) or c.get("is_embedding_model"):
             raise ArchError("a Keras Gemma 3 preset of a kind the gemma route does not build "
-                            "(no post/QK norms, a vision tower or an embedding head)", "unsupported", "gemma3")
+                            "(no post/QK norms, or an embedding head)", "unsupported", "gemma3")
         if float(c.get("local_rope_scaling_factor", 1.0)) != 1.0:
             raise ArchError("a Keras Gemma 3 preset with local RoPE scaling", "unsupported", "gemma3")
         factor = float(c.get("global_rope_scaling_factor", 1.0))
-        return {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], **common,
+        text = {"model_type": "gemma3_text", "architectures": ["Gemma3ForCausalLM"], **common,
                 "intermediate_size": c["intermediate_dim"], "query_pre_attn_scalar": scalar,
                 "attn_logit_softcapping": c.get("attention_logit_soft_cap"), "sliding_window": window,
                 "layer_types": _types(layers, lambda i: bool(window) and i % 6 < 5),
                 "rope_theta": 1_000_000, "rope_local_base_freq": 10_000,
                 "rope_scaling": {"rope_type": "linear", "factor": factor} if factor != 1.0 else None}
+        if c.get("vision_encoder"):  # the text tower loads; the vision tower is not read
+            return {"model_type": "gemma3", "architectures": ["Gemma3ForConditionalGeneration"],
+                    "text_config": text, "vision_config": {}}
+        return text
     if float(c.get("local_rope_scaling_factor", 1.0)) != 1.0 or float(c.get("global_rope_scaling_factor", 1.0)) != 1.0:
         raise ArchError("a Keras Gemma 4 preset with RoPE scaling", "unsupported", "gemma4")
     pattern = int(c.get("sliding_window_pattern") or 6)
