@@ -37,7 +37,8 @@ def merged_params(loaded: Any, trainable: Any, spec: LoraSpec) -> dict:
     quantized = getattr(loaded, "quantize", "none") != "none"
     base = float_base(loaded).params if quantized else loaded.params
     merged = lora.merge_lora(base, trainable)
-    fused = lora.fuse_lora(merged, spec, transpose_gating=loaded.config.transpose_gating_einsum)
+    # Gemma 4's config has no such field: its gating einsum is always (2, F, D)
+    fused = lora.fuse_lora(merged, spec, transpose_gating=getattr(loaded.config, "transpose_gating_einsum", True))
     return jax.tree.map(_to_bf16, fused) if quantized else fused
 
 
@@ -71,12 +72,12 @@ def save_gemma(out: str | Path, params: Mapping[str, Any]) -> Path:
 
 
 def save_hf(out: str | Path, params: Mapping[str, Any], loaded: Any) -> Path:
-    """HF ``model.safetensors`` + ``config.json`` (Gemma2/Gemma3ForCausalLM)."""
+    """HF ``model.safetensors`` + ``config.json`` (``Gemma{2,3,3n,4}ForCausalLM``: the text model)."""
     from adapters_lib.models import families, hf_convert
 
     out = Path(out)
     try:
-        arch = hf_convert.arch_from_transformer_config(loaded.config, loaded.family, params)
+        arch = families.arch_of_config(loaded.config, loaded.family)
     except families.ArchError as e:
         raise WorkbenchError(str(e), where="--format hf", hint="export --format gemma instead") from None
     tensors = hf_convert.gemma_to_hf(params, arch=arch)

@@ -72,7 +72,8 @@ def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
             return
         if fmt == "adapter":
             save_adapter(stage, trainable, spec, tuned.source,
-                         extra={"run_id": tuned.run_id, "step": tuned.step})
+                         extra={"run_id": tuned.run_id, "step": tuned.step},
+                         multimodal=bool(getattr(loaded, "towers", ())))
         else:
             params = merged_params(loaded, trainable, spec)
             if fmt == "gemma":

@@ -24,6 +24,9 @@ class LoadedModel:
     tokenizer_path: str = ""
     quantize: str = "none"
     """How the base params are held (``[model] quantize``; ``models.quantize``)."""
+    towers: tuple[str, ...] = ()
+    """Media towers the checkpoint holds beside the text model (listed, not loaded): its HF
+    layout then nests the text layers under ``model.language_model`` (``export.peft``)."""
 
     @property
     def config(self) -> Any:

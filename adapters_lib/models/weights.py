@@ -106,7 +106,8 @@ def load_entry(entry: ModelEntry, *, tokenizer: str = "", param_dtype: str = "fl
     log.info("loaded %s (%s, %s) in %.1f s", entry.id, arch.family, entry.size,
              time.perf_counter() - start)
     return LoadedModel(model=model, params=params, tokenizer=tok, source=source or entry.id,
-                       family=arch.family, tokenizer_path=tok_path)
+                       family=arch.family, tokenizer_path=tok_path,
+                       towers=tuple(getattr(arch, "towers", ())))
 
 
 # --------------------------------------------------------------------------- shardings
