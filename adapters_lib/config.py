@@ -52,6 +52,9 @@ class ModelSpec:
     "nf4", or "gguf" (a GGUF's own blocks where they map; ``models.quantize``)."""
     quantize_tile_size: int = 64
     """Weights per scale along each projection's contracted axis; must divide it."""
+    quantize_embedding: str = "auto"
+    """How the embedding/logits table is held under ``quantize``: "auto" (like the projections;
+    a GGUF's own blocks for "gguf"), "none" (the param dtype), "int8", "int4" or "nf4"."""
 
 
 @dataclass(frozen=True)

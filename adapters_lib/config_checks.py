@@ -176,6 +176,14 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
     if m.quantize not in quantize_modes:
         fail("model", "quantize", f"model.quantize is {m.quantize!r}",
              f"expected one of {', '.join(quantize_modes)}")
+    table_modes = ("auto", "none", *(q for q in quantize_modes if q not in ("none", "gguf")))
+    if m.quantize_embedding not in table_modes:
+        fail("model", "quantize_embedding", f"model.quantize_embedding is {m.quantize_embedding!r}",
+             f"expected one of {', '.join(table_modes)}")
+    if m.quantize_embedding != "auto" and m.quantize in ("none", "gguf"):
+        fail("model", "quantize_embedding", f"model.quantize_embedding = {m.quantize_embedding!r} "
+             f"with quantize = {m.quantize!r}",
+             'set quantize = "int8", "int4" or "nf4", or quantize_embedding = "auto"')
     if not 1 <= m.quantize_tile_size <= 1 << 20:
         fail("model", "quantize_tile_size", f"model.quantize_tile_size is {m.quantize_tile_size}",
              "use a positive tile that divides the projections' dims, e.g. 64")

@@ -7,11 +7,11 @@ sizes real Gemma models from their config alone. Terms, in bytes per device:
 - ``weights``: the base weights in ``param_dtype``, each divided by the mesh axes the
   sharding rules put it on (``mesh.param_partition``: a dim an axis does not divide is
   replicated, so it is not divided); with ``quantize`` (``models.quantize``) the
-  projections at their bits plus one ``param_dtype`` scale per tile, the embedding table and
-  the norms in ``param_dtype``;
+  projections and the embedding table at their bits plus one ``param_dtype`` scale per
+  tile, the norms in ``param_dtype``;
 - ``compute_copy``: a ``compute_dtype`` copy of the weights when it differs from ``param_dtype``
   (a quantized base: of its float leaves, plus the largest projection dequantized, the one
-  float weight alive at a time);
+  float weight alive at a time; the table is read a block of rows at a time);
 - ``adapters``, ``gradients``, ``optimizer`` (AdamW: two moments per trainable param, in its
   dtype), ``accumulator`` (grad accumulation keeps a second gradient tree);
 - ``activations``: what the backward pass keeps per layer (from B, L, D, F, heads), or, with
@@ -139,16 +139,27 @@ def _sharded_elems(shapes, sizes: Mapping[str, int], transpose: bool,
 
 
 def _quantized_weights(shapes, sizes: Mapping[str, int], transpose: bool, heads: Mapping[str, int],
-                       pb: int, cb: int, mode: str, tile: int) -> tuple[int, int]:
-    """(weights, compute_copy) bytes per device of a base held as ``mode`` (``models.quantize``)."""
+                       pb: int, cb: int, mode: str, tile: int, table: str = "auto") -> tuple[int, int]:
+    """(weights, compute_copy) bytes per device of a base held as ``mode`` (``models.quantize``).
+
+    ``mode = "gguf"`` is counted as int8 with an f32 scale per 32 (the file's 5-, 6- and 8-bit
+    blocks; its 4-bit ones take less: an upper bound). A quantized embedding table is read a
+    block of rows at a time (``TABLE_BLOCK_BYTES`` of f32 at most); any other weight is
+    dequantized whole while its matmul runs."""
+    scale_bytes = pb
+    if mode == "gguf":
+        mode, tile, scale_bytes = "int8", 32, 4
     weights = copy = largest = 0
     for path, shape in shapes:
         n = math.prod(shape)
         axes = mesh_lib.param_partition(path, shape, sizes, transpose_gating=transpose, heads=heads)
         dev = -(-n // math.prod(sizes[a] for a in axes if a is not None))
-        if quantize_lib.tiled_axes(path, shape, tile, transpose_gating=transpose) is not None:
-            weights += quantize_lib.quantized_bytes((dev,), mode, tile, scale_bytes=pb)
-            largest = max(largest, dev * cb)
+        held = quantize_lib.mode_of(path, mode, table)
+        if held in quantize_lib.QUANTIZED and \
+                quantize_lib.tiled_axes(path, shape, tile, transpose_gating=transpose) is not None:
+            weights += quantize_lib.quantized_bytes((dev,), held, tile, scale_bytes=scale_bytes)
+            table = path[0] == "embedder"
+            largest = max(largest, min(dev * cb, quantize_lib.TABLE_BLOCK_BYTES) if table else dev * cb)
             continue
         weights += dev * pb
         copy += dev * cb if cb != pb else 0
@@ -214,7 +225,8 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
              lora_dtype: str = "float32", param_dtype: str = "float32", compute_dtype: str = "float32",
              remat: bool = False, grad_accum: int = 1, chunked_ce: bool = True,
              ce_chunk_bytes: int = CE_CHUNK_BYTES, device_bytes: int = 0,
-             quantize: str = "none", quantize_tile: int = 64, objective: str = "sft",
+             quantize: str = "none", quantize_tile: int = 64, quantize_embedding: str = "auto",
+             objective: str = "sft",
              reference: str = "base") -> MemoryEstimate:
     """Bytes per device of one train step of ``config`` (see the module docstring).
 
@@ -232,9 +244,9 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
 
     base_shapes = base_param_shapes(config)
     base_total, base_dev = _sharded_elems(base_shapes, sizes, transpose, heads)
-    if quantize in quantize_lib.QUANTIZED:
+    if quantize in (*quantize_lib.QUANTIZED, "gguf"):
         weights, compute_copy = _quantized_weights(base_shapes, sizes, transpose, heads, pb, cb,
-                                                   quantize, quantize_tile)
+                                                   quantize, quantize_tile, quantize_embedding)
     else:
         weights = base_dev * pb
         compute_copy = base_dev * cb if cb != pb else 0
@@ -317,7 +329,8 @@ def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int 
         param_dtype=cfg.train.param_dtype, compute_dtype=cfg.train.compute_dtype,
         remat=cfg.train.remat, grad_accum=cfg.train.grad_accum, device_bytes=device_bytes,
         ce_chunk_bytes=ce_chunk_bytes, quantize=cfg.model.quantize,
-        quantize_tile=cfg.model.quantize_tile_size, objective=cfg.train.objective,
+        quantize_tile=cfg.model.quantize_tile_size, quantize_embedding=cfg.model.quantize_embedding,
+        objective=cfg.train.objective,
         reference=cfg.train.reference)
 
 

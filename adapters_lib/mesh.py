@@ -26,6 +26,7 @@ from adapters_lib.config import MeshSpec
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.lora_shapes import num_layers  # noqa: F401 - mesh.num_layers (memory, lora call it)
 from adapters_lib.models import families
+from adapters_lib.models.quantize_layout import QARRAY_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ _RULES = families.sharding_rules()
 _LORA_AXES: dict[str, tuple[Axis, Axis]] = families.lora_axes()
 
 
-_QARRAY_FIELDS = ("qvalue", "scale", "zero_point")
+_QARRAY_FIELDS = QARRAY_FIELDS
 """The children of a qwix ``QArray`` in a key path (``models.quantize``): each shards on
 its weight's axes (a scale's dim that no longer divides stays replicated)."""
 

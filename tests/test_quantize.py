@@ -51,11 +51,11 @@ def test_keras_route_refuses_a_base_quantization_keras_does_not_have_in_one_line
 @pytest.mark.parametrize("mode, bits, tolerance", [("int8", 8, 0.05), ("int4", 4, 0.45),
                                                     ("nf4", 4, 0.45)])
 def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, bits, tolerance):
-    """The projections are held as qwix QArrays (qvalue narrow, the device counts the bytes);
-    the forward equals the float model on the dequantized weights (every einsum reads them),
-    and stays within ``tolerance`` (relative L2 of the logits) of the float model. The demo's
-    random Gaussian weights are the hard case for 4 bits: the real 270M is checked closer
-    in test_real_270m."""
+    """The projections and the embedding/logits table are held as qwix QArrays (qvalue
+    narrow, the device counts the bytes); the forward equals the float model on the
+    dequantized weights (every einsum, the lookup and the logits read them), and stays within
+    ``tolerance`` (relative L2 of the logits) of the float model. The demo's random Gaussian
+    weights are the hard case for 4 bits: the real 270M is checked closer in test_real_270m."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -67,11 +67,12 @@ def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, b
     q = load_model(ModelSpec(quantize=mode))
     leaves = jax.tree.leaves(q.params, is_leaf=lambda x: isinstance(x, qwix.QArray))
     qarrays = [x for x in leaves if isinstance(x, qwix.QArray)]
-    assert len(qarrays) == 4 * 5  # q, kv, attn_vec, gating, linear in each of the 4 layers
-    assert q.params["embedder"]["input_embedding"].dtype == jnp.float32  # not quantized
+    assert len(qarrays) == 4 * 5 + 1  # q, kv, attn_vec, gating, linear in 4 layers; the table
+    table = q.params["embedder"]["input_embedding"]
+    assert isinstance(table, qwix.QArray) and table.scale.shape == (1024, 256 // 64)  # per row
     # the device's own byte count: 4-bit values take half a byte there
-    w = q.params["layer_0"]["mlp"]["linear"]
-    assert quantize.device_bytes(w.qvalue) == w.qvalue.size * bits // 8
+    for w in (q.params["layer_0"]["mlp"]["linear"], table):
+        assert quantize.device_bytes(w.qvalue) == w.qvalue.size * bits // 8
     tokens = jnp.asarray(TOKENS)
     out = q.model.apply({"params": q.params}, tokens).logits
     exact = demo_float.model.apply({"params": quantize.dequantize_params(q.params, jnp.float32)},
@@ -143,11 +144,13 @@ def test_a_sharded_int4_step_over_4_devices_equals_the_one_device_step(demo, lor
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("kind", ["dense", "moe"])
-def test_a_gemma4_base_reads_its_quantized_einsums(gemma4_tiny, kind):
-    """Gemma 4's own Einsum layers are intercepted too: its forward on the int8 projections
-    equals its forward on their dequantized floats (the MoE experts, under ragged_dot, stay
-    float)."""
+@pytest.mark.parametrize("kind", ["dense", "moe", "e"])
+def test_a_gemma4_base_reads_its_quantized_weights(gemma4_tiny, kind):
+    """Gemma 4's own Einsum layers (k_einsum of its k=v layers included), its MoE expert banks
+    (read by ``jax.lax.ragged_dot``, not an Einsum), its embedding table and its per-layer
+    input table are held quantized and read so: the forward on the int4 base equals the
+    library's own forward on the dequantized floats. Only the router and the small
+    per-layer-input projections stay float."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -156,11 +159,83 @@ def test_a_gemma4_base_reads_its_quantized_einsums(gemma4_tiny, kind):
     from adapters_lib.models import quantize
 
     _, model, params = gemma4_tiny[kind]
-    q = quantize.quantize_params(jax.tree.map(jnp.asarray, params), "int8", tile=8,
+    q = quantize.quantize_params(jax.tree.map(jnp.asarray, params), "int4", tile=8,
                                  config=model.config)
-    leaves = jax.tree.leaves(q, is_leaf=lambda x: isinstance(x, qwix.QArray))
-    assert sum(isinstance(x, qwix.QArray) for x in leaves) >= 4 * 4
+    flat = jax.tree_util.tree_flatten_with_path(q, is_leaf=lambda x: isinstance(x, qwix.QArray))[0]
+    held = {jax.tree_util.keystr(p) for p, x in flat if isinstance(x, qwix.QArray)}
+    float_matrices = {jax.tree_util.keystr(p) for p, x in flat
+                      if not isinstance(x, qwix.QArray) and x.ndim > 1}
+    assert "['embedder']['input_embedding']" in held
+    if kind != "e":
+        assert "['layer_1']['attn']['k_einsum']['w']" in held  # a k=v global layer
+    if kind == "moe":  # the expert bank (E, 2, X, D) and (E, X, D), and the shared MLP
+        assert {"['layer_0']['mlp']['gating_einsum']['w']", "['layer_0']['mlp']['linear']['w']",
+                "['layer_0']['mlp2']['linear']"} <= held
+        assert all("router_logits" in k for k in float_matrices)
+    if kind == "e":
+        assert "['embedder']['per_layer_embeddings']" in held
+        assert all("per_layer" in k for k in float_matrices)
     tokens = jnp.asarray([[2, 5, 6, 7, 8, 9]])
     out = quantize.with_quantized_base(model).apply({"params": q}, tokens).logits
     exact = model.apply({"params": quantize.dequantize_params(q, jnp.float32)}, tokens).logits
     np.testing.assert_allclose(np.asarray(out), np.asarray(exact), atol=1e-5, rtol=1e-5)
+
+
+def test_lora_on_quantized_expert_banks_trains_the_expert_adapters(gemma4_tiny):
+    """The ``experts`` LoRA target on an int8 MoE bank: the adapters see the bank's tokens
+    through the dequantized weights, and their gradient is not zero."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import lora
+    from adapters_lib.config import LoraSpec
+    from adapters_lib.models import quantize
+
+    _, model, params = gemma4_tiny["moe"]
+    spec = LoraSpec(rank=2, targets=("q", "experts"))
+    q = quantize.quantize_params(jax.tree.map(jnp.asarray, params), "int8", tile=8,
+                                 config=model.config)
+    qmodel = quantize.with_quantized_base(model)
+    adapters = lora.init_lora(qmodel, spec, q, jax.random.key(0))
+    adapters = jax.tree.map(lambda a: a + 0.01, adapters)  # B off zero: every A gets a gradient
+    net = lora.wrap(qmodel, spec)
+    tokens = jnp.asarray([[2, 5, 6, 7, 8, 9]])
+
+    def loss(a):
+        return jnp.mean(net.apply({"params": lora.merge_lora(q, a)}, tokens).logits ** 2)
+
+    grads = jax.grad(loss)(adapters)["layer_0"]["mlp"]
+    assert {"lora_experts_gate_a", "lora_experts_down_b"} <= set(grads)
+    assert all(float(jnp.abs(g).sum()) > 0 for g in grads.values())
+
+
+def test_the_cross_entropy_reads_a_quantized_table_a_block_at_a_time(monkeypatch):
+    """The train step's chunked cross-entropy on a quantized [V, D] table (read in 4 blocks of
+    rows here) gives the loss and ∂hidden of the same table dequantized, up to float order."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import qwix
+
+    from adapters_lib.models import qarray, quantize_layout
+    from adapters_lib.train import loss as loss_lib
+
+    monkeypatch.setattr(quantize_layout, "TABLE_BLOCK_BYTES", 256 * 32 * 4)
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    table = qwix.quantize(jax.random.normal(k1, (1024, 32)), jnp.int4, channelwise_axes=(0,),
+                          tiled_axes={1: 8})
+    assert qarray.table_blocks(1024, 32) == 4
+    dense = qarray.dequantize(table)
+    hidden = jax.random.normal(k2, (2, 16, 32))
+    targets = jax.random.randint(k3, (2, 16), 0, 1024)
+    mask = jnp.ones((2, 16), jnp.int32).at[1, 9:].set(0)
+
+    def ce(h, t):
+        return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8, softcap=30.0, split_vocab=4)
+
+    got, got_dh = jax.value_and_grad(ce)(hidden, table)
+    want, want_dh = jax.value_and_grad(ce)(hidden, dense)
+    np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(got_dh), np.asarray(want_dh), rtol=1e-4, atol=1e-6)
+    logits = qarray.vocab_logits(hidden, table)
+    np.testing.assert_allclose(np.asarray(logits), np.asarray(hidden @ dense.T), rtol=1e-5, atol=1e-5)

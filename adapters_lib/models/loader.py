@@ -24,6 +24,8 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     them quantized (``models.quantize``). A model loaded before in this process with the
     same source, files, dtype and placement is reused (``models.model_cache``).
     """
+    if spec.quantize == "gguf":  # the GGUF's own blocks, read as they are
+        return _load_gguf_blocks(spec, param_dtype, sharding)
     # quantizing deletes the float weights it replaces: a base to quantize is never a kept one
     loaded = _load(spec, param_dtype, sharding, keep=spec.quantize == "none")
     if spec.quantize != "none":
@@ -82,3 +84,21 @@ def _load_demo(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
     tokenizer = gm.text.Gemma3Tokenizer(path=tok_path)
     return LoadedModel(model=model, params=params, tokenizer=tokenizer, source="demo",
                        family="gemma3", tokenizer_path=tok_path)
+
+
+def _load_gguf_blocks(spec: ModelSpec, param_dtype: str, sharding: Any) -> LoadedModel:
+    """``quantize = "gguf"``: the GGUF named by ``spec`` with its blocks kept (``quantize_gguf``)."""
+    import dataclasses
+
+    from adapters_lib.errors import WorkbenchError
+    from adapters_lib.models import quantize, weights
+    from adapters_lib.models.quantize_layout import WHERE
+
+    entry = None if spec.source == "demo" else weights.resolve(spec.source)
+    if entry is None or entry.format != "gguf":
+        what = "the demo model" if entry is None else f"{spec.source!r} ({entry.format})"
+        raise WorkbenchError(f'model.quantize = "gguf" needs a GGUF base; {what} is not one',
+                             where=WHERE, hint='use "int8", "int4" or "nf4" for this model')
+    loaded = weights.load_entry(entry, tokenizer=spec.tokenizer, param_dtype=param_dtype,
+                                sharding=sharding, source=spec.source, gguf_blocks=True)
+    return dataclasses.replace(loaded, model=quantize.with_quantized_base(loaded.model), quantize="gguf")

@@ -1,44 +1,50 @@
 """The quantized frozen base (``[model] quantize``): weight-only, tiled scales, over qwix.
 
-``quantize = "int8" | "int4" | "nf4"`` holds the base's projection weights as qwix
-``QArray`` leaves (``qvalue`` in the narrow type, ``scale`` in the param dtype) in the params
-tree itself, on the device, sharded like the weight they replace. What is quantized:
+``quantize = "int8" | "int4" | "nf4"`` holds the base's weights as qwix ``QArray`` leaves
+(``qvalue`` in the narrow type, ``scale`` in the param dtype) in the params tree itself, on
+the device, sharded like the weight they replace. What is quantized (``quantize_layout``):
 
-==================  =================================  ===============================
-weight              contracted axis (tiled)            one scale per
-==================  =================================  ===============================
-``q_einsum``        D of (N, D, H)                     head × H × tile of D
-``kv_einsum``       D of (2, K, D, H)                  k/v × head × H × tile of D
-``qkv_einsum``      D of (3, N, D, H)                  q/k/v × head × H × tile of D
-``attn_vec_einsum`` H of (N, H, D)                     head × D × tile of H
-``gating_einsum``   D of (2, F, D) (or (2, D, F))      gate/up × F × tile of D
-``linear``          F of (F, D)                        D × tile of F
-==================  =================================  ===============================
+=========================  ==================================  ===========================
+weight                     tiled axis (one scale per tile)      channelwise
+=========================  ==================================  ===========================
+``q_einsum``/``k_einsum``  D of (N, D, H)                       head × H
+``kv_einsum``              D of (2, K, D, H)                    k/v × head × H
+``qkv_einsum``             D of (3, N, D, H)                    q/k/v × head × H
+``attn_vec_einsum``        H of (N, H, D)                       head × D
+``gating_einsum``          D of (2, F, D) (or (2, D, F))        gate/up × F
+``linear``                 F of (F, D)                          D
+expert bank gating         D of (E, 2, X, D) (Gemma 4 MoE)      expert × gate/up × X
+expert bank linear         X of (E, X, D)                       expert × D
+``input_embedding``        D of (V, D): the embedding/logits    one row each
+``per_layer_embeddings``   P of (V, layers, P) (Gemma 4 E)      row × layer
+=========================  ==================================  ===========================
 
-The tied embedding / logits table, the norms and everything else stay in the param dtype
-(the table is read as a gather and as the output projection, and it sets the dtype of the
-sampler's KV cache; ``train.param_dtype = "bfloat16"`` halves it; see docs/quantization.md). ``tile_size``
-(``[model] quantize_tile_size``, default 64, bitsandbytes' NF4 block) must divide every
-contracted axis; qwix's ``quantize`` does the arithmetic (absmax per tile, symmetric; nf4 is
-qwix's NormalFloat table), ``dequantize`` the inverse.
+Norms, the MoE router and per-expert scales stay in the param dtype. ``tile_size``
+(``[model] quantize_tile_size``, default 64, bitsandbytes' NF4 block) must divide every tiled
+axis; qwix's ``quantize`` does the arithmetic (absmax per tile, symmetric; nf4 is qwix's
+NormalFloat table). ``quantize = "gguf"`` keeps a GGUF's own blocks instead
+(``quantize_gguf``).
 
 The model sees it through ``with_quantized_base(model)``: a subclass whose calls intercept
-gemma's ``Einsum`` layers (``flax.linen.intercept_methods``); an Einsum whose weight is a
-``QArray`` computes ``einsum(x, dequantize(w))`` under ``jax.checkpoint``, so the backward
-pass dequantizes again instead of keeping the float weight alive from the forward pass: the
-float copy of one weight exists only while its own matmul runs. The params paths do not
-change (LoRA adapters sit beside the weights as before, in f32/bf16; ``lora.py`` is
-untouched) and nothing else in the tree does either: sampling, eval and the train step run the
-same modules. Export never merges into these leaves (``export.merged`` loads the float base).
+(``flax.linen.intercept_methods``)
+- gemma's ``Einsum`` layers: an Einsum whose weight is quantized computes
+  ``einsum(x, dequantize(w))`` under ``jax.checkpoint``, so the backward pass dequantizes
+  again instead of keeping the float weight alive from the forward pass;
+- the ``Embedder``: ``encode`` gathers the rows of the qvalues and scales and dequantizes
+  those only, ``decode`` (the logits) and the train step's chunked cross-entropy read the
+  table a block of rows at a time (``qarray``): its float copy never exists whole;
+- a MoE expert bank's weights (``jax.lax.ragged_dot`` takes them as plain arrays): the bank of
+  one layer is dequantized when that layer runs.
+The params paths do not change (LoRA adapters sit beside the weights as before, in
+f32/bf16; ``lora.py`` is untouched): sampling, eval and the train step run the same modules.
+Export never merges into these leaves (``export.merged`` loads the float base).
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any
 
-from adapters_lib.errors import WorkbenchError
 from adapters_lib.models.quantize_layout import (  # noqa: F401 - this module's interface too
     BITS,
     DEFAULT_TILE,
@@ -51,6 +57,7 @@ from adapters_lib.models.quantize_layout import (  # noqa: F401 - this module's 
     check,
     describe,
     held_bytes,
+    mode_of,
     quantized_bytes,
     tiled_axes,
 )
@@ -79,28 +86,22 @@ def _quantizer(mode: str, axes: tuple[tuple[int, int], ...], ndim: int, out_shar
 
 def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int, int],
                     mode: str) -> Any:
-    """The QArray's shardings: qvalue like the weight, its scale on the same mesh axes where
-    the scale's dims still divide (else replicated on that dim)."""
+    """The QArray's shardings: qvalue like the weight, its scale by ``scale_sharding``."""
     import qwix
-    from jax.sharding import NamedSharding, PartitionSpec
+    from jax.sharding import NamedSharding
 
     if not isinstance(weight_sharding, NamedSharding):
         return None
-    spec = tuple(weight_sharding.spec) + (None,) * (len(shape) - len(weight_sharding.spec))
-    sizes = dict(weight_sharding.mesh.shape)
-    scale_shape = [shape[a] // axes[a] if a in axes else shape[a] for a in range(len(shape))]
-    scale_spec = []
-    for dim, axis in zip(scale_shape, spec, strict=True):
-        names = (axis,) if isinstance(axis, str) else tuple(axis or ())
-        size = math.prod(sizes[a] for a in names) if names else 1
-        scale_spec.append(axis if names and dim % size == 0 else None)
-    scale = NamedSharding(weight_sharding.mesh, PartitionSpec(*scale_spec))
-    return qwix.QArray(qvalue=weight_sharding, scale=scale, zero_point=None, qtype=qtype(mode))
+    from adapters_lib.models.qarray import scale_sharding
+
+    return qwix.QArray(qvalue=weight_sharding, scale=scale_sharding(weight_sharding, shape, axes),
+                       zero_point=None, qtype=qtype(mode))
 
 
 def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None,
-                    donate: bool = False) -> Any:
-    """The base tree with its projection weights as ``QArray`` (see the module doc).
+                    donate: bool = False, table: str = "auto") -> Any:
+    """The base tree with its weights as ``QArray`` (see the module doc); the embedding
+    tables as ``table`` says (``[model] quantize_embedding``: "auto" = like the rest).
 
     Leaf by leaf: each float weight is quantized where it lies (same sharding); with
     ``donate`` (the loader's own arrays) it is deleted at once, so the device holds the float
@@ -113,16 +114,19 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
         return params
     transpose = bool(getattr(config, "transpose_gating_einsum", True))
     flat = jax.tree_util.tree_flatten_with_path(params)[0]
-    check(mode, tile, {_names(p): tuple(x.shape) for p, x in flat}, transpose_gating=transpose)
+    check(mode, tile, {_names(p): tuple(x.shape) for p, x in flat}, transpose_gating=transpose,
+          table=table)
 
     def one(path, x):
         names = _names(path)
-        axes = tiled_axes(names, tuple(x.shape), tile, transpose_gating=transpose)
+        held = mode_of(names, mode, table)
+        axes = tiled_axes(names, tuple(x.shape), tile, transpose_gating=transpose) \
+            if held in QUANTIZED else None
         if axes is None:
             return x
         sharding = getattr(x, "sharding", None)
-        out = qarray_sharding(sharding, tuple(x.shape), axes, mode)
-        q = _quantizer(mode, tuple(sorted(axes.items())), x.ndim, out)(x)
+        out = qarray_sharding(sharding, tuple(x.shape), axes, held)
+        q = _quantizer(held, tuple(sorted(axes.items())), x.ndim, out)(x)
         if donate:
             _delete(x)
         return q
@@ -139,24 +143,20 @@ def _delete(x: Any) -> None:
 
 def is_quantized(params: Any) -> bool:
     import jax
-    import qwix
 
-    return any(isinstance(x, qwix.QArray)
-               for x in jax.tree.leaves(params, is_leaf=lambda x: isinstance(x, qwix.QArray)))
+    from adapters_lib.models import qarray
+
+    return any(qarray.is_qarray(x) for x in jax.tree.leaves(params, is_leaf=qarray.is_qarray))
 
 
 def dequantize_params(params: Any, dtype: Any = None) -> Any:
-    """Every QArray leaf back to a float array (``dtype``, default the scale's)."""
+    """Every quantized leaf back to a float array (``dtype``, default the one it stands for)."""
     import jax
-    import qwix
 
-    def one(x):
-        if isinstance(x, qwix.QArray):
-            y = qwix.dequantize(x)
-            return y.astype(dtype) if dtype is not None else y
-        return x
+    from adapters_lib.models import qarray
 
-    return jax.tree.map(one, params, is_leaf=lambda x: isinstance(x, qwix.QArray))
+    return jax.tree.map(lambda x: qarray.dequantize(x, dtype) if qarray.is_qarray(x) else x,
+                        params, is_leaf=qarray.is_qarray)
 
 
 def device_bytes(tree: Any) -> int:
@@ -177,10 +177,11 @@ def device_bytes(tree: Any) -> int:
 def _frozen_einsum(eqn: str, x: Any, w: Any, w_scale: float | None = None) -> Any:
     import jax
     import jax.numpy as jnp
-    import qwix
+
+    from adapters_lib.models import qarray
 
     def run(x, w):
-        dense = qwix.dequantize(w).astype(x.dtype)
+        dense = qarray.dequantize(w, x.dtype)
         return jnp.einsum(eqn, x, dense if w_scale is None else dense * w_scale)
 
     return jax.checkpoint(run, policy=jax.checkpoint_policies.nothing_saveable)(x, w)
@@ -201,16 +202,85 @@ def _einsum_classes() -> tuple[type, ...]:
     return tuple(classes)
 
 
-def _interceptor(next_fun, args, kwargs, context):
-    import qwix
+@functools.cache
+def _embedder_classes() -> tuple[type, ...]:
+    from gemma.gm.nn import _modules
 
-    module = context.module
-    if (context.method_name == "__call__" and isinstance(module, _einsum_classes())
-            and module.has_variable("params", module.weight_name)):
-        w = module.get_variable("params", module.weight_name)
-        if isinstance(w, qwix.QArray):
+    classes: list[type] = [_modules.Embedder]
+    try:
+        from gemma.gm.nn.gemma4 import _modules as g4_modules
+
+        classes.append(g4_modules.Embedder)
+    except ImportError:
+        pass
+    return tuple(classes)
+
+
+@functools.cache
+def _bank_weight_classes() -> tuple[type, ...]:
+    """The MoE expert bank's weight holders (Gemma 4's ``_moe._Weight``)."""
+    try:
+        from gemma.gm.nn.gemma4 import _moe
+    except ImportError:
+        return ()
+    return (_moe._Weight,)  # noqa: SLF001 - the bank's weights come from its __call__
+
+
+def _param(module: Any, name: str) -> Any:
+    return module.get_variable("params", name) if module.has_variable("params", name) else None
+
+
+def _embedder_call(module: Any, method: str, args: tuple, kwargs: dict) -> Any:
+    """The Embedder's methods on a quantized table (None: not quantized, run the library's)."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models import qarray
+
+    if method in ("encode", "decode"):
+        table = _param(module, "input_embedding")
+        if not qarray.is_qarray(table):
+            return None
+        (x,) = args
+        if method == "encode":
+            rows = qarray.take_rows(table, x)
+            return rows * jnp.sqrt(module.embed_dim).astype(rows.dtype)
+        dt = jnp.result_type(x.dtype, table.dtype)
+        return qarray.vocab_logits(x.astype(dt), table, out_dtype=dt)
+    if method == "encode_per_layer_input":  # Gemma 4's, its lines with the rows dequantized
+        table = _param(module, "per_layer_embeddings")
+        if not qarray.is_qarray(table):
+            return None
+        x, t = args[:2]
+        ignore = kwargs.get("ignore_ple_tokens", args[2] if len(args) > 2 else False)
+        t = jnp.where(jnp.logical_and(t >= 0, t < module.vocab_size), t, jnp.zeros_like(t))
+        x = module.per_layer_model_projection("...td,dnp->...tnp", x)
+        x = module.per_layer_projection_norm(x)
+        if ignore:
+            return x
+        y = qarray.take_rows(table, t)
+        y = y * jnp.sqrt(module.per_layer_input_dim).astype(y.dtype)
+        return (x + y) * jax.lax.rsqrt(2.0).astype(x.dtype)
+    return None
+
+
+def _interceptor(next_fun, args, kwargs, context):
+    from adapters_lib.models import qarray
+
+    module, method = context.module, context.method_name
+    if method == "__call__" and isinstance(module, _einsum_classes()):
+        w = _param(module, module.weight_name)
+        if qarray.is_qarray(w):
             eqn, x = args
             return _frozen_einsum(eqn, x, w, getattr(module, "w_scale", None))
+    elif method == "__call__" and isinstance(module, _bank_weight_classes()):
+        w = _param(module, module.weight_name)
+        if qarray.is_qarray(w):  # the layer's bank, dequantized while it runs
+            return qarray.dequantize(w)
+    elif isinstance(module, _embedder_classes()):
+        out = _embedder_call(module, method, args, kwargs)
+        if out is not None:
+            return out
     return next_fun(*args, **kwargs)
 
 
@@ -242,12 +312,9 @@ def with_quantized_base(model: Any) -> Any:
 def quantize_loaded(loaded: Any, spec: Any) -> Any:
     """A ``LoadedModel`` with its base held as ``spec.quantize`` (model and params)."""
     mode = spec.quantize
-    if mode == "gguf":
-        raise WorkbenchError("model.quantize = \"gguf\" is not available in this build", where=WHERE,
-                             hint='use "int8", "int4" or "nf4"')
     import dataclasses
 
     params = quantize_params(loaded.params, mode, spec.quantize_tile_size, config=loaded.config,
-                             donate=True)
+                             donate=True, table=spec.quantize_embedding)
     return dataclasses.replace(loaded, params=params, model=with_quantized_base(loaded.model),
                                quantize=mode)

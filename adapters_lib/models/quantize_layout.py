@@ -15,10 +15,13 @@ QUANTIZED = ("int8", "int4", "nf4")
 DEFAULT_TILE = 64
 BITS = {"int8": 8, "int4": 4, "nf4": 4}
 WHERE = "[model] quantize"
+TABLE_BLOCK_BYTES = 16 << 20
+"""Largest f32 block of a quantized embedding table dequantized at once (``qarray``)."""
 TILE_WHERE = "[model] quantize_tile_size"
 
-QUANTIZED_KINDS = ("q_einsum", "kv_einsum", "qkv_einsum", "attn_vec_einsum", "gating_einsum", "linear")
-QARRAY_FIELDS = ("qvalue", "scale", "zero_point")
+QUANTIZED_KINDS = ("q_einsum", "kv_einsum", "k_einsum", "qkv_einsum", "attn_vec_einsum",
+                   "gating_einsum", "linear", "input_embedding", "per_layer_embeddings")
+QARRAY_FIELDS = ("qvalue", "scale", "zero_point", "bias")
 """The names a QArray's children take in a params key path (``mesh.logical_axes`` skips them)."""
 
 
@@ -30,11 +33,16 @@ def _kind(path: tuple[str, ...]) -> str:
 def tiled_axes(path: tuple[str, ...], shape: tuple[int, ...], tile: int, *,
                transpose_gating: bool = True) -> dict[int, int] | None:
     """qwix's ``tiled_axes`` for a base weight (axis → tile; 1 = one scale per index along
-    it), or None when the weight stays float. Axes not named are channelwise."""
-    if path and path[0] == "embedder":
-        return None
+    it), or None when the weight stays float. Axes not named are channelwise: the embedding
+    tables get one scale per tile of each row (a lookup dequantizes its rows only)."""
     kind, n = _kind(path), len(shape)
-    if kind == "q_einsum" and n == 3:
+    if path and path[0] == "embedder":
+        if kind == "input_embedding" and n == 2:  # (V, D)
+            return {1: tile}
+        if kind == "per_layer_embeddings" and n == 3:  # Gemma 4's (V, layers, P)
+            return {2: tile}
+        return None
+    if kind in ("q_einsum", "k_einsum") and n == 3:  # (N, D, H); Gemma 4's k=v (K, D, H)
         return {1: tile}
     if kind in ("kv_einsum", "qkv_einsum") and n == 4:
         return {2: tile}
@@ -42,9 +50,21 @@ def tiled_axes(path: tuple[str, ...], shape: tuple[int, ...], tile: int, *,
         return {1: tile}
     if kind == "gating_einsum" and n == 3:
         return {2: tile} if transpose_gating else {1: tile}
+    if kind == "gating_einsum" and n == 4:  # a MoE expert bank (E, 2, X, D)
+        return {3: tile}
     if kind == "linear" and n == 2:
         return {0: tile}
+    if kind == "linear" and n == 3:  # a MoE expert bank (E, X, D)
+        return {1: tile}
     return None
+
+
+def mode_of(path: tuple[str, ...], mode: str, table: str = "auto") -> str:
+    """The mode one weight is held in: the embedding tables follow ``table``
+    (``[model] quantize_embedding``) unless it is "auto", the rest ``mode``."""
+    if table != "auto" and path and path[0] == "embedder":
+        return table
+    return mode
 
 
 def _names(path: Iterable[Any]) -> tuple[str, ...]:
@@ -60,7 +80,7 @@ def _names(path: Iterable[Any]) -> tuple[str, ...]:
 
 
 def check(mode: str, tile: int, shapes: dict[tuple[str, ...], tuple[int, ...]], *,
-          transpose_gating: bool = True) -> None:
+          transpose_gating: bool = True, table: str = "auto") -> None:
     """Refuse a mode or a tile that cannot quantize these weights, in one line naming the key."""
     if mode not in MODES:
         raise WorkbenchError(f"model.quantize is {mode!r}", where=WHERE,
@@ -68,6 +88,8 @@ def check(mode: str, tile: int, shapes: dict[tuple[str, ...], tuple[int, ...]], 
     if mode not in QUANTIZED:
         return
     for path, shape in shapes.items():
+        if mode_of(path, mode, table) not in QUANTIZED:
+            continue
         axes = tiled_axes(path, shape, tile, transpose_gating=transpose_gating)
         for axis, size in (axes or {}).items():
             if size > 1 and shape[axis] % size:
@@ -107,20 +129,24 @@ def arch_shapes(arch: Any) -> dict[tuple[str, ...], tuple[int, ...]]:
     return out
 
 
-def held_bytes(arch: Any, mode: str, tile: int = DEFAULT_TILE, param_bytes: int = 2) -> int:
-    """Bytes of a model's weights held as ``mode`` (the table and the scales in
-    ``param_bytes``), norms left out: what the Models screen shows per mode."""
+def held_bytes(arch: Any, mode: str, tile: int = DEFAULT_TILE, param_bytes: int = 2,
+               table: str = "auto") -> int:
+    """Bytes of a model's weights held as ``mode`` (the table as ``table`` says, the scales
+    in ``param_bytes``), norms left out: what the Models screen shows per mode."""
     total = 0
     for path, shape in arch_shapes(arch).items():
-        if mode in QUANTIZED and tiled_axes(path, shape, tile) is not None:
-            total += quantized_bytes(shape, mode, tile, scale_bytes=param_bytes)
+        held = mode_of(path, mode, table) if mode in QUANTIZED else mode
+        if held in QUANTIZED and tiled_axes(path, shape, tile) is not None:
+            total += quantized_bytes(shape, held, tile, scale_bytes=param_bytes)
         else:
             total += math.prod(shape) * param_bytes
     return total
 
 
 def describe(mode: str, tile: int) -> str:
+    if mode == "gguf":
+        return "the GGUF's own blocks (Q8_0/Q5_x/Q6_K as int8, Q4_x as int4) with their scales"
     if mode not in QUANTIZED:
         return "float base" if mode == "none" else f"base quantized as {mode}"
-    return (f"{mode} weights (tile {tile}) in the attention and MLP projections; "
-            "embedding table and norms in the param dtype")
+    return (f"{mode} weights (tile {tile}) in the attention and MLP projections and the "
+            "embedding table; norms in the param dtype")

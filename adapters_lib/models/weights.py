@@ -76,7 +76,8 @@ def _hint(entry: ModelEntry) -> str:
 
 
 def load_entry(entry: ModelEntry, *, tokenizer: str = "", param_dtype: str = "float32",
-               sharding: Any = None, source: str = "") -> LoadedModel:
+               sharding: Any = None, source: str = "", gguf_blocks: bool = False) -> LoadedModel:
+    """``gguf_blocks``: a GGUF's block tensors stay in their blocks (``quantize_gguf``)."""
     check_loadable(entry, tokenizer)
     arch = entry.arch
     assert arch is not None
@@ -86,7 +87,7 @@ def load_entry(entry: ModelEntry, *, tokenizer: str = "", param_dtype: str = "fl
     model = families.model_class(arch)(dtype=jnp.dtype(param_dtype))
     try:
         if entry.format == "gguf":
-            params = load_gguf(entry, arch, param_dtype, sharding)
+            params = load_gguf(entry, arch, param_dtype, sharding, blocks=gguf_blocks)
         elif entry.format == "hf-safetensors":
             params = load_hf_params(Path(entry.path), arch, param_dtype, sharding)
         elif entry.format == "keras-preset":
@@ -157,12 +158,18 @@ def gguf_info(entry: ModelEntry) -> Any:
     return read_info(path)
 
 
-def load_gguf(entry: ModelEntry, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
-    """Dequantize a GGUF tensor by tensor straight onto the shardings (``gguf_weights``)."""
+def load_gguf(entry: ModelEntry, arch: families.Arch, param_dtype: str, sharding: Any, *,
+              blocks: bool = False) -> Any:
+    """Dequantize a GGUF tensor by tensor straight onto the shardings (``gguf_weights``), or
+    with ``blocks`` keep its block tensors as they are (``quantize_gguf``)."""
     from adapters_lib.models.gguf_file import GGUFError
     from adapters_lib.models.gguf_weights import load_gguf_params
 
     try:
+        if blocks:
+            from adapters_lib.models.quantize_gguf import load_gguf_blocks
+
+            return load_gguf_blocks(gguf_info(entry), arch, param_dtype, _sharding_fn(sharding))
         return load_gguf_params(gguf_info(entry), arch, param_dtype, _sharding_fn(sharding))
     except GGUFError as e:
         raise WorkbenchError(f"{e.status}: {e.reason}", where=f"[model] source = {entry.id!r}",

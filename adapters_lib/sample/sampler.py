@@ -77,7 +77,7 @@ class Sampler:
     """
 
     def __init__(self, model: Any, params: Any, tokenizer: Any, spec: LoraSpec | None = None):
-        import jax
+        from adapters_lib.models import qarray
 
         self.model = model
         self.params = params
@@ -91,7 +91,7 @@ class Sampler:
             ends.add(int(tool))  # gm.text.Sampler stops on it too
         self.end_tokens = tuple(sorted(ends))
         forbidden = tuple(int(t) for t in getattr(tokenizer, "FORBIDDEN_TOKENS", ()) if int(t) < vocab)
-        dtype = str(jax.tree.leaves(params)[0].dtype)
+        dtype = str(qarray.params_dtype(params))  # a quantized leaf: the dtype it stands for
         # embedding rows beyond the tokenizer (Gemma 3 HF: 262,208 rows, 262,144 pieces) are
         # never emitted: decode would fail on them
         pieces = getattr(tokenizer, "vocab_size", 0)

@@ -18,9 +18,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.custom_derivatives import SymbolicZero
+from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from adapters_lib.memory import CE_CHUNK_BYTES
+from adapters_lib.models import qarray
 
 
 def attention_mask(segment_ids: jax.Array) -> jax.Array:
@@ -130,7 +131,9 @@ def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss
                    *, chunk: int, softcap: float | None = None, split_vocab: int = 1) -> jax.Array:
     """Σ CE·mask with logits = softcap(hidden · tableᵀ), ``chunk`` positions at a time.
 
-    ``hidden`` [B, L, D] (compute dtype), ``table`` [V, D]; logits accumulate in f32 and the
+    ``hidden`` [B, L, D] (compute dtype), ``table`` [V, D] (a float array, or a quantized one,
+    ``[model] quantize``: read a block of rows at a time, ``models.qarray``, and never trained);
+    logits accumulate in f32 and the
     ``[B, L, V]`` logits never exist at once. Under differentiation the gradient is computed in
     the same pass as the loss (``_fused_ce``): two vocabulary matmuls per position (logits,
     ``∂hidden``), plus ``∂table`` only when the table is trained, and no recompute.
@@ -153,18 +156,6 @@ def _unchunk(x: jax.Array) -> jax.Array:
     return jnp.moveaxis(x, 0, 1).reshape(b, n * c, *x.shape[3:])
 
 
-def _times_table(g: jax.Array, table: jax.Array, split: int) -> jax.Array:
-    """``g [B, c, V] · table [V, D] → [B, c, D]`` in f32; ``split`` > 1 contracts the vocabulary in
-    that many blocks (a batched matmul, then a sum): on a CPU, XLA's single contraction over
-    262,144 rows for a few hundred outputs runs at half the speed of 64 blocks (BENCHMARKS.md)."""
-    vocab = table.shape[0]
-    if split <= 1 or vocab % split:
-        return jnp.einsum("blv,vd->bld", g, table, preferred_element_type=jnp.float32)
-    gs = g.reshape(*g.shape[:-1], split, vocab // split)
-    ts = table.reshape(split, vocab // split, table.shape[-1])
-    return jnp.einsum("blsv,svd->sbld", gs, ts, preferred_element_type=jnp.float32).sum(0)
-
-
 def _ce_scan(hidden, table, targets, mask, chunk, softcap, *, want_hidden=False, want_table=False,
              split_vocab=1):
     """(Σ CE·mask, ∂/∂hidden or None, ∂/∂table or None), one chunk of positions at a time.
@@ -175,13 +166,14 @@ def _ce_scan(hidden, table, targets, mask, chunk, softcap, *, want_hidden=False,
     41 of 149 ms of a Gemma-3-1B LoRA step on an H200 (BENCHMARKS.md).
     """
     dt = hidden.dtype
-    tab = table.astype(dt)
+    tab = table.astype(dt)  # a quantized table: its dequantized dtype (read block by block)
     grads = want_hidden or want_table
+    if want_table and qarray.is_qarray(table):
+        raise ValueError("a quantized embedding table is frozen: it has no gradient")
 
     def one(h, t, m):
         with jax.named_scope("ce_chunk"):
-            logits = _softcap(jnp.einsum("bld,vd->blv", h, tab, preferred_element_type=jnp.float32),
-                              softcap)
+            logits = _softcap(qarray.vocab_logits(h, tab), softcap)
             lse = jax.nn.logsumexp(logits, axis=-1)
             target_logit = jnp.take_along_axis(logits, t[..., None], axis=-1)[..., 0]  # no pass over V
             m = m.astype(jnp.float32)
@@ -196,7 +188,7 @@ def _ce_scan(hidden, table, targets, mask, chunk, softcap, *, want_hidden=False,
                 at_target = at_target * (1.0 - jnp.square(target_logit / softcap))
             g = jnp.put_along_axis(g.astype(dt), t[..., None], at_target[..., None].astype(dt), axis=-1,
                                    inplace=False)
-            dh = _times_table(g, tab, split_vocab).astype(dt) if want_hidden else None
+            dh = qarray.vocab_times(g, tab, split=split_vocab).astype(dt) if want_hidden else None
             dtab = jnp.einsum("blv,bld->vd", g, h, preferred_element_type=jnp.float32) if want_table else None
             return ce, dh, dtab
 
@@ -220,9 +212,20 @@ def _fused_ce(hidden, table, targets, mask, chunk, softcap, split_vocab):
     return _ce_scan(hidden, table, targets, mask, chunk, softcap)[0]
 
 
+def _primal(x: Any) -> tuple[Any, bool]:
+    """(value, perturbed) of a custom-VJP argument: one array, or a pytree of them (a quantized
+    table: each of its arrays comes wrapped)."""
+    if isinstance(x, CustomVJPPrimal):
+        return x.value, x.perturbed
+    wrapped = jax.tree.leaves(x, is_leaf=lambda p: isinstance(p, CustomVJPPrimal))
+    value = jax.tree.map(lambda p: p.value, x, is_leaf=lambda p: isinstance(p, CustomVJPPrimal))
+    return value, any(p.perturbed for p in wrapped)
+
+
 def _fused_ce_fwd(hidden, table, targets, mask, chunk, softcap, split_vocab):
-    ce, dh, dtab = _ce_scan(hidden.value, table.value, targets.value, mask.value, chunk, softcap,
-                            want_hidden=hidden.perturbed, want_table=table.perturbed, split_vocab=split_vocab)
+    (table, table_perturbed), (hidden, hidden_perturbed) = _primal(table), _primal(hidden)
+    ce, dh, dtab = _ce_scan(hidden, table, targets.value, mask.value, chunk, softcap,
+                            want_hidden=hidden_perturbed, want_table=table_perturbed, split_vocab=split_vocab)
     return ce, (dh, dtab)
 
 
