@@ -54,6 +54,10 @@ def gemma_only_problems(cfg: Any) -> list[tuple[str, str, str]]:
         out.append(("[model] quantize", f"model.quantize = {cfg.model.quantize!r}: the Keras route "
                     'holds its base in int8 only (Keras\' own quantize("int8"))',
                     f'set quantize = "int8" or "none", {alt} for int4/nf4/gguf'))
+    if cfg.model.quantize_embedding != "auto":
+        out.append(("[model] quantize_embedding", f"model.quantize_embedding = "
+                    f"{cfg.model.quantize_embedding!r} is gemma-only (Keras quantizes as it does)",
+                    f'set quantize_embedding = "auto", {alt}'))
     if (t.param_dtype, t.compute_dtype) == ("bfloat16", "float32"):
         out.append(("[train] compute_dtype", "bfloat16 params with float32 compute has no Keras dtype policy",
                     'use compute_dtype = "bfloat16", or param_dtype = "float32" (mixed precision)'))

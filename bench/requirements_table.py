@@ -2,7 +2,7 @@
 
 Each Gemma size, LoRA rank 16 on every projection (f32 adapters, bf16 compute, remat, one
 sequence of 1024 tokens) with the base in bf16 (LoRA) and in int4 (QLoRA, ``[model]
-quantize``), on one device: the per-device total of ``memory.estimate`` (the estimator the
+quantize``: projections, expert banks and embedding tables), on one device: the per-device total of ``memory.estimate`` (the estimator the
 engine and Configure's fit bar use) and whether it fits (under 80 % of the memory, as Configure's fit bar says; tight: under
 100 %) a 16 GB TPU v5e chip, a 32 GB v6e
 chip, a 24 GB and an 80 GB GPU. Estimated, not measured.
@@ -14,8 +14,9 @@ import sys
 
 MODELS = ("Gemma3_270M", "Gemma3_1B", "Gemma3_4B", "Gemma3_12B", "Gemma3_27B", "Gemma2_2B",
           "Gemma2_9B", "Gemma4_E2B", "Gemma4_E4B", "Gemma4_26B_A4B", "Gemma4_31B")
-NOT_QUANTIZED_YET = ("Gemma4_26B_A4B",)
-"""Models whose weights the quantized base does not reach yet (the MoE expert bank): no QLoRA row."""
+NOT_QUANTIZED_YET: tuple[str, ...] = ()
+"""Models whose weights the quantized base does not reach yet: no QLoRA row (none since the
+MoE expert banks are quantized too)."""
 DEVICES = (("v5e chip 16 GB", 16), ("24 GB GPU", 24), ("v6e chip 32 GB", 32), ("80 GB GPU", 80))
 
 

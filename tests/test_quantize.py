@@ -40,12 +40,62 @@ def test_a_tile_that_does_not_divide_a_dimension_is_one_line_naming_the_key():
     assert "\n" not in text and "quantize_tile_size" in text and "256" in text
 
 
+def test_gguf_mode_needs_a_gguf_base_and_a_table_mode_needs_a_quantized_base():
+    from adapters_lib.models.loader import load_model
+
+    with pytest.raises(WorkbenchError) as e:
+        load_model(ModelSpec(quantize="gguf"))
+    assert "\n" not in str(e.value) and "GGUF" in str(e.value) and "[model] quantize" in str(e.value)
+    for bad in (["model.quantize_embedding=int3"],
+                ["model.quantize=gguf", "model.quantize_embedding=int8"]):
+        with pytest.raises(WorkbenchError) as e:
+            load_config(None, bad)
+        assert "\n" not in str(e.value) and "quantize_embedding" in str(e.value)
+
+
+def test_a_gguf_base_keeps_its_own_blocks_and_computes_the_f32_loads_numbers(gguf_env):
+    """``quantize = "gguf"`` on a file with Q8_0, Q4_0, Q5_0 and Q4_1 tensors (gate Q8_0 beside
+    up Q5_0: one int8 leaf), BF16 and F16 ones: each block tensor is held as its own integers
+    and scales (Q4_1's offset too), and every weight, dequantized, is bit for bit the f32
+    load's (gguf's own dequantization) — so are the logits."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import qwix
+
+    from adapters_lib.models import quantize
+    from adapters_lib.models.loader import load_model
+
+    source = str(gguf_env.files["mixed"])
+    f32 = load_model(ModelSpec(source=source))
+    held = load_model(ModelSpec(source=source, quantize="gguf"))
+    layer = held.params["layer_0"]
+    want = {("embedder",): "int8", ("attn", "q_einsum"): "int4", ("mlp", "gating_einsum"): "int8",
+            ("mlp", "linear"): "uint4"}
+    got = {("embedder",): held.params["embedder"]["input_embedding"],
+           ("attn", "q_einsum"): layer["attn"]["q_einsum"]["w"],
+           ("mlp", "gating_einsum"): layer["mlp"]["gating_einsum"], ("mlp", "linear"): layer["mlp"]["linear"]}
+    assert {k: str(v.qtype) for k, v in got.items()} == want
+    assert got[("mlp", "linear")].bias is not None and got[("attn", "q_einsum")].bias is None
+    assert not isinstance(layer["attn"]["attn_vec_einsum"]["w"], qwix.QArray)  # BF16 in the file
+    assert quantize.device_bytes(held.params) < 0.35 * quantize.device_bytes(f32.params)
+    for a, b in zip(jax.tree.leaves(quantize.dequantize_params(held.params, jnp.float32)),
+                    jax.tree.leaves(f32.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    tokens = jnp.asarray([[2, 50, 60, 70, 80, 90]])
+    np.testing.assert_array_equal(np.asarray(held.model.apply({"params": held.params}, tokens).logits),
+                                  np.asarray(f32.model.apply({"params": f32.params}, tokens).logits))
+
+
 def test_keras_route_refuses_a_base_quantization_keras_does_not_have_in_one_line():
     load_config(None, ["model.backend=keras", "model.quantize=int8"])  # Keras' own int8
     with pytest.raises(WorkbenchError) as e:
         load_config(None, ["model.backend=keras", "model.quantize=nf4"])
     text = str(e.value)
     assert "\n" not in text and "model.quantize = 'nf4'" in text and 'quantize = "int8"' in text
+    with pytest.raises(WorkbenchError) as e:
+        load_config(None, ["model.backend=keras", "model.quantize=int8", "model.quantize_embedding=none"])
+    assert "\n" not in str(e.value) and "quantize_embedding" in str(e.value)
 
 
 @pytest.mark.parametrize("mode, bits, tolerance", [("int8", 8, 0.05), ("int4", 4, 0.45),
@@ -239,3 +289,23 @@ def test_the_cross_entropy_reads_a_quantized_table_a_block_at_a_time(monkeypatch
     np.testing.assert_allclose(np.asarray(got_dh), np.asarray(want_dh), rtol=1e-4, atol=1e-6)
     logits = qarray.vocab_logits(hidden, table)
     np.testing.assert_allclose(np.asarray(logits), np.asarray(hidden @ dense.T), rtol=1e-5, atol=1e-5)
+
+
+def test_generation_on_a_quantized_base_is_generation_on_its_numbers(demo_float):
+    """The sampler on an int8 base (table included: the lookup, the logits and the KV cache's
+    dtype all read it) generates the greedy tokens the float model generates on the same
+    numbers dequantized — prefill and decode loop both."""
+    import jax.numpy as jnp
+
+    from adapters_lib.models import quantize
+    from adapters_lib.sample.sampler import Sampler
+    from adapters_lib.sample.settings import SamplingSettings
+
+    q = quantize.quantize_params(demo_float.params, "int8", config=demo_float.config)
+    settings = SamplingSettings(max_new_tokens=8, temperature=0.0)
+    prompts = ["1 + 1 =", "the cat"]
+    held = Sampler(quantize.with_quantized_base(demo_float.model), q, demo_float.tokenizer)
+    exact = Sampler(demo_float.model, quantize.dequantize_params(q, jnp.float32), demo_float.tokenizer)
+    got = [c["tokens"] for c in held.generate_grid(prompts, [None], settings, chat=False)[0]]
+    want = [c["tokens"] for c in exact.generate_grid(prompts, [None], settings, chat=False)[0]]
+    assert got == want and all(len(t) > 0 for t in got)

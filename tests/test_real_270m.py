@@ -223,3 +223,26 @@ def test_an_int8_270m_scores_english_as_the_float_model_does(real_270m, tmp_path
     logits = qmodel.apply({"params": params}, tokens).logits
     rel = float(jnp.linalg.norm(logits - ref_logits) / jnp.linalg.norm(ref_logits))
     assert rel < 0.05, rel
+
+
+def test_the_starter_held_in_its_own_gguf_blocks_computes_the_f32_models_logits(real_270m):
+    """``quantize = "gguf"`` on the real Q4_K_M starter: its Q8_0 (the table), Q5_0, Q4_K and
+    Q6_K tensors stay in their blocks (int8 / uint4 + offset, f32 scales) — the K-quants exist
+    only in a real file (gguf-py cannot write them) — and the forward gives exactly the logits
+    of the f32-dequantized load, at about half the bytes of a bf16 base."""
+    import qwix
+
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models import quantize
+    from adapters_lib.models.loader import load_model
+
+    held = load_model(ModelSpec(source="starter:gemma-3-270m", quantize="gguf"))
+    leaves = jax.tree.leaves(held.params, is_leaf=lambda x: isinstance(x, qwix.QArray))
+    kinds = {(str(x.qtype), x.bias is not None) for x in leaves if isinstance(x, qwix.QArray)}
+    assert kinds == {("int8", False), ("uint4", True)}
+    assert sum(isinstance(x, qwix.QArray) for x in leaves) == 1 + 18 * 5
+    assert quantize.device_bytes(held.params) < 0.56 * quantize.device_bytes(real_270m.params) / 2
+    ids = [2, *real_270m.tokenizer.encode("def fibonacci(n):")]
+    np.testing.assert_allclose(_logits(held.model, held.params, ids),
+                               _logits(real_270m.model, real_270m.params, ids), rtol=0, atol=1e-5)
+    del held

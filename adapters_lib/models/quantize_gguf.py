@@ -63,6 +63,8 @@ class Form:
     """(byte offset, bytes) that make the block's own dequantize give its integers."""
     fields: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray | None]]
     """blocks (n, type_size) uint8 → (scale (n, per block), bias or None), float32."""
+    values_at: int = -1
+    """Where the block's int8 values lie as bytes (Q8_0: read directly, no unpacking)."""
 
 
 def _f16(blocks: np.ndarray, at: int) -> np.ndarray:
@@ -93,7 +95,7 @@ _K_UNIT = np.array([1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1], np.uint8)
 """Q4_K/Q5_K's 12 scale bytes with every 6-bit scale 1 and every 6-bit min 0."""
 
 FORMS: dict[str, Form] = {
-    "Q8_0": Form("int8", 32, ((0, _ONE),), _d_only),
+    "Q8_0": Form("int8", 32, ((0, _ONE),), _d_only, values_at=2),
     "Q4_0": Form("int4", 32, ((0, _ONE),), _d_only),
     "Q5_0": Form("int8", 32, ((0, _ONE),), _d_only),
     "Q4_1": Form("uint4", 32, ((0, _ONE), (2, _ZERO)), _d_and_m),
@@ -138,11 +140,15 @@ def read_blocks(tensor: Any, row_block: int = 4096) -> Blocks:
     for start in range(0, n_rows, row_block):
         chunk = np.asarray(rows[start:start + row_block])
         blocks = chunk.reshape(-1, _type_size(tensor))
-        unit = blocks.copy()
-        for at, value in form.unit:
-            unit[:, at:at + len(value)] = value
-        values = quants.dequantize(unit, tensor.tensor_type).reshape(chunk.shape[0], cols)
-        q[start:start + chunk.shape[0]] = np.rint(values).astype(np.uint8 if form.qtype == "uint4" else np.int8)
+        if form.values_at >= 0:
+            values = blocks[:, form.values_at:form.values_at + form.tile].view(np.int8)
+        else:
+            unit = blocks.copy()
+            for at, value in form.unit:
+                unit[:, at:at + len(value)] = value
+            values = np.rint(quants.dequantize(unit, tensor.tensor_type))
+            values = values.astype(np.uint8 if form.qtype == "uint4" else np.int8)
+        q[start:start + chunk.shape[0]] = values.reshape(chunk.shape[0], cols)
         s, b = form.fields(blocks)
         scale[start:start + chunk.shape[0]] = s.reshape(chunk.shape[0], tiles)
         if b is not None:

@@ -126,7 +126,7 @@ def held_sizes(arch: Mapping[str, Any]) -> str:
     if not sizes["none"]:
         return ""
     return (f"bf16 {gib(sizes['none'])} · int8 {gib(sizes['int8'])} · "
-            f"int4/nf4 {gib(sizes['int4'])} (the embedding table stays bf16)")
+            f"int4/nf4 {gib(sizes['int4'])} (the embedding table too)")
 
 
 def scan_here(folders: tuple[str, ...]) -> list[api.ModelInfo]:
