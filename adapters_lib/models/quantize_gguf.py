@@ -203,30 +203,40 @@ def gemma_leaves(info: Any, arch: Any, param_dtype: str
     from adapters_lib.models.hf_convert import leaf_plan
 
     source = TensorSource(info, arch)
+    source.check_rope()
     dtype = _dtype(param_dtype)
     transpose = bool(getattr(arch, "transpose_gating", True))
-    shapes = quantize_layout.arch_shapes(arch)
     for path, names, convert in leaf_plan(arch):
-        tensors = [source.tensors.get(source.names.get(f"model.{n}", "")) for n in names]
+        tensors = [_whole_tensor(source, n) for n in names]
         kinds = [t.tensor_type.name if t is not None else "" for t in tensors]
-        tile = min((FORMS[k].tile for k in kinds if k in FORMS), default=0)
-        axes = quantize_layout.tiled_axes(path, shapes[path], tile, transpose_gating=transpose) \
-            if tile and all(k in FORMS for k in kinds) and path in shapes else None
-        if axes is None:
-            if set(kinds) - set(FLOAT_TYPES):
-                log.info("gguf: %s (%s) dequantized to %s", "/".join(path), ", ".join(kinds), param_dtype)
-            yield path, aligned(np.asarray(convert(*(source.get(n, dtype) for n in names))))
+        leaf = None
+        if all(k in FORMS for k in kinds):
+            blocks = common([read_blocks(t) for t in tensors])
+            q = np.ascontiguousarray(convert(*(b.q for b in blocks)))
+            tile = blocks[0].form.tile
+            axes = quantize_layout.tiled_axes(path, q.shape, tile, transpose_gating=transpose)
+            if axes is not None:
+                (axis, _), = axes.items()
+                identity = path == ("embedder", "input_embedding")  # as the file holds it: no copy
+                leaf = {"q": q, "qtype": blocks[0].form.qtype, "tile": tile, "axis": axis,
+                        "scale": _per_tile_to_leaf([b.scale for b in blocks], tile, convert, axis, identity),
+                        "bias": None if blocks[0].bias is None else
+                        _per_tile_to_leaf([b.bias for b in blocks], tile, convert, axis, identity)}
+            del blocks, q
+        if leaf is not None:
+            yield path, leaf
             continue
-        blocks = common([read_blocks(t) for t in tensors])
-        (axis, _), = axes.items()
-        identity = path == ("embedder", "input_embedding")  # as the file holds it: no copy
-        leaf = {"q": np.ascontiguousarray(convert(*(b.q for b in blocks))),
-                "scale": _per_tile_to_leaf([b.scale for b in blocks], tile, convert, axis, identity),
-                "bias": None if blocks[0].bias is None else
-                _per_tile_to_leaf([b.bias for b in blocks], tile, convert, axis, identity),
-                "qtype": blocks[0].form.qtype, "tile": tile, "axis": axis, "types": tuple(kinds)}
-        del blocks
-        yield path, leaf
+        if set(kinds) - set(FLOAT_TYPES):
+            log.info("gguf: %s (%s) dequantized to %s", "/".join(path), ", ".join(kinds), param_dtype)
+        yield path, aligned(np.asarray(convert(*(source.get(n, dtype) for n in names))))
+
+
+def _whole_tensor(source: Any, hf_name: str) -> Any:
+    """The reader tensor that is the whole of ``hf_name`` (None: missing, a row of a stacked
+    tensor, split or filled in: the float load assembles those)."""
+    key = hf_name if hf_name.startswith("model.") else f"model.{hf_name}"
+    name, row = source.plan.get(key, (None, None))
+    return source.tensors.get(name or "") if row is None else None
 
 
 def load_gguf_blocks(info: Any, arch: Any, param_dtype: str, sharding: Callable[..., Any]) -> dict:
