@@ -298,10 +298,12 @@ class CompareScreen(WorkbenchScreen):
             if side in self.texts and text:
                 if first:
                     first = False
-                    self.ui(self.query_one("#compare-wait", WaitNote).start,
-                            "generating", "esc cancels")
+                    self.ui(self.first_token)
                 self.ui(self.append, side, text)
         return False
+
+    def first_token(self) -> None:
+        self.query_one("#compare-wait", WaitNote).start("generating", "esc cancels")
 
     def failed(self, text: str) -> None:
         self.generating = False

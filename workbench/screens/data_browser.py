@@ -138,7 +138,10 @@ class DataBrowserScreen(ModalScreen[str | None]):
             text = data_report_text(report)
         except Exception as err:  # noqa: BLE001
             text = f"[b red]✗[/] {escape(error_text(err))}"
-        self.app.call_from_thread(self.query_one("#data-preview", Static).update, text)
+        self.app.call_from_thread(self.show_preview, text)
+
+    def show_preview(self, text: str) -> None:
+        self.query_one("#data-preview", Static).update(text)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

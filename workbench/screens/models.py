@@ -171,32 +171,36 @@ class ModelsScreen(WorkbenchScreen):
 
     def first_load(self) -> None:
         if getattr(self.app, "local_catalog", False):
-            self.load_here()
+            self.load_here(tuple(self.folders))
         self.load()
 
     @work(thread=True, exclusive=True, group="models-here")
-    def load_here(self) -> None:
+    def load_here(self, folders: tuple[str, ...]) -> None:
         t0 = time.monotonic()
         try:
-            catalog = scan_here(tuple(self.folders))
+            catalog = scan_here(folders)
         except Exception:  # noqa: BLE001 - the engine's answer will say what is wrong
             return
         self.ui(self.show_catalog, catalog, f"scanned here in {time.monotonic() - t0:.1f} s",
                 False)
 
-    @work(thread=True, exclusive=True, group="models")
     def load(self, rescan: bool = False) -> None:
-        """The catalog scans on every call: a rescan is just another call."""
-        self.ui(self.query_one("#models-wait", WaitNote).start,
-                "rescanning" if rescan else "asking the engine for the catalog")
+        """Ask the engine for the catalog (it scans on every call: a rescan is another call)."""
+        self.query_one("#models-wait", WaitNote).start(
+            "rescanning" if rescan else "asking the engine for the catalog")
+        self.load_from_engine(tuple(self.folders))
+
+    @work(thread=True, exclusive=True, group="models")
+    def load_from_engine(self, folders: tuple[str, ...]) -> None:
         t0 = time.monotonic()
-        catalog = self.engine(self.client.models, folders=tuple(self.folders))
+        catalog = self.engine(self.client.models, folders=folders)
         if catalog is not None:
-            self.ui(self.show_catalog, catalog,
-                    f"from the engine in {time.monotonic() - t0:.1f} s", True)
+            self.ui(self.show_catalog, catalog, f"from the engine in {time.monotonic() - t0:.1f} s", True)
         else:
-            self.ui(self.query_one("#models-wait", WaitNote).done,
-                    "[red]the engine did not answer[/] · r retries")
+            self.ui(self.no_catalog)
+
+    def no_catalog(self) -> None:
+        self.query_one("#models-wait", WaitNote).done("[red]the engine did not answer[/] · r retries")
 
     def show_catalog(self, catalog: list[api.ModelInfo], how: str = "",
                      from_engine: bool = True) -> None:

@@ -6,7 +6,6 @@ config, ``runs sweep ID`` reads it) — and overlays the child on its parent.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from textual import work
@@ -14,12 +13,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import DataTable, Footer, Static
-from textual.worker import get_current_worker
 
 from adapters_lib.config import LORA_TARGETS, config_from_dict
 from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs.registry import default_name, short_ref
+from workbench.messages import CurvesRead, RunActionDone, RunsListed
 from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.prompt import PromptScreen
 from workbench.screens.runstate import RunView
@@ -94,7 +93,6 @@ class RunsScreen(WorkbenchScreen):
         self._seq = 0
         """Numbers the list and curve requests; a reply older than the one shown is dropped."""
         self._shown_seq = 0
-        self._watching = False
         self._curves_seq = 0
 
     def compose(self) -> ComposeResult:
@@ -112,24 +110,18 @@ class RunsScreen(WorkbenchScreen):
         table = self.query_one(DataTable)
         for col in COLUMNS:
             table.add_column(col, key=col)
+        self.set_interval(REFRESH_S, self.refresh_active)
 
     def on_screen_resume(self) -> None:
         """Shown (the first time too): refresh the list."""
         self.load()
 
-    @work(thread=True, exclusive=True, group="runs-watch")
-    def watch_active(self) -> None:
-        """While a run is active, refresh the list every few seconds (one request at a time:
-        an engine busy compiling can answer slowly, and refreshes must not pile up)."""
-        worker = get_current_worker()
-        try:
-            while not worker.is_cancelled and self.any_active():
-                time.sleep(REFRESH_S)
-                if not worker.is_cancelled:
-                    self._seq += 1
-                    self._fetch(self._seq)
-        finally:
-            self._watching = False
+    def refresh_active(self) -> None:
+        """Every ``REFRESH_S`` while a run is active, the list again (one request at a time: an
+        engine busy compiling can answer slowly, and refreshes must not pile up)."""
+        listing = any(w.group == "runs-list" and w.is_running for w in self.workers)
+        if self.any_active() and not listing:
+            self.load()
 
     def any_active(self) -> bool:
         return any(r.active for r in self.runs)
@@ -137,22 +129,25 @@ class RunsScreen(WorkbenchScreen):
     def load(self) -> None:
         """Fetch the list (worker); replies are applied in the order they were asked for."""
         self._seq += 1
-        self._load(self._seq)
+        self._load(self._seq, set(self.configs))
 
     @work(thread=True, group="runs-list")
-    def _load(self, seq: int) -> None:
-        self._fetch(seq)
-
-    def _fetch(self, seq: int) -> None:
-        """(In a worker thread) the list, each run's config once, then the table."""
+    def _load(self, seq: int, known: set[str]) -> None:
+        """(Thread worker) the list and the config of each run not in ``known`` (a run's config
+        never changes), posted as ``RunsListed``."""
         runs = self.engine(self.client.list_runs)
         if runs is None:
             return
+        configs = {}
         for r in runs:
-            if r.id not in self.configs:
+            if r.id not in known:
                 record = self.engine(self.client.get_run, r.id, metrics=False, events=False)
-                self.configs[r.id] = (record.config if record is not None else None) or {}
-        self.ui(self.show_runs, runs, seq)
+                configs[r.id] = (record.config if record is not None else None) or {}
+        self.post_message(RunsListed(runs, configs, seq))
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        self.configs.update(message.configs)
+        self.show_runs(message.runs, message.seq)
 
     def show_runs(self, runs: list[api.RunSummary], seq: int = 0) -> None:
         if seq < self._shown_seq:  # an older reply than the one on screen
@@ -180,9 +175,6 @@ class RunsScreen(WorkbenchScreen):
                       f"{active} active · space marks runs to overlay and diff[/]")
         self.marked = [m for m in self.marked if any(r.id == m for r in self.runs)]
         self.load_curves(list(self.marked))
-        if self.any_active() and not self._watching:
-            self._watching = True
-            self.watch_active()
 
     def current(self) -> api.RunSummary | None:
         table = self.query_one(DataTable)
@@ -211,15 +203,19 @@ class RunsScreen(WorkbenchScreen):
 
     @work(thread=True, group="runs-curves")
     def _load_curves(self, run_ids: list[str], seq: int) -> None:
-        views = {}
+        records = {}
         for rid in run_ids:
             record = self.engine(self.client.get_run, rid)
-            if record is None:
-                continue
-            view = RunView(rid)
+            if record is not None:
+                records[rid] = record
+        self.post_message(CurvesRead(records, seq))
+
+    def on_curves_read(self, message: CurvesRead) -> None:
+        views = {}
+        for rid, record in message.records.items():
+            views[rid] = view = RunView(rid)
             view.apply_record(record)
-            views[rid] = view
-        self.ui(self.show_overlay, views, seq)
+        self.show_overlay(views, message.seq)
 
     def show_overlay(self, views: dict[str, RunView], seq: int = 0) -> None:
         if seq < self._curves_seq:
@@ -253,20 +249,26 @@ class RunsScreen(WorkbenchScreen):
         if r is None:
             self.notify("no run selected", severity="warning")
             return
-        self.run_action_worker(name, call, r.id)
+        self.run_action(name, call, r.id)
+
+    def run_action(self, name: str, call, run_id: str) -> None:
+        """Start a run action: the wait shows at once, the engine answers in a worker."""
+        self.query_one("#runs-wait", WaitNote).start(f"{name} {short(run_id)}")
+        self.run_action_worker(name, call, run_id)
 
     @work(thread=True, group="runs-action")
     def run_action_worker(self, name: str, call, run_id: str) -> None:
+        self.post_message(RunActionDone(name, run_id, self.engine(call, run_id)))
+
+    def on_run_action_done(self, message: RunActionDone) -> None:
         wait = self.query_one("#runs-wait", WaitNote)
-        self.ui(wait.start, f"{name} {short(run_id)}")
-        result = self.engine(call, run_id)
-        if result is not None:
-            text = f"{name}: {run_id} {where_written(result)}".strip()
-            self.ui(wait.done, f"[green]✓[/] {text}")
-            self.ui(self.notify, text, timeout=6)
-            self.ui(self.load)
-        else:
-            self.ui(wait.done, f"[red]✗ {name} {short(run_id)} failed (see the notice)[/]")
+        if message.reply is None:
+            wait.done(f"[red]✗ {message.name} {short(message.run_id)} failed (see the notice)[/]")
+            return
+        text = f"{message.name}: {message.run_id} {where_written(message.reply)}".strip()
+        wait.done(f"[green]✓[/] {text}")
+        self.notify(text, timeout=6)
+        self.load()
 
     def action_stop(self) -> None:
         self._act("stop", self.client.stop_run)
@@ -285,16 +287,15 @@ class RunsScreen(WorkbenchScreen):
         def chosen(choice: tuple[str, str] | None) -> None:
             if choice:
                 fmt, quant = choice
-                self.run_action_worker(f"export {fmt} {quant}".strip(), lambda run_id: self.client.export(
+                self.run_action(f"export {fmt} {quant}".strip(), lambda run_id: self.client.export(
                     run_id, format=fmt, quant=quant), rid)
 
-        self.export_dialog_worker(rid, chosen)
+        self.export_dialog_worker(rid, self.configs.get(rid), chosen)
 
     @work(thread=True, group="runs-action")
-    def export_dialog_worker(self, rid: str, chosen) -> None:
+    def export_dialog_worker(self, rid: str, config: dict | None, chosen) -> None:
         from workbench.screens.export_dialog import ExportScreen
 
-        config = self.configs.get(rid)
         if not config:
             record = self.engine(self.client.get_run, rid, metrics=False, events=False)
             config = (record.config if record is not None else None) or {}
@@ -311,7 +312,7 @@ class RunsScreen(WorkbenchScreen):
         def confirmed(answer: str | None) -> None:
             if answer is not None and answer.strip().lower() in ("y", "yes", rid):
                 self.marked = [m for m in self.marked if m != rid]
-                self.run_action_worker("deleted", self.client.delete_run, rid)
+                self.run_action("deleted", self.client.delete_run, rid)
 
         self.app.push_screen(PromptScreen(f"Delete {rid} and its checkpoints? type y",
                                           "y / n"), confirmed)
@@ -358,11 +359,10 @@ class RunsScreen(WorkbenchScreen):
                           name=f"{name}-r{lora.get('rank')}")
         if got is None:
             return
-        child = got[1].id
-        self.parents[child] = parent
-        self.ui(self.show_sweep, parent, child, lora.get("rank"))
+        self.ui(self.show_sweep, parent, got[1].id, lora.get("rank"))
 
     def show_sweep(self, parent: str, child: str, rank: Any) -> None:
+        self.parents[child] = parent
         self.marked = [parent, child]
         self.notify(f"sweep {child} (rank {rank}) launched; overlaid on its parent", timeout=5)
         self.load()

@@ -1,8 +1,9 @@
 """Train: live plots (loss + eval loss, LR or a DPO run's reward accuracy, grad-norm, tokens/s), progress with ETA, events, stop.
 
 Attaching to a run = one ``get_run`` (everything so far) + ``stream_run(since_step=last)``
-(what comes next), in a thread worker. Stream events are folded into a ``RunView`` off the
-UI thread; a 2 Hz timer redraws the plots only when something changed. A run reattached
+(what comes next), in a thread worker that posts each answer as a typed message
+(``workbench.messages``); the screen folds them into a ``RunView`` on the UI thread, and a
+2 Hz timer redraws the plots only when something changed. A run reattached
 after the TUI was closed is shown exactly the same way. With no run chosen, the screen
 attaches to the newest active run (else the newest run).
 
@@ -14,8 +15,6 @@ first step the header says what the run waits for (set-up, compile) and for how 
 
 from __future__ import annotations
 
-import threading
-
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -25,6 +24,7 @@ from textual.worker import get_current_worker
 
 from adapters_lib.engine import api
 from adapters_lib.runs.state import RunState
+from workbench.messages import EngineStatusRead, RunChosen, RunRecord, RunStatusRead, RunStreamed
 from workbench.screens.base import WorkbenchScreen
 from workbench.screens.runstate import RunView, event_line
 from workbench.screens.train_text import checkpoints_text, header_text, memory_text
@@ -55,7 +55,6 @@ class TrainScreen(WorkbenchScreen):
     def __init__(self) -> None:
         super().__init__(name="train")
         self.view: RunView | None = None
-        self._lock = threading.Lock()
         self._dirty = False
         self._memory_dirty = False
         self._shown_events = 0
@@ -83,9 +82,8 @@ class TrainScreen(WorkbenchScreen):
 
     def tick_wait(self) -> None:
         """While the run waits for its first step, the header's elapsed time must move."""
-        with self._lock:
-            if self.view is not None and self.view.active and not self.view.metrics:
-                self._dirty = True
+        if self.view is not None and self.view.active and not self.view.metrics:
+            self._dirty = True
 
     def on_screen_resume(self) -> None:
         """Shown (the first time too): follow the current run, else find the newest; read
@@ -109,83 +107,97 @@ class TrainScreen(WorkbenchScreen):
             status = self.client.status()
         except Exception:  # noqa: BLE001 - the nav strip says when the engine is gone
             return
-        with self._lock:
-            self.status = status
-            self._memory_dirty = True
+        self.post_message(EngineStatusRead(status))
+
+    def on_engine_status_read(self, message: EngineStatusRead) -> None:
+        self.status = message.status
+        self._memory_dirty = True
 
     @work(thread=True, exclusive=True, group="train-find")
     def find_run(self) -> None:
-        runs = self.engine(self.client.list_runs)
-        run_id = newest_run(runs or [])
+        run_id = newest_run(self.engine(self.client.list_runs) or [])
         if run_id:
-            self.ui(self.attach, run_id)
+            self.post_message(RunChosen(run_id))
+
+    def on_run_chosen(self, message: RunChosen) -> None:
+        if self.view is None:
+            self.attach(message.run_id)
 
     # ------------------------------------------------------------------ attach + stream
 
     def attach(self, run_id: str) -> None:
         self.app.current_run = run_id  # type: ignore[attr-defined]
-        with self._lock:
-            self.view = RunView(run_id)
-            self._dirty = True
+        self.view = RunView(run_id)
+        self._dirty = True
         self._shown_events = 0
         self.query_one(RichLog).clear()
         self.follow(run_id)
 
     @work(thread=True, exclusive=True, group="train-stream")
     def follow(self, run_id: str) -> None:
+        """(Thread worker) the run's record, then its stream until it ends, each posted to the
+        screen as it comes (``RunRecord``, ``RunStreamed``); nothing else is touched here."""
         worker = get_current_worker()
         record = self.engine(self.client.get_run, run_id)
         if record is None or worker.is_cancelled:
             return
-        with self._lock:
-            if self.view is None or self.view.run_id != run_id:
-                return
-            self.view.apply_record(record)
-            self._dirty = True
-            since = self.view.last_step
+        self.post_message(RunRecord(run_id, record))
+        since = max((int(m.get("step", 0) or 0) for m in record.metrics or []), default=0)
         try:
-            for ev in self.client.stream_run(run_id, since_step=since):
+            for item in self.client.stream_run(run_id, since_step=since):
                 if worker.is_cancelled:
                     return
-                with self._lock:
-                    if self.view is None or self.view.run_id != run_id:
-                        return
-                    kind = self.view.apply_stream(ev)
-                    self._dirty = True
-                if kind == "end":
+                self.post_message(RunStreamed(run_id, item))
+                if item.type == "end":
                     break
         except Exception as err:  # noqa: BLE001 - the stream ended badly: say so, keep the plot
             if not worker.is_cancelled:
                 self.ui(self.notify, f"stream ended: {err}", severity="warning")
         final = self.engine(self.client.get_run, run_id, metrics=False, events=False)
         if final is not None and not worker.is_cancelled:
-            with self._lock:
-                if self.view is not None and self.view.run_id == run_id:
-                    self.view.apply_record(final)
-                    self._dirty = True
+            self.post_message(RunRecord(run_id, final))
+
+    def following(self, run_id: str) -> RunView | None:
+        """The view of ``run_id`` if it is still the one shown (an answer for another is dropped)."""
+        return self.view if self.view is not None and self.view.run_id == run_id else None
+
+    def on_run_record(self, message: RunRecord) -> None:
+        view = self.following(message.run_id)
+        if view is not None:
+            view.apply_record(message.record)
+            self._dirty = True
+
+    def on_run_streamed(self, message: RunStreamed) -> None:
+        view = self.following(message.run_id)
+        if view is not None:
+            view.apply_stream(message.item)
+            self._dirty = True
+
+    def on_run_status_read(self, message: RunStatusRead) -> None:
+        view = self.following(message.run_id)
+        if view is not None:
+            view.apply_status(message.status)
+            self._dirty = True
 
     # ------------------------------------------------------------------ drawing (≤ 2 Hz)
 
     def redraw(self) -> None:
-        with self._lock:
-            memory, self._memory_dirty = (memory_text(self.status) if self._memory_dirty
-                                          else None), False
-        if memory is not None:  # the memory line alone: no plot is redrawn for it
-            self.query_one("#train-memory", Static).update(memory)
-        with self._lock:
-            if not self._dirty or self.view is None:
-                return
-            self._dirty = False
-            v = self.view
-            loss, eval_loss = v.series("loss"), v.series("eval_loss")
-            lr, grad, tps = v.series("lr"), v.series("grad_norm"), v.series("tokens_per_s")
-            reward, eval_reward = v.series("reward_accuracy"), v.series("eval_reward_accuracy")
-            new_events = v.events[self._shown_events:]
-            self._shown_events = len(v.events)
-            step, total = v.step, v.total_steps
-            head = header_text(v, short_id(v.run_id), state_style(v.state))
-            ckpts = checkpoints_text(v.checkpoints)
-            memory = memory_text(self.status)
+        if self._memory_dirty:  # the memory line alone: no plot is redrawn for it
+            self._memory_dirty = False
+            self.query_one("#train-memory", Static).update(memory_text(self.status))
+        if not self._dirty or self.view is None:
+            return
+        self._dirty = False
+        v = self.view
+        loss, eval_loss = v.series("loss"), v.series("eval_loss")
+        lr, grad, tps = v.series("lr"), v.series("grad_norm"), v.series("tokens_per_s")
+        reward, eval_reward = v.series("reward_accuracy"), v.series("eval_reward_accuracy")
+        new_events = v.events[self._shown_events:]
+        self._shown_events = len(v.events)
+        step, total = v.step, v.total_steps
+        head = header_text(v, short_id(v.run_id), state_style(v.state))
+        ckpts = checkpoints_text(v.checkpoints)
+        memory = memory_text(self.status)
         self.query_one("#plot-loss", PlotView).set_series(
             [Series("train", *loss)]
             + ([Series("eval", *eval_loss, marker="◆", lines=False)] if eval_loss[0] else []))
@@ -224,10 +236,7 @@ class TrainScreen(WorkbenchScreen):
     def stop(self, run_id: str) -> None:
         result = self.engine(self.client.stop_run, run_id)
         if result is not None:
-            with self._lock:
-                if self.view is not None and self.view.run_id == run_id:
-                    self.view.apply_status(result)
-                    self._dirty = True
+            self.post_message(RunStatusRead(run_id, result))
 
     def action_compare(self) -> None:
         if self.view is not None:
