@@ -162,6 +162,32 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
     np.testing.assert_allclose(np.asarray(plain), np.asarray(adapted), atol=2e-4)
 
 
+def test_configures_live_trainable_count_is_the_familys(gemma4_tiny, gemma3n_tiny):
+    """The engine's ``lora_per_rank`` (Configure's instant count, before an estimate) times the
+    rank is the count of the adapters ``init_lora`` makes: Gemma 4's global layers, the expert
+    bank, no k/v on KV-shared layers; Gemma 3n's too."""
+    import jax
+
+    from adapters_lib import lora
+    from adapters_lib.config import LoraSpec
+    from adapters_lib.engine import compute
+    from workbench.widgets.lora_form import trainable_count
+
+    for arch, model, _ in (gemma4_tiny["moe"], gemma4_tiny["e"], gemma3n_tiny):
+        per_rank = families.lora_per_rank(arch)
+        assert ("experts" in per_rank) == (arch.family == "gemma4" and arch.moe)
+        spec = LoraSpec(rank=3, alpha=6.0, targets=tuple(per_rank))
+        made = lora.count_params(lora.init_lora(model, spec, None, jax.random.key(0)))
+        assert trainable_count({"lora_per_rank": per_rank}, {"rank": 3, "targets": spec.targets}) == made
+
+    from adapters_lib.catalog.entry import ModelEntry, set_arch
+
+    entry = ModelEntry(id="tiny")  # as the catalog lists it: the engine's reply carries the counts
+    set_arch(entry, gemma4_tiny["moe"][0])
+    info = compute.model_info(entry)
+    assert info.arch["lora_per_rank"] == families.lora_per_rank(gemma4_tiny["moe"][0])
+
+
 def test_gemma4_template_keeps_a_system_turn_untrained_and_no_thinking():
     from adapters_lib.data import chat_template as ct
 

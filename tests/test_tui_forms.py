@@ -130,3 +130,30 @@ async def test_compare_streams_both_sides_and_keeps_the_prompt_history():
         app.screen.query_one("#compare-prompt", Input).value = ""
         await pilot.press("up")
         assert app.screen.query_one("#compare-prompt", Input).value == "add 2 and 3"
+
+
+async def test_the_experts_target_is_offered_only_for_an_expert_bank():
+    """Configure shows ``experts`` when the model's family counts adapters on an expert bank
+    (``lora_per_rank``); hidden, it is no target."""
+    from textual.app import App
+    from textual.widgets import Checkbox
+
+    from adapters_lib.config import LoraSpec
+    from workbench.widgets.lora_form import LoraForm
+
+    class Host(App):
+        def compose(self):
+            yield LoraForm(LoraSpec())
+
+    app = Host()
+    async with app.run_test(size=SIZE) as pilot:
+        form = app.query_one(LoraForm)
+        box = form.query_one("#lora-t-experts", Checkbox)
+        assert not box.display and "experts" not in form.values()["targets"]
+        form.offer_experts(True)
+        box.value = True
+        await pilot.pause()
+        assert box.display and "experts" in form.values()["targets"]
+        form.offer_experts(False)
+        await pilot.pause()
+        assert not box.display and "experts" not in form.values()["targets"]

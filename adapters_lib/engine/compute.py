@@ -49,8 +49,11 @@ def model_info(entry: Any) -> api.ModelInfo:
     data.setdefault("hint", "" if ok else HINTS.get(str(data.get("status")), "see docs/models.md"))
     arch = getattr(entry, "arch", None)
     if arch is not None and dataclasses.is_dataclass(arch):
+        from adapters_lib.models import families
+
         data["arch"] = {f.name: as_json(getattr(arch, f.name))
                         for f in dataclasses.fields(arch) if f.name != "attention"}
+        data["arch"]["lora_per_rank"] = families.lora_per_rank(arch)  # Configure's live count
     data.setdefault("checkpoint", str(getattr(entry, "checkpoint", "") or ""))
     return api.ModelInfo.from_json(data)
 

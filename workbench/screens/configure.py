@@ -256,6 +256,8 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
         arch = (model.arch if model else None) or {}
         total = model.params if model else None
         lora = self.config.lora
+        if isinstance(arch.get("lora_per_rank"), dict):  # the family says which targets it has
+            self.query_one(LoraForm).offer_experts("experts" in arch["lora_per_rank"])
         if not lora.enabled:
             self.query_one(LoraForm).set_trainable(total, total)
             return

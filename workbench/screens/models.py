@@ -105,7 +105,7 @@ def model_detail(m: api.ModelInfo) -> str:
                        ("format", m.format)):
         if value:
             lines.append(f"[dim]{key}:[/] {escape(value)}")
-    config = m.arch or {}
+    config = {k: v for k, v in (m.arch or {}).items() if k != "lora_per_rank"}  # Configure's, not a shape
     if config:
         lines.append("[b]architecture[/b]")
         lines += [f"  {escape(str(k))} = {escape(str(v))}" for k, v in list(config.items())[:24]]

@@ -28,7 +28,16 @@ def parse_number(text: str, kind: type) -> Any:
 
 
 def trainable_count(arch: dict[str, Any], lora: dict[str, Any]) -> int | None:
-    """Closed-form adapter size from a catalog ``arch`` (``lora_shapes.lora_param_count``, the engine's)."""
+    """Adapter size from a catalog ``arch``: ``rank ×`` the family's per-rank count of each chosen
+    target (``lora_per_rank``, the engine's ``families.lora_per_rank``: Gemma 4's own layers and
+    experts), else the Gemma 2/3 closed form (``lora_shapes.lora_param_count``)."""
+    per_rank = arch.get("lora_per_rank")
+    if isinstance(per_rank, dict):
+        try:
+            rank = int(lora["rank"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return rank * sum(int(per_rank.get(t, 0)) for t in lora.get("targets", ()))
     keys = ("embed_dim", "num_heads", "num_kv_heads", "head_dim", "hidden_dim")
     try:
         fields = {key: int(arch[key]) for key in keys}
@@ -62,6 +71,9 @@ class LoraForm(Vertical):
             yield Label("targets", classes="label")
             for name in LORA_TARGETS:
                 yield Checkbox(name, value=name in s.targets, id=f"lora-t-{name}", compact=True)
+            experts = Checkbox("experts", value="experts" in s.targets, id="lora-t-experts", compact=True)
+            experts.display = "experts" in s.targets  # shown for a model with an expert bank
+            yield experts
         with Horizontal(classes="row"):
             yield Label("dtype", classes="label")
             yield Select([(d, d) for d in DTYPES], value=s.dtype, allow_blank=False,
@@ -72,12 +84,21 @@ class LoraForm(Vertical):
         self.query_one("#lora-full", Checkbox).value = not spec.enabled
         self.query_one("#lora-rank", Input).value = str(spec.rank)
         self.query_one("#lora-alpha", Input).value = f"{spec.alpha:g}"
-        for name in LORA_TARGETS:
+        for name in (*LORA_TARGETS, "experts"):
             self.query_one(f"#lora-t-{name}", Checkbox).value = name in spec.targets
+        if "experts" in spec.targets:
+            self.offer_experts(True)
         self.query_one("#lora-dtype", Select).value = spec.dtype
 
+    def offer_experts(self, offered: bool) -> None:
+        """Show the ``experts`` target (a MoE model's expert bank) or hide and clear it."""
+        box = self.query_one("#lora-t-experts", Checkbox)
+        box.display = offered
+        if not offered:
+            box.value = False
+
     def values(self) -> dict[str, Any]:
-        targets = [n for n in LORA_TARGETS if self.query_one(f"#lora-t-{n}", Checkbox).value]
+        targets = [n for n in (*LORA_TARGETS, "experts") if self.query_one(f"#lora-t-{n}", Checkbox).value]
         return {
             "enabled": not self.query_one("#lora-full", Checkbox).value,
             "rank": parse_number(self.query_one("#lora-rank", Input).value, int),

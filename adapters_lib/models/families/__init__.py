@@ -203,6 +203,37 @@ def family_of_config(config: Any) -> Family:
     return family(str(getattr(config, "family", "") or "gemma3"))
 
 
+def lora_per_rank(arch: Arch) -> dict[str, int]:
+    """Target → adapter parameters per unit of rank, for every target the family offers (the
+    count is linear in the rank): ``rank · Σ`` over the chosen targets is the run's trainable
+    count, what Configure shows before an estimate comes (``Family.lora_shapes``: Gemma 4's
+    global layers and expert bank, no adapters on KV-shared k/v; else Gemma 2/3's closed form)."""
+    from adapters_lib.lora_shapes import lora_param_count
+
+    fam = family(arch.family)
+    fields = getattr(arch, "transformer_config_fields", None)
+    out: dict[str, int] = {}
+    for target in fam.lora_targets:
+        if fam.lora_shapes is not None and fields is not None:
+            n = sum(_numel(shape) for _, shape in fam.lora_shapes(fields(), 1, (target,)))
+        elif target == "experts":
+            n = 0
+        else:
+            n = lora_param_count({"embed_dim": arch.embed_dim, "hidden_dim": arch.hidden_dim,
+                                  "num_heads": arch.num_heads, "head_dim": arch.head_dim,
+                                  "num_kv_heads": arch.num_kv_heads, "num_layers": arch.num_layers}, 1, (target,))
+        if n:
+            out[target] = int(n)
+    return out
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= int(s)
+    return n
+
+
 def hf_map(arch: Arch) -> Any:
     """The family's own HF tensor map module (``Family.hf_map``), or None for Gemma 2/3's."""
     name = family(arch.family).hf_map
