@@ -278,13 +278,15 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     if lora_enabled:
         outs = {"q": n_loc * h, "k": k_loc * h, "v": k_loc * h, "o": d, "gate": f_loc, "up": f_loc, "down": d}
         lora_out = sum(outs[t] for t in lora_targets)
-    per_layer = cb * tokens * (ACT_D * d + ACT_QKV * (n_loc + 2 * k_loc) * h + ACT_F * f_loc
+    # Gemma 3n carries its residual as AltUp's 4 streams (num_altup_inputs); the others as one
+    streams = int(_cfg(config, "num_altup_inputs", 1) or 1) if _cfg(config, "use_altup", False) else 1
+    per_layer = cb * tokens * (ACT_D * d * streams + ACT_QKV * (n_loc + 2 * k_loc) * h + ACT_F * f_loc
                                + ACT_LORA * lora_out)
     window = _cfg(config, "sliding_window_size")
     scores = [cb * ACT_S * rows * n_loc * seq_len * scored_keys(seq_len, window if _is_local(t) else None)
               for t in (_cfg(config, "attention_types") or ())] or [cb * ACT_S * rows * n_loc * seq_len**2] * layers
     if remat:
-        activations = layers * cb * tokens * d + REMAT_LAYER * (per_layer + max(scores))
+        activations = layers * cb * tokens * d * streams + REMAT_LAYER * (per_layer + max(scores))
     else:
         activations = layers * per_layer + sum(scores)
 
