@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-PAIRS = (("gate", "gate_proj"), ("up", "up_proj"), ("down", "down_proj"))
+NAMES = ("gate", "up", "down")  # the bank's gate_proj, up_proj, down_proj
 PREFIX = "lora_experts"
 
 
@@ -69,7 +69,7 @@ def enable_expert_lora(bank: Any, rank: int, alpha: float) -> list[Any]:
     bank.trainable = True
     bank._tracker.unlock()
     made = []
-    for name, _ in PAIRS:
+    for name in NAMES:
         a_shape, b_shape = shapes[name]
         # he-uniform over each expert's own fan-in (keras' initializer would count E·in)
         limit = (6.0 / a_shape[1]) ** 0.5
