@@ -53,11 +53,13 @@ def test_gguf_mode_needs_a_gguf_base_and_a_table_mode_needs_a_quantized_base():
         assert "\n" not in str(e.value) and "quantize_embedding" in str(e.value)
 
 
-def test_a_gguf_base_keeps_its_own_blocks_and_computes_the_f32_loads_numbers(gguf_env):
+def test_a_gguf_base_keeps_its_own_blocks_and_computes_the_f32_loads_numbers(gguf_env, tmp_path,
+                                                                             monkeypatch):
     """``quantize = "gguf"`` on a file with Q8_0, Q4_0, Q5_0 and Q4_1 tensors (gate Q8_0 beside
     up Q5_0: one int8 leaf), BF16 and F16 ones: each block tensor is held as its own integers
     and scales (Q4_1's offset too), and every weight, dequantized, is bit for bit the f32
-    load's (gguf's own dequantization) — so are the logits."""
+    load's (gguf's own dequantization) — so are the logits. A second load reads the blocks
+    back from the converted-weights cache, the same arrays of the same types."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -66,9 +68,16 @@ def test_a_gguf_base_keeps_its_own_blocks_and_computes_the_f32_loads_numbers(ggu
     from adapters_lib.models import quantize
     from adapters_lib.models.loader import load_model
 
+    monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", str(tmp_path / "converted"))
     source = str(gguf_env.files["mixed"])
     f32 = load_model(ModelSpec(source=source))
     held = load_model(ModelSpec(source=source, quantize="gguf"))
+    again = load_model(ModelSpec(source=source, quantize="gguf"))
+    assert any(p.name.endswith("-float32-gguf-blocks") for p in (tmp_path / "converted").iterdir())
+    assert jax.tree.structure(again.params) == jax.tree.structure(held.params)
+    for a, b in zip(jax.tree.leaves(again.params), jax.tree.leaves(held.params), strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_array_equal(np.asarray(a.astype(jnp.float32)), np.asarray(b.astype(jnp.float32)))
     layer = held.params["layer_0"]
     want = {("embedder",): "int8", ("attn", "q_einsum"): "int4", ("mlp", "gating_einsum"): "int8",
             ("mlp", "linear"): "uint4"}

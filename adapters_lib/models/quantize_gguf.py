@@ -239,6 +239,52 @@ def _whole_tensor(source: Any, hf_name: str) -> Any:
     return source.tensors.get(name or "") if row is None else None
 
 
+def cached_leaves(info: Any, arch: Any, param_dtype: str) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """``gemma_leaves`` through the converted-weights cache (``converted_cache``, its own
+    ``<dtype>-gguf-blocks`` entry): a block leaf is kept as its parts, the 4-bit values as
+    bytes, so a second load reads them back instead of unpacking the file again."""
+    from adapters_lib.models import converted_cache
+
+    flat = converted_cache.leaves(list(info.shards or (info.path,)), f"{param_dtype}-gguf-blocks",
+                                  lambda: _flat(gemma_leaves(info, arch, param_dtype)),
+                                  label=info.path.name)
+    return _unflat(flat)
+
+
+def _flat(leaves: Iterator[tuple[tuple[str, ...], Any]]) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
+    for path, value in leaves:
+        if not isinstance(value, dict):
+            yield path, value
+            continue
+        q = value["q"]  # 4-bit values as a byte each on disk (.npy has no int4)
+        stored = q if value["qtype"] == "int8" else q.astype(np.uint8 if value["qtype"] == "uint4" else np.int8)
+        yield (*path, f"#q:{value['qtype']}:{value['tile']}:{value['axis']}"), stored
+        yield (*path, "#scale"), value["scale"]
+        if value["bias"] is not None:
+            yield (*path, "#bias"), value["bias"]
+
+
+def _unflat(flat: Iterator[tuple[tuple[str, ...], np.ndarray]]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    pending: tuple[tuple[str, ...], dict[str, Any]] | None = None
+    for path, value in flat:
+        part = path[-1]
+        if pending is not None and part in ("#scale", "#bias") and path[:-1] == pending[0]:
+            pending[1][part[1:]] = value
+            continue
+        if pending is not None:
+            yield pending
+            pending = None
+        if part.startswith("#q:"):
+            _, qtype, tile, axis = part.split(":")
+            q = np.asarray(value).astype(_numpy_qtype(qtype)) if qtype != "int8" else value
+            pending = (path[:-1], {"q": q, "qtype": qtype, "tile": int(tile), "axis": int(axis),
+                                   "scale": None, "bias": None})
+            continue
+        yield path, value
+    if pending is not None:
+        yield pending
+
+
 def load_gguf_blocks(info: Any, arch: Any, param_dtype: str, sharding: Callable[..., Any]) -> dict:
     """The params tree of a GGUF with its block tensors as ``BlockQArray`` leaves, each part
     placed by ``sharding`` (the integers like the float weight, the per-tile arrays on the
@@ -249,7 +295,7 @@ def load_gguf_blocks(info: Any, arch: Any, param_dtype: str, sharding: Callable[
     from adapters_lib.models import qarray
 
     tree: dict[str, Any] = {}
-    for path, value in gemma_leaves(info, arch, param_dtype):
+    for path, value in cached_leaves(info, arch, param_dtype):
         keys = tuple(jax.tree_util.DictKey(p) for p in path)
         if isinstance(value, dict):
             q = value["q"]
