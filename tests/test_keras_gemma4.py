@@ -249,3 +249,23 @@ def test_an_int8_base_stays_near_the_float_forward_and_lora_trains_on_it(keras_p
         _, grads = step(tv)
         tv = [p - 0.5 * g for p, g in zip(tv, grads, strict=True)]
     assert float(step(tv)[0]) < float(first) - 0.02
+
+
+def test_an_hf_gemma3n_on_the_keras_route_is_refused_in_one_line(gemma3n_tiny, tmp_path):
+    """keras-hub's HF converter builds Gemma 3n only with its vision and audio towers' configs:
+    a text checkpoint is refused before anything is built, pointing at the gemma route."""
+    import shutil
+
+    from adapters_lib.errors import WorkbenchError
+    from adapters_lib.keras_route.model import model_dims
+    from adapters_lib.models import families, hf_convert
+    from adapters_lib.models.demo import ensure_demo_tokenizer
+
+    arch, _, params = gemma3n_tiny
+    hf_convert.save_hf(tmp_path, hf_convert.gemma_to_hf(params, arch=arch), families.hf_config_for(arch))
+    shutil.copy(ensure_demo_tokenizer(), tmp_path / "tokenizer.model")
+    with pytest.raises(WorkbenchError) as err:
+        model_dims(keras_g4_config(tmp_path))
+    text = str(err.value)
+    assert "Gemma 3n only together with its vision and audio towers" in text and "\n" not in text
+    assert 'backend = "gemma"' in text

@@ -79,6 +79,10 @@ def preset_dir(cfg: RunConfig) -> Path:
                                   ".gguf file") from None
     if entry.status != "ok":
         raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where)
+    if entry.family == "gemma3n" and entry.format in ("hf-safetensors", "gguf"):
+        raise WorkbenchError("keras-hub converts a Hugging Face Gemma 3n only together with its "
+                             "vision and audio towers", where=where,
+                             hint='use [model] backend = "gemma" (it loads this Gemma 3n), or a Keras preset')
     if entry.format == "hf-safetensors":
         return Path(entry.path)
     if entry.format == "gguf":
