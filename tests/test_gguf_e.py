@@ -91,3 +91,51 @@ def test_a_rope_freqs_tensor_of_another_rotary_share_is_refused_in_one_line(shap
     with pytest.raises(WorkbenchError) as e:
         load_model(ModelSpec(source=str(path), tokenizer=gemma4_tokenizer))
     assert "rope_freqs rotates 0.5" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.fixture(scope="module")
+def llama_cpp():
+    """llama-cpp-python as ``scripts/build_llama_cpp.sh`` builds it (tests/test_export_gguf_llama.py);
+    skipped, saying so, when it is absent."""
+    import os
+    import sys
+    from pathlib import Path
+
+    where = Path(os.environ.get("GEMMA_WORKBENCH_LLAMA_CPP", Path.home() / ".cache" / "gemma-workbench" / "llama-cpp"))
+    if not (where / "llama_cpp").is_dir():
+        pytest.skip(f"llama-cpp-python is not built in {where}: run scripts/build_llama_cpp.sh")
+    sys.path.insert(0, str(where))
+    try:
+        import llama_cpp
+    except Exception as e:  # noqa: BLE001 - a broken build is a skip with its reason
+        pytest.skip(f"llama_cpp in {where} does not import: {e}")
+    return llama_cpp
+
+
+@pytest.mark.parametrize("kind,variant", [("dense", {}), ("moe", {}), ("e", {"drop_shared_kv": True})])
+def test_llama_cpp_reads_the_same_gemma4_gguf_to_the_same_logits(llama_cpp, shapes, gemma4_tokenizer,
+                                                                  kind, variant, tmp_path):
+    """llama.cpp's own Gemma 4 graph on the file our loader reads: every position's logits within
+    llama.cpp's f32 kernel error (its GELU is approximate), the same arg-max. The MoE routes as
+    llama.cpp does (on the raw residual)."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models import families, gguf_arch
+    from adapters_lib.models.gguf_file import read_info
+    from adapters_lib.models.gguf_weights import load_gguf_params
+
+    arch, _, params = shapes[kind]
+    path = write_gguf_e(tmp_path / f"{kind}.gguf", params, arch, tokenizer=gemma4_tokenizer, **variant)
+    info = read_info(path)
+    read = gguf_arch.arch_from_gguf(info)
+    loaded = load_gguf_params(info, read, "float32", lambda path_, sds: None)
+    ids = [2] + [int(t) for t in np.random.default_rng(1).integers(110, arch.vocab_size, 11)]
+    ours = np.asarray(jax.jit(lambda p: families.model_class(read)(dtype=jnp.float32).apply(
+        {"params": p}, jnp.asarray([ids])).logits)(loaded))[0]
+    llm = llama_cpp.Llama(str(path), n_ctx=64, n_batch=32, n_ubatch=32, n_threads=2, verbose=False,
+                          logits_all=True, type_k=0, type_v=0)  # f32 KV cache
+    llm.eval(ids)
+    theirs = np.asarray(llm.scores[: len(ids)])
+    np.testing.assert_allclose(ours, theirs, atol=2e-3 * float(np.abs(theirs).max()))
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
