@@ -1,0 +1,40 @@
+"""A Gemma 4 MoE run end to end on the gemma route: an HF folder with its tokenizer is a catalog
+model; the trainer trains LoRA on every target and the expert bank (train step, eval,
+checkpoint), the loss falls; ``export --format adapter`` writes the experts in PEFT's layout."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from fixtures_runs import demo_overrides
+
+
+def test_a_moe_run_trains_the_experts_and_exports_them(gemma4_tiny, gemma4_tokenizer, tmp_path):
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.models import families, hf_convert
+    from adapters_lib.train.loop import run_training
+    from adapters_lib.tuned import export_run
+
+    arch, _, params = gemma4_tiny["moe"]
+    folder = tmp_path / "gemma-4-moe-tiny"
+    hf_convert.save_hf(folder, hf_convert.gemma_to_hf(params, arch=arch), families.hf_config_for(arch))
+    shutil.copy(gemma4_tokenizer, folder / "tokenizer.model")
+    targets = '["q", "k", "v", "o", "gate", "up", "down", "experts"]'
+    cfg = load_config(None, demo_overrides(run__name='"moe"', run__dir=f'"{tmp_path / "runs"}"',
+                                           model__source=f'"{folder}"', lora__targets=targets,
+                                           train__steps=4, train__eval_every=2, train__checkpoint_every=4))
+    run = runs.create_run(cfg)
+    result = run_training(cfg, run, hooks=default_hooks)
+    assert result.state == "completed", result
+    losses = [m["loss"] for m in run.metrics() if "loss" in m]
+    evals = [m["eval_loss"] for m in run.metrics() if "eval_loss" in m]
+    assert len(losses) == 4 and losses[-1] < losses[0] and evals[-1] < evals[0]
+    out = export_run(run.path, "adapter", out=tmp_path / "adapter")
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["target_parameters"] == ["experts.gate_up_proj", "experts.down_proj"]
+    names = hf_convert.SafetensorsDir(tmp_path / "adapter").where
+    assert "base_model.model.model.layers.0.experts.base_layer.lora_A.weight" in names
+    assert out["step"] == 4
