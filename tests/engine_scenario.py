@@ -77,9 +77,9 @@ def play(client: Any, workdir: Path, *, runs: tuple[dict[str, Any], ...] | None 
                             "stream": list(client.stream_run(run.id))}
                    for run in created}
     out["list_runs"] = client.list_runs()
-    out["sample"] = list(client.sample(PROMPT, run_id=first, max_tokens=8))
-    out["sample_base"] = list(client.sample(PROMPT, model="demo", max_tokens=8))
-    out["compare"] = list(client.compare(PROMPT, first, max_tokens=8))
+    out["sample"] = list(client.sample(PROMPT, run_id=first, max_new_tokens=8))
+    out["sample_base"] = list(client.sample(PROMPT, model="demo", max_new_tokens=8))
+    out["compare"] = list(client.compare(PROMPT, first, max_new_tokens=8))
     out["export"] = client.export(first, out=str(workdir / "export"))
     queued = client.create_run(run_config(4, name="stopped"))
     out["created"] = [*created, queued]

@@ -322,7 +322,7 @@ def test_long_generations_do_not_hold_the_threads_that_answer_status(engine):
 
     def generate() -> None:
         done.append(list(engine.sample("Tell me a long story.", model="demo",
-                                       max_tokens=48))[-1].type)
+                                       max_new_tokens=48))[-1].type)
 
     threads = [threading.Thread(target=generate) for _ in range(streams)]
     for t in threads:

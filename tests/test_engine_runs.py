@@ -163,7 +163,7 @@ def test_resume_continues_from_the_checkpoint_to_completion(story, tmp_path):
 
 def test_a_b_compare_streams_tokens_while_the_next_run_trains(story):
     client = story["second"].client
-    items = list(client.compare("Is 7 even or odd?", story["run_id"], max_tokens=4))
+    items = list(client.compare("Is 7 even or odd?", story["run_id"], max_new_tokens=4))
     sides = {i.data.side for i in items if i.type == "token"}
     assert sides == {"base", "tuned"}
     done = items[-1]

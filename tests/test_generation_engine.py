@@ -35,7 +35,7 @@ def _collect(items):
 
 
 def test_compare_done_reply_has_per_side_speed_and_stop_reason(engine, run_id):
-    texts, done = _collect(engine.compare("Is 7 even or odd?", run_id, max_tokens=6))
+    texts, done = _collect(engine.compare("Is 7 even or odd?", run_id, max_new_tokens=6))
     assert texts["base"] == done.base and texts["tuned"] == done.tuned
     assert done.step == 10
     for side in ("base", "tuned"):
@@ -44,9 +44,28 @@ def test_compare_done_reply_has_per_side_speed_and_stop_reason(engine, run_id):
 
 
 def test_sample_streams_the_runs_tuned_answer_with_its_stop_reason(engine, run_id):
-    texts, done = _collect(engine.sample("Is 7 even or odd?", run_id=run_id, max_tokens=6, step=5))
+    texts, done = _collect(engine.sample("Is 7 even or odd?", run_id=run_id, max_new_tokens=6, step=5))
     assert texts.get("text", "") == done.text and done.step == 5
     assert done.stop_reason in ("stop", "length") and done.tokens_per_s > 0
+
+
+def test_the_token_limit_is_max_new_tokens_and_its_older_name_max_tokens_still_works(engine):
+    """One name across the CLI (--max-new-tokens), the API and the TUI (#34); a client that
+    sends the API's first name, ``max_tokens``, gets the same answer; both at once is a 400."""
+    def sample(**limit):
+        body = {"prompt": "The", "model": "demo", "chat": False, **limit}  # the base, raw text: no turn to end
+        items = list(engine._stream("POST", "/sample", json_body=body))
+        assert items[-1]["type"] == "done", items[-1]
+        return items[-1]["data"]
+
+    free = sample()
+    assert free["tokens"] > 3  # unlimited by the test: the limit below is what stops it
+    new, old = sample(max_new_tokens=3), sample(max_tokens=3)
+    assert new["tokens"] == old["tokens"] == 3 and new["stop_reason"] == old["stop_reason"] == "length"
+    assert new["text"] == old["text"] and free["text"].startswith(new["text"])
+    with pytest.raises(EngineRequestError) as err:
+        sample(max_tokens=3, max_new_tokens=4)
+    assert err.value.status == 400 and "max_new_tokens" in str(err.value)
 
 
 def test_export_goes_through_the_one_vocabulary_and_never_overwrites(engine, run_id, tmp_path):
@@ -69,7 +88,7 @@ def test_a_three_turn_compare_through_the_api_answers_every_turn_on_each_side(en
                 {"role": "assistant", "content": "odd"},  # a reference: never fed
                 {"role": "user", "content": "And 8?"},
                 {"role": "user", "content": "What is 3 plus 4?"}]
-    items = list(engine.compare(run_id=run_id, messages=messages, max_tokens=5))
+    items = list(engine.compare(run_id=run_id, messages=messages, max_new_tokens=5))
     done = items[-1].data
     tokens = [i.data for i in items if i.type == "token"]
     assert {t.turn for t in tokens} == {0, 1, 2} and {t.side for t in tokens} == {"base", "tuned"}
@@ -83,7 +102,7 @@ def test_a_three_turn_compare_through_the_api_answers_every_turn_on_each_side(en
     # The next request sends the answers back as history: only the new turn is generated.
     history = [*messages[:2], {"role": "assistant", "base": done.turns[0].base, "tuned": done.turns[0].tuned},
                {"role": "user", "content": "And 8?"}]
-    again = list(engine.compare(run_id=run_id, messages=history, max_tokens=5))[-1].data
+    again = list(engine.compare(run_id=run_id, messages=history, max_new_tokens=5))[-1].data
     assert again.turns[0].given and not again.turns[1].given
     assert (again.turns[1].base, again.turns[1].tuned) == (done.turns[1].base, done.turns[1].tuned)
 
@@ -209,7 +228,7 @@ def test_an_exported_adapter_samples_and_compares_through_the_engine(cli_home, e
              "--max-new-tokens", "5")
     assert r.returncode == 0, r.stderr
     from_adapter = json.loads(r.stdout)
-    _, done = _collect(engine.sample("Is 7 even or odd?", run_id=run_id, max_tokens=5))
+    _, done = _collect(engine.sample("Is 7 even or odd?", run_id=run_id, max_new_tokens=5))
     assert from_adapter["text"] == done.text  # the adapter is the run's latest checkpoint
     r = _cli(cli_home, "compare", "--adapter", str(out), "--prompt", "Is 7 even or odd?", "--json",
              "--max-new-tokens", "5")

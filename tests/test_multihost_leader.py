@@ -129,11 +129,11 @@ def test_multihost_engine_trains_a_detached_run_on_both_processes(short_home):
             assert abs(loss - leader_losses[k]) <= 1e-4 + 1e-4 * abs(loss), (k, loss, leader_losses)
 
         # Process-local work still runs on process 0's own device: sampling the base model.
-        items = list(client.sample("1 + 2 =", model="demo", max_tokens=4))
+        items = list(client.sample("1 + 2 =", model="demo", max_new_tokens=4))
         assert items[-1].type == "done" and items[-1].data.complete is True, items[-3:]
         # ... and the run's checkpoint: process 0 restores its adapters alone (a process-local
         # orbax restore, no barrier over the busy follower) and samples with them.
-        items = list(client.sample("1 + 2 =", run_id=created.id, max_tokens=4))
+        items = list(client.sample("1 + 2 =", run_id=created.id, max_new_tokens=4))
         assert items[-1].type == "done" and items[-1].data.complete is True, items[-3:]
         # Export runs on every process (OnEveryProcess): process 0 writes it, the engine stays
         # responsive, and the follower ran the same export into a folder of its own.

@@ -337,7 +337,7 @@ def test_remote_flow_detach_attach_cut_reconnect_compare(server, laptop, tmp_pat
     client = remote.connect(spec, interactive=False)
     sides = {"base": "", "tuned": ""}
     done = None
-    for item in client.compare("What is 3 plus 4?", run_id, max_tokens=4):
+    for item in client.compare("What is 3 plus 4?", run_id, max_new_tokens=4):
         if item.type == "token":
             sides[item.data.side] += item.data.text
         elif item.type == "done":

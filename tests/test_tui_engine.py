@@ -90,7 +90,7 @@ async def test_compare_streams_base_and_tuned_side_by_side(engine, finished_runs
     app = WorkbenchApp(engine, mode="compare", run_id=finished_runs[0], remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: app.screen.view is not None, what="the run's checkpoints")
-        app.screen.query_one("#compare-max-tokens", Input).value = "8"
+        app.screen.query_one("#compare-max-new-tokens", Input).value = "8"
         app.screen.query_one("#compare-prompt", Input).value = "Is 16 even or odd?"
         app.screen.query_one("#compare-prompt", Input).focus()
         await pilot.press("enter")

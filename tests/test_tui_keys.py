@@ -158,7 +158,7 @@ async def test_compare_multi_turn_sends_the_history_and_shows_every_turn():
         assert client.requests[-1]["prompt"] == "Is 17 even or odd?"
         assert client.requests[-1]["save"] is True  # every compare is kept beside the run
         assert "stop: end of turn" in app.screen.query_one("#pane-base").border_subtitle
-        assert "stop: max tokens" in app.screen.query_one("#pane-tuned").border_subtitle
+        assert "stop: max new tokens" in app.screen.query_one("#pane-tuned").border_subtitle
 
         await pilot.press("ctrl+n")  # a conversation: each prompt is the next turn
         prompt = app.screen.query_one("#compare-prompt", Input)

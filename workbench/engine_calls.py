@@ -122,7 +122,7 @@ class EngineCalls:
     # ----------------------------------------------------------------- generation, export
 
     def sample(self, prompt: str = "", *, run_id: str = "", model: str = "demo", step: int = -1,
-               max_tokens: int = 128, temperature: float = 0.0, seed: int = 0,
+               max_new_tokens: int = 64, temperature: float = 0.0, seed: int = 0,
                chat: bool = True, top_k: int = 0, top_p: float = 1.0,
                messages: Sequence[Mapping[str, Any]] = (), system: str = "",
                adapter: str = "", quantize: str = "") -> Iterator[api.StreamItem]:
@@ -130,12 +130,12 @@ class EngineCalls:
         text, tokens, tokens_per_s, stop_reason). ``messages``: a conversation instead of
         ``prompt`` (the model answers its last user turn)."""
         return self.stream(api.Sample(prompt=prompt, run_id=run_id, model=model, step=step,
-                                      max_tokens=max_tokens, temperature=temperature,
+                                      max_new_tokens=max_new_tokens, temperature=temperature,
                                       seed=seed, chat=chat, top_k=top_k, top_p=top_p,
                                       messages=_chat(messages), system=system, adapter=adapter,
                                       quantize=quantize))
 
-    def compare(self, prompt: str = "", run_id: str = "", *, step: int = -1, max_tokens: int = 128,
+    def compare(self, prompt: str = "", run_id: str = "", *, step: int = -1, max_new_tokens: int = 64,
                 temperature: float = 0.0, seed: int = 0, chat: bool = True, top_k: int = 0,
                 top_p: float = 1.0, messages: Sequence[Mapping[str, Any]] = (), system: str = "",
                 adapter: str = "", model: str = "", save: bool = False) -> Iterator[api.StreamItem]:
@@ -148,13 +148,13 @@ class EngineCalls:
         and the done reply has ``turns``. ``save``: keep the result in ``<run>/compare/``
         (the done reply's ``saved`` names the file)."""
         return self.stream(api.Compare(prompt=prompt, run_id=run_id, step=step,
-                                       max_tokens=max_tokens, temperature=temperature,
+                                       max_new_tokens=max_new_tokens, temperature=temperature,
                                        seed=seed, chat=chat, top_k=top_k, top_p=top_p,
                                        messages=_chat(messages), system=system, adapter=adapter,
                                        model=model, save=save))
 
     def compare_set(self, entries: Sequence[Mapping[str, Any]], *, run_id: str = "", adapter: str = "",
-                    model: str = "", step: int = -1, max_tokens: int = 128, temperature: float = 0.0,
+                    model: str = "", step: int = -1, max_new_tokens: int = 64, temperature: float = 0.0,
                     top_k: int = 0, top_p: float = 1.0, seed: int = 0, chat: bool = True,
                     save: bool = True, quantize: str = "") -> Iterator[api.StreamItem]:
         """A compare set (``{"prompt"}`` or ``{"messages"}`` entries) in one stream: ``token``
@@ -163,7 +163,7 @@ class EngineCalls:
         items = tuple(api.CompareItem(prompt=e.get("prompt", ""), messages=_chat(e.get("messages") or ()),
                                       system=e.get("system", "")) for e in entries)
         return self.stream(api.CompareSet(run_id=run_id, adapter=adapter, model=model, step=step,
-                                          entries=items, max_tokens=max_tokens,
+                                          entries=items, max_new_tokens=max_new_tokens,
                                           temperature=temperature, top_k=top_k, top_p=top_p,
                                           seed=seed, chat=chat, save=save, quantize=quantize))
 

@@ -7,7 +7,7 @@ once; export and eval, ``engine.checkpoint_jobs``, share the cache). Each stream
 False (the client went away) generation stops at the next piece.
 
 Done replies carry, per side, the tokens, ``tokens_per_s`` and the ``stop_reason``
-("stop": the model ended its turn, "length": ``max_tokens`` reached, "cancelled").
+("stop": the model ended its turn, "length": ``max_new_tokens`` reached, "cancelled").
 """
 
 from __future__ import annotations
@@ -120,10 +120,10 @@ def settings_of(cmd: Any) -> Any:
     from adapters_lib.sample.settings import SamplingSettings
 
     try:
-        return SamplingSettings(max_new_tokens=cmd.max_tokens, temperature=cmd.temperature,
+        return SamplingSettings(max_new_tokens=cmd.max_new_tokens, temperature=cmd.temperature,
                                 top_k=cmd.top_k, top_p=cmd.top_p, seed=cmd.seed)
     except WorkbenchError as e:  # its where names the CLI flag: name the request's key
-        key = (e.where or "").lstrip("-").replace("-", "_").replace("max_new_tokens", "max_tokens")
+        key = (e.where or "").lstrip("-").replace("-", "_")
         raise EngineError(e.message, where=f"{cmd.name} request: {key}", hint=e.hint) from None
 
 

@@ -72,7 +72,7 @@ def settings_from(args: argparse.Namespace) -> Any:
 
 def settings_body(settings: Any) -> dict[str, Any]:
     """The settings as the engine's Sample/Compare fields."""
-    return {"max_tokens": settings.max_new_tokens, "temperature": settings.temperature,
+    return {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
             "top_k": settings.top_k, "top_p": settings.top_p, "seed": settings.seed}
 
 

@@ -91,8 +91,8 @@ class CompareScreen(WorkbenchScreen):
         with Horizontal(classes="row", id="compare-decoding"):
             yield Label("temp", classes="label-short")
             yield Input("0", id="compare-temperature", type="number", classes="tiny", compact=True)
-            yield Label("max tok", classes="label-short")
-            yield Input("64", id="compare-max-tokens", type="integer", classes="tiny", compact=True)
+            yield Label("max new", classes="label-short")
+            yield Input("64", id="compare-max-new-tokens", type="integer", classes="tiny", compact=True)
             yield Label("seed", classes="label-short")
             yield Input("0", id="compare-seed", type="integer", classes="tiny", compact=True)
         yield Static("", id="compare-same", classes="note")
@@ -113,15 +113,15 @@ class CompareScreen(WorkbenchScreen):
         self.query_one("#pane-tuned").border_title = "tuned"
         self.show_same()
 
-    @on(Input.Changed, "#compare-temperature, #compare-max-tokens, #compare-seed")
+    @on(Input.Changed, "#compare-temperature, #compare-max-new-tokens, #compare-seed")
     def show_same(self) -> None:
         """The line that says both sides decode alike (what the A/B is fair about)."""
         temp = self.query_one("#compare-temperature", Input).value or "0"
-        max_tokens = self.query_one("#compare-max-tokens", Input).value or "64"
+        max_new = self.query_one("#compare-max-new-tokens", Input).value or "64"
         seed = self.query_one("#compare-seed", Input).value or "0"
         self.query_one("#compare-same", Static).update(
             f"same seed, same settings on both sides: seed {escape(seed)} · temperature "
-            f"{escape(temp)} · max {escape(max_tokens)} tokens · chat template")
+            f"{escape(temp)} · max {escape(max_new)} new tokens · chat template")
 
     def on_screen_resume(self) -> None:
         """Shown (the first time too): refresh the run list (and its checkpoints); the
@@ -227,11 +227,11 @@ class CompareScreen(WorkbenchScreen):
             self.notify("type a prompt first", severity="warning")
             return None
         temp = parse_number(self.query_one("#compare-temperature", Input).value or "0", float)
-        max_tokens = parse_number(self.query_one("#compare-max-tokens", Input).value or "64", int)
+        max_new = parse_number(self.query_one("#compare-max-new-tokens", Input).value or "64", int)
         seed = parse_number(self.query_one("#compare-seed", Input).value or "0", int)
         bad = [name for name, v, ok in (("temperature", temp, isinstance(temp, float) and temp >= 0),
-                                         ("max tokens", max_tokens,
-                                          isinstance(max_tokens, int) and 0 < max_tokens <= 8192),
+                                         ("max new tokens", max_new,
+                                          isinstance(max_new, int) and 0 < max_new <= 8192),
                                          ("seed", seed, isinstance(seed, int)))
                if not ok]
         if bad:
@@ -239,7 +239,7 @@ class CompareScreen(WorkbenchScreen):
             return None
         step = self.query_one("#compare-step", Select).value
         req: dict[str, Any] = {"prompt": prompt, "run_id": str(run), "step": int(step),
-                               "max_tokens": max_tokens, "temperature": temp, "seed": seed,
+                               "max_new_tokens": max_new, "temperature": temp, "seed": seed,
                                "save": True}
         if self.conversation is not None and self.conversation.turns:
             req["messages"] = self.conversation.messages(req.pop("prompt"))

@@ -17,7 +17,7 @@ from typing import Any
 from adapters_lib.engine import api
 
 MAX_EARLIER = 200
-STOP_WORDS = {"stop": "end of turn", "length": "max tokens", "cancelled": "cancelled"}
+STOP_WORDS = {"stop": "end of turn", "length": "max new tokens", "cancelled": "cancelled"}
 """The engine's ``stop_reason`` values as the pane's frame says them."""
 
 

@@ -31,7 +31,9 @@ from adapters_lib.errors import WorkbenchError
 from adapters_lib.export.formats import FORMATS as EXPORT_FORMATS
 from adapters_lib.jsontypes import Record, coerce, record, type_hints
 
-LIMITS = {"prompt": 64 * 1024, "config_toml": 256 * 1024, "max_tokens": 8192}
+TOKEN_LIMIT_ALIASES = {"max_tokens": "max_new_tokens"}
+"""The generation commands' older name of the token limit (the API is a contract: extended)."""
+LIMITS = {"prompt": 64 * 1024, "config_toml": 256 * 1024, "max_new_tokens": 8192}
 """Upper bounds of request values (string length, or the integer itself)."""
 
 __all__ = [
@@ -89,6 +91,8 @@ class Command(Record):
     """May take seconds (a catalog scan, a data check, loading a model): the server runs it
     in a pool of its own, so that status and run requests never wait behind it."""
     reply: ClassVar[type[Record] | None] = None
+    ALIASES: ClassVar[dict[str, str]] = {}
+    """Older key → its field: a request may still use the older key (one of the two)."""
     items: ClassVar[dict[str, type[Record] | None]] = {}
     """For a stream: its item types."""
 
@@ -253,6 +257,7 @@ class StreamRun(Command):
 class Sample(Command):
     name = "sample"
     route = Route("POST", "/sample")
+    ALIASES = TOKEN_LIMIT_ALIASES
     slow = True
     needs_jax = touches_devices = streams = True
     items = SAMPLE_ITEMS
@@ -262,8 +267,9 @@ class Sample(Command):
     model: str = "demo"
     step: int = -1
     """Checkpoint step of the run (-1 = latest)."""
-    max_tokens: int = 64
-    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max tokens"; 64)."""
+    max_new_tokens: int = 64
+    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max new"; 64). The
+    request may say ``max_tokens`` (its first name, ``ALIASES``)."""
     temperature: float = 0.0
     seed: int = 0
     chat: bool = True
@@ -288,14 +294,16 @@ class Sample(Command):
 class Compare(Command):
     name = "compare"
     route = Route("POST", "/compare")
+    ALIASES = TOKEN_LIMIT_ALIASES
     slow = True
     needs_jax = touches_devices = streams = True
     items = COMPARE_ITEMS
     prompt: str = ""
     run_id: str = ""
     step: int = -1
-    max_tokens: int = 64
-    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max tokens"; 64)."""
+    max_new_tokens: int = 64
+    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max new"; 64). The
+    request may say ``max_tokens`` (its first name, ``ALIASES``)."""
     temperature: float = 0.0
     seed: int = 0
     chat: bool = True
@@ -371,17 +379,22 @@ def parse_command(cls: type[Command], body: Any, **path_args: Any) -> Command:
     for key, value in {**body, **path_args}.items():
         if key == "command":
             continue
+        if key in cls.ALIASES:
+            if cls.ALIASES[key] in body:
+                raise WorkbenchError(f"both {key!r} and {cls.ALIASES[key]!r}", where=where,
+                                     hint=f"send {cls.ALIASES[key]!r} alone ({key!r} is its older name)")
+        sent, key = key, cls.ALIASES.get(key, key)  # errors name the key as sent
         if key not in valid:
             match = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
             hint = f"did you mean {match[0]!r}?" if match else (
                 f"valid keys: {', '.join(valid)}" if valid else "this request takes no body")
             raise WorkbenchError(f"unknown key {key!r}", where=where, hint=hint)
-        values[key] = coerce(value, hints[key], key=key, where=where)
+        values[key] = coerce(value, hints[key], key=sent, where=where)
         limit = LIMITS.get(key)
         if limit is not None:
             size = values[key] if isinstance(values[key], int) else len(values[key])
             if size > limit:
-                raise WorkbenchError(f"{key} is too large ({size} > {limit})", where=where)
+                raise WorkbenchError(f"{sent} is too large ({size} > {limit})", where=where)
     return cls(**values)
 
 

@@ -13,7 +13,7 @@ import dataclasses
 from typing import Any
 
 from adapters_lib.engine.api.chat import CompareItem
-from adapters_lib.engine.api.commands import COMMANDS, LIMITS, Command, Route
+from adapters_lib.engine.api.commands import COMMANDS, LIMITS, TOKEN_LIMIT_ALIASES, Command, Route
 from adapters_lib.engine.api.streams import StreamError, TokenChunk
 from adapters_lib.evals.eval_result import EvalResult
 from adapters_lib.jsontypes import Record, record
@@ -45,6 +45,7 @@ class CompareSet(Command):
 
     name = "compare_set"
     route = Route("POST", "/compare-set")
+    ALIASES = TOKEN_LIMIT_ALIASES
     slow = True
     needs_jax = touches_devices = streams = True
     items = COMPARE_SET_ITEMS
@@ -53,7 +54,7 @@ class CompareSet(Command):
     model: str = ""
     step: int = -1
     entries: tuple[CompareItem, ...] = ()
-    max_tokens: int = 64
+    max_new_tokens: int = 64
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0

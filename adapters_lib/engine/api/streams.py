@@ -86,7 +86,7 @@ class SampleDone(Record):
     first_token_s: float = 0.0
     """Until the first token: prefill (and a first request's compile)."""
     stop_reason: str | None = None
-    """"stop" (the model ended its turn), "length" (max_tokens) or "cancelled"."""
+    """"stop" (the model ended its turn), "length" (max_new_tokens) or "cancelled"."""
 
 
 @record
