@@ -197,7 +197,7 @@ DATA_ROWS = [  # (id, argv after `data check`, exit status, needle)
      "data check: argument --max-length: invalid int value: 'lots'"),
     ("field without =", ["data/good.jsonl", "--field", "prompt"], 2, "--field: --field 'prompt' has no '='"),
     ("field with empty name", ["data/good.jsonl", "--field", "=q"], 2, "--field: --field '=q' has an empty name"),
-    ("unknown format", ["data/good.jsonl", "--format", "xml"], 2, "argument --format: invalid choice: 'xml'"),
+    ("unknown format", ["data/good.jsonl", "--input-format", "xml"], 2, "argument --input-format: invalid choice: 'xml'"),
     ("negative preview", ["data/good.jsonl", "--preview", "-3"], 2, "--preview: --preview is -3"),
 ]
 

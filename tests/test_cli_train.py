@@ -172,6 +172,11 @@ def test_an_old_flag_spelling_still_works_and_names_the_new_one(capsys):
     assert "note: --metrics is now --metric" in capsys.readouterr().err
     assert build_parser().parse_args(["eval", "--metric", "loss,rouge_l"]).metrics == "loss,rouge_l"
     assert build_parser().parse_args(["eval"]).metrics == ""
+    assert build_parser().parse_args(["eval", "--data", "d", "--format", "chat"]).format == "chat"
+    assert "note: --format is now --input-format" in capsys.readouterr().err
+    assert build_parser().parse_args(["eval", "--input-format", "qa"]).format == "qa"
+    assert build_parser().parse_args(["export", "r", "--format", "hf"]).format == "hf"  # an output: no note
+    assert capsys.readouterr().err == ""
 
 
 def test_in_process_training_is_refused_while_an_engine_runs(cli_engine, tmp_path, capsys):

@@ -147,8 +147,11 @@ def test_cli_data_check_json_reports_counts_and_error_lines(write, capsys):
 
 def test_cli_data_check_text_and_fatal_exit_codes(write, capsys, tmp_path):
     p = write("train.jsonl", jsonl(QA[:4]))
-    assert main(["data", "check", str(p), "--format", "qa"]) == 0
+    assert main(["data", "check", str(p), "--input-format", "qa"]) == 0
     assert "format qa, 4 records → 4 examples (0 dropped)" in capsys.readouterr().out
+    assert main(["data", "check", str(p), "--format", "qa"]) == 0  # the older spelling
+    out = capsys.readouterr()
+    assert "format qa, 4 records" in out.out and "note: --format is now --input-format" in out.err
     assert main(["data", "check", str(tmp_path / "missing.jsonl"), "--json"]) == 2
     assert "not found" in json.loads(capsys.readouterr().out)["fatal"]
     assert main(["data", "check", str(tmp_path / "missing.jsonl")]) == 2

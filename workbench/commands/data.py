@@ -1,4 +1,4 @@
-"""``gemma-workbench data check FILE [--format F] [--json]``: validate a dataset before training;
+"""``gemma-workbench data check FILE [--input-format F] [--json]``: validate a dataset before training;
 ``gemma-workbench data list [FOLDER ...] [--json]``: the datasets on this machine
 (``adapters_lib.data.sources.listing``: the HF cache, the TFDS data dir, data files).
 
@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+from workbench.commands._spellings import add_old_spelling
+
 FORMAT_CHOICES = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 
 
@@ -28,8 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     "tokenize it and report counts, lengths, truncation and every dropped record "
                     "with file:line and the field.")
     c.add_argument("file", metavar="FILE", help="data file or folder, hf:NAME or tfds:NAME")
-    c.add_argument("--format", default="auto", choices=FORMAT_CHOICES,
-                   help="the input's format (default: auto, detected from the records)")
+    c.add_argument("--input-format", dest="format", default="auto", choices=FORMAT_CHOICES,
+                   help="the format FILE is read as (default: auto, detected from the records)")
+    add_old_spelling(c, "--format", new="--input-format", dest="format", choices=FORMAT_CHOICES)
     c.add_argument("--json", action="store_true", help="print the report as one JSON object")
     c.add_argument("--max-length", type=int, default=512, metavar="N",
                    help="tokens per sequence, as [data] max_length (default: 512, as in eval)")

@@ -1,5 +1,5 @@
-"""``gemma-workbench eval --model M [--run R [--step N|best]] --data FILE [--format F] [--json]``
-and ``gemma-workbench eval --run R --all-checkpoints [--data FILE] [--metrics M,…] [--json]``.
+"""``gemma-workbench eval --model M [--run R [--step N|best]] --data FILE [--input-format F] [--json]``
+and ``gemma-workbench eval --run R --all-checkpoints [--data FILE] [--metric M,…] [--json]``.
 
 Loss, perplexity and the number of scored tokens of a model (or a run's checkpoint) on a
 text or chat file. Chat files score the model turns only (``--loss-on all``: every token).
@@ -45,8 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", default="", metavar="FILE",
                    help="the file (or folder) to score (with --all-checkpoints: default the run's "
                         "eval split)")
-    p.add_argument("--format", default="auto", choices=FORMATS,
-                   help="the input's format (default: auto, detected from the records)")
+    p.add_argument("--input-format", dest="format", default="auto", choices=FORMATS,
+                   help="the format --data is read as (default: auto, detected from the records)")
+    add_old_spelling(p, "--format", new="--input-format", dest="format", choices=FORMATS)
     p.add_argument("--loss-on", default="model", choices=("model", "all"),
                    help="chat files: score the model turns (default) or every token")
     p.add_argument("--max-length", type=int, default=None, metavar="T",

@@ -34,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step", type=step_arg, default=None, metavar="N|best",
                    help="checkpoint step, or best (train.best_metric's; default: latest)")
     p.add_argument("--format", default="adapter", choices=FORMATS,
-                   help="what to write (default: adapter). "
+                   help="the output's format: what to write (default: adapter). "
                         + "; ".join(f"{f}: {DESCRIPTIONS[f]}" for f in FORMATS))
     p.add_argument("--quant", default="", metavar="Q",
                    help=f"GGUF type: gguf {'|'.join(GGUF_QUANTS)} (default q8_0; base: the base "
