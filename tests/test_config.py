@@ -203,6 +203,37 @@ def test_print_config_prints_the_resolved_config_that_loads_back(tmp_path, capsy
     assert "[mesh]" in out and "eval_exact_match" in out
 
 
+def test_train_gives_a_real_model_its_defaults_where_the_config_is_silent_and_says_whence(tmp_path, capsys):
+    """#34: the CLI applies the model's defaults as Configure does (``model_defaults``): a real
+    model without lr/rank/steps gets a real model's, a key the file or --set names keeps its
+    value, the demo keeps its own; --print-config says each value's origin and loads back."""
+    from adapters_lib.model_defaults import REAL
+    from workbench.cli import main
+
+    src = _write(tmp_path, """
+        [model]
+        source = "starter:gemma-3-270m"
+        [lora]
+        rank = 4
+    """)
+    assert main(["train", str(src), "--set", "train.steps=9", "--print-config"]) == 0
+    out = capsys.readouterr().out
+    printed = tmp_path / "printed.toml"
+    printed.write_text(out, encoding="utf-8")
+    cfg = load_config(printed)
+    assert (cfg.lora.rank, cfg.train.steps) == (4, 9)  # named: kept
+    assert (cfg.train.learning_rate, cfg.lora.alpha, cfg.train.compute_dtype) == (2e-4, 32.0, "bfloat16")
+    assert cfg.train.batch_size == REAL.values["train.batch_size"] != RunConfig().train.batch_size
+    lines = {line.split(" = ")[0]: line for line in out.splitlines() if " = " in line}
+    assert lines["rank"].endswith(f"# from {src}") and lines["steps"].endswith("# --set")
+    assert lines["learning_rate"] == "learning_rate = 0.0002  # real-model default"
+    assert lines["clip_norm"].endswith("# built-in default")
+
+    assert main(["train", "--set", "train.steps=9", "--print-config"]) == 0  # the demo: its own
+    demo = capsys.readouterr().out
+    assert "learning_rate = 0.001  # demo default" in demo and "rank = 8  # demo default" in demo
+
+
 def test_cli_reports_a_config_mistake_in_one_line(tmp_path, capsys):
     from workbench.cli import main
 

@@ -98,6 +98,7 @@ async def test_the_readme_path_picks_the_starter_opens_its_example_and_launches_
         await pilot.press("ctrl+o", "enter")
         await settle(pilot)
         assert text(app, "#o-train-learning_rate") == "from real-270m.toml"
+        assert text(app, "#o-train-seed") == "built-in default"  # the file does not set it
         assert "its example" not in text(app, "#config-status")
         await pilot.press("ctrl+l")
         await settle(pilot)

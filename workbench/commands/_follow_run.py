@@ -51,11 +51,15 @@ def precheck_mesh(client: Any, config_toml: str, overrides: list[str],
 
 
 def train_and_follow(config_toml: str, overrides: list[str], *, source: str, quiet: bool = False,
-                     mesh: Any = None, as_json: bool = False, in_process: bool = False) -> int:
+                     mesh: Any = None, as_json: bool = False, in_process: bool = False,
+                     note: str = "") -> int:
+    """``note``: a line for stderr once the run is created (``train``'s model defaults)."""
     with _client(in_process) as client:
         precheck_mesh(client, config_toml, overrides, mesh)
         run = client.create_run(config_toml=config_toml, overrides=overrides, source=source)
         _started(run, as_json, not in_process)
+        if note and not quiet:
+            print(note, file=sys.stderr, flush=True)
         return follow(client, run.id, quiet=quiet, as_json=as_json, detachable=not in_process)
 
 

@@ -44,9 +44,12 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     """The sweep, checked: id, metric, the points with the overrides each run is queued with."""
     from adapters_lib.config import EVAL_METRICS, load_config
     from adapters_lib.config_checks import closest
+    from adapters_lib.model_defaults import load_with_model_defaults
     from adapters_lib.sweeps import grid as grid_lib
 
-    base = load_config(args.config, args.overrides)
+    loaded = load_with_model_defaults(args.config, args.overrides)
+    args.overrides = [*loaded.added, *args.overrides]  # a real model's defaults, as train's
+    base = loaded.config
     items = [grid_lib.parse_grid_arg(g) for g in args.grid]
     grid = grid_lib.merge_grids(base.sweep.grid, items)
     if items:  # the flags' keys and values, checked as a [sweep] grid table would be

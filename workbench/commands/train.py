@@ -13,6 +13,7 @@ refused while one runs), where Ctrl-C stops the run.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters_lib.config import load_config
+    from adapters_lib.model_defaults import REAL, load_with_model_defaults
 
     if getattr(args, "upload", None):
         args.overrides = [*args.overrides, _upload(args.upload)]
@@ -66,10 +67,16 @@ def run(args: argparse.Namespace) -> int:
 
         return resume_and_follow(args.resume, quiet=args.quiet, as_json=args.json,
                                  in_process=args.in_process)
-    cfg = load_config(args.config, args.overrides)
+    loaded = load_with_model_defaults(args.config, args.overrides)
+    cfg = loaded.config
     if args.print_config:
-        sys.stdout.write(cfg.to_toml())
+        sys.stdout.write(with_origins(cfg.to_toml(), loaded.origins))
         return 0
+    args.note = ""
+    if loaded.added:  # sent with the file to a remote engine (engine_config), as --set items are
+        args.overrides = [*loaded.added, *args.overrides]
+        args.note = (f"{REAL.origin}s for what the config leaves out: " + ", ".join(loaded.added)
+                     + " (--print-config shows every value's origin)")
     if args.estimate:
         from workbench.commands._estimate import print_estimate
 
@@ -84,7 +91,21 @@ def run(args: argparse.Namespace) -> int:
     text, overrides = engine_config(args, cfg)
     return train_and_follow(text, overrides, source=args.config or "<demo defaults>",
                             quiet=args.quiet, mesh=cfg.mesh, as_json=args.json,
-                            in_process=args.in_process)
+                            in_process=args.in_process, note=args.note)
+
+
+def with_origins(toml: str, origins: dict[str, str]) -> str:
+    """``--print-config``'s TOML with each value's origin as a comment (``# from FILE``,
+    ``# --set``, ``# real-model default``, …); it still loads as the config."""
+    out, section = [], ""
+    for line in toml.splitlines():
+        header = re.fullmatch(r"\[([A-Za-z_.]+)\]", line)
+        if header:
+            section = header.group(1)
+        key = re.match(r"([A-Za-z_]+) = ", line)
+        origin = origins.get(f"{section}.{key.group(1)}") if key else None
+        out.append(f"{line}  # {origin}" if origin else line)
+    return "\n".join(out) + "\n"
 
 
 def _upload(path: str) -> str:
@@ -131,4 +152,6 @@ def _detach(args: argparse.Namespace, cfg: Any) -> int:
     else:
         print(run_id)
     print(f"follow with: gemma-workbench runs attach {run_id}", file=sys.stderr)
+    if args.note and not args.quiet:
+        print(args.note, file=sys.stderr)
     return 0

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from textual.widgets import Checkbox, Input, Select
 
-from adapters_lib.config import RunConfig, load_config
+from adapters_lib.config import RunConfig
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.model_defaults import load_with_model_defaults
 from workbench.example_configs import shown_path
 from workbench.screens.configure_form import (
     DATA_FIELDS,
@@ -33,9 +34,9 @@ class ConfigFilesMixin:
     opened: str
     error: str
 
-    def fill_form(self, cfg: RunConfig, origin: str) -> None:
-        """Show ``cfg`` in the form, every value ``origin``; keys the form has no field for
-        are kept as they are."""
+    def fill_form(self, cfg: RunConfig, origin: str | dict[str, str]) -> None:
+        """Show ``cfg`` in the form, every value ``origin`` (or each its own: ``"section.key"``
+        → origin); keys the form has no field for are kept as they are."""
         self.base_config = cfg
         d = cfg.to_dict()
         for section, key, _, _ in MESH_FIELDS + DATA_FIELDS + TRAIN_FIELDS:
@@ -55,13 +56,15 @@ class ConfigFilesMixin:
             if not path or not path.strip():
                 return
             target = Path(path.strip()).expanduser()
-            try:
-                cfg = load_config(target)
+            try:  # a real model gets its defaults where the file is silent, as `train FILE` does
+                loaded = load_with_model_defaults(target)
             except WorkbenchError as err:
                 self.notify(str(err), title="cannot open", severity="error", timeout=8)
                 return
+            cfg = loaded.config
             self.opened = path.strip()
-            self.fill_form(cfg, f"from {target.name}")
+            self.fill_form(cfg, {key: f"from {target.name}" if origin.startswith("from ") else origin
+                                 for key, origin in loaded.origins.items()})
             self.notify(f"opened {path.strip()}: every field is the file's (model "
                         f"{cfg.model.source}, data {Path(cfg.data.path).name}); ctrl+l "
                         "launches it", timeout=6)

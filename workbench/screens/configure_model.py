@@ -14,6 +14,7 @@ from rich.markup import escape
 from textual.widgets import Input, Static
 
 from adapters_lib.config import RunConfig, config_from_dict
+from adapters_lib.model_defaults import default_origin
 from adapters_lib.runs.registry import default_name
 from workbench.example_configs import example_for, shown_path
 from workbench.screens.configure_form import (
@@ -26,7 +27,6 @@ from workbench.screens.configure_form import (
 from workbench.screens.configure_origins import (
     LORA_KEYS,
     FieldOrigins,
-    default_origin,
     model_default_updates,
     why_note,
 )

@@ -13,23 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters_lib.config import RunConfig
-from adapters_lib.model_defaults import DEMO, KEYS, defaults_for
+from adapters_lib.model_defaults import BUILT_IN, KEYS, default_origin, defaults_for
 
 YOURS = "yours"
-BUILT_IN = "built-in default"
 LORA_KEYS = ("lora.rank", "lora.alpha")
 
 
 def is_default(origin: str) -> bool:
     return origin.endswith("default")
-
-
-def default_origin(source: str, key: str) -> str:
-    """The origin of ``key``'s default for the model ``source``."""
-    chosen = defaults_for(source)
-    if key in chosen.values:
-        return chosen.origin
-    return DEMO.origin if key in KEYS else BUILT_IN
 
 
 @dataclass
@@ -53,10 +44,12 @@ class FieldOrigins:
         self.shown[key] = (text, YOURS)
         return True
 
-    def all_from(self, cfg: RunConfig, texts: dict[str, str], origin: str | None) -> None:
-        """Every field's origin after a fill: ``origin`` (a file) for all, or the defaults."""
+    def all_from(self, cfg: RunConfig, texts: dict[str, str], origin: str | dict[str, str] | None) -> None:
+        """Every field's origin after a fill: ``origin`` for all, each key's own (a dict, as
+        ``model_defaults.load_with_model_defaults`` gives them), or the defaults."""
         for key, text in texts.items():
-            self.set(key, text, origin or default_origin(cfg.model.source, key))
+            given = origin.get(key) if isinstance(origin, dict) else origin
+            self.set(key, text, given or default_origin(cfg.model.source, key))
 
     def lora_note(self) -> str:
         parts = [f"{key.split('.')[1]}: {self.origin(key)}" for key in LORA_KEYS]
