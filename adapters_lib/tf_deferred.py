@@ -11,15 +11,19 @@ held from before works as the real module from then on (``tf.Tensor`` included).
 
 The one trade: an alias built from ``tf.Tensor`` before that moment (kauldron's ``TfArray``
 family) holds a placeholder class that no object is an instance of. Nothing here hands
-TensorFlow tensors to kauldron's type checks.
+TensorFlow tensors to kauldron's type checks. The same goes for the three types etils'
+``enp.lazy.is_tf`` reads once it sees ``tensorflow`` in ``sys.modules``: ``tf.TensorSpec``,
+``tf.__internal__.types.Tensor`` and ``tensorflow.experimental.numpy.ndarray``. gemma's
+``Tokenizer.decode`` asks ``is_array`` of every id list, so without them the first decoded
+answer (a sample, an exact-match eval) imported TensorFlow (~5 s of CPU and ~700 MB of RSS
+in every process that decodes; measured on 2 cores).
 
 Installed by the processes that compute (the engine, its multi-host workers, a foreground CLI
 command, ``python -m bench``, the test session), never by importing a module. Training, eval,
 sampling and orbax checkpoints never need TensorFlow; ``gm.ckpts`` does (gemma's checkpoint
-helpers import kauldron's trainer, whose clu TensorBoard writer builds TF protos at import), so
-the engine, which resolves ``gm.ckpts`` in its start-up thread (``engine.runtime``: every heavy
-import happens there), still imports TensorFlow there; processes that never load orbax-format
-weights nor export the merged ``gemma`` format never import it.
+helpers import kauldron's trainer, whose clu TensorBoard writer builds TF protos at import), and
+the engine resolves it on first use (``engine.devices.import_heavy``): processes that never
+load orbax-format weights nor export the merged ``gemma`` format never import TensorFlow.
 """
 
 from __future__ import annotations
@@ -58,6 +62,48 @@ class _Deferred(types.ModuleType):
         return dir(_load())
 
 
+class TensorSpecPlaceholder:
+    """Stands for ``tf.TensorSpec`` while TensorFlow is not imported."""
+
+
+class NdarrayPlaceholder:
+    """Stands for ``tf.experimental.numpy.ndarray`` while TensorFlow is not imported."""
+
+
+class _DeferredPart(types.ModuleType):
+    """A stand-in for a part of TensorFlow (``tf.experimental``, ``tf.__internal__.types``):
+    until TensorFlow is imported, the placeholders it was made with; anything else (and
+    everything once TensorFlow is imported) from the real part, so a part held from before
+    works as the real one."""
+
+    def __init__(self, path: str, **placeholders):
+        super().__init__(f"{NAME}.{path}")
+        self.__path__ = []
+        self._part, self._placeholders = path, placeholders
+
+    def __getattr__(self, name: str):
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)
+        if _REAL is None and name in self._placeholders:
+            return self._placeholders[name]
+        return getattr(_real_part(_load(), self._part), name)
+
+
+def _real_part(real: types.ModuleType, path: str):
+    obj = real
+    for name in path.split("."):
+        obj = getattr(obj, name)
+    return obj
+
+
+def _parts() -> dict[str, _DeferredPart]:
+    """The stand-in's parts, by path: the types etils' ``enp.lazy.is_tf`` reads."""
+    numpy = _DeferredPart("experimental.numpy", ndarray=NdarrayPlaceholder)
+    types_ = _DeferredPart("__internal__.types", Tensor=TensorPlaceholder)
+    return {"experimental": _DeferredPart("experimental", numpy=numpy), "experimental.numpy": numpy,
+            "__internal__": _DeferredPart("__internal__", types=types_), "__internal__.types": types_}
+
+
 class _ExistingModule(importlib.abc.Loader):
     """Hands the import system a submodule that importing TensorFlow itself already made (and
     gives it back its own spec, which the import system overwrote with this one's)."""
@@ -79,6 +125,9 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
         if not fullname.startswith(NAME + ".") or sys.modules.get(NAME) is not _STAND_IN:
             return None  # TensorFlow imported, or its own import running: its submodules are its business
+        part = _PARTS.get(fullname[len(NAME) + 1:])
+        if part is not None:  # ``import tensorflow.experimental.numpy as tnp`` (etils' is_tf)
+            return importlib.machinery.ModuleSpec(fullname, _ExistingModule(part), is_package=True)
         real = _load()
         if fullname in sys.modules:  # TensorFlow's own import made it
             made = sys.modules[fullname]
@@ -89,6 +138,7 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 _STAND_IN: _Deferred | None = None
+_PARTS: dict[str, _DeferredPart] = {}
 _REAL: types.ModuleType | None = None
 
 
@@ -107,12 +157,15 @@ def _load() -> types.ModuleType:
         stand_in = sys.modules.get(NAME)
         if stand_in is _STAND_IN:
             del sys.modules[NAME]
+        parts = {name: sys.modules.pop(name) for name in [f"{NAME}.{p}" for p in _PARTS]
+                 if isinstance(sys.modules.get(name), _DeferredPart)}
         try:
             with fd2_silenced():
                 real = importlib.import_module(NAME)
         except BaseException:
             if stand_in is _STAND_IN:
                 sys.modules[NAME] = stand_in
+            sys.modules.update(parts)
             raise
         _REAL = real
         if _STAND_IN is not None:
@@ -143,6 +196,10 @@ def install() -> bool:
         stand_in.__spec__ = importlib.machinery.ModuleSpec(NAME, None, is_package=True)
         stand_in.__file__ = None
         stand_in.Tensor = TensorPlaceholder
+        stand_in.TensorSpec = TensorSpecPlaceholder
+        _PARTS.update(_parts())
+        stand_in.experimental = _PARTS["experimental"]
+        stand_in.__internal__ = _PARTS["__internal__"]
         sys.modules[NAME] = stand_in
         sys.meta_path.insert(0, _Finder())
         _STAND_IN = stand_in

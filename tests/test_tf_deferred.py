@@ -1,6 +1,7 @@
 """TensorFlow is imported on first use, not when gemma's model code is imported
-(``adapters_lib.tf_deferred``): training on the gemma route, orbax checkpoints included, never
-loads it."""
+(``adapters_lib.tf_deferred``): training on the gemma route, orbax checkpoints included, and
+decoding text (gemma's ``Tokenizer.decode`` asks etils' ``is_array``, which reads TensorFlow's
+tensor types once ``tensorflow`` is in ``sys.modules``) never load it."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ from adapters_lib.train.loop import run_training
 cfg = config_from_dict(demo_run_config(steps=4, checkpoint_every=2))
 trained = run_training(cfg, runs.create_run(cfg, root=Path(ROOT)), hooks=default_hooks)  # with orbax checkpoints
 out["trained"] = trained.state
+tok = demo.demo_tokenizer()
+out["decoded"] = tok.decode(tok.encode("odd or even")) == "odd or even"  # etils' is_array of a list
+from etils import enp
+import numpy as np
+out["is_tf_of_numpy"] = enp.lazy.is_tf(np.zeros(2))
+import tensorflow.experimental.numpy as tnp  # as etils' is_tf does: a placeholder part
 out["deferred_after_gemma"] = tf_deferred.is_deferred()
 out["mapped_after_gemma"] = tf_mapped()
 out["tf_python_after_gemma"] = "tensorflow.python" in sys.modules
@@ -41,6 +48,8 @@ import tensorflow.compat.v1 as v1  # a submodule as the first use
 out["deferred_after_use"] = tf_deferred.is_deferred()
 out["mapped_after_use"] = tf_mapped()
 out["v1_is_the_module"] = v1 is sys.modules["tensorflow.compat.v1"]
+out["held_part_works"] = tnp.ndarray is tf.experimental.numpy.ndarray and tnp.asarray is not None
+out["is_tf_of_a_tensor"] = enp.lazy.is_tf(tf.constant([1]))
 out["v1_spec_kept"] = v1.__spec__.name == "tensorflow.compat.v1" and v1.__spec__.origin is not None
 t = tf.constant([1, 2])
 out["held_name_works"] = t.numpy().tolist() == [1, 2] and isinstance(t, tf.Tensor)
@@ -55,10 +64,12 @@ def test_gemma_imports_and_training_leave_tensorflow_unloaded_until_its_first_us
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {
-        "installed": True, "again": True, "trained": "completed",
+        "installed": True, "again": True, "trained": "completed", "decoded": True,
+        "is_tf_of_numpy": False,
         "deferred_after_gemma": True, "mapped_after_gemma": False, "tf_python_after_gemma": False,
         "deferred_after_use": False, "mapped_after_use": True,  # the check below can fail
-        "v1_is_the_module": True, "v1_spec_kept": True, "held_name_works": True, "version": True,
+        "v1_is_the_module": True, "v1_spec_kept": True,
+        "held_part_works": True, "is_tf_of_a_tensor": True, "held_name_works": True, "version": True,
     }
     assert "oneDNN" not in done.stderr and "cuda drivers" not in done.stderr  # loaded quietly
 
