@@ -153,3 +153,10 @@ def test_an_orbax_checkpoint_with_its_config_is_listed_and_loads(gemma3n_tiny, t
     assert all(np.array_equal(np.asarray(v), _flat(loaded)[k]) for k, v in _flat(params).items())
     with pytest.raises(families.ArchError, match="no known size"):
         gemma3n.from_shapes({"/".join(k): v.shape for k, v in _flat(params).items()})
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.errors import WorkbenchError
+    from adapters_lib.models.loader import load_model
+
+    with pytest.raises(WorkbenchError) as e:  # its layers do not read a quantized base yet
+        load_model(ModelSpec(source=str(folder), quantize="int8"))
+    assert "Gemma 3n base cannot be held quantized" in str(e.value) and "\n" not in str(e.value)

@@ -24,6 +24,8 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     them quantized (``models.quantize``). A model loaded before in this process with the
     same source, files, dtype and placement is reused (``models.model_cache``).
     """
+    if spec.quantize != "none" and spec.source != "demo":
+        _check_quantizes(spec)
     if spec.quantize == "gguf":  # the GGUF's own blocks, read as they are
         return _load_gguf_blocks(spec, param_dtype, sharding)
     # quantizing deletes the float weights it replaces: a base to quantize is never a kept one
@@ -33,6 +35,17 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
 
         loaded = quantize.quantize_loaded(loaded, spec)
     return loaded
+
+
+def _check_quantizes(spec: ModelSpec) -> None:
+    """One line, before any weight is read, for a family ``[model] quantize`` does not reach."""
+    from adapters_lib.errors import WorkbenchError
+    from adapters_lib.models import families, weights
+
+    fam = families.family(weights.resolve(spec.source).family)
+    if not fam.quantizes:
+        raise WorkbenchError(f"a {fam.label} base cannot be held quantized by this build",
+                             where="[model] quantize", hint='set [model] quantize = "none"')
 
 
 def _load(spec: ModelSpec, param_dtype: str, sharding: Any, *, keep: bool) -> LoadedModel:

@@ -230,6 +230,8 @@ class Family:
     closed form, ``lora_shapes.lora_param_shapes``)."""
     tokenizer_class: str = "Gemma3Tokenizer"
     """gemma's ``gm.text`` tokenizer class."""
+    quantizes: bool = True
+    """``[model] quantize`` reaches its layers (``models.quantize``); False: refused in one line."""
     hf_map: str = ""
     """The module holding this family's own HF tensor map (``families.gemma4_hf``: ``leaf_plan``,
     ``hf_shapes``, ``gemma_to_hf``, ``omitted_fill``, each of an arch); "" = Gemma 2/3's

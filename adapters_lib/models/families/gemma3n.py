@@ -363,4 +363,5 @@ FAMILY = Family(
     sharding={**classic.SHARDING, **SHARDING}, sharding_words=SHARDING_WORDS, lora_axes=classic.LORA_AXES,
     param_shapes=param_shapes, lora_shapes=lora_shapes, tokenizer_class="Gemma3nTokenizer",
     hf_map="adapters_lib.models.families.gemma3n_hf",
+    quantizes=False,  # models.quantize does not intercept gemma3n's own Einsum layers yet
 )
