@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from adapters_lib import greedy_cache
-from adapters_lib.sample.prompts import codec_of, prompt_ids  # noqa: F401 - the one prompt tokenizer
+from adapters_lib.sample.prompts import codec_of, prompt_ids
 
 log = logging.getLogger(__name__)
 

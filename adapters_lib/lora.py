@@ -39,13 +39,10 @@ from flax import linen as nn
 from gemma import peft
 
 from adapters_lib.config import LoraSpec
-from adapters_lib.lora_fuse import (  # noqa: F401  (fuse_lora, iter_adapters: this module's interface)
+from adapters_lib.lora_fuse import (
     _EINSUM_TARGETS,
     LORA_PREFIX,
-    AdapterTensor,
     _is_lora_key,
-    fuse_lora,
-    iter_adapters,
 )
 from adapters_lib.models import families
 

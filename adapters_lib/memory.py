@@ -35,7 +35,7 @@ from typing import Any
 
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.lora_shapes import config_field as _cfg
-from adapters_lib.lora_shapes import lora_param_count, lora_param_shapes  # noqa: F401 - memory's names too
+from adapters_lib.lora_shapes import lora_param_shapes, num_layers
 from adapters_lib.models import families
 from adapters_lib.models import quantize_layout as quantize_lib
 
@@ -267,7 +267,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     # activations, per device: the batch is split on data×fsdp, heads/MLP on tensor
     v, d, f = int(_cfg(config, "num_embed")), int(_cfg(config, "embed_dim")), int(_cfg(config, "hidden_dim"))
     n, h, k = int(_cfg(config, "num_heads")), int(_cfg(config, "head_dim")), int(_cfg(config, "num_kv_heads"))
-    layers = mesh_lib.num_layers(config)
+    layers = num_layers(config)
     rows = max(1, pair_rows * batch_size // max(grad_accum, 1) // (data * fsdp))
     tokens = rows * seq_len
     n_loc = n // tensor if n % tensor == 0 else n

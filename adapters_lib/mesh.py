@@ -24,7 +24,6 @@ from typing import Any
 
 from adapters_lib.config import MeshSpec
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.lora_shapes import num_layers  # noqa: F401 - mesh.num_layers (memory, lora call it)
 from adapters_lib.models import families
 from adapters_lib.models.quantize_layout import QARRAY_FIELDS
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.jsontypes import to_jsonable
-from workbench.client import EngineRequestError
+from workbench.engine_wire import EngineRequestError
 
 PROMPT = "add 2 and 3"
 

@@ -14,7 +14,7 @@ from gemma.gm.nn import _modules
 from adapters_lib import attention, memory
 from adapters_lib.models import demo
 from adapters_lib.train import loss as loss_lib
-from adapters_lib.train import step as step_lib
+from adapters_lib.train import variants
 
 LAYOUTS = {"mqa": 1, "gqa": 2, "mha": 4}  # num_kv_heads with 4 query heads (mha: one qkv einsum)
 
@@ -52,7 +52,7 @@ def test_training_attention_matches_gemma_outputs_and_gradients(layout, kind, le
     model = demo.demo_model_class()(config=config, dtype=jnp.float32)
     tokens, positions, mask, valid = _packed_batch(length)
     params = model.init(jax.random.key(0), tokens[:, :8])["params"]
-    blocked = step_lib.with_training_attention(model, kind)
+    blocked = variants.with_training_attention(model, kind)
     weights = jax.random.normal(jax.random.key(1), (*tokens.shape, config.num_embed)) * valid[..., None]
 
     def run(m):
@@ -84,7 +84,7 @@ def test_blocked_attention_scores_fewer_keys():
         f = jax.jit(lambda p: m.apply({"params": p}, tokens, positions=positions, attention_mask=mask).logits)
         return f.lower(params).compile().cost_analysis()["flops"]
 
-    dense, blocked = flops(model), flops(step_lib.with_blocked_attention(model))
+    dense, blocked = flops(model), flops(variants.with_blocked_attention(model))
     assert blocked < 0.95 * dense
     # the memory estimate counts the same keys: 2·window on local layers, ~half on global ones
     assert memory.scored_keys(256, config.sliding_window_size) == 2 * config.sliding_window_size

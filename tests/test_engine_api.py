@@ -16,7 +16,8 @@ import time
 import httpx
 import pytest
 
-from workbench.client import EngineClient, EngineRequestError
+from workbench.client import EngineClient
+from workbench.engine_wire import EngineRequestError
 
 
 def _raw(engine_process, token: str | None = "good") -> httpx.Client:

@@ -13,7 +13,7 @@ from engine_fake import EngineFake
 from engine_scenario import differences, play, run_config, shape
 
 from adapters_lib.engine import api
-from workbench.client import EngineRequestError
+from workbench.engine_wire import EngineRequestError
 
 
 def _compare(real: dict, fake: dict) -> list[str]:

@@ -32,7 +32,8 @@ import pytest
 from fixtures_engine import demo_run_config
 
 from adapters_lib.runs import RunDir
-from workbench.client import EngineClient, EngineRequestError
+from workbench.client import EngineClient
+from workbench.engine_wire import EngineRequestError
 
 pytestmark = pytest.mark.slow
 

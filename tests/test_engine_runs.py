@@ -19,7 +19,7 @@ import pytest
 from fixtures_engine import demo_run_config
 
 from adapters_lib.config import config_from_dict
-from workbench.client import EngineRequestError
+from workbench.engine_wire import EngineRequestError
 
 STEPS = 40
 CONFIG = demo_run_config(steps=STEPS, checkpoint_every=5)

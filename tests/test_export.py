@@ -60,7 +60,7 @@ def test_peft_tensors_are_the_update_hf_applies_to_its_weights(demo_lora):
     """W_hf + (alpha/r)·lora_B @ lora_A, converted back to gemma, is our fused tree."""
     from adapters_lib import lora
     from adapters_lib.export import adapter_config, adapter_tensors, merged_params
-    from adapters_lib.models import hf_convert
+    from adapters_lib.models import families, hf_convert
 
     loaded, spec, adapters = demo_lora
     peft = adapter_tensors(adapters)
@@ -71,7 +71,7 @@ def test_peft_tensors_are_the_update_hf_applies_to_its_weights(demo_lora):
     q_b = peft["base_model.model.model.layers.0.self_attn.q_proj.lora_B.weight"]
     assert q_a.shape == (4, 256) and q_b.shape == (4 * 64, 4)  # (r, in), (N·H, r)
     assert len(peft) == 2 * 7 * 4
-    arch = hf_convert.arch_from_transformer_config(loaded.config, "gemma3")
+    arch = families.arch_from_transformer_config(loaded.config, "gemma3")
     hf = hf_convert.gemma_to_hf(lora.merge_lora(loaded.params, {}), arch=arch)
     scale = cfg["lora_alpha"] / cfg["r"]
     for name in list(hf):
@@ -158,16 +158,16 @@ def test_hf_export_writes_safetensors_and_a_config_that_convert_back(tuned_run, 
     import jax
 
     from adapters_lib.export import merged_params
-    from adapters_lib.models import hf_convert
+    from adapters_lib.models import families, hf_convert, safetensors_io
 
     cfg, loaded, trainable, _ = tuned_run
     config = json.loads((exports["hf"] / "config.json").read_text())
     assert config["model_type"] == "gemma3_text" and config["num_hidden_layers"] == 4
     assert (exports["hf"] / "tokenizer.model").is_file()
     file = exports["hf"] / "model.safetensors"
-    header = hf_convert.read_header(file)
-    tensors = {k: hf_convert.read_tensor(file, header, k) for k in header if not k.startswith("__")}
-    arch = hf_convert.arch_from_transformer_config(loaded.config, "gemma3")
+    header = safetensors_io.read_header(file)
+    tensors = {k: safetensors_io.read_tensor(file, header, k) for k in header if not k.startswith("__")}
+    arch = families.arch_from_transformer_config(loaded.config, "gemma3")
     back = hf_convert.hf_to_gemma(tensors, arch)
     fused = merged_params(loaded, trainable, cfg.lora)
     for x, y in zip(jax.tree.leaves(fused), jax.tree.leaves(back), strict=True):
@@ -189,16 +189,16 @@ def test_a_missing_checkpoint_names_the_steps_there_are(trained_demo_run, capsys
 
 
 def test_an_adapter_for_another_base_model_names_the_tensor_and_both_shapes(exports, capsys, tmp_path):
-    from adapters_lib.models import hf_convert
+    from adapters_lib.models import safetensors_io
 
     src = exports["adapter"] / "adapter_model.safetensors"
-    header = hf_convert.read_header(src)
-    tensors = {k: np.array(hf_convert.read_tensor(src, header, k)) for k in header if not k.startswith("__")}
+    header = safetensors_io.read_header(src)
+    tensors = {k: np.array(safetensors_io.read_tensor(src, header, k)) for k in header if not k.startswith("__")}
     name = "base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight"
     tensors[name] = np.zeros((tensors[name].shape[0], 512), np.float32)  # a wider model's q_proj
     bad = tmp_path / "bad-adapter"
     bad.mkdir()
-    hf_convert.write_safetensors(bad / "adapter_model.safetensors", tensors)
+    safetensors_io.write_safetensors(bad / "adapter_model.safetensors", tensors)
     (bad / "adapter_config.json").write_text((exports["adapter"] / "adapter_config.json").read_text())
     err = _one_line_error(capsys, ["sample", "--in-process", "--adapter", str(bad), "--prompt", "Is 5 even or odd?"])
     assert name in err and "(8, 512)" in err and "(8, 256)" in err

@@ -164,7 +164,7 @@ def test_a_forced_hf_reexport_leaves_no_stale_shard_or_index(trained_demo_run, t
     """A sharded export, then a single-file one in the same folder: only the new files remain,
     and a reload reads the new weights (the old index would point a loader at the old shards)."""
     from adapters_lib.export import merged
-    from adapters_lib.models import hf_convert
+    from adapters_lib.models import safetensors_io
 
     out = tmp_path / "hf"
     monkeypatch.setattr(merged, "HF_SHARD_BYTES", 1 << 20)
@@ -184,11 +184,11 @@ def test_a_forced_hf_reexport_leaves_no_stale_shard_or_index(trained_demo_run, t
     again = tmp_path / "hf20"
     tuned.export_run(trained_demo_run, "hf", step=20, out=again)
     file40, file20 = out / "model.safetensors", again / "model.safetensors"
-    h40, h20 = hf_convert.read_header(file40), hf_convert.read_header(file20)
+    h40, h20 = safetensors_io.read_header(file40), safetensors_io.read_header(file20)
     name = "model.layers.0.self_attn.q_proj.weight"
     import numpy as np
 
-    assert not np.array_equal(hf_convert.read_tensor(file40, h40, name), hf_convert.read_tensor(file20, h20, name))
+    assert not np.array_equal(safetensors_io.read_tensor(file40, h40, name), safetensors_io.read_tensor(file20, h20, name))
     _no_staging_left(tmp_path)
 
 

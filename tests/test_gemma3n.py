@@ -46,7 +46,7 @@ def test_known_sizes_mirror_the_library_configs():
 
 
 def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma3n_tiny, tmp_path):
-    from adapters_lib.models import hf_convert, hf_layout
+    from adapters_lib.models import hf_convert, hf_layout, safetensors_io
 
     arch, model, params = gemma3n_tiny
     assert gemma3n.arch_from_config(model.config) == arch
@@ -60,7 +60,7 @@ def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma3n_tiny, tmp_path
     assert all(np.array_equal(v, back[k]) for k, v in _flat(params).items())
     assert families.from_hf_config(json.loads(json.dumps(families.hf_config_for(arch)))) == arch
     hf_convert.export_hf(tmp_path, params, model.config, "gemma3n")  # the merged export
-    folder = hf_convert.SafetensorsDir(tmp_path)
+    folder = safetensors_io.SafetensorsDir(tmp_path)
     reread = _flat(hf_convert.hf_to_gemma({n: folder.get(n) for n in folder.where}, arch))
     assert all(np.array_equal(v, reread[k]) for k, v in _flat(params).items())
 
@@ -102,7 +102,7 @@ def test_lora_targets_the_real_modules_and_lowers_the_loss(gemma3n_tiny):
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib import lora
+    from adapters_lib import lora, lora_fuse
     from adapters_lib.config import LoraSpec
 
     arch, model, params = gemma3n_tiny
@@ -130,7 +130,7 @@ def test_lora_targets_the_real_modules_and_lowers_the_loss(gemma3n_tiny):
         _, grads = step(ad)
         ad = jax.tree.map(lambda p, d: p - 0.5 * d, ad, grads)
     assert float(step(ad)[0]) < float(first)
-    fused = lora.fuse_lora(lora.merge_lora(params, jax.tree.map(np.asarray, ad)), spec)
+    fused = lora_fuse.fuse_lora(lora.merge_lora(params, jax.tree.map(np.asarray, ad)), spec)
     logits = _logits(model, fused, tokens[:, :-1])  # the plain model on the fused weights
     plain = -np.mean(np.take_along_axis(np.asarray(jax.nn.log_softmax(logits)), np.asarray(tokens)[:, 1:, None], -1))
     assert plain == pytest.approx(float(step(ad)[0]), rel=1e-5)

@@ -55,7 +55,7 @@ def test_kv_shared_layers_read_the_same_layers_as_in_transformers():
 
 @pytest.mark.parametrize("kind", ["dense", "moe", "e"])
 def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma4_tiny, kind, tmp_path):
-    from adapters_lib.models import hf_convert, hf_layout
+    from adapters_lib.models import hf_convert, hf_layout, safetensors_io
 
     arch, model, params = gemma4_tiny[kind]
     assert gemma4.arch_from_config(model.config) == arch  # what an export reads back
@@ -67,7 +67,7 @@ def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma4_tiny, kind, tmp
     assert all(np.array_equal(v, back[k]) for k, v in _flat(params).items())
     assert families.from_hf_config(json.loads(json.dumps(families.hf_config_for(arch)))) == arch
     files = hf_convert.export_hf(tmp_path / kind, params, model.config, "gemma4")  # the merged export
-    folder = hf_convert.SafetensorsDir(tmp_path / kind)
+    folder = safetensors_io.SafetensorsDir(tmp_path / kind)
     reread = hf_convert.hf_to_gemma({n: folder.get(n) for n in folder.where}, arch)
     assert files and all(np.array_equal(v, _flat(reread)[k]) for k, v in _flat(params).items())
 
@@ -116,7 +116,7 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib import lora
+    from adapters_lib import lora, lora_fuse
     from adapters_lib.config import LoraSpec
 
     e_arch, e_model, _ = gemma4_tiny["e"]
@@ -156,7 +156,7 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
         value, grads = step(ad)
         ad = jax.tree.map(lambda p, d: p - 0.5 * d, ad, grads)
     assert float(step(ad)[0]) < float(first)
-    fused = lora.fuse_lora(lora.merge_lora(params, jax.tree.map(np.asarray, ad)), spec)
+    fused = lora_fuse.fuse_lora(lora.merge_lora(params, jax.tree.map(np.asarray, ad)), spec)
     adapted = jax.jit(lambda p: wrapped.apply({"params": p}, tokens).logits)(lora.merge_lora(params, ad))
     plain = jax.jit(lambda p: model.apply({"params": p}, tokens).logits)(fused)
     np.testing.assert_allclose(np.asarray(plain), np.asarray(adapted), atol=2e-4)

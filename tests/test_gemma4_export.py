@@ -52,9 +52,9 @@ def _peft_merge(hf: dict, tensors: dict, config: dict) -> dict:
 
 
 def test_the_peft_adapter_merges_by_peft_formulas_into_our_fused_weights(moe_run, tmp_path):
-    from adapters_lib import lora
+    from adapters_lib import lora, lora_fuse
     from adapters_lib.export import peft
-    from adapters_lib.models import hf_convert, hf_layout
+    from adapters_lib.models import hf_convert, hf_layout, safetensors_io
 
     arch, model, params, spec, adapters = moe_run
     peft.save_adapter(tmp_path, adapters, spec, "google/gemma-4-26b-a4b")
@@ -62,7 +62,7 @@ def test_the_peft_adapter_merges_by_peft_formulas_into_our_fused_weights(moe_run
     assert config["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert config["target_parameters"] == ["experts.gate_up_proj", "experts.down_proj"]
     assert (config["peft_type"], config["r"], config["lora_alpha"]) == ("LORA", 2, 4.0)
-    folder = hf_convert.SafetensorsDir(tmp_path)
+    folder = safetensors_io.SafetensorsDir(tmp_path)
     tensors = {n: np.asarray(folder.get(n)) for n in folder.where}
     modules = {n[: -len(".weight")] for n in hf_layout.hf_shapes(arch)} | \
         {n.rsplit(".", 1)[0] for n in hf_layout.hf_shapes(arch) if n.endswith("experts.gate_up_proj")}
@@ -72,7 +72,7 @@ def test_the_peft_adapter_merges_by_peft_formulas_into_our_fused_weights(moe_run
     assert any(".1.self_attn.k_proj." in n for n in tensors)  # the k=v global layer's k
     assert not any(".1.self_attn.v_proj." in n for n in tensors)  # …which has no v_proj
     base = hf_convert.gemma_to_hf(params, arch=arch)
-    fused = hf_convert.gemma_to_hf(lora.fuse_lora(lora.merge_lora(params, adapters), spec), arch=arch)
+    fused = hf_convert.gemma_to_hf(lora_fuse.fuse_lora(lora.merge_lora(params, adapters), spec), arch=arch)
     merged = _peft_merge(base, tensors, config)
     assert merged.keys() == fused.keys()
     for name, want in fused.items():
@@ -83,7 +83,7 @@ def test_the_peft_adapter_merges_by_peft_formulas_into_our_fused_weights(moe_run
     for key, value in _flat(adapters).items():
         np.testing.assert_allclose(np.asarray(flat_back["/".join(key)]), value, atol=1e-6, err_msg=str(key))
     peft.save_adapter(tmp_path / "mm", adapters, spec, "google/gemma-4-26b-a4b", multimodal=True)
-    mm = hf_convert.SafetensorsDir(tmp_path / "mm")
+    mm = safetensors_io.SafetensorsDir(tmp_path / "mm")
     assert all(n.startswith("base_model.model.model.language_model.layers.") for n in mm.where)
     assert set(_flat(peft.load_adapter(tmp_path / "mm", model))) == set(_flat(adapters))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from fixtures_engine import demo_run_config
 
-from workbench.client import EngineRequestError
+from workbench.engine_wire import EngineRequestError
 
 
 @pytest.fixture(scope="module")

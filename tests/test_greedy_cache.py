@@ -13,6 +13,7 @@ def _completions(apply_fn, params, tokenizer, prompts, **kw):
 def test_cached_greedy_answers_equal_re_running_the_whole_buffer(demo_lora):
     from adapters_lib import evaluate, greedy_cache
     from adapters_lib import lora as lora_lib
+    from adapters_lib.sample.prompts import prompt_ids
 
     loaded, spec, adapters = demo_lora
     tok = loaded.tokenizer
@@ -23,7 +24,7 @@ def test_cached_greedy_answers_equal_re_running_the_whole_buffer(demo_lora):
     texts = ["Is 5 even or odd?", "Reverse the words: apple river stone sea sky",
              "Say the first word: violet pepper piano", "hi", "Which is larger, 76 or 81? " * 6,
              "Sort the letters: dcba"]
-    prompts = [evaluate.prompt_ids(tok, [{"role": "user", "content": t}]) for t in texts]
+    prompts = [prompt_ids(tok, [{"role": "user", "content": t}]) for t in texts]
     # the LoRA-wrapped model, as a run's eval answers with it (the wrapper holds the config)
     model = lora_lib.wrap(loaded.model, spec)
     params = lora_lib.merge_lora(loaded.params, adapters)

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from adapters_lib import lora
+from adapters_lib import lora, lora_fuse
 from adapters_lib.config import LORA_TARGETS, LoraSpec
 from adapters_lib.models import demo
 
@@ -36,7 +36,7 @@ def test_adapters_match_closed_form_count_start_at_base_and_fuse_exactly(base, t
     adapters = lora.init_lora(model, spec, params, jax.random.key(1))
 
     # only the chosen targets carry adapters, and their count is the closed form
-    found = {a.target for a in lora.iter_adapters(adapters)}
+    found = {a.target for a in lora_fuse.iter_adapters(adapters)}
     assert found == set(targets)
     assert lora.count_params(adapters) == lora.expected_lora_params(model.config, spec)
 
@@ -47,7 +47,7 @@ def test_adapters_match_closed_form_count_start_at_base_and_fuse_exactly(base, t
     moved = lora.merge_lora(params, _perturbed(adapters))
     tuned = wrapped.apply({"params": moved}, tokens).logits
     assert float(jnp.max(jnp.abs(tuned - ref))) > 1e-3  # the adapters act
-    fused = lora.fuse_lora(jax.device_get(moved), spec)
+    fused = lora_fuse.fuse_lora(jax.device_get(moved), spec)
     merged_logits = model.apply({"params": fused}, tokens).logits
     np.testing.assert_allclose(np.asarray(merged_logits), np.asarray(tuned), rtol=1e-5, atol=1e-5)
 
@@ -57,8 +57,8 @@ def test_update_is_scaled_by_alpha_over_rank(base):
     small = LoraSpec(rank=4, alpha=4.0, targets=("down",))
     big = LoraSpec(rank=4, alpha=8.0, targets=("down",))
     adapters = _perturbed(lora.init_lora(model, small, params, jax.random.key(1)))
-    fused_small = lora.fuse_lora(jax.device_get(lora.merge_lora(params, adapters)), small)
-    fused_big = lora.fuse_lora(jax.device_get(lora.merge_lora(params, adapters)), big)
+    fused_small = lora_fuse.fuse_lora(jax.device_get(lora.merge_lora(params, adapters)), small)
+    fused_big = lora_fuse.fuse_lora(jax.device_get(lora.merge_lora(params, adapters)), big)
     w0 = np.asarray(params["layer_0"]["mlp"]["linear"])
     d_small = fused_small["layer_0"]["mlp"]["linear"] - w0
     d_big = fused_big["layer_0"]["mlp"]["linear"] - w0
@@ -81,8 +81,8 @@ def test_two_specs_on_one_model_do_not_share_a_trace(base):
     model, params, _, _ = base
     first = lora.init_lora(model, LoraSpec(rank=2, targets=("q",)), params, jax.random.key(0))
     second = lora.init_lora(model, LoraSpec(rank=2, targets=("down",)), params, jax.random.key(0))
-    assert {a.target for a in lora.iter_adapters(first)} == {"q"}
-    assert {a.target for a in lora.iter_adapters(second)} == {"down"}
+    assert {a.target for a in lora_fuse.iter_adapters(first)} == {"q"}
+    assert {a.target for a in lora_fuse.iter_adapters(second)} == {"down"}
 
 
 def test_adapter_dtype_follows_the_spec(base):
@@ -153,7 +153,7 @@ def test_fused_slots_on_a_qkv_einsum_model_match_fused_weights(targets):
     spec = LoraSpec(rank=4, alpha=8.0, targets=targets)
     moved = lora.merge_lora(params, _perturbed(lora.init_lora(model, spec, params, jax.random.key(1))))
     tuned = lora.wrap(model, spec).apply({"params": moved}, tokens).logits
-    fused = model.apply({"params": lora.fuse_lora(jax.device_get(moved), spec)}, tokens).logits
+    fused = model.apply({"params": lora_fuse.fuse_lora(jax.device_get(moved), spec)}, tokens).logits
     base = model.apply({"params": params}, tokens).logits
     assert float(jnp.max(jnp.abs(tuned - base))) > 1e-3
     np.testing.assert_allclose(np.asarray(fused), np.asarray(tuned), rtol=1e-5, atol=1e-5)

@@ -83,7 +83,8 @@ def test_resume_reproduces_the_uninterrupted_losses(stopped_run, trained_demo_ru
 
 def test_divergence_fails_the_run_and_keeps_the_last_good_checkpoint(stopped_run):
     from adapters_lib.evals.hooks import default_hooks
-    from adapters_lib.train.loop import TrainingDiverged, run_training
+    from adapters_lib.train.loop import run_training
+    from adapters_lib.train.session import TrainingDiverged
 
     cfg, _, copy, _, _ = stopped_run
     # one checkpoint right after the first blown-up update, to be thrown away; keeping a single

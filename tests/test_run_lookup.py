@@ -110,7 +110,7 @@ def lookup_engine(engine_factory, tmp_path_factory):
 
 
 def test_the_engine_deletes_by_exact_id_or_prefix_only(lookup_engine):
-    from workbench.client import EngineRequestError
+    from workbench.engine_wire import EngineRequestError
 
     proc, root = lookup_engine
     zeta = _stopped(root, "zeta")
@@ -126,7 +126,7 @@ def test_the_engine_deletes_by_exact_id_or_prefix_only(lookup_engine):
 
 
 def test_the_engine_refuses_to_delete_a_symlinked_run_in_words(lookup_engine, tmp_path):
-    from workbench.client import EngineRequestError
+    from workbench.engine_wire import EngineRequestError
 
     proc, root = lookup_engine
     real = _stopped(tmp_path, "linked-away")

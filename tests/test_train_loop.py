@@ -242,8 +242,8 @@ def test_hooks_see_steps_evals_checkpoints_and_can_end_the_run_early(tmp_path):
 
     from adapters_lib import runs
     from adapters_lib.config import load_config
+    from adapters_lib.train.hooks import TrainHook
     from adapters_lib.train.loop import run_training
-    from adapters_lib.train.trainer import TrainHook
 
     cfg = load_config(None, demo_overrides(run__dir=f'"{tmp_path}"', train__steps=8, train__eval_every=3,
                                            train__checkpoint_every=2, train__keep_checkpoints=1))

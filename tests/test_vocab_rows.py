@@ -67,9 +67,10 @@ def test_sampling_never_emits_an_id_without_a_piece(padded):
 
 def test_greedy_eval_answers_stay_inside_the_tokenizer(padded):
     from adapters_lib import evaluate
+    from adapters_lib.sample import prompts
 
     loaded = padded
-    prompt = evaluate.prompt_ids(loaded.tokenizer, [{"role": "user", "content": "Is 17 even?"}])
+    prompt = prompts.prompt_ids(loaded.tokenizer, [{"role": "user", "content": "Is 17 even?"}])
     answers = evaluate.greedy_answers(evaluate.model_apply_fn(loaded.model), loaded.params,
                                       loaded.tokenizer, [prompt], max_new_tokens=6)
     assert isinstance(answers[0], str)

@@ -15,7 +15,7 @@ from fixtures_weights import DEMO_ARCH, TINY_GEMMA2, tiny_params
 from adapters_lib import catalog
 from adapters_lib.config import LoraSpec, ModelSpec
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.models import families, hf_convert
+from adapters_lib.models import families, hf_convert, hf_layout, safetensors_io
 from adapters_lib.models.loader import load_model
 
 TOKENS = jnp.array([[2, 105, 40, 41, 42, 43, 44, 106, 7, 8]], jnp.int32)
@@ -24,7 +24,7 @@ TOKENS = jnp.array([[2, 105, 40, 41, 42, 43, 44, 106, 7, 8]], jnp.int32)
 def _hf_random(arch, seed, dtype="float32"):
     rng = np.random.default_rng(seed)
     return {name: rng.standard_normal(shape).astype(dtype)
-            for name, shape in hf_convert.hf_shapes(arch).items()}
+            for name, shape in hf_layout.hf_shapes(arch).items()}
 
 
 MHA = dataclasses.replace(TINY_GEMMA2, num_kv_heads=4, family="gemma3", use_qk_norm=True,
@@ -96,13 +96,13 @@ def test_saving_hf_over_an_earlier_sharded_export_leaves_only_the_new_weights(tm
     assert files == [tmp_path / "model.safetensors"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["config.json", "model.safetensors"]
     name = "model.layers.0.self_attn.q_proj.weight"
-    got = hf_convert.read_tensor(files[0], hf_convert.read_header(files[0]), name)
+    got = safetensors_io.read_tensor(files[0], safetensors_io.read_header(files[0]), name)
     assert np.array_equal(got, new[name])
 
 
 def test_export_hf_folder_lists_and_loads_back(weights_env, tmp_path, monkeypatch):
     cfg = DEMO_ARCH.transformer_config()
-    assert hf_convert.arch_from_transformer_config(cfg, "gemma3") == DEMO_ARCH
+    assert families.arch_from_transformer_config(cfg, "gemma3") == DEMO_ARCH
     assert families.hf_config_for(cfg, "gemma3") == families.hf_config_for(DEMO_ARCH)
     out = tmp_path / "export"
     hf_convert.export_hf(out, weights_env.params, cfg, "gemma3", dtype="bfloat16",
@@ -110,7 +110,7 @@ def test_export_hf_folder_lists_and_loads_back(weights_env, tmp_path, monkeypatc
     entry = catalog.resolve(str(out))
     assert (entry.status, entry.family, entry.format) == ("ok", "gemma3", "hf-safetensors")
     assert entry.params == DEMO_ARCH.param_count()
-    header = hf_convert.read_header(next(out.glob("*.safetensors")))
+    header = safetensors_io.read_header(next(out.glob("*.safetensors")))
     assert {v["dtype"] for k, v in header.items() if not k.startswith("__")} == {"BF16"}
 
 

@@ -134,7 +134,7 @@ class WorkbenchApp(App):
         if self._client is None and self.remote is not None:
             self.engine_phase = EnginePhase(Wait(f"ssh {self.remote.host}"))
         elif self._client is None:
-            from workbench.client import engine_files
+            from workbench.engine_process import engine_files
 
             if not engine_files()["socket"].exists():
                 self.engine_phase = EnginePhase(Wait("engine starting"))

@@ -32,7 +32,7 @@ import httpx
 
 from adapters_lib.engine import api
 from workbench.engine_calls import EngineCalls
-from workbench.engine_process import (  # noqa: F401  (part of this module's interface)
+from workbench.engine_process import (
     START_TIMEOUT_S,
     EngineNotRunning,
     _tail,
@@ -40,7 +40,7 @@ from workbench.engine_process import (  # noqa: F401  (part of this module's int
     read_token,
     spawn_engine,
 )
-from workbench.engine_wire import (  # noqa: F401  (EngineRequestError: part of this interface)
+from workbench.engine_wire import (
     EngineRequestError,
     json_content,
     query_params,
@@ -66,8 +66,6 @@ class Link(Protocol):
     def guard(self, open_stream: Callable[[], Iterator[dict[str, Any]]],
               what: str) -> Iterator[dict[str, Any]]: ...
 
-API_VERSION = api.API_VERSION
-API = api.PREFIX
 
 
 class EngineClient(EngineCalls):
@@ -110,8 +108,8 @@ class EngineClient(EngineCalls):
     def check_version(self) -> None:
         """Refuse an engine that speaks another API version (left over from an upgrade)."""
         got = self._request("GET", "/status").get("api_version")  # read untyped: any version
-        if got != API_VERSION:
-            raise EngineNotRunning(f"the running engine speaks API v{got}, this client v{API_VERSION}",
+        if got != api.API_VERSION:
+            raise EngineNotRunning(f"the running engine speaks API v{got}, this client v{api.API_VERSION}",
                                    hint="restart it: `gemma-workbench engine stop --force` "
                                         "(runs stay resumable), then try again")
 
@@ -176,7 +174,7 @@ class EngineClient(EngineCalls):
                                       "content": json_content(json_body, headers)}
             if timeout is not None:
                 kwargs["timeout"] = timeout
-            return self._http.request(method, API + path, **kwargs)
+            return self._http.request(method, api.PREFIX + path, **kwargs)
 
         response = self.link.call(send, method, path) if self.link is not None else send()
         return self._result(response)
@@ -192,7 +190,7 @@ class EngineClient(EngineCalls):
         headers = self._headers() | {"Accept": "text/event-stream"}
         content = json_content(json_body, headers)
         timeout = httpx.Timeout(60.0, connect=5.0)  # the engine pings every 10 s
-        with self._http.stream(method, API + path, headers=headers, params=params,
+        with self._http.stream(method, api.PREFIX + path, headers=headers, params=params,
                                content=content, timeout=timeout) as response:
             if response.status_code >= 400:
                 raise request_error(response, response.read())

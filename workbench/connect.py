@@ -9,7 +9,8 @@ Never imports JAX.
 
 from __future__ import annotations
 
-from workbench.client import START_TIMEOUT_S, EngineClient
+from workbench.client import EngineClient
+from workbench.engine_process import START_TIMEOUT_S
 
 
 def connect(*, start: bool = True, timeout: float = START_TIMEOUT_S) -> EngineClient:

@@ -1,7 +1,6 @@
 """Finding and starting this user's engine process: its files, its token, a detached start.
 
-``workbench.client`` re-exports all of this (``from workbench.client import spawn_engine``
-keeps working). The paths are the engine's own (``adapters_lib.engine.locations``), so the
+The paths are the engine's own (``adapters_lib.engine.locations``), so the
 engine and its clients always agree where the socket is. Never imports JAX.
 """
 

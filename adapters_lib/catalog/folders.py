@@ -160,7 +160,8 @@ def tree_bytes(folder: Path) -> int:
 
 
 def _inspect_hf(entry: ModelEntry, folder: Path) -> None:
-    from adapters_lib.models.hf_convert import SafetensorsDir, SafetensorsError, check_hf_shapes
+    from adapters_lib.models.hf_layout import check_hf_shapes
+    from adapters_lib.models.safetensors_io import SafetensorsDir, SafetensorsError
 
     entry.tokenizer = find_tokenizer(folder)
     try:

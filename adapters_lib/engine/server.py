@@ -222,12 +222,12 @@ async def stream_run(request: web.Request, cmd: api.StreamRun) -> web.StreamResp
             await stream.send(item["type"], item["data"])
             if item["type"] == "metrics":
                 last_step = max(last_step, int(item["data"].get("step", 0)))
-        status = (await asyncio.to_thread(engine.summary, run)).to_json()
+        summary = await asyncio.to_thread(engine.summary, run)
         await stream.send("replayed", {"step": last_step})
-        await stream.send("status", status)
-        last_status = (status.get("state"), status.get("step"))
-        if status.get("state") not in ("queued", "running", "stopping"):
-            await stream.send("end", {"state": status.get("state")})
+        await stream.send("status", summary)
+        last_status = (summary.state, summary.step)
+        if not summary.active:
+            await stream.send("end", {"state": summary.state})
             return stream.response
         while True:
             try:

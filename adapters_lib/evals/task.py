@@ -80,6 +80,7 @@ class TaskSet:
     def __init__(self, tokenizer: Any, examples: Sequence[dict[str, Any]], plan: EvalPlan, *,
                  max_length: int, where: str = "[train] eval_metrics"):
         from adapters_lib import evaluate
+        from adapters_lib.sample import prompts
 
         self.plan = plan
         self.tokenizer = tokenizer
@@ -94,10 +95,10 @@ class TaskSet:
         self.examples = chosen
         self.prompts: list[list[int]] = []
         self.references: list[str] = []
-        codec = evaluate.codec_of(tokenizer)  # the one prompt tokenizer (sample.prompts)
+        codec = prompts.codec_of(tokenizer)  # the one prompt tokenizer (sample.prompts)
         for ex in chosen:
             messages, ref = evaluate.split_example(ex)
-            self.prompts.append(evaluate.prompt_ids(codec, messages))
+            self.prompts.append(prompts.prompt_ids(codec, messages))
             self.references.append(ref)
         lengths = [len(tokenizer.encode(r)) for r in self.references]
         self.max_new_tokens = metrics_lib.max_new_tokens(lengths, plan.max_new_tokens)

@@ -147,7 +147,8 @@ def write_gguf(path: str | Path, params: Mapping[str, Any], arch: Arch, *, quant
 
 
 def _base_reader(path: str | Path) -> Any:
-    from adapters_lib.models.gguf_file import GGUFError, open_reader
+    from adapters_lib.models.gguf_file import open_reader
+    from adapters_lib.models.gguf_info import GGUFError
 
     try:
         return open_reader(path)

@@ -51,10 +51,10 @@ def export_name(tuned: Any) -> str:
 
 
 def arch_of(loaded: Any) -> Any:
-    from adapters_lib.models import families, hf_convert
+    from adapters_lib.models import families
 
     try:
-        return hf_convert.arch_from_transformer_config(loaded.config, loaded.family)
+        return families.arch_from_transformer_config(loaded.config, loaded.family)
     except families.ArchError as e:
         raise WorkbenchError(f"a {loaded.family} model cannot be written as GGUF by this build "
                              f"({e.reason})", where="--format gguf",

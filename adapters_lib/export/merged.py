@@ -1,6 +1,6 @@
 """Merged full weights: base + adapters fused, as a gemma orbax checkpoint or HF safetensors.
 
-``gemma``: the fused tree (``lora.fuse_lora``) saved with ``gm.ckpts.save_params`` (loads with
+``gemma``: the fused tree (``lora_fuse.fuse_lora``) saved with ``gm.ckpts.save_params`` (loads with
 ``gm.ckpts.load_params``). ``hf``: the same tree through ``models.hf_convert.gemma_to_hf`` as
 ``model.safetensors`` (sharded over ``HF_SHARD_BYTES``) + ``config.json``. The tokenizer is
 copied beside the weights.
@@ -30,7 +30,7 @@ def merged_params(loaded: Any, trainable: Any, spec: LoraSpec) -> dict:
     into it in f32 and the result is bfloat16 (``docs/quantization.md``)."""
     import jax
 
-    from adapters_lib import lora
+    from adapters_lib import lora, lora_fuse
 
     if not spec.enabled:
         return jax.tree.map(np.asarray, trainable)
@@ -38,7 +38,7 @@ def merged_params(loaded: Any, trainable: Any, spec: LoraSpec) -> dict:
     base = float_base(loaded).params if quantized else loaded.params
     merged = lora.merge_lora(base, trainable)
     # Gemma 4's config has no such field: its gating einsum is always (2, F, D)
-    fused = lora.fuse_lora(merged, spec, transpose_gating=getattr(loaded.config, "transpose_gating_einsum", True))
+    fused = lora_fuse.fuse_lora(merged, spec, transpose_gating=getattr(loaded.config, "transpose_gating_einsum", True))
     return jax.tree.map(_to_bf16, fused) if quantized else fused
 
 

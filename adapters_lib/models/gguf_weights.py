@@ -27,7 +27,8 @@ from adapters_lib.models import families
 from adapters_lib.models.families import Arch
 from adapters_lib.models.gguf_arch import gguf_names, norm_offset
 from adapters_lib.models.gguf_arch_e import gguf_plan, rope_proportion, split_parts
-from adapters_lib.models.gguf_file import GGUFError, GGUFInfo, open_reader
+from adapters_lib.models.gguf_file import open_reader
+from adapters_lib.models.gguf_info import GGUFError, GGUFInfo
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +174,8 @@ def export_hf_from_gguf(info: GGUFInfo, arch: Arch, out: Path, *, dtype: str = "
     import shutil
 
     from adapters_lib.models.families import hf_config_for
-    from adapters_lib.models.hf_convert import hf_shapes, save_hf
+    from adapters_lib.models.hf_convert import save_hf
+    from adapters_lib.models.hf_layout import hf_shapes
 
     source = TensorSource(info, arch)
     np_dtype = _dtype(dtype)

@@ -24,7 +24,7 @@ layers.i.mlp.down_proj         (D, F)               mlp/linear (F, D)
 
 Norm weights copy as they are: HF's Gemma RMSNorm multiplies by ``1 + weight`` like gemma's.
 Only reshapes and transposes: the round trip is bit-exact. The safetensors reader/writer
-(``safetensors_io``, re-exported here) is a few lines over ``numpy.memmap``, with no torch.
+(``safetensors_io``) is a few lines over ``numpy.memmap``, with no torch.
 """
 
 from __future__ import annotations
@@ -38,27 +38,15 @@ import numpy as np
 
 from adapters_lib.models import families
 from adapters_lib.models.families import Arch, hf_config_for
-from adapters_lib.models.families.arch import arch_from_transformer_config
-from adapters_lib.models.hf_layout import (  # noqa: F401 - re-exported
-    _NORMS,
-    _PREFIXES,
-    check_hf_shapes,
-    hf_prefix,
-    hf_shapes,
-)
-from adapters_lib.models.safetensors_io import (  # noqa: F401 - re-exported (callers import them here)
+from adapters_lib.models.hf_layout import _NORMS, hf_prefix
+from adapters_lib.models.safetensors_io import (
     _CODES,
-    _DTYPES,
-    SafetensorsDir,
     SafetensorsError,
     _np_dtype,
-    read_header,
-    read_tensor,
     write_safetensors,
 )
 
-__all__ = ["gemma_to_hf", "hf_to_gemma", "hf_config_for", "export_hf", "save_hf", "leaf_plan",
-           "SafetensorsDir", "read_header", "write_safetensors", "arch_from_transformer_config"]
+__all__ = ["gemma_to_hf", "hf_to_gemma", "export_hf", "save_hf", "leaf_plan", "gemma_shapes", "omitted"]
 
 # --------------------------------------------------------------------------- the name map
 
@@ -162,7 +150,7 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
     """HF tensors (``model.`` prefix) from a gemma params tree: the inverse of ``hf_to_gemma``.
 
     Pass the model's ``TransformerConfig`` and family, or an ``Arch``.
-    LoRA adapters must be fused first (``adapters_lib.lora.fuse_lora``).
+    LoRA adapters must be fused first (``adapters_lib.lora_fuse.fuse_lora``).
     """
     if arch is None:
         arch = arch_from_config(transformer_config, family)

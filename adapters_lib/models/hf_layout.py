@@ -1,5 +1,5 @@
 """The Hugging Face tensor names and shapes of an ``Arch`` (no numpy: the catalog checks a
-GGUF's tensor table against them without importing it). ``hf_convert`` re-exports these.
+GGUF's tensor table against them without importing it).
 """
 
 from __future__ import annotations

@@ -45,20 +45,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from adapters_lib.models.quantize_layout import (  # noqa: F401 - this module's interface too
-    BITS,
+from adapters_lib.models.quantize_layout import (
     DEFAULT_TILE,
-    MODES,
     QUANTIZED,
-    TILE_WHERE,
-    WHERE,
     _names,
-    arch_shapes,
     check,
-    describe,
-    held_bytes,
     mode_of,
-    quantized_bytes,
     tiled_axes,
 )
 

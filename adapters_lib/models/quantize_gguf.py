@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.models import quantize_layout
-from adapters_lib.models.gguf_file import GGUFError
+from adapters_lib.models.gguf_info import GGUFError
 
 log = logging.getLogger(__name__)
 

@@ -162,7 +162,7 @@ def load_gguf(entry: ModelEntry, arch: families.Arch, param_dtype: str, sharding
               blocks: bool = False) -> Any:
     """Dequantize a GGUF tensor by tensor straight onto the shardings (``gguf_weights``), or
     with ``blocks`` keep its block tensors as they are (``quantize_gguf``)."""
-    from adapters_lib.models.gguf_file import GGUFError
+    from adapters_lib.models.gguf_info import GGUFError
     from adapters_lib.models.gguf_weights import load_gguf_params
 
     try:
@@ -186,7 +186,8 @@ def load_orbax_params(ckpt: Path, arch: families.Arch, param_dtype: str, shardin
 
 def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
     """Read HF safetensors tensor by tensor, convert, cast and place each gemma leaf."""
-    from adapters_lib.models.hf_convert import SafetensorsDir, SafetensorsError, hf_prefix
+    from adapters_lib.models.hf_layout import hf_prefix
+    from adapters_lib.models.safetensors_io import SafetensorsDir, SafetensorsError
 
     try:
         tensors = SafetensorsDir(folder)
@@ -199,7 +200,7 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
 def load_keras_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
     """A Keras preset's weights (``model.weights.h5`` or its shards), read tensor by tensor under
     their Hugging Face names (``keras_weights``) and placed as the safetensors are."""
-    from adapters_lib.models.hf_convert import hf_prefix
+    from adapters_lib.models.hf_layout import hf_prefix
     from adapters_lib.models.keras_weights import KerasPresetTensors
 
     with KerasPresetTensors(folder) as tensors:

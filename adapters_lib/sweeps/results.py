@@ -28,8 +28,7 @@ from adapters_lib.evals import records
 from adapters_lib.evals.metrics import best_index
 from adapters_lib.evals.selection import candidates
 from adapters_lib.runs import RunDir
-
-FINAL_STATES = ("completed", "stopped", "failed", "interrupted")
+from adapters_lib.runs.state import TERMINAL_STATES, RunState
 
 
 class NoSuchSweep(WorkbenchError):
@@ -79,13 +78,13 @@ def _wall_s(run: RunDir, status: dict[str, Any]) -> float | None:
     for e in run.events():
         if e.get("kind") != "state" or not isinstance(e.get("time"), (int, float)):
             continue
-        if e.get("state") == "running" and started is None:
+        if e.get("state") == RunState.RUNNING and started is None:
             started = e["time"]
-        if e.get("state") in FINAL_STATES:
+        if e.get("state") in TERMINAL_STATES:
             ended = e["time"]
     if started is None:
         return None
-    end = ended if status.get("state") in FINAL_STATES and ended else time.time()
+    end = ended if status.get("state") in TERMINAL_STATES and ended else time.time()
     return round(max(0.0, end - started), 3)
 
 

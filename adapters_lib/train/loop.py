@@ -44,22 +44,15 @@ from typing import Any
 
 from adapters_lib.config import RunConfig
 from adapters_lib.runs import RunDir
-from adapters_lib.train.trainer import (
-    HookSource,
+from adapters_lib.train.hooks import TrainHook
+from adapters_lib.train.session import (
     ModelProbe,
-    NullControl,
-    RouteSetup,
-    TrainControl,
-    Trainer,
-    TrainHook,
-    TrainingDiverged,
     TrainResult,
     diverged,
-    run_trainer,
 )
+from adapters_lib.train.trainer import HookSource, RouteSetup, Trainer, run_trainer
 
-__all__ = ["GemmaTrainer", "NullControl", "TrainControl", "TrainHook", "TrainResult",
-           "TrainingDiverged", "run_training"]
+__all__ = ["GemmaTrainer", "run_training"]
 
 log = logging.getLogger(__name__)
 

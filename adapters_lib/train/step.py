@@ -52,11 +52,7 @@ from adapters_lib.config import RunConfig
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train import objectives, step_programs
 from adapters_lib.train.objectives.sft import BATCH_KEYS
-from adapters_lib.train.variants import (  # noqa: F401 - the step's model variants, re-exported
-    with_blocked_attention,
-    with_remat,
-    with_training_attention,
-)
+from adapters_lib.train.variants import with_remat, with_training_attention
 
 log = logging.getLogger(__name__)
 trace_context.complete()  # before any program is traced: see trace_context

@@ -46,11 +46,9 @@ from typing import Any, ClassVar
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.runs import ACTIVE_STATES, RunDir, lease, lifecycle
 from adapters_lib.train.hooks import TrainHook
-from adapters_lib.train.session import (  # noqa: F401  (the trainer's records, importable here)
+from adapters_lib.train.session import (
     ModelProbe,
-    NullControl,
     RunSession,
-    TrainControl,
     TrainingDiverged,
     TrainResult,
     diverged,

@@ -77,7 +77,8 @@ def render_status(s: api.EngineStatus) -> str:
 
 def run_start(args: argparse.Namespace) -> int:
     from adapters_lib.engine.locations import parse_tcp
-    from workbench.client import EngineClient, engine_files, spawn_engine
+    from workbench.client import EngineClient
+    from workbench.engine_process import engine_files, spawn_engine
 
     if args.tcp:  # a mistake is one line, before anything starts or is written
         parse_tcp(args.tcp, any_address=args.tcp_any_address)

@@ -134,11 +134,11 @@ class RemoteLink(Reconnecting):
     def _probe(self) -> dict[str, Any]:
         """``/v1/status`` through the forwarded socket with our token; version-checked."""
         from workbench import __version__
-        from workbench.client import API_VERSION, EngineClient
+        from workbench.client import EngineClient
 
         with EngineClient(socket_path=self.socket_path, token=self.token, timeout=30) as c:
             status = c.status()
-        problem = version_problem(status.to_json(), self.where, API_VERSION, __version__)
+        problem = version_problem(status.to_json(), self.where, api.API_VERSION, __version__)
         if problem:
             raise problem
         return status
@@ -226,12 +226,11 @@ class RemoteLink(Reconnecting):
 
     def _handshake(self, *, interactive: bool) -> None:
         from workbench import __version__
-        from workbench.client import API_VERSION
 
         self.ssh.ensure_master(interactive=interactive)
         command = self.remote_command()
         status = self._start_engine()
-        problem = version_problem(status, self.where, API_VERSION, __version__)
+        problem = version_problem(status, self.where, api.API_VERSION, __version__)
         if problem:
             raise problem
         remote_socket = status["listen"]["socket"]

@@ -41,7 +41,6 @@ from workbench.widgets.waits import WaitNote
 LATEST = -1
 
 
-
 class CompareScreen(WorkbenchScreen):
     AUTO_FOCUS = "#compare-prompt"
     BINDINGS = [
