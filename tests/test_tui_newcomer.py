@@ -177,3 +177,45 @@ async def test_runs_name_their_model_and_a_run_is_named_by_its_model_and_data(tm
     assert create_run(RunConfig(), root=tmp_path).run_id.endswith("-demo")
     assert default_name("hf:google/gemma-3-1b-it", "/data/answer-format/train.jsonl") == \
         "gemma-3-1b-it-answer-format"
+
+
+class RunningClient(StaticClient):
+    """The stand-in with its first run still training at step 20 of 40 (0.35 s a step)."""
+
+    def _summary(self, rid: str) -> dict:
+        return {**super()._summary(rid), "state": "running", "step": 20}
+
+    def _record(self, rid: str, metrics: bool = True, events: bool = True) -> dict:
+        record = super()._record(rid, metrics, events)
+        return {**record, "metrics": record["metrics"][:20]} if metrics else record
+
+    def stream(self, cmd: api.Command):
+        if isinstance(cmd, api.StreamRun):  # the run goes on: no end yet
+            return iter([api.stream_item("replayed", {}, cmd.items)])
+        return super().stream(cmd)
+
+
+async def test_at_80_columns_the_train_header_shows_a_running_runs_eta():
+    """The header read "… loss 2.027 eval 2.295@100 1.85s/ste…": the ETA was cut off."""
+    app = WorkbenchApp(RunningClient(), mode="train", run_id="20260101-120000-demo", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.pause(0.6)  # the 2 Hz redraw
+        title = app.screen.query_one("#train-title")
+        text = str(title.render())
+        assert "running 20/40" in text and "ETA 7s" in text
+        assert text.index("ETA 7s") + len("ETA 7s") <= title.size.width  # shown, not cut
+
+
+async def test_at_80_columns_a_mesh_error_under_the_form_is_shown_whole():
+    """The error read "✗ [mesh]: mesh 9×1×-1 cannot fill 1 devices (1 is not a" and stopped."""
+    app = WorkbenchApp(LaunchingClient(devices=1), mode="configure", remember=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("enter", "ctrl+u", "9")  # into the Mesh page's first field: data 9
+        await settle(pilot)
+        status = app.screen.query_one("#config-status")
+        text = str(status.render())
+        assert text.startswith("✗") and "9" in text and len(text) > status.size.width
+        assert status.size.height * status.size.width >= len(text)  # wrapped, not cut
+        assert app.screen.query_one("#launch", Button).disabled

@@ -64,7 +64,7 @@ def test_before_the_first_step_the_header_says_what_the_run_waits_for():
     assert "setting up" in header_text(view, "r", "green", now=1012.0)
     assert "12s" in header_text(view, "r", "green", now=1012.0)
     view.add_event({"time": 1030.0, "kind": "log", "message": "set-up 30.0s: mesh 1×1×1"})
-    assert "compiling the train step" in header_text(view, "r", "green", now=1040.0)
+    assert "compiling the step" in header_text(view, "r", "green", now=1040.0)
     view.state = RunState.STOPPING
     view.add_metrics({"step": 3, "loss": 2.0})
     view.add_event({"time": 1050.0, "kind": "state", "state": "stopping"})
@@ -124,6 +124,9 @@ def test_engine_phase_follows_the_jax_start_up_and_keeps_its_clock():
     assert ready.wait is None and ready.ready == "engine ✓ cpu×2"
     assert "JAX failed" in phase_of(status({"jax": {"error": "boom"}})).error
     assert "s" in EnginePhase(Wait("engine starting", started=0.0)).markup()
+    # the clock first: at 80 columns a long label is cut at its end, never the time
+    assert Wait("loading the latest checkpoint (restore + compile the first time)",
+                started=0.0, hint="esc cancels").text(now=12.34).startswith("12.3 s · loading")
 
 
 def test_the_models_screen_scans_this_machine_only_for_a_local_engine():

@@ -32,7 +32,7 @@ def epoch(t: Any) -> float | None:
 
 
 def waiting_for(view: RunView, now: float | None = None) -> str:
-    """Until the first step: what the run waits for and since when (``"compiling · 12 s"``)."""
+    """Until the first step: what the run waits for and since when (``"compiling … · 12s"``)."""
     now = time.time() if now is None else now
     since = None
     phases = (RunState.STOPPING,) if view.state == RunState.STOPPING else (RunState.QUEUED, RunState.RUNNING)
@@ -45,7 +45,7 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
         what = "stopping: writing a checkpoint"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("set-up")
              for e in view.events):
-        what = "compiling the train step (first step)"
+        what = "compiling the step (first step)"
     else:
         what = "setting up: model, data, mesh"
     took = f" · {fmt_duration(max(0.0, now - since))}" if since is not None else ""
@@ -53,8 +53,15 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
 
 
 def header_text(view: RunView, name: str, state_style: str, now: float | None = None) -> str:
+    """One line, the most telling first (at 80 columns its end is cut): the run, its state and
+    step, what it waits for or its ETA, then the losses and the step time."""
     v = view
     parts = [f"[b]{escape(name)}[/b] [{state_style}]{v.state or 'unknown'}[/] {v.step}/{v.total_steps or '?'}"]
+    if v.active and (not v.metrics or v.state == RunState.STOPPING):
+        parts.append(f"[yellow]{escape(waiting_for(v, now))}[/]")
+    eta = v.eta_seconds()
+    if eta is not None:
+        parts.append(f"ETA {fmt_duration(eta)}")
     last = v.metrics[-1] if v.metrics else {}
     if isinstance(last.get("loss"), (int, float)):
         parts.append(f"loss {last['loss']:.3f}")
@@ -64,11 +71,6 @@ def header_text(view: RunView, name: str, state_style: str, now: float | None = 
     per_step = v.step_time()
     if per_step is not None:
         parts.append(f"{per_step:.2f}s/step")
-    eta = v.eta_seconds()
-    if eta is not None:
-        parts.append(f"ETA {fmt_duration(eta)}")
-    if v.active and (not v.metrics or v.state == RunState.STOPPING):
-        parts.append(f"[yellow]{escape(waiting_for(v, now))}[/]")
     text = " ".join(parts)
     return text + (f" [red]{escape(v.error)}[/]" if v.error else "")
 

@@ -1,6 +1,7 @@
 """Waits the user can see: what the TUI is waiting for, and for how long.
 
-``Wait`` is a label plus its start time; ``text()`` reads ``"importing JAX · 4.2 s"``. A
+``Wait`` is a label plus its start time; ``text()`` reads ``"4.2 s · importing JAX"`` (the time
+first: at 80 columns a long label is cut at its end, never the clock). A
 ``WaitNote`` is a one-line widget that shows the wait it was given, ticking four times a
 second while it lasts (after ``SHOW_AFTER_S``, so a quick answer never flickers), and a plain
 line once it is done. Screens hold one per slow call (catalog, devices, a compare).
@@ -33,7 +34,7 @@ class Wait:
     def text(self, now: float | None = None) -> str:
         seconds = (now if now is not None else time.monotonic()) - self.started
         hint = f" · {self.hint}" if self.hint else ""
-        return f"{self.what} · {seconds:.1f} s{hint}"
+        return f"{seconds:.1f} s · {self.what}{hint}"
 
 
 def spinner(now: float | None = None) -> str:
