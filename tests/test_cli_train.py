@@ -7,17 +7,20 @@ CLI at it (GEMMA_WORKBENCH_HOME). The Ctrl-C tests run the real executable in a 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from fixtures_runs import demo_overrides
 
 from adapters_lib.runs import RunDir, list_runs
+from adapters_lib.runs.state import TERMINAL_STATES
 from workbench.cli import main
 
 ONE_TRAIN_STEP = {"train__schedule": "constant"}
@@ -186,13 +189,31 @@ def test_in_process_training_is_refused_while_an_engine_runs(cli_engine, tmp_pat
     assert "drop --in-process" in err and list_runs(tmp_path) == []
 
 
-def _start_train(home: Path, root: Path, stdin) -> subprocess.Popen:
+@contextlib.contextmanager
+def _long_train(home: Path, root: Path, stdin) -> Iterator[subprocess.Popen]:
+    """``gemma-workbench train`` of a 5000-step run under ``root``. Whatever the test's outcome,
+    neither the command nor its run outlives the test: a run left training would hold the
+    module's engine (one run at a time) and the next test's run would wait behind it."""
     env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(home)}
     argv = [sys.executable, "-m", "workbench", "train"] + _sets(demo_overrides(
         train__steps=5000, train__eval_every=10000, train__checkpoint_every=50,
         run__dir=f'"{root}"', **ONE_TRAIN_STEP))
-    return subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    proc = subprocess.Popen(argv, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env=env, text=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        from workbench.client import EngineClient
+
+        with EngineClient(socket_path=home / "run" / "engine.sock",
+                          token_path=home / "run" / "engine.token") as client:
+            for run in list_runs(root):
+                if client.get_run(run.run_id, metrics=False, events=False).state not in TERMINAL_STATES:
+                    client.stop_run(run.run_id)
+                    client.wait_run(run.run_id, timeout=300)
 
 
 def _wait_for_progress(proc: subprocess.Popen, timeout: float = 300) -> list[str]:
@@ -212,19 +233,19 @@ def _wait_for_progress(proc: subprocess.Popen, timeout: float = 300) -> list[str
 def test_ctrl_c_without_a_terminal_detaches_and_says_how_to_stop(cli_engine, tmp_path):
     from workbench.client import EngineClient
 
-    proc = _start_train(cli_engine, tmp_path, subprocess.DEVNULL)
-    run_dir = Path(proc.stdout.readline().strip())
-    _wait_for_progress(proc)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    run_id = run_dir.name
-    assert f"detached: run {run_id} goes on" in err and f"gemma-workbench runs stop {run_id}" in err
-    with EngineClient(socket_path=cli_engine / "run" / "engine.sock",
-                      token_path=cli_engine / "run" / "engine.token") as client:
-        assert client.get_run(run_id, metrics=False, events=False).state == "running"
-        client.stop_run(run_id)
-        assert client.wait_run(run_id, timeout=300).state == "stopped"
+    with _long_train(cli_engine, tmp_path, subprocess.DEVNULL) as proc:
+        run_dir = Path(proc.stdout.readline().strip())
+        _wait_for_progress(proc)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        run_id = run_dir.name
+        assert f"detached: run {run_id} goes on" in err and f"gemma-workbench runs stop {run_id}" in err
+        with EngineClient(socket_path=cli_engine / "run" / "engine.sock",
+                          token_path=cli_engine / "run" / "engine.token") as client:
+            assert client.get_run(run_id, metrics=False, events=False).state == "running"
+            client.stop_run(run_id)
+            assert client.wait_run(run_id, timeout=300).state == "stopped"
 
 
 def test_ctrl_c_on_a_terminal_asks_and_stop_checkpoints_the_run(cli_engine, tmp_path):
@@ -232,12 +253,12 @@ def test_ctrl_c_on_a_terminal_asks_and_stop_checkpoints_the_run(cli_engine, tmp_
 
     master, slave = pty.openpty()
     try:
-        proc = _start_train(cli_engine, tmp_path, slave)
-        run_dir = Path(proc.stdout.readline().strip())
-        _wait_for_progress(proc)
-        proc.send_signal(signal.SIGINT)
-        os.write(master, b"s\n")  # the answer waits in the terminal until the prompt reads it
-        out, err = proc.communicate(timeout=300)
+        with _long_train(cli_engine, tmp_path, slave) as proc:
+            run_dir = Path(proc.stdout.readline().strip())
+            _wait_for_progress(proc)
+            proc.send_signal(signal.SIGINT)
+            os.write(master, b"s\n")  # the answer waits in the terminal until the prompt reads it
+            out, err = proc.communicate(timeout=300)
     finally:
         os.close(master)
         os.close(slave)
