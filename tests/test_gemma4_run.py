@@ -1,6 +1,7 @@
 """A Gemma 4 MoE run end to end on the gemma route: an HF folder with its tokenizer is a catalog
 model; the trainer trains LoRA on every target and the expert bank (train step, eval,
-checkpoint), the loss falls; ``export --format adapter`` writes the experts in PEFT's layout."""
+checkpoint), the loss falls; compare's A/B differs after training, its tuned side is the fused
+model's answer; ``export --format adapter`` writes the experts in PEFT's layout."""
 
 from __future__ import annotations
 
@@ -38,3 +39,15 @@ def test_a_moe_run_trains_the_experts_and_exports_them(gemma4_tiny, gemma4_token
     names = hf_convert.SafetensorsDir(tmp_path / "adapter").where
     assert "base_model.model.model.layers.0.experts.base_layer.lora_A.weight" in names
     assert out["step"] == 4
+    from adapters_lib.export.merged import merged_params
+    from adapters_lib.sample import Sampler, SamplingSettings
+    from adapters_lib.tuned import load_run_model
+
+    tuned = load_run_model(run.path)  # compare: one batched generation, a side per variant
+    prompts = ["apple river stone"]
+    ab = tuned.generate({"base": prompts, "tuned": prompts}, SamplingSettings(max_new_tokens=8))
+    assert ab["base"][0].text != ab["tuned"][0].text
+    fused = Sampler(tuned.loaded.model, merged_params(tuned.loaded, tuned.adapters, tuned.lora),
+                    tuned.loaded.tokenizer)
+    [[alone]] = fused.generate_grid(prompts, [None], SamplingSettings(max_new_tokens=8))
+    assert alone["text"] == ab["tuned"][0].text

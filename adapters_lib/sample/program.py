@@ -85,10 +85,33 @@ class Program:
 
         layer_axes = {"k": 0, "v": 0, "positions": 0, "end_index": None}
         cache_axes = {name: layer_axes for name in cache}
+        if getattr(self.model.config, "enable_moe", False):
+            return self._mapped(one, variants, (lora, tokens, positions, mask, cache), axes)
         in_axes = (0, axes["tokens"], axes["positions"], axes["mask"],
                    cache_axes if axes["cache"] == 0 else None)
         return jax.vmap(one, in_axes=in_axes, out_axes=(0, cache_axes), axis_size=variants)(
             lora, tokens, positions, mask, cache)
+
+    @staticmethod
+    def _mapped(one, variants, args, axes):
+        """``one`` over the variants one after the other (``jax.lax.map``): a MoE expert bank's
+        ``jax.lax.ragged_dot`` has no batching rule for operands batched differently (the
+        variants' adapters route their tokens differently), so it cannot be ``vmap``-ped. Same
+        inputs and outputs as the ``vmap`` (the cache's ``end_index`` shared)."""
+        import jax
+        import jax.numpy as jnp
+
+        lora, tokens, positions, mask, cache = args
+        per = (True, axes["tokens"] == 0, axes["positions"] == 0, axes["mask"] == 0, axes["cache"] == 0)
+
+        def body(i):
+            picked = [jax.tree.map(lambda x: x[i], a) if batched else a for a, batched in zip(args, per, strict=True)]
+            if per[4]:  # the shared write index stays shared
+                picked[4] = {n: {**layer, "end_index": cache[n]["end_index"]} for n, layer in picked[4].items()}
+            return one(*picked)
+
+        logits, out = jax.lax.map(body, jnp.arange(variants))
+        return logits, {n: {**layer, "end_index": layer["end_index"][0]} for n, layer in out.items()}
 
     def _choose(self, logits, keys, temperature, top_k, top_p, greedy):
         import jax
