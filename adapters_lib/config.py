@@ -23,6 +23,8 @@ import tomli_w
 
 from adapters_lib import config_checks as checks
 from adapters_lib.config_backends import check_backend_options
+from adapters_lib.config_paths import cwd, resolve_paths
+from adapters_lib.config_sweep import check_sweep
 from adapters_lib.errors import WorkbenchError
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -310,8 +312,8 @@ def config_from_dict(
                               schedules=SCHEDULES, dtypes=DTYPES, backends=BACKENDS,
                               quantize_modes=QUANTIZE_MODES,
                               data_formats=DATA_FORMATS, eval_metrics=EVAL_METRICS)
-    cfg = checks.check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
-    cfg = checks.resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,
+    cfg = check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
+    cfg = resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,
                                overrides_dir=Path(overrides_dir) if overrides_dir else None)
     check_backend_options(cfg)  # options one backend has and the other lacks
     return cfg
@@ -371,7 +373,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     The file's relative paths resolve against its folder; ``overrides`` (``--set``) against
     the current directory.
     """
-    here = checks.cwd()
+    here = cwd()
     if path is None:
         return config_from_dict({}, source="<defaults>", overrides=overrides, overrides_dir=here)
     p = Path(path).expanduser()

@@ -1,23 +1,16 @@
-"""The run config's checks: where a key was set, value ranges, and path resolution.
+"""The run config's checks: where a key was set and value ranges (``[sweep]``:
+``config_sweep``; paths: ``config_paths``).
 
 Used by ``adapters_lib.config`` only (the public API lives there). Every failure is a
 ``WorkbenchError`` whose ``where`` is ``file:line [section] key`` (or the ``--set`` item).
-
-Paths (``[model] source`` when it is a path, ``tokenizer``, ``[data] path``, ``eval_path``,
-``[run] dir``) are made absolute here, before anything reaches the engine: a value from the
-config file resolves against the file's folder, a ``--set`` value against the current
-directory, ``~`` is expanded. Where neither folder is known (the engine, any API client) a
-relative path is refused: the engine's working directory is not the user's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
-import os
 import re
 from dataclasses import fields
-from pathlib import Path
 from typing import Any, get_type_hints
 
 from adapters_lib.errors import WorkbenchError
@@ -301,160 +294,3 @@ def _check_eval_keys(t: Any, fail: Any, names: tuple[str, ...]) -> None:
     if not 0 <= t.eval_max_new_tokens <= EVAL_MAX_NEW_TOKENS:
         fail("train", "eval_max_new_tokens", f"train.eval_max_new_tokens is {t.eval_max_new_tokens}",
              f"use 0 (the longest reference + 16) or up to {EVAL_MAX_NEW_TOKENS} tokens")
-
-
-# --------------------------------------------------------------------------- sweeps
-
-SWEEP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-def grid_items(grid: dict[str, Any]) -> list[tuple[str, Any]]:
-    """``[sweep] grid`` as ("section.key", values) pairs, in the order written.
-
-    A grid written as TOML tables (``[sweep.grid.lora] rank = [4, 8]`` or ``lora.rank = [4, 8]``
-    without quotes) arrives nested: one level is flattened here.
-    """
-    items: list[tuple[str, Any]] = []
-    for key, value in grid.items():
-        if isinstance(value, dict) and "." not in key:
-            items.extend((f"{key}.{sub}", v) for sub, v in value.items())
-        else:
-            items.append((key, value))
-    return items
-
-
-def check_sweep(cfg: Any, where: Where, sections: dict[str, type], *,
-                eval_metrics: tuple[str, ...]) -> Any:
-    """``[sweep]``: each grid key a real ``section.key``, each value list non-empty and of the
-    key's type, the ranking metric known. Returns ``cfg`` with the grid flattened."""
-    sw = cfg.sweep
-
-    def fail(key: str, message: str, hint: str | None = None) -> None:
-        raise WorkbenchError(message, where=where("sweep", key), hint=hint)
-
-    for key in ("id", "name", "metric"):
-        check_line_text(getattr(sw, key), key=f"sweep.{key}", where=where("sweep", key))
-    if sw.id and not SWEEP_ID.match(sw.id):
-        fail("id", f"sweep.id {sw.id!r} is not an id", "the workbench sets it; leave it empty")
-    if sw.metric and sw.metric not in eval_metrics:
-        fail("metric", f"sweep.metric is {sw.metric!r}",
-             f"{closest(sw.metric, list(eval_metrics))} (metrics are {', '.join(eval_metrics)})")
-    flat: dict[str, Any] = {}
-    for dotted, values in grid_items(sw.grid):
-        section, _, key = dotted.partition(".")
-        if section not in sections or section == "sweep":
-            others = [s for s in sections if s != "sweep"]
-            near = difflib.get_close_matches(section, others, n=1, cutoff=0.5)
-            fail("grid", f"sweep.grid key {dotted!r} is not section.key",
-                 "a sweep cannot sweep its own [sweep] keys" if section == "sweep"
-                 else f"did you mean {near[0]!r}?" if near else f"sections are {', '.join(others)}")
-        valid = [f.name for f in fields(sections[section])]
-        if key not in valid:
-            fail("grid", f"sweep.grid key {dotted!r}: unknown key {section}.{key}", closest(key, valid))
-        if not isinstance(values, list) or not values:
-            fail("grid", f"sweep.grid {dotted!r} must be a non-empty list of values",
-                 f'e.g. "{dotted}" = [4, 8]' if not isinstance(values, list) else "give at least one value")
-        hint_type = get_type_hints(sections[section])[key]
-        checked = []
-        for v in values:
-            if (section, key) == ("lora", "targets") and isinstance(v, str):
-                v = v.split() if v.strip() != "all" else ["all"]
-            checked.append(coerce(v, hint_type, key=f"sweep.grid {dotted!r} value",
-                                  where=where("sweep", "grid")))
-        if len({repr(v) for v in checked}) != len(checked):
-            fail("grid", f"sweep.grid {dotted!r} names a value twice", "name each value once")
-        if dotted in flat:
-            fail("grid", f"sweep.grid names {dotted!r} twice", "name each key once")
-        flat[dotted] = [list(v) if isinstance(v, tuple) else v for v in values]
-    for dotted in sw.point:
-        section, _, key = dotted.partition(".")
-        if section not in sections or key not in [f.name for f in fields(sections[section])]:
-            fail("point", f"sweep.point key {dotted!r} is not section.key",
-                 "the workbench sets it; leave it empty")
-    return dataclasses.replace(cfg, sweep=dataclasses.replace(sw, grid=flat)) if flat != sw.grid else cfg
-
-
-# --------------------------------------------------------------------------- paths
-
-
-def _looks_like_path(source: str) -> bool:
-    return source.startswith(("/", "~", "./", "../")) or source in (".", "..")
-
-
-def resolve_path(value: str, base: Path | None, *, key: str, where: str) -> str:
-    """``value`` made absolute: ``~`` expanded, relative to ``base`` (None: refused)."""
-    try:
-        p = Path(value).expanduser()
-    except RuntimeError:  # ~user with no such user
-        raise WorkbenchError(f"{key} {value!r}: cannot expand {value.split('/')[0]!r} "
-                             "(no such user)", where=where) from None
-    if not p.is_absolute():
-        if base is None:
-            raise WorkbenchError(
-                f"{key} {value!r} is a relative path, and it is not known what it is "
-                "relative to here", where=where,
-                hint="give an absolute path (the CLI and the TUI resolve a config file's "
-                     "paths against its folder)")
-        p = base / p
-    return str(p.resolve())
-
-
-DATASET_PREFIXES = ("hf:", "tfds:")
-"""``data.path``/``eval_path`` values that name a dataset in a cache, not a file
-(``adapters_lib.data.sources``): parsed here, never resolved as paths, except the folder of
-``hf:/a/folder`` (a ``save_to_disk`` folder), which resolves like any path."""
-
-
-def _resolve_dataset_ref(value: str, base: Path | None, *, key: str, where: str) -> str:
-    from adapters_lib.dataset_refs import parse_ref  # stdlib only
-
-    ref = parse_ref(value, where=where)
-    if ref.scheme == "hf" and _looks_like_path(ref.name):
-        folder = resolve_path(ref.name, base, key=key, where=where)
-        return f"hf:{folder}" + (f"@{ref.split}" if ref.split else "")
-    return value
-
-
-def resolve_paths(cfg: Any, where: Where, *, base_dir: Path | None,
-                  overrides_dir: Path | None) -> Any:
-    """``cfg`` with every path key absolute (see the module doc)."""
-    def base_of(section: str, key: str) -> Path | None:
-        return overrides_dir if (section, key) in where.overrides else base_dir
-
-    changed: dict[str, dict[str, str]] = {}
-    for section, key in PATH_KEYS:
-        value = getattr(getattr(cfg, section), key)
-        if not value or (section, key) == ("data", "path") and value == "demo":
-            continue
-        if section == "data" and value.startswith(DATASET_PREFIXES):
-            resolved = _resolve_dataset_ref(value, base_of(section, key), key=f"{section}.{key}",
-                                            where=where(section, key))
-            if resolved != value:
-                changed.setdefault(section, {})[key] = resolved
-            continue
-        changed.setdefault(section, {})[key] = resolve_path(
-            value, base_of(section, key), key=f"{section}.{key}", where=where(section, key))
-    source = cfg.model.source
-    if source != "demo":
-        bare = source.removeprefix("local:")
-        base = base_of("model", "source")
-        explicit = source.startswith("local:") or _looks_like_path(bare)
-        if explicit or (base is not None and (base / bare).exists()):
-            path = resolve_path(bare, base, key="model.source", where=where("model", "source"))
-            changed.setdefault("model", {})["source"] = ("local:" if bare != source else "") + path
-    run_dir = changed.get("run", {}).get("dir")
-    if run_dir and os.path.exists(run_dir) and not os.path.isdir(run_dir):
-        raise WorkbenchError(f"run.dir {run_dir!r} is a file; it must be a folder (made when "
-                             "missing)", where=where("run", "dir"),
-                             hint="name a folder for the run directories, or leave it empty")
-    sections = {name: dataclasses.replace(getattr(cfg, name), **values)
-                for name, values in changed.items()}
-    return dataclasses.replace(cfg, **sections) if sections else cfg
-
-
-def cwd() -> Path | None:
-    """The current directory, or None when it was deleted under this process."""
-    try:
-        return Path(os.getcwd())
-    except OSError:
-        return None

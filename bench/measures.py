@@ -198,7 +198,7 @@ def ref_step_memory(model, abstract_base, b: int, length: int) -> dict:
     import optax
     from gemma import gm, peft
 
-    from adapters_lib.train.step import memory_of
+    from adapters_lib.train.compiled_steps import memory_of
 
     tokens = jnp.zeros((1, 8), jnp.int32)
     ref_model = gm.nn.LoRA(rank=8, model=model, dtype=jnp.float32)

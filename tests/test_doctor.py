@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters_lib import doctor
-from adapters_lib.doctor import Hardware, JaxProbe
+from adapters_lib import doctor, hardware
+from adapters_lib.doctor import JaxProbe
+from adapters_lib.hardware import Hardware
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_VERSIONS = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": None, "jax_cuda12_plugin": None}
@@ -61,7 +62,7 @@ def test_hardware_probe_reads_tpu_device_files_and_env(tmp_path):
     (dev / "accel0").touch()
     (dev / "vfio" / "0").touch()
     (dev / "vfio" / "vfio").touch()  # the control node is not a TPU
-    hw = doctor.probe_hardware(dev=dev, proc=tmp_path / "proc", env={"TPU_ACCELERATOR_TYPE": "v5litepod-8"},
+    hw = hardware.probe_hardware(dev=dev, proc=tmp_path / "proc", env={"TPU_ACCELERATOR_TYPE": "v5litepod-8"},
                                run=lambda argv: None, lockfile=tmp_path / "nolock")
     assert hw.tpu_device_files == [str(dev / "accel0"), str(dev / "vfio" / "0")]
     assert hw.tpu_env == {"TPU_ACCELERATOR_TYPE": "v5litepod-8"}
@@ -70,14 +71,14 @@ def test_hardware_probe_reads_tpu_device_files_and_env(tmp_path):
 
 def test_hardware_probe_reads_nvidia_smi_then_proc_driver(tmp_path):
     smi = "NVIDIA H200, 550.54.15\nNVIDIA H200, 550.54.15\n"
-    gpus, driver = doctor.probe_nvidia(lambda argv: smi if argv[0] == "nvidia-smi" else None, tmp_path)
+    gpus, driver = hardware.probe_nvidia(lambda argv: smi if argv[0] == "nvidia-smi" else None, tmp_path)
     assert gpus == ["NVIDIA H200", "NVIDIA H200"] and driver == "550.54.15"
 
     nv = tmp_path / "driver" / "nvidia"
     (nv / "gpus" / "0000:00:04.0").mkdir(parents=True)
     (nv / "gpus" / "0000:00:04.0" / "information").write_text("Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ: 35\n")
     (nv / "version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  470.82.01  Tue Oct 26\n")
-    gpus, driver = doctor.probe_nvidia(lambda argv: None, tmp_path)
+    gpus, driver = hardware.probe_nvidia(lambda argv: None, tmp_path)
     assert gpus == ["NVIDIA A100-SXM4-40GB"] and driver == "470.82.01"
 
 
@@ -92,9 +93,9 @@ def test_tpu_holder_found_by_open_device_and_by_lock(tmp_path):
     inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     (proc / "locks").write_text(f"1: FLOCK  ADVISORY  WRITE 5151 {inode} 0 EOF\n")
     (proc / "5151" / "fd").mkdir(parents=True)
-    holders = doctor.probe_tpu_holders(["/dev/accel0"], lock, proc, self_pid=1)
+    holders = hardware.probe_tpu_holders(["/dev/accel0"], lock, proc, self_pid=1)
     assert holders == [{"pid": 4242, "command": "python train.py"}, {"pid": 5151, "command": ""}]
-    assert doctor.probe_tpu_holders(["/dev/accel0"], lock, proc, self_pid=4242)[0]["pid"] == 5151
+    assert hardware.probe_tpu_holders(["/dev/accel0"], lock, proc, self_pid=4242)[0]["pid"] == 5151
 
 
 def test_cache_report_lists_kagglehub_and_hf_models(tmp_path):
@@ -194,7 +195,7 @@ def _detect(env: dict[str, str]) -> str:
 
 
 def test_setup_detection_picks_cpu_here_and_honours_accel():
-    hw = doctor.probe_hardware()
+    hw = hardware.probe_hardware()
     if hw.has_tpu or hw.has_nvidia:
         pytest.skip("this machine has an accelerator")
     assert _detect({}) == "cpu"
@@ -217,7 +218,7 @@ def test_stale_libtpu_lockfile_is_named_when_nothing_holds_it():
 
 
 def test_tpu_config_variables_set_by_libraries_do_not_mean_a_tpu(tmp_path):
-    hw = doctor.probe_hardware(dev=tmp_path, proc=tmp_path, env={"TPU_SKIP_MDS_QUERY": "1"},
+    hw = hardware.probe_hardware(dev=tmp_path, proc=tmp_path, env={"TPU_SKIP_MDS_QUERY": "1"},
                                run=lambda argv: None, lockfile=tmp_path / "nolock")
     assert not hw.has_tpu and hw.tpu_env == {"TPU_SKIP_MDS_QUERY": "1"}
     assert _diagnose(hw, env={"JAX_PLATFORMS": "cpu"}) == []

@@ -86,7 +86,7 @@ class GemmaSetup:
     mesh: Any
     rng: Any
     steps: Any
-    """The jitted steps (``train.step.Steps``)."""
+    """The jitted steps (``train.compiled_steps.Steps``, built by ``train.step.build_steps``)."""
     pipeline: Any
     eval_data: list
     """The eval batches, placed on the mesh once."""

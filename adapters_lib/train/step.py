@@ -35,14 +35,11 @@ Batch contract: a dict of the objective's ``batch_keys`` (SFT: ``tokens``, ``tar
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import linen as nn
 
@@ -51,171 +48,17 @@ from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train import objectives, step_programs
-from adapters_lib.train.objectives.sft import BATCH_KEYS
+from adapters_lib.train.compiled_steps import Steps, TrainState, mask_keys
 from adapters_lib.train.variants import with_remat, with_training_attention
 
 log = logging.getLogger(__name__)
 trace_context.complete()  # before any program is traced: see trace_context
 
 
-class TrainState(NamedTuple):
-    """What the train step carries (and donates) from step to step."""
-
-    step: jax.Array
-    """int32 scalar: optimizer updates applied so far."""
-    params: Any
-    """The trainable params: the adapters, or every param for a full fine-tune."""
-    opt_state: Any
-
-
-# --------------------------------------------------------------------------- the steps
-
-
 def _cast(tree: Any, dtype: Any) -> Any:
     def one(x):
         return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype else x
     return jax.tree.map(one, tree)
-
-
-@dataclasses.dataclass
-class Steps:
-    """The compiled-on-first-use train/eval steps and the shardings they use."""
-
-    model: Any
-    """The module the step applies (wrapped with LoRA and/or remat)."""
-    mesh: Any
-    optimizer: optax.GradientTransformation
-    base_params: Any
-    """The frozen params placed on the mesh ({} for a full fine-tune)."""
-    trainable_shardings: Any
-    base_shardings: Any
-    state_shardings: TrainState
-    batch_sharding: Any
-    ce_chunk: int
-    abstract_state: TrainState
-    """ShapeDtypeStructs (with shardings) of the state: a restore target for checkpoints."""
-    _train: Any
-    _eval: Any
-    _init_opt: Any
-    _copy: Any
-    gather_loss: bool = True
-    """Compute the logits only at loss-bearing positions (``loss.gather_loss_positions``)."""
-    attention_kind: str = "blocked"
-    """How the training attention is computed (``attention.KINDS``)."""
-    hparams: dict = dataclasses.field(default_factory=dict)
-    """The schedule's numbers the train step is given (``optimizer.schedule_hparams``), on the mesh."""
-    objective: Any = None
-    """The training objective (``train.objectives``); its ``batch_keys`` are what ``put_batch`` places."""
-    reference_params: Any = dataclasses.field(default_factory=dict)
-    """A reference run's adapters on the mesh (DPO ``reference = "run:…"``); {} otherwise."""
-    _compiled: set = dataclasses.field(default_factory=set)
-
-    # -- state
-    def init_state(self, trainable_params: Any, *, copy: bool = True) -> TrainState:
-        """A fresh state on the mesh: step 0, the params placed, the optimizer initialised.
-
-        The state is donated to the train step, so by default the params are copied and the
-        caller's arrays stay valid; ``copy=False`` hands them over (saves one copy of the
-        trainable params: worth it for a full fine-tune) and they die at the first step.
-        """
-        params = jax.device_put(trainable_params, self.trainable_shardings)
-        if copy:
-            params = self._copy(params)  # device_put may share buffers with its input
-        opt_state = self._init_opt(params)
-        step = jax.device_put(jnp.zeros((), jnp.int32), self.state_shardings.step)
-        return TrainState(step, params, opt_state)
-
-    def put_batch(self, batch: Mapping[str, Any]) -> DeviceBatch:
-        """The batch's arrays on the mesh (leading dim on data×fsdp), with the loss positions
-        per row its loss mask needs (``slots``), read from the host arrays before they move."""
-        placed = DeviceBatch({k: jax.device_put(np.asarray(batch[k]) if not isinstance(batch[k], jax.Array)
-                                                else batch[k], self.batch_sharding) for k in self.keys})
-        placed.slots = self.slots_for(batch)
-        return placed
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return self.objective.batch_keys if self.objective is not None else BATCH_KEYS
-
-    def slots_for(self, batch: Mapping[str, Any]) -> int:
-        """Loss positions per row the step keeps for ``batch`` (its length: no gathering).
-
-        ``loss.loss_slots`` of the host loss mask; a batch spread over processes (not
-        addressable here) keeps every position, so that all processes run the same program.
-        """
-        known = getattr(batch, "slots", None)
-        if known is not None:
-            return known
-        masks = [batch[k] for k in mask_keys(self.keys)]
-        length = int(np.shape(masks[0])[-1])
-        if not self.gather_loss or any(isinstance(m, jax.Array) and not m.is_fully_addressable for m in masks):
-            return length
-        return max(loss_lib.loss_slots(np.asarray(m)) for m in masks)
-
-    # -- steps
-    def train_step(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
-        """One optimizer update; ``state`` is donated (do not reuse it)."""
-        return self._train(state, self.base_params, self.reference_params, _batch(batch, self.keys),
-                           self.hparams, self._slots(batch, "train"))
-
-    def eval_step(self, trainable: Any, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
-        """``{"loss_sum", "n_tokens", "weight"}`` and the objective's metric sums for one batch
-        (device scalars): the eval loss over batches is Σ loss_sum / Σ weight."""
-        return self._eval(trainable, self.base_params, self.reference_params, _batch(batch, self.keys),
-                          self._slots(batch, "eval"))
-
-    def _slots(self, batch: Mapping[str, Any], kind: str) -> int:
-        slots = self.slots_for(batch)
-        shape = (kind, tuple(np.shape(batch[mask_keys(self.keys)[0]])), slots)
-        if shape not in self._compiled:
-            self._compiled.add(shape)
-            log.info("%s step for batch %s: loss on %d positions per row (compiles once per value)",
-                     kind, shape[1], slots)
-        return slots
-
-    # -- introspection
-    def compiled_memory(self, batch_shape: tuple[int, int], slots: int | None = None) -> dict[str, int]:
-        """The compiled train step's memory analysis (bytes per device) for ``[B, L]``, with
-        ``slots`` loss positions per row (default ``L``, every position: the most memory)."""
-        abstract_batch = {k: jax.ShapeDtypeStruct(batch_shape, jnp.float32 if k.endswith("loss_mask") else jnp.int32,
-                                                  sharding=self.batch_sharding) for k in self.keys}
-        base = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                            self.base_params, self.base_shardings)
-        compiled = self.lower_train(abstract_batch, batch_shape[1] if slots is None else slots, base=base).compile()
-        return memory_of(compiled)
-
-    def lower_train(self, batch: Mapping[str, Any], slots: int, *, base: Any = None) -> Any:
-        """The train step lowered for ``batch`` (arrays or ShapeDtypeStructs) and ``slots``."""
-        return self._train.lower(self.abstract_state, self.base_params if base is None else base,
-                                 self.reference_params, _batch(batch, self.keys), self.hparams, slots)
-
-
-class DeviceBatch(dict):
-    """A batch placed on the mesh (``Steps.put_batch``); ``slots``: its loss positions per row."""
-
-    slots: int | None = None
-
-
-def memory_of(compiled: Any) -> dict[str, int]:
-    m = compiled.memory_analysis()
-    out = {
-        "temp": int(m.temp_size_in_bytes),
-        "argument": int(m.argument_size_in_bytes),
-        "output": int(m.output_size_in_bytes),
-        "alias": int(m.alias_size_in_bytes),
-        "generated_code": int(m.generated_code_size_in_bytes),
-    }
-    out["total"] = out["temp"] + out["argument"] + out["output"] - out["alias"]
-    return out
-
-
-def mask_keys(keys: tuple[str, ...]) -> list[str]:
-    """The loss masks among a batch's keys (``loss_mask``; DPO's ``chosen_``/``rejected_`` ones)."""
-    return [k for k in keys if k.endswith("loss_mask")]
-
-
-def _batch(batch: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: batch[k] for k in keys}
 
 
 def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTransformation, mesh: Any,

@@ -42,8 +42,9 @@ from adapters_lib.config import MeshSpec, RunConfig, config_from_dict
 from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.model_defaults import with_model_defaults
-from workbench.messages import DataChecked, EngineDevices, EstimateDone, RunLaunched
+from workbench.messages import EngineDevices, EstimateDone, RunLaunched
 from workbench.screens.base import WorkbenchScreen, error_text
+from workbench.screens.configure_data import ConfigDataMixin
 from workbench.screens.configure_files import ConfigFilesMixin
 from workbench.screens.configure_form import (
     DATA_FIELDS,
@@ -54,7 +55,7 @@ from workbench.screens.configure_form import (
 )
 from workbench.screens.configure_model import ModelDefaultsMixin
 from workbench.screens.configure_origins import FieldOrigins
-from workbench.screens.configure_text import data_report_text, device_info, estimate_problems
+from workbench.screens.configure_text import device_info, estimate_problems
 from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
 from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate
@@ -64,7 +65,7 @@ from workbench.widgets.waits import Wait
 DEBOUNCE_S = 0.3
 
 
-class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
+class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, WorkbenchScreen):
     AUTO_FOCUS = "Tabs"
     """Arriving (with nothing focused) puts the focus on the page tabs, at once: a deferred
     focus would pull it back from a field the user already tabbed into."""
@@ -256,8 +257,6 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
         arch = (model.arch if model else None) or {}
         total = model.params if model else None
         lora = self.config.lora
-        if isinstance(arch.get("lora_per_rank"), dict):  # the family says which targets it has
-            self.query_one(LoraForm).offer_experts("experts" in arch["lora_per_rank"])
         if not lora.enabled:
             self.query_one(LoraForm).set_trainable(total, total)
             return
@@ -363,47 +362,5 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, WorkbenchScreen):
     def on_run_launched(self, message: RunLaunched) -> None:
         self.app.open_run(message.run_id, "train")  # type: ignore[attr-defined]
 
-    def action_check_data(self) -> None:
-        try:
-            raw = self.form_dict()
-        except WorkbenchError as err:
-            self.notify(str(err), severity="error")
-            return
-        self.data_wait = Wait("checking the data (reads and tokenizes up to 2000 records)")
-        self.query_one("#data-report", Static).update(f"[dim]{self.data_wait.what}…[/]")
-        self.check_data(raw)
-
-    def key_ctrl_b(self) -> None:
-        # a key handler, not a Binding yet: a Binding adds a row to the help screen's snapshots
-        self.action_browse_data()
-
-    def action_browse_data(self) -> None:
-        """ctrl+b: the datasets on this machine (``screens.data_browser``); enter sets [data] path."""
-        from workbench.screens.data_browser import DataBrowserScreen
-
-        try:
-            raw = self.form_dict()
-        except WorkbenchError:
-            raw = {"data": {}}
-
-        def chosen(name: str | None) -> None:
-            if name:
-                self.query_one(f"#{field_id('data', 'path')}", Input).value = name
-
-        self.app.push_screen(DataBrowserScreen(raw, self.client), chosen)
-
-    @work(thread=True, exclusive=True, group="data")
-    def check_data(self, raw: dict[str, Any]) -> None:
-        try:
-            report = self.client.data_check(raw["data"]["path"], format=raw["data"]["format"],
-                                            config=raw, limit=2000)
-        except Exception as err:  # noqa: BLE001
-            self.post_message(DataChecked(f"[b red]✗[/] {error_text(err)}"))
-            return
-        self.post_message(DataChecked(data_report_text(report)))
-
-    def on_data_checked(self, message: DataChecked) -> None:
-        self.data_wait = None
-        self.query_one("#data-report", Static).update(message.text)
 
 SCREEN = ConfigureScreen
