@@ -15,7 +15,7 @@ def test_a_moe_run_trains_the_experts_and_exports_them(gemma4_tiny, gemma4_token
     from adapters_lib import runs
     from adapters_lib.config import load_config
     from adapters_lib.evals.hooks import default_hooks
-    from adapters_lib.models import families, hf_convert
+    from adapters_lib.models import families, hf_convert, safetensors_io
     from adapters_lib.train.loop import run_training
     from adapters_lib.tuned import export_run
 
@@ -36,7 +36,7 @@ def test_a_moe_run_trains_the_experts_and_exports_them(gemma4_tiny, gemma4_token
     out = export_run(run.path, "adapter", out=tmp_path / "adapter")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["target_parameters"] == ["experts.gate_up_proj", "experts.down_proj"]
-    names = hf_convert.SafetensorsDir(tmp_path / "adapter").where
+    names = safetensors_io.SafetensorsDir(tmp_path / "adapter").where
     assert "base_model.model.model.layers.0.experts.base_layer.lora_A.weight" in names
     assert out["step"] == 4
     from adapters_lib.export.merged import merged_params

@@ -171,16 +171,20 @@ def test_params_are_placed_on_the_mesh_at_load_time(weights_cache):
 
 
 @pytest.mark.parametrize("name", ["incomplete", "corrupt", "no_tokenizer", "odd_shapes", "hf_llama",
-                                  "hf_truncated", "hf_partial", "keras", "keras_no_weights"])
+                                  "hf_truncated", "hf_partial", "keras_no_weights"])
 def test_loading_a_broken_entry_raises_its_listed_reason(weights_cache, name):
     entry = catalog.resolve(weights_cache.ids[name])
     with pytest.raises(WorkbenchError) as err:
         load_model(ModelSpec(source=weights_cache.ids[name]))
-    if entry.format == "keras-preset":
-        assert err.value.hint == 'set [model] backend = "keras"'
-    else:
-        assert entry.reason in str(err.value) and entry.status in str(err.value)
+    assert entry.reason in str(err.value) and entry.status in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_complete_keras_preset_loads_on_the_gemma_route(weights_cache):
+    loaded = load_model(ModelSpec(source=weights_cache.ids["keras"]))
+    emb = loaded.params["embedder"]["input_embedding"]
+    assert emb.shape == weights_cache.params["embedder"]["input_embedding"].shape
+    assert loaded.tokenizer_path.endswith("gemma3_demo_keras/assets/tokenizer/vocabulary.spm")
 
 
 def test_missing_tokenizer_is_fine_when_the_spec_names_one(weights_cache):
