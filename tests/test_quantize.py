@@ -318,3 +318,43 @@ def test_generation_on_a_quantized_base_is_generation_on_its_numbers(demo_float)
     got = [c["tokens"] for c in held.generate_grid(prompts, [None], settings, chat=False)[0]]
     want = [c["tokens"] for c in exact.generate_grid(prompts, [None], settings, chat=False)[0]]
     assert got == want and all(len(t) > 0 for t in got)
+
+
+def test_a_4bit_table_is_read_as_4_bits_and_its_logits_differentiate_block_by_block(monkeypatch):
+    """The logits and ∂hidden of an int4 [V, D] table, compiled (not run): neither widens the
+    whole table to a byte a value (sliced as int4, it did: 17 MiB of temporaries here; as its
+    bytes, one copy at half a byte a value, 8.5 MiB) nor keeps it dequantized for the
+    backward pass; the gradient through the logits is that of the dequantized table."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import qwix
+
+    from adapters_lib.models import qarray, quantize_layout
+
+    monkeypatch.setattr(quantize_layout, "TABLE_BLOCK_BYTES", 1 << 20)  # blocks of 1 MiB in f32
+    vocab, dim = 65536, 256
+    table = jax.eval_shape(lambda: qwix.quantize(jnp.zeros((vocab, dim), jnp.bfloat16), jnp.int4,
+                                                 channelwise_axes=(0,), tiled_axes={1: 64}))
+    h = jax.ShapeDtypeStruct((1, 8, dim), jnp.bfloat16)
+    g = jax.ShapeDtypeStruct((1, 8, vocab), jnp.bfloat16)
+    assert qarray.table_blocks(vocab, dim) == 64
+    widened = vocab * dim  # the table at a byte a value: 16 MiB (its 4 bits: 8 MiB, an argument)
+
+    def temp(fn, *args):
+        return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+    assert temp(lambda h, t: qarray.vocab_logits(h, t, out_dtype=jnp.bfloat16), h, table) < widened * 5 // 8
+    assert temp(qarray.vocab_times, g, table) < widened * 5 // 8
+    assert temp(jax.grad(lambda h, t: qarray.vocab_logits(h, t).sum()), h, table) < widened
+
+    monkeypatch.setattr(quantize_layout, "TABLE_BLOCK_BYTES", 256 * 16 * 4)
+    k1, k2 = jax.random.split(jax.random.key(1))
+    small = qwix.quantize(jax.random.normal(k1, (1024, 16)), jnp.int4, channelwise_axes=(0,),
+                          tiled_axes={1: 8})
+    assert qarray.table_blocks(1024, 16) == 4
+    dense = qarray.dequantize(small)
+    x = jax.random.normal(k2, (2, 3, 16))
+    got = jax.grad(lambda x: jnp.sin(qarray.vocab_logits(x, small)).sum())(x)
+    want = jax.grad(lambda x: jnp.sin(x @ dense.T).sum())(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
