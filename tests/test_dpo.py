@@ -158,6 +158,47 @@ def test_preference_records_of_every_layout_become_pairs_and_bad_ones_are_droppe
                                 max_length=64), None, batch_size=2, seed=0, kind="pairs")
 
 
+def test_preference_data_reads_from_the_hf_datasets_cache_and_a_saved_folder(tmp_path, monkeypatch):
+    """Preference pairs through the ``hf:`` source, written by ``datasets``' own writers: TRL's
+    string layout in the cache layout ``load_dataset`` leaves, chat lists in a
+    ``save_to_disk`` folder; a bad record is dropped with its row."""
+    import datasets
+    from datasets.data_files import DataFilesDict
+    from datasets.packaged_modules.json.json import Json, JsonConfig
+
+    from adapters_lib.data import build_pipeline, check_file
+
+    words = ("red", "blue", "green", "cat", "dog", "sun")
+    trl = [{"prompt": f"Say {w}.", "chosen": f"{w}.", "rejected": f"The word you asked me for is {w}."}
+           for w in words] + [{"prompt": "Same?", "chosen": "yes", "rejected": "yes"}]  # row 7: dropped
+    _write(tmp_path / "train.jsonl", trl)
+    files = DataFilesDict.from_patterns({"train": ["train.jsonl"]}, base_path=str(tmp_path))
+    features = datasets.Features({k: datasets.Value("string") for k in ("prompt", "chosen", "rejected")})
+
+    class Prefs(Json):  # what load_dataset("prefs") builds, from local files
+        BUILDER_CONFIGS = [JsonConfig(name="default", data_files=files, features=features)]
+
+    cache = tmp_path / "cache"
+    Prefs(cache_dir=str(cache), dataset_name="prefs", config_name="default", hash="33").download_and_prepare()
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(cache))
+    report = check_file("hf:prefs@train", max_length=64)
+    assert report.pairs["pairs"] == 6 and report.pairs["dropped"] == 1
+    assert [str(i.where) for i in report.errors] == ["hf:prefs@train:row 7"]
+    batch = build_pipeline(DataSpec(path="hf:prefs@train", max_length=64, eval_fraction=0.0), None,
+                           batch_size=2, seed=0, kind="pairs").train_batch(0)
+    assert batch["chosen_tokens"].shape == batch["rejected_tokens"].shape == (2, 64)
+    assert batch["rejected_loss_mask"].sum() > batch["chosen_loss_mask"].sum()  # the long answers
+
+    user = {"role": "user", "content": "Name a color."}
+    chat = [{"chosen": [user, {"role": "assistant", "content": w}],
+             "rejected": [user, {"role": "assistant", "content": f"A color I can name is {w}."}]}
+            for w in ("red", "blue", "green", "pink")]
+    saved = tmp_path / "saved"
+    datasets.DatasetDict({"train": datasets.Dataset.from_list(chat)}).save_to_disk(str(saved))
+    report = check_file(f"hf:{saved}", max_length=64)
+    assert report.pairs["pairs"] == 4 and report.pairs["dropped"] == 0 and report.format == "preference"
+
+
 def test_dpo_config_keys_are_checked_by_name():
     from adapters_lib.config import load_config
     from adapters_lib.errors import WorkbenchError
@@ -194,8 +235,35 @@ def _short_over_long(path, n: int = 24) -> str:
     return _write(path, [dict(r, prompt=f"{r['prompt']} ({i})") for i, r in enumerate(rows)])
 
 
-def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(tmp_path, workbench_home):
-    from fixtures_runs import StopAt, demo_overrides
+def _dpo_overrides(root, data, **changes) -> list[str]:
+    from fixtures_runs import demo_overrides
+
+    return demo_overrides(**{**dict(
+        run__dir=f'"{root}"', data__path=f'"{data}"', data__max_length=40, data__eval_fraction=0.25,
+        train__objective='"dpo"', train__beta=0.5, train__steps=6, train__batch_size=4, train__eval_every=3,
+        train__checkpoint_every=3, train__learning_rate=0.01), **changes})
+
+
+@pytest.fixture(scope="module")
+def dpo_run(tmp_path_factory):
+    """A 6-step DPO run on the demo (short answers over long; checkpoints at 3 and 6), trained
+    once for this module's run tests: (its overrides, its RunDir, its result)."""
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.train.loop import run_training
+
+    root = tmp_path_factory.mktemp("dpo-run")
+    overrides = _dpo_overrides(root, _short_over_long(root / "prefs.jsonl"))
+    cfg = load_config(None, overrides)
+    run = runs.create_run(cfg)
+    result = run_training(cfg, run, hooks=default_hooks)
+    assert result.state == "completed" and result.step == 6, result
+    return overrides, run, result
+
+
+def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(dpo_run, tmp_path):
+    from fixtures_runs import StopAt
 
     from adapters_lib import runs
     from adapters_lib.config import load_config
@@ -204,13 +272,8 @@ def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(t
     from adapters_lib.train.loop import run_training
     from adapters_lib.tuned import export_run
 
-    data = _short_over_long(tmp_path / "prefs.jsonl")
-    cfg = load_config(None, demo_overrides(
-        run__dir=f'"{tmp_path}"', data__path=f'"{data}"', data__max_length=40, data__eval_fraction=0.25,
-        train__objective='"dpo"', train__beta=0.5, train__steps=6, train__batch_size=4, train__eval_every=3,
-        train__checkpoint_every=3, train__learning_rate=0.01))
-    straight = run_training(cfg, runs.create_run(cfg), hooks=default_hooks)
-    assert straight.state == "completed" and straight.step == 6
+    overrides, straight_run, straight = dpo_run
+    cfg = load_config(None, overrides)
     records = RunDir(straight.run_dir).metrics()
     assert [m["step"] for m in records] == list(range(1, 7))
     for m in records:
@@ -229,6 +292,106 @@ def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(t
 
     out = export_run(run.path, "adapter", out=tmp_path / "adapter")
     assert out["step"] == 6 and (tmp_path / "adapter").is_dir()
+
+
+def test_a_reference_run_is_that_runs_adapters_and_the_policy_starts_from_them(dpo_run):
+    """``reference = "run:ID@STEP"``: the reference is that run's checkpoint (the one the tuned
+    model of ``sample``/``compare`` loads), and the trained adapters start from it (DPO after
+    SFT, as TRL does): at step 1 every reward is 0, the loss is log 2, and the log-probs are
+    that checkpoint's on the same batch, not the base's."""
+    import optax
+
+    from adapters_lib import runs, tuned
+    from adapters_lib.config import load_config
+    from adapters_lib.data import build_pipeline
+    from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.train.loop import run_training
+    from adapters_lib.train.objectives.dpo import load_reference_adapters
+
+    overrides, run, straight = dpo_run
+    cfg = load_config(None, [*overrides, f'train.reference="run:{run.run_id}@3"', "train.steps=1"])
+    at3 = tuned.load_run_model(run, 3)
+    assert at3.step == 3 and run.checkpoints()[-1] == 6  # @3: not the latest
+    for got, want in zip(jax.tree.leaves(load_reference_adapters(cfg, cfg.train.reference, at3.adapters)),
+                         jax.tree.leaves(at3.adapters), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+    batch = build_pipeline(cfg.data, None, batch_size=4, seed=cfg.train.seed, kind="pairs").train_batch(0)
+    steps = step_lib.build_steps(at3.loaded.model, cfg, optax.sgd(0.0), mesh.make_mesh(cfg.mesh),
+                                 at3.loaded.params, at3.adapters)
+    out = jax.device_get(steps.eval_step(steps.init_state(at3.adapters).params, steps.put_batch(batch)))
+    at3_chosen = float(out["chosen_logp"]) / float(out["weight"])  # that checkpoint's, on step 1's batch
+
+    first = run_training(cfg, runs.create_run(cfg), hooks=default_hooks)
+    assert first.state == "completed", first
+    m = runs.RunDir(first.run_dir).metrics()[0]
+    assert m["loss"] == pytest.approx(np.log(2), abs=1e-5)
+    for key in ("reward_margin", "chosen_reward", "rejected_reward"):
+        assert m[key] == pytest.approx(0, abs=1e-6), key
+    assert m["chosen_logp"] == pytest.approx(at3_chosen, rel=1e-5)
+    base_chosen = runs.RunDir(straight.run_dir).metrics()[0]["chosen_logp"]  # step 1 from the base
+    assert abs(m["chosen_logp"] - base_chosen) > 1e-2
+
+
+def test_compare_on_a_dpo_run_answers_base_and_tuned_as_for_sft(dpo_run):
+    from adapters_lib import tuned
+    from adapters_lib.sample.settings import SamplingSettings
+
+    _, run, _ = dpo_run
+    got = tuned.load_run_model(run).compare(["Say red. (0)", "Say moon. (5)"], SamplingSettings(max_new_tokens=6))
+    assert [g["prompt"] for g in got] == ["Say red. (0)", "Say moon. (5)"]
+    for g in got:
+        assert g["step"] == 6 and g["settings"]["max_new_tokens"] == 6
+        assert isinstance(g["base"], str) and isinstance(g["tuned"], str) and (g["base"] or g["tuned"])
+
+
+@pytest.mark.anyio
+async def test_the_train_screen_plots_a_dpo_runs_reward_accuracy_where_sft_plots_the_lr(dpo_run):
+    """The Train screen (Pilot) on the DPO run's own records (metrics.jsonl, config, events):
+    the second plot is the reward accuracy, train and eval, with the run's values."""
+    import tomllib
+
+    from fixtures_tui import StaticClient
+
+    from adapters_lib.engine import api
+    from workbench.app import WorkbenchApp
+    from workbench.widgets.plot import PlotView
+
+    _, run, _ = dpo_run
+
+    class RunFolderClient(StaticClient):  # the engine's list/get/stream replies, from the folder
+        def record(self, metrics=True, events=True):
+            return {"id": run.run_id, "run_id": run.run_id, "dir": str(run.path), "state": run.status()["state"],
+                    "step": 6, "total_steps": 6, "config": tomllib.loads(run.config_path.read_text()),
+                    "checkpoints": run.checkpoints(), "metrics": run.metrics() if metrics else [],
+                    "events": run.events() if events else []}
+
+        def call(self, cmd, *, timeout=None):
+            if isinstance(cmd, api.ListRuns):
+                return cmd.reply.from_json({"runs": [self.record(False, False)]})
+            if isinstance(cmd, api.GetRun):
+                return cmd.reply.from_json(self.record(cmd.metrics, cmd.events))
+            return super().call(cmd, timeout=timeout)
+
+        def stream(self, cmd):
+            if isinstance(cmd, api.StreamRun):
+                return iter([api.stream_item(k, d, cmd.items) for k, d in (("replayed", {}), ("end", {"state": "completed"}))])
+            return super().stream(cmd)
+
+    records = run.metrics()
+    app = WorkbenchApp(RunFolderClient(), mode="train", run_id=run.run_id, remember=False)
+    async with app.run_test(size=(120, 40)) as pilot:
+        plot = app.screen.query_one("#plot-lr", PlotView)
+        for _ in range(100):
+            await pilot.pause(0.05)
+            if plot.point_count() >= len(records):
+                break
+        train, *evals = plot.series
+        assert plot.title == "reward accuracy" and train.label == "train"
+        assert list(train.ys) == [m["reward_accuracy"] for m in records]
+        assert [s.label for s in evals] == ["eval"]
+        assert list(evals[0].ys) == [m["eval_reward_accuracy"] for m in records if "eval_reward_accuracy" in m]
+        assert "reward accuracy" in str(plot.render())
 
 
 CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"),

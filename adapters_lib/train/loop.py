@@ -125,8 +125,11 @@ class GemmaTrainer(Trainer):
             trainable = loaded.params
             base_params = None
         optimizer = make_optimizer(t)
+        reference = _reference_adapters(cfg, trainable)
+        if reference is not None:  # the policy starts as its reference (step 1: δ = 0, loss log 2)
+            trainable = reference
         steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,
-                            reference_params=_reference_adapters(cfg, trainable))
+                            reference_params=reference)
         pipeline = build_pipeline(cfg.data, loaded.tokenizer, batch_size=t.batch_size, seed=t.seed,
                                   kind=steps.objective.data)
         log.info("set-up %.1fs: %s", time.perf_counter() - t0,
@@ -249,8 +252,10 @@ class GemmaTrainer(Trainer):
 
 
 def _reference_adapters(cfg: RunConfig, trainable: Any) -> Any:
-    """The adapters of the reference model an objective asks for (DPO ``reference = "run:…"``),
-    or None: the base with the adapters off."""
+    """The adapters of the reference model an objective asks for (DPO ``reference = "run:…"``:
+    that run's, which the trained adapters also start from, as TRL and LLaMA-Factory start the
+    policy from the model they take as the reference), or None: the base with the adapters off
+    (the trained adapters start at zero: the policy is the base)."""
     ref = getattr(cfg.train, "reference", "base")
     if not ref or ref == "base" or not cfg.lora.enabled:
         return None

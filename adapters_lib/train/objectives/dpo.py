@@ -9,7 +9,8 @@ them (``data.preference``) from ``prompt``/``chosen``/``rejected`` records or ch
 
 For pair i with answer log-probs ``πc, πr`` under the trained params and ``ρc, ρr`` under
 the reference (the same base params with the adapters off — no second copy of the weights;
-or another run's adapters, ``train.reference = "run:ID[@STEP]"``), the margin is
+or another run's adapters, ``train.reference = "run:ID[@STEP]"``, which the trained adapters
+then start from: DPO after an SFT run), the margin is
 ``δ = β·((πc − ρc) − (πr − ρr))`` and the loss
 ``−(1 − ε)·log σ(δ) − ε·log σ(−δ)`` (``β = train.beta``, ``ε = train.label_smoothing``):
 ``gm.losses.DpoLoss``'s, tested equal on the same log-probs.
