@@ -189,6 +189,9 @@ class TrainSpec:
     reference: str = "base"
     """DPO: the reference model: "base" (the same params with the adapters off) or
     "run:ID[@STEP]" (that run's adapters, at STEP or its latest checkpoint)."""
+    sft_weight: float = 0.0
+    """DPO: the weight of the chosen answers' cross-entropy (per token) added to the loss
+    (LLaMA-Factory's ``pref_ftx``, TRL's ``rpo_alpha``); 0 = plain DPO."""
 
 
 @dataclass(frozen=True)

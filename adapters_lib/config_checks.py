@@ -253,7 +253,7 @@ REFERENCE = re.compile(r"^run:([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(\d+))?$")
 
 
 def _check_objective(t: Any, lo: Any, fail: Any, backend: str = "gemma") -> None:
-    """``train.objective`` and DPO's ``beta``, ``label_smoothing``, ``reference`` (#33)."""
+    """``train.objective`` and DPO's ``beta``, ``label_smoothing``, ``sft_weight``, ``reference`` (#33)."""
     if t.objective not in OBJECTIVES:
         fail("train", "objective", f"train.objective is {t.objective!r}",
              f"{closest(t.objective, list(OBJECTIVES))} (objectives are {', '.join(OBJECTIVES)})")
@@ -262,6 +262,9 @@ def _check_objective(t: Any, lo: Any, fail: Any, backend: str = "gemma") -> None
     if not 0 <= t.label_smoothing < 0.5:
         fail("train", "label_smoothing", f"train.label_smoothing is {t.label_smoothing}",
              "use a fraction in [0, 0.5), e.g. 0 (plain DPO) or 0.1")
+    if not 0 <= t.sft_weight < float("inf"):
+        fail("train", "sft_weight", f"train.sft_weight is {t.sft_weight}",
+             "use 0 (plain DPO) or a positive weight such as 1.0")
     if t.reference != "base" and not REFERENCE.match(t.reference):
         fail("train", "reference", f"train.reference is {t.reference!r}",
              'use "base" (the adapters off) or "run:ID" / "run:ID@STEP" (a run\'s adapters)')

@@ -86,6 +86,29 @@ def test_dpo_loss_equals_gemma_dpo_loss_on_the_same_log_probs(demo, lora_params)
     np.testing.assert_allclose(out["rejected_logp"] / w, float(jnp.mean(picked[:, 1])), rtol=1e-5)
 
 
+def test_sft_weight_adds_the_chosen_answers_cross_entropy_per_token():
+    """``train.sft_weight = w``: the loss is DPO's plus w × the chosen answer's NLL per token
+    (LLaMA-Factory's pref_ftx); a pair without answer tokens still weighs nothing."""
+    from adapters_lib.train.objectives import Forward
+    from adapters_lib.train.objectives.dpo import DPO, dpo_loss
+
+    policy_nll = jnp.array([[3.0, 9.0], [6.0, 4.0], [2.0, 2.0]])  # per pair: chosen, rejected
+    reference_nll = jnp.array([[4.0, 8.0], [5.0, 5.0], [2.0, 2.0]])
+    forward = Forward(policy=lambda b, per_row=False: policy_nll.reshape(-1),
+                      reference=lambda b: reference_nll.reshape(-1))
+    batch = {f"{side}_{k}": jnp.zeros((3, 8)) for side in ("chosen", "rejected")
+             for k in ("tokens", "targets", "positions", "segment_ids")}
+    batch["chosen_loss_mask"] = jnp.array([[1.0] * 3 + [0.0] * 5, [1.0] * 2 + [0.0] * 6, [0.0] * 8])
+    batch["rejected_loss_mask"] = jnp.array([[1.0] * 5 + [0.0] * 3, [1.0] * 4 + [0.0] * 4, [0.0] * 8])
+    plain, metrics = DPO(beta=0.5).loss(forward, batch)
+    weighted, same = DPO(beta=0.5, sft_weight=2.0).loss(forward, batch)
+    per_pair, _ = dpo_loss(-policy_nll[:, 0], -policy_nll[:, 1], -reference_nll[:, 0], -reference_nll[:, 1],
+                           beta=0.5)
+    np.testing.assert_allclose(plain, per_pair[0] + per_pair[1], rtol=1e-6)
+    np.testing.assert_allclose(weighted, plain + 2.0 * (3.0 / 3 + 6.0 / 2), rtol=1e-6)
+    assert {k: float(v) for k, v in metrics.items()} == {k: float(v) for k, v in same.items()}
+
+
 def test_a_sharded_dpo_step_equals_the_one_device_step(demo, lora_params):
     """data × fsdp × tensor = 2×2×2 on 8 simulated devices: each pair's rows stay together."""
     model, base = demo
@@ -206,6 +229,7 @@ def test_dpo_config_keys_are_checked_by_name():
     cfg = load_config(None, ['train.objective="dpo"', "train.beta=0.2", 'train.reference="run:abc@40"'])
     assert (cfg.train.objective, cfg.train.beta, cfg.train.reference) == ("dpo", 0.2, "run:abc@40")
     for bad, where in ((['train.objective="ppo"'], "objective"), (["train.beta=0"], "beta"),
+                       (["train.sft_weight=-1"], "sft_weight"),
                        (["train.label_smoothing=0.5"], "label_smoothing"),
                        (['train.reference="abc"'], "reference"),
                        (['train.objective="dpo"', "lora.enabled=false"], "enabled")):

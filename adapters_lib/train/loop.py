@@ -187,6 +187,7 @@ class GemmaTrainer(Trainer):
                 "param_dtype": t.param_dtype, "compute_dtype": t.compute_dtype,
                 "mesh": mesh_signature(self.s.mesh), "objective": getattr(t, "objective", "sft"),
                 "beta": getattr(t, "beta", None), "label_smoothing": getattr(t, "label_smoothing", None),
+                "sft_weight": getattr(t, "sft_weight", None),
                 "eval_batches": self.eval_digest}
 
     def step(self, start: int, stop: int) -> dict[str, Any] | None:

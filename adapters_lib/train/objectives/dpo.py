@@ -13,7 +13,10 @@ or another run's adapters, ``train.reference = "run:ID[@STEP]"``, which the trai
 then start from: DPO after an SFT run), the margin is
 ``δ = β·((πc − ρc) − (πr − ρr))`` and the loss
 ``−(1 − ε)·log σ(δ) − ε·log σ(−δ)`` (``β = train.beta``, ``ε = train.label_smoothing``):
-``gm.losses.DpoLoss``'s, tested equal on the same log-probs.
+``gm.losses.DpoLoss``'s, tested equal on the same log-probs. With ``train.sft_weight = w > 0``
+the loss adds ``w·(−πc / |c|)``, the chosen answer's cross-entropy per token (LLaMA-Factory's
+``pref_ftx``, TRL's ``rpo_alpha``): it keeps the chosen answers likely, where plain DPO may
+lower both sides and only widen the gap.
 
 Metrics (means over the batch's pairs): ``reward_margin`` (δ), ``reward_accuracy`` (δ > 0),
 ``chosen_logp``/``rejected_logp`` (πc, πr: summed over the answer tokens), and
@@ -57,9 +60,10 @@ class DPO:
     metrics = METRICS
     needs_reference = True
 
-    def __init__(self, beta: float = 0.1, label_smoothing: float = 0.0):
+    def __init__(self, beta: float = 0.1, label_smoothing: float = 0.0, sft_weight: float = 0.0):
         self.beta = float(beta)
         self.label_smoothing = float(label_smoothing)
+        self.sft_weight = float(sft_weight)
 
     def loss(self, forward: Forward, batch: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
         import jax.numpy as jnp
@@ -72,6 +76,9 @@ class DPO:
         reference = -forward.reference(both).reshape(-1, 2)
         pc, pr, rc, rr = policy[:, 0], policy[:, 1], reference[:, 0], reference[:, 1]
         loss, delta = dpo_loss(pc, pr, rc, rr, beta=self.beta, label_smoothing=self.label_smoothing)
+        if self.sft_weight:
+            tokens = jnp.maximum(jnp.sum(batch["chosen_loss_mask"], axis=-1), 1)
+            loss = loss + self.sft_weight * (-pc / tokens)
         w = self._valid(batch)
         metrics = {"reward_margin": delta, "reward_accuracy": (delta > 0).astype(jnp.float32),
                    "chosen_logp": pc, "rejected_logp": pr,
@@ -94,7 +101,8 @@ class DPO:
 def make(spec: Any = None) -> DPO:
     if spec is None:
         return DPO()
-    return DPO(beta=spec.beta, label_smoothing=spec.label_smoothing)
+    return DPO(beta=spec.beta, label_smoothing=spec.label_smoothing,
+               sft_weight=getattr(spec, "sft_weight", 0.0))
 
 
 def load_reference_adapters(cfg: Any, reference: str, like: Any) -> Any:
