@@ -448,6 +448,7 @@ def test_dpo_on_the_real_270m_raises_reward_accuracy_on_held_out_pairs(shared_re
                                "train.steps=8", "train.batch_size=2", "train.eval_every=8", "train.eval_batches=4",
                                "train.checkpoint_every=8", "train.log_every=4", "train.learning_rate=1e-3",
                                'train.schedule="constant"', "train.warmup_steps=0", 'train.compute_dtype="float32"',
+                               "train.beta=0.1", "train.sft_weight=0",  # plain DPO, whatever the example tunes
                                "mesh.devices=1", f'run.dir="{tmp_path}"'])
     result = run_training(cfg, runs.create_run(cfg), hooks=default_hooks)
     assert result.state == "completed", result
