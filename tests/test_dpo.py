@@ -271,7 +271,8 @@ def _dpo_overrides(root, data, **changes) -> list[str]:
 @pytest.fixture(scope="module")
 def dpo_run(tmp_path_factory):
     """A 6-step DPO run on the demo (short answers over long; checkpoints at 3 and 6), trained
-    once for this module's run tests: (its overrides, its RunDir, its result)."""
+    once for this module's run tests: (its overrides, its RunDir, its result). It also scores
+    the task metric exact_match at each eval (the overrides returned leave it out)."""
     from adapters_lib import runs
     from adapters_lib.config import load_config
     from adapters_lib.evals.hooks import default_hooks
@@ -279,7 +280,7 @@ def dpo_run(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("dpo-run")
     overrides = _dpo_overrides(root, _short_over_long(root / "prefs.jsonl"))
-    cfg = load_config(None, overrides)
+    cfg = load_config(None, [*overrides, 'train.eval_metrics=["loss", "exact_match"]'])
     run = runs.create_run(cfg)
     result = run_training(cfg, run, hooks=default_hooks)
     assert result.state == "completed" and result.step == 6, result
@@ -316,6 +317,34 @@ def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(d
 
     out = export_run(run.path, "adapter", out=tmp_path / "adapter")
     assert out["step"] == 6 and (tmp_path / "adapter").is_dir()
+
+
+def test_a_dpo_runs_metrics_reach_tensorboard_and_its_eval_rows_hold_the_task_metrics(dpo_run):
+    """#33.3: TensorBoard holds each DPO metric at each logged step with metrics.jsonl's value
+    (eval_* at the evals); eval.jsonl's rows score the task metric (exact_match against the
+    chosen answers) for the base and the tuned model, as for SFT."""
+    import sys
+    import types
+
+    from adapters_lib.evals import records
+    from adapters_lib.runs import RunDir
+
+    sys.modules.setdefault("tensorboard.compat.notf", types.ModuleType("tensorboard.compat.notf"))
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    _, _, straight = dpo_run
+    metrics = RunDir(straight.run_dir).metrics()
+    acc = event_accumulator.EventAccumulator(str(straight.run_dir), size_guidance={"scalars": 0})
+    acc.Reload()
+    for key in ("loss", "reward_margin", "reward_accuracy", "chosen_logp", "rejected_logp",
+                "eval_reward_accuracy", "eval_reward_margin"):
+        want = {m["step"]: m[key] for m in metrics if key in m}
+        assert want and {e.step: e.value for e in acc.Scalars(key)} == pytest.approx(want, rel=1e-6), key
+
+    rows = records.read_rows(straight.run_dir)
+    assert [(r["step"], r["phase"]) for r in rows] == [(0, "base"), (3, "tuned"), (6, "tuned")]
+    for r in rows:
+        assert 0 <= r["exact_match"] <= 1 and r["loss"] > 0, r
+    assert {e.step for e in acc.Scalars("tuned/exact_match")} == {3, 6}
 
 
 def test_a_reference_run_is_that_runs_adapters_and_the_policy_starts_from_them(dpo_run):
