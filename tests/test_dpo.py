@@ -4,6 +4,7 @@ sharded step against one device, and a run that checkpoints, resumes and exports
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -179,6 +180,41 @@ def test_preference_records_of_every_layout_become_pairs_and_bad_ones_are_droppe
     with pytest.raises(Exception, match="no preference pairs"):
         build_pipeline(DataSpec(path=_write(tmp_path / "sft.jsonl", [{"prompt": "a", "response": "b"}] * 3),
                                 max_length=64), None, batch_size=2, seed=0, kind="pairs")
+
+
+def test_preference_pairs_read_from_csv_parquet_and_a_folder_as_from_jsonl(tmp_path):
+    """#33.2, every file source the readers take: TRL's flat layout in CSV and Parquet (chat
+    lists too in Parquet), and a folder of JSONL files; a bad record is dropped with its
+    file:line (CSV's line counts the header)."""
+    import csv
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from adapters_lib.data import check_file
+
+    flat = [r for r in PREFERENCE_ROWS if all(isinstance(v, str) for v in r.values())]  # rows 1, 4 and 5
+    assert [r["prompt"] for r in flat] == ["What is 2+2?", "Same?", "Missing"]
+    with open(tmp_path / "prefs.csv", "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=["prompt", "chosen", "rejected"])
+        writer.writeheader()
+        writer.writerows([flat[0], flat[1], {**flat[0], "prompt": "What is 3+3?"}])
+    report = check_file(str(tmp_path / "prefs.csv"), max_length=64)
+    assert report.pairs["pairs"] == 2 and report.pairs["dropped"] == 1, report.render()
+    assert [(i.where.line, "the same" in i.message) for i in report.errors] == [(3, True)]
+
+    chat = PREFERENCE_ROWS[2]  # chat lists with a system string, the prompt implicit
+    pq.write_table(pa.Table.from_pylist([chat, {**chat, "system": "Be terse."}]), tmp_path / "prefs.parquet")
+    report = check_file(str(tmp_path / "prefs.parquet"), max_length=64)
+    assert report.pairs["pairs"] == 2 and report.pairs["dropped"] == 0, report.render()
+
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    _write(folder / "a.jsonl", PREFERENCE_ROWS[:3])
+    _write(folder / "b.jsonl", PREFERENCE_ROWS[3:])
+    report = check_file(str(folder), max_length=64)
+    assert report.pairs["pairs"] == 3 and report.pairs["dropped"] == 4, report.render()
+    assert {(Path(i.where.file).name, i.where.line) for i in report.errors} == {("b.jsonl", n) for n in (1, 2, 3, 4)}
 
 
 def test_preference_data_reads_from_the_hf_datasets_cache_and_a_saved_folder(tmp_path, monkeypatch):
