@@ -182,6 +182,31 @@ def test_preference_records_of_every_layout_become_pairs_and_bad_ones_are_droppe
                                 max_length=64), None, batch_size=2, seed=0, kind="pairs")
 
 
+def test_preference_pairs_are_written_in_the_model_familys_chat_template(gemma4_tokenizer, tmp_path):
+    """#33.2: a pair's prompt takes the family's template from its tokenizer: Gemma 3's folds
+    the system string into the user turn, Gemma 4's (``<|turn>``, a real system turn) gives
+    it its own turn; the answer is the model turn after it either way."""
+    from adapters_lib.data import TokenCodec, build_pipeline
+    from adapters_lib.models import demo
+
+    data = _write(tmp_path / "prefs.jsonl", PREFERENCE_ROWS[:3])
+
+    def chosen_row(tokenizer) -> str:
+        codec = TokenCodec.from_any(tokenizer)
+        pipe = build_pipeline(DataSpec(path=data, max_length=64, eval_fraction=0.0), tokenizer, batch_size=3,
+                              seed=0, kind="pairs")
+        rows = [codec.sp.decode([int(i) for i in row if i != codec.pad]) for row in pipe.train_batch(0)["chosen_tokens"]]
+        (row,) = [r for r in rows if "Be brief." in r]
+        return row
+
+    gemma3 = chosen_row(str(demo.ensure_demo_tokenizer()))
+    assert "<start_of_turn>user\nBe brief.\n\nName a color.<end_of_turn>" in gemma3, gemma3
+    assert gemma3.endswith("<start_of_turn>model\nBlue<end_of_turn>\n") and "<|turn>" not in gemma3, gemma3
+    gemma4 = chosen_row(gemma4_tokenizer)
+    assert "<|turn>system\nBe brief.<turn|>" in gemma4 and "<start_of_turn>" not in gemma4, gemma4
+    assert gemma4.count("<|turn>") == 3 and gemma4.endswith("<|turn>model\nBlue<turn|>\n"), gemma4
+
+
 def test_preference_pairs_read_from_csv_parquet_and_a_folder_as_from_jsonl(tmp_path):
     """#33.2, every file source the readers take: TRL's flat layout in CSV and Parquet (chat
     lists too in Parquet), and a folder of JSONL files; a bad record is dropped with its
