@@ -61,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     sw.add_argument("sweep_id", nargs="?", default="", metavar="SWEEP",
                     help="the sweep id or a unique prefix (none: list the sweeps)")
     sw.add_argument("--metric", default="", help="rank by this metric (default: the sweep's)")
-    sw.add_argument("--json", action="store_true", help="print JSON")
+    sw.add_argument("--json", action="store_true",
+                    help="print one JSON object (the sweep, or the list of sweeps) instead of the table")
     sw.set_defaults(handler=run_sweep)
 
 
