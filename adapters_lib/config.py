@@ -57,6 +57,10 @@ class ModelSpec:
     quantize_embedding: str = "auto"
     """How the embedding/logits table is held under ``quantize``: "auto" (like the projections;
     a GGUF's own blocks for "gguf"), "none" (the param dtype), "int8", "int4" or "nf4"."""
+    generation_dtype: str = ""
+    """The base's dtype when this run generates (sample, compare): "" = as trained
+    (``train.param_dtype``), "bfloat16" = a bf16 copy of a float base (half the bytes a token
+    reads; made once, kept), "float32"."""
 
 
 @dataclass(frozen=True)

@@ -177,6 +177,12 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
         fail("model", "quantize_embedding", f"model.quantize_embedding = {m.quantize_embedding!r} "
              f"with quantize = {m.quantize!r}",
              'set quantize = "int8", "int4" or "nf4", or quantize_embedding = "auto"')
+    if m.generation_dtype not in ("", "float32", "bfloat16"):
+        fail("model", "generation_dtype", f"model.generation_dtype is {m.generation_dtype!r}",
+             'expected "" (as trained), "float32" or "bfloat16"')
+    if m.generation_dtype and m.backend == "keras":
+        fail("model", "generation_dtype", "model.generation_dtype is gemma-route only",
+             "leave it empty for a Keras-route run (it generates in its run's dtype)")
     if not 1 <= m.quantize_tile_size <= 1 << 20:
         fail("model", "quantize_tile_size", f"model.quantize_tile_size is {m.quantize_tile_size}",
              "use a positive tile that divides the projections' dims, e.g. 64")

@@ -59,7 +59,8 @@ class EngineFake(EngineCalls):
             api.CheckData: self._data_check, api.Estimate: self._estimate,
             api.CreateRun: self._create_run, api.ListRuns: self._list_runs, api.GetRun: self._get_run,
             api.StopRun: self._stop_run, api.ResumeRun: self._resume_run,
-            api.DeleteRun: self._delete_run, api.Export: self._export}
+            api.DeleteRun: self._delete_run, api.Export: self._export,
+            api.ListCompares: self._list_compares}
         self._streams: dict[type[api.Command], Callable[[Any], list[dict[str, Any]]]] = {
             api.StreamRun: self._stream_run, api.Sample: self._sample, api.Compare: self._compare}
 
@@ -236,6 +237,10 @@ class EngineFake(EngineCalls):
     def _compare(self, cmd: api.Compare) -> list[dict[str, Any]]:
         self._find(cmd.run_id)
         return self.data["compare"]
+
+    def _list_compares(self, cmd: api.ListCompares) -> dict[str, Any]:
+        self._find(cmd.run_id)
+        return {"compares": self.data.get("compares", [])}
 
     def _export(self, cmd: api.Export) -> dict[str, Any]:
         self._find(cmd.run_id)

@@ -55,11 +55,11 @@ def shared_real_load(real_270m, monkeypatch):
 
     original = loader.load_model
 
-    def load_model(spec, *, param_dtype="float32", sharding=None):
+    def load_model(spec, *, param_dtype="float32", sharding=None, generation_dtype=""):
         if spec.source in (STARTER, "gemma-3-270m") and not spec.tokenizer and \
                 spec.quantize == "none" and param_dtype == "float32" and _first_device_only(sharding):
-            return real_270m
-        return original(spec, param_dtype=param_dtype, sharding=sharding)
+            return loader.generation_copy(real_270m, generation_dtype) if generation_dtype else real_270m
+        return original(spec, param_dtype=param_dtype, sharding=sharding, generation_dtype=generation_dtype)
 
     monkeypatch.setattr(loader, "load_model", load_model)
     return real_270m

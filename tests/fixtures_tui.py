@@ -64,6 +64,7 @@ class StaticClient(EngineCalls):
                   api.ResumeRun: lambda c: {"id": c.run_id, "state": "stopping"},
                   api.DeleteRun: lambda c: {"id": c.run_id, "deleted": True},
                   api.Export: lambda c: {"run_id": c.run_id, "out": f"/tmp/{c.run_id}/adapter"},
+                  api.ListCompares: lambda c: {"compares": self.saved_compares(c.run_id)},
                   }[type(cmd)]
         return cmd.reply.from_json(answer(cmd), where=f"{cmd.name} reply")
 
@@ -136,6 +137,12 @@ class StaticClient(EngineCalls):
                            {"time": "2026-01-01T12:00:14Z", "kind": "checkpoint", "step": 40},
                            {"time": "2026-01-01T12:00:15Z", "kind": "state",
                             "state": "completed"}]} if events else {})}
+
+    def saved_compares(self, run_id: str) -> list[dict[str, Any]]:
+        """The engine's own reader over the run's folder (``_summary``'s ``dir``)."""
+        from adapters_lib.sample.compare_sets import saved_compares
+
+        return saved_compares(self._summary(run_id)["dir"])
 
     def compare_items(self) -> list[tuple[str, dict[str, Any]]]:
         out: list[tuple[str, dict[str, Any]]] = []

@@ -41,6 +41,7 @@ def test_compare_done_reply_has_per_side_speed_and_stop_reason(engine, run_id):
     for side in ("base", "tuned"):
         assert done.stop_reason[side] in ("stop", "length")
         assert done.tokens[side] >= 1 and done.tokens_per_s[side] > 0
+        assert (done.dtype[side], done.quantize[side]) == ("float32", "none")  # what it ran on
 
 
 def test_sample_streams_the_runs_tuned_answer_with_its_stop_reason(engine, run_id):
@@ -112,6 +113,7 @@ def test_a_three_turn_compare_through_the_api_answers_every_turn_on_each_side(en
     ({"messages": [{"role": "robot", "content": "b"}]}, 400, "unknown role 'robot'"),
     ({"messages": [{"role": "assistant", "content": "b"}]}, 400, "must follow a user message"),
     ({"prompt": "a", "top_p": 0.0}, 400, "top_p"),
+    ({"prompt": "a", "generation_dtype": "int3"}, 400, "generation_dtype"),
     ({"prompt": "a", "adapter": "relative/adapter"}, 400, "relative path"),
     ({"prompt": "a", "run_id": "/nonexistent/run"}, 404, "not a run directory"),
 ])
@@ -162,6 +164,8 @@ def test_compare_cli_replays_a_conversation_file_through_the_engine(cli_home, en
     saved = r.stderr.strip().splitlines()[-1].removeprefix("saved ")
     records = [json.loads(line) for line in open(saved)]  # saved by the engine, beside the run
     assert records[1]["messages"] == conv["messages"] and records[1]["tuned"] == conv["tuned"]
+    stamp = saved.rsplit("/", 1)[-1].removesuffix(".jsonl")  # the TUI reads them through the engine
+    assert engine.compares(run_id).compares[:2] == [{**r, "when": stamp} for r in records]
     r = _cli(cli_home, "compare", "--run", run_id, "--prompt", "a", "--prompt", "b", "--json",
              "--max-new-tokens", "3", "--no-save")
     assert r.returncode == 0 and [x["prompt"] for x in json.loads(r.stdout)] == ["a", "b"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from adapters_lib.engine import api
 from adapters_lib.runs.state import RunState
 from workbench.screens.base import EnginePhase, phase_of
-from workbench.screens.compare_history import blank_words, earlier_compares, side_stats
+from workbench.screens.compare_history import blank_words, side_stats
 from workbench.screens.compare_turns import answer_markup, record_text
 from workbench.screens.models import model_detail, model_row
 from workbench.screens.runstate import RunView
@@ -96,20 +96,11 @@ def test_checkpoints_grow_from_the_stream():
     assert checkpoints_text(list(range(10, 80, 10))) == "ckpts (7) … 30 40 50 60 70"
 
 
-def test_compare_sides_say_tokens_speed_and_stop_reason(tmp_path):
+def test_compare_sides_say_tokens_speed_and_stop_reason():
     done = {"tokens": {"base": 12, "tuned": 9}, "tokens_per_s": {"base": 41.5, "tuned": 40.0},
             "stop_reason": {"base": "end_of_turn", "tuned": "max_tokens"}}
     assert side_stats(done, "base") == "12 tokens · 41.5 tok/s · stop: end of turn"
     assert side_stats({"tokens": {"base": 3}}, "base") == "3 tokens"
-    folder = tmp_path / "compare"
-    folder.mkdir()
-    (folder / "20260101-120000.jsonl").write_text(
-        '{"prompt": "a", "base": "x", "tuned": "y"}\n', encoding="utf-8")
-    (folder / "20260102-120000.jsonl").write_text(
-        '{"prompt": "b", "base": "x2", "tuned": "y2"}\nnot json\n', encoding="utf-8")
-    earlier = earlier_compares(api.RunDetail(id="r", state=RunState.COMPLETED, dir=str(tmp_path)))
-    assert [e["prompt"] for e in earlier] == ["b", "a"]
-    assert earlier[0]["when"] == "20260102-120000"
 
 
 def test_engine_phase_follows_the_jax_start_up_and_keeps_its_clock():

@@ -122,23 +122,20 @@ class EngineCalls:
     # ----------------------------------------------------------------- generation, export
 
     def sample(self, prompt: str = "", *, run_id: str = "", model: str = "demo", step: int = -1,
-               max_new_tokens: int = 64, temperature: float = 0.0, seed: int = 0,
-               chat: bool = True, top_k: int = 0, top_p: float = 1.0,
-               messages: Sequence[Mapping[str, Any]] = (), system: str = "",
-               adapter: str = "", quantize: str = "") -> Iterator[api.StreamItem]:
+               messages: Sequence[Mapping[str, Any]] = (), system: str = "", adapter: str = "",
+               **decoding: Any) -> Iterator[api.StreamItem]:
         """Streamed tokens: ``token`` items (``api.TokenChunk``), then ``done`` (``SampleDone``:
         text, tokens, tokens_per_s, stop_reason). ``messages``: a conversation instead of
-        ``prompt`` (the model answers its last user turn)."""
+        ``prompt`` (the model answers its last user turn). ``decoding``: the generation
+        settings (``api.DECODING``: max_new_tokens, temperature, top_k, top_p, seed, chat,
+        quantize, generation_dtype; the API's defaults when not given)."""
         return self.stream(api.Sample(prompt=prompt, run_id=run_id, model=model, step=step,
-                                      max_new_tokens=max_new_tokens, temperature=temperature,
-                                      seed=seed, chat=chat, top_k=top_k, top_p=top_p,
                                       messages=_chat(messages), system=system, adapter=adapter,
-                                      quantize=quantize))
+                                      **decoding))
 
-    def compare(self, prompt: str = "", run_id: str = "", *, step: int = -1, max_new_tokens: int = 64,
-                temperature: float = 0.0, seed: int = 0, chat: bool = True, top_k: int = 0,
-                top_p: float = 1.0, messages: Sequence[Mapping[str, Any]] = (), system: str = "",
-                adapter: str = "", model: str = "", save: bool = False) -> Iterator[api.StreamItem]:
+    def compare(self, prompt: str = "", run_id: str = "", *, step: int = -1,
+                messages: Sequence[Mapping[str, Any]] = (), system: str = "", adapter: str = "",
+                model: str = "", save: bool = False, **decoding: Any) -> Iterator[api.StreamItem]:
         """Base vs tuned: ``token`` items carry ``side`` ("base"/"tuned"), then ``done``
         (``CompareDone``: per side tokens, tokens_per_s, stop_reason).
 
@@ -146,26 +143,25 @@ class EngineCalls:
         answer is answered, each side with its own history. Send earlier answers back as
         ``{"role": "assistant", "base": ..., "tuned": ...}``; token items then carry ``turn``
         and the done reply has ``turns``. ``save``: keep the result in ``<run>/compare/``
-        (the done reply's ``saved`` names the file)."""
+        (the done reply's ``saved`` names the file). ``decoding``: as ``sample``'s."""
         return self.stream(api.Compare(prompt=prompt, run_id=run_id, step=step,
-                                       max_new_tokens=max_new_tokens, temperature=temperature,
-                                       seed=seed, chat=chat, top_k=top_k, top_p=top_p,
                                        messages=_chat(messages), system=system, adapter=adapter,
-                                       model=model, save=save))
+                                       model=model, save=save, **decoding))
 
     def compare_set(self, entries: Sequence[Mapping[str, Any]], *, run_id: str = "", adapter: str = "",
-                    model: str = "", step: int = -1, max_new_tokens: int = 64, temperature: float = 0.0,
-                    top_k: int = 0, top_p: float = 1.0, seed: int = 0, chat: bool = True,
-                    save: bool = True, quantize: str = "") -> Iterator[api.StreamItem]:
+                    model: str = "", step: int = -1, save: bool = True,
+                    **decoding: Any) -> Iterator[api.StreamItem]:
         """A compare set (``{"prompt"}`` or ``{"messages"}`` entries) in one stream: ``token``
         items carry ``row``/``turn``/``side``; ``done`` (``CompareSetDone``) has the results
-        and the saved file."""
+        and the saved file. ``decoding``: as ``sample``'s."""
         items = tuple(api.CompareItem(prompt=e.get("prompt", ""), messages=_chat(e.get("messages") or ()),
                                       system=e.get("system", "")) for e in entries)
         return self.stream(api.CompareSet(run_id=run_id, adapter=adapter, model=model, step=step,
-                                          entries=items, max_new_tokens=max_new_tokens,
-                                          temperature=temperature, top_k=top_k, top_p=top_p,
-                                          seed=seed, chat=chat, save=save, quantize=quantize))
+                                          entries=items, save=save, **decoding))
+
+    def compares(self, run_id: str, *, limit: int = 200) -> api.CompareList:
+        """A run's earlier compares (``compares``: newest first), read by the engine."""
+        return self.call(api.ListCompares(run_id=run_id, limit=limit))
 
     def eval(self, data: str, *, model: str = "", run_id: str = "", step: int = -1,
              format: str = "auto", loss_on: str = "model", max_length: int = 0,

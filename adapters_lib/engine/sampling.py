@@ -81,12 +81,19 @@ def adapter_dir(cmd: Any) -> str:
 
 
 def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: str = "",
-                quantize: str = "") -> Any:
+                quantize: str = "", generation_dtype: str = "", generating: bool = False) -> Any:
     """The ``TunedModel`` a request names: a run's checkpoint, an adapter folder, or a base;
-    ``quantize`` (not "") holds its base that way instead of the run's ``[model] quantize``."""
+    ``quantize`` (not "") holds its base that way instead of the run's ``[model] quantize``;
+    ``generation_dtype`` (not "") a generation copy in that dtype (made once, kept here and by
+    the model cache); ``generating`` (sample, compare): "" is the run's ``[model]
+    generation_dtype``."""
     from adapters_lib import tuned
 
     check_quantize(quantize)
+    check_generation_dtype(generation_dtype)
+    dtype = generation_dtype
+    if run is not None and generating:
+        dtype = tuned.generation_dtype_of(generation_dtype, run.config())
     if run is not None:
         from adapters_lib.evals.selection import resolve_step
         from adapters_lib.tuned.checkpoint import checkpoint_step
@@ -97,13 +104,22 @@ def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: st
             got = None if step < 0 else step
         else:
             got = checkpoint_step(run, None if step < 0 else step)
-        return _cached(("run", str(run.path), got, quantize),
-                       lambda: tuned.load_run_model(run, got, quantize=quantize))
+        return _cached(("run", str(run.path), got, quantize, dtype),
+                       lambda: tuned.load_run_model(run, got, quantize=quantize, generation_dtype=dtype))
     if adapter:
-        return _cached(("adapter", adapter, model, quantize),
-                       lambda: tuned.load_adapter_model(adapter, model, quantize=quantize))
-    return _cached(("base", model or "demo", quantize),
-                   lambda: tuned.load_base_model(model or "demo", quantize=quantize))
+        return _cached(("adapter", adapter, model, quantize, dtype),
+                       lambda: tuned.load_adapter_model(adapter, model, quantize=quantize,
+                                                        generation_dtype=dtype))
+    return _cached(("base", model or "demo", quantize, dtype),
+                   lambda: tuned.load_base_model(model or "demo", quantize=quantize, generation_dtype=dtype))
+
+
+def check_generation_dtype(value: str, where: str = "request: generation_dtype") -> None:
+    from adapters_lib.tuned import GENERATION_DTYPES
+
+    if value not in GENERATION_DTYPES:
+        raise EngineError(f"generation_dtype is {value!r}", where=where, status=400,
+                          hint="expected float32 or bfloat16 (or empty: the run's own)")
 
 
 def check_quantize(quantize: str, where: str = "request: quantize") -> None:
@@ -117,18 +133,17 @@ def check_quantize(quantize: str, where: str = "request: quantize") -> None:
 
 def settings_of(cmd: Any) -> Any:
     """The request's decoding settings, checked (a bad value is a 400 naming the key)."""
-    from adapters_lib.sample.settings import SamplingSettings
-
     try:
-        return SamplingSettings(max_new_tokens=cmd.max_new_tokens, temperature=cmd.temperature,
-                                top_k=cmd.top_k, top_p=cmd.top_p, seed=cmd.seed)
-    except WorkbenchError as e:  # its where names the CLI flag: name the request's key
-        key = (e.where or "").lstrip("-").replace("-", "_")
-        raise EngineError(e.message, where=f"{cmd.name} request: {key}", hint=e.hint) from None
+        return cmd.settings()  # api.Decoding: the one record of the generation fields
+    except WorkbenchError as e:
+        raise EngineError(e.message, where=e.where, hint=e.hint) from None
 
 
-def _side_stats(answers: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {"tokens": {s: a.tokens for s, a in answers.items()},
+def _side_stats(answers: dict[str, Any], model: Any) -> dict[str, dict[str, Any]]:
+    ran = {s: model.precision(s) for s in answers}
+    return {"dtype": {s: p["dtype"] for s, p in ran.items()},
+            "quantize": {s: p["quantize"] for s, p in ran.items()},
+            "tokens": {s: a.tokens for s, a in answers.items()},
             "tokens_per_s": {s: a.tokens_per_s for s, a in answers.items()},
             "first_token_s": {s: round(a.first_token_s, 3) for s, a in answers.items()},
             "stop_reason": {s: a.stop_reason for s, a in answers.items()}}
@@ -194,6 +209,8 @@ def prepare(engine: Any, cmd: Any) -> Prepared:
 
     where = f"{cmd.name} request"
     settings = settings_of(cmd)
+    check_quantize(cmd.quantize)
+    check_generation_dtype(cmd.generation_dtype)
     run = run_dir_of(engine, cmd.run_id) if cmd.run_id else None
     adapter = adapter_dir(cmd)
     if run is not None and adapter:
@@ -238,7 +255,7 @@ def prepare(engine: Any, cmd: Any) -> Prepared:
 
 def _model(cmd: Any, prepared: Prepared) -> Any:
     return tuned_model(prepared.run, cmd.step, adapter=prepared.adapter, model=getattr(cmd, "model", ""),
-                       quantize=getattr(cmd, "quantize", ""))
+                       quantize=cmd.quantize, generation_dtype=cmd.generation_dtype, generating=True)
 
 
 def sample_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[str, Any]:
@@ -252,7 +269,7 @@ def sample_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[st
     return {"text": answer.text, "tokens": answer.tokens, "seconds": round(time.perf_counter() - t0, 3),
             "step": model.step, "complete": answer.stop_reason != "cancelled",
             "tokens_per_s": answer.tokens_per_s, "first_token_s": round(answer.first_token_s, 3),
-            "stop_reason": answer.stop_reason}
+            "stop_reason": answer.stop_reason, **model.precision(side)}
 
 
 def compare_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[str, Any]:
@@ -274,7 +291,7 @@ def compare_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[s
 
     [conv] = replay(model, prepared.conversations, prepared.settings, chat=cmd.chat, on_piece=on_piece)
     last = next((t for t in reversed(conv.turns) if not t.given and t.answers), conv.turns[-1])
-    stats = _side_stats({s: last.answers[s] for s in ("base", "tuned") if s in last.answers})
+    stats = _side_stats({s: last.answers[s] for s in ("base", "tuned") if s in last.answers}, model)
     out = {"base": last.text("base"), "tuned": last.text("tuned"), **stats,
            "seconds": round(time.perf_counter() - t0, 3), "step": model.step, "complete": not cancelled}
     if chat_request:

@@ -15,7 +15,8 @@ from adapters_lib.models.loaded import LoadedModel, place
 __all__ = ["LoadedModel", "load_model", "place"]
 
 
-def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any = None) -> LoadedModel:
+def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any = None,
+               generation_dtype: str = "") -> LoadedModel:
     """Load the base model for ``spec``.
 
     ``sharding``: a callable ``(path_tuple, ShapeDtypeStruct) -> jax.sharding.Sharding`` or
@@ -23,13 +24,28 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     "none": the projection weights are then quantized where they lie and the model reads
     them quantized (``models.quantize``). A model loaded before in this process with the
     same source, files, dtype and placement is reused (``models.model_cache``).
+
+    ``generation_dtype`` (not ""): a generation copy — the model as loaded in ``param_dtype``
+    (the one a run trained), its float params cast to ``generation_dtype`` (the same weights
+    rounded, never another load's: the demo's bf16 init is another model) and, unquantized,
+    its projections in the decode layout (``models.decode_layout``); kept beside the model it
+    was made from. For sampling only: training and export read the plain model.
     """
     if spec.quantize != "none" and spec.source != "demo":
         _check_quantizes(spec)
     if spec.quantize == "gguf":  # the GGUF's own blocks, read as they are
-        return _load_gguf_blocks(spec, param_dtype, sharding)
+        return _load_gguf_blocks(spec, generation_dtype or param_dtype, sharding)
     # quantizing deletes the float weights it replaces: a base to quantize is never a kept one
-    loaded = _load(spec, param_dtype, sharding, keep=spec.quantize == "none")
+    keep = spec.quantize == "none"
+    if generation_dtype:
+        from adapters_lib.models import model_cache
+
+        key, load = _loader(spec, param_dtype, sharding, keep=keep)
+        copy_key = None if key is None else (*key, ("generation", generation_dtype))
+        loaded = model_cache.kept(copy_key, lambda: generation_copy(
+            model_cache.kept(key, load), generation_dtype, layout=keep))
+    else:
+        loaded = _load(spec, param_dtype, sharding, keep=keep)
     if spec.quantize != "none":
         from adapters_lib.models import quantize
 
@@ -48,20 +64,47 @@ def _check_quantizes(spec: ModelSpec) -> None:
                              where="[model] quantize", hint='set [model] quantize = "none"')
 
 
+def generation_copy(loaded: LoadedModel, dtype: str, *, layout: bool = True) -> LoadedModel:
+    """``loaded`` with its floating params cast to ``dtype`` (new arrays; the source untouched),
+    the model's dtype set to it as a load in ``dtype`` has, and (``layout``) the projections in
+    the decode layout."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models import decode_layout
+
+    target = jnp.dtype(dtype)
+    params = jax.tree.map(lambda x: x.astype(target) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+                          loaded.params)
+    model = loaded.model.clone(dtype=target) if hasattr(loaded.model, "dtype") else loaded.model
+    out = dataclasses.replace(loaded, model=model, params=params)
+    return decode_layout.decode_copy(out) if layout else out
+
+
 def _load(spec: ModelSpec, param_dtype: str, sharding: Any, *, keep: bool) -> LoadedModel:
+    from adapters_lib.models import model_cache
+
+    key, load = _loader(spec, param_dtype, sharding, keep=keep)
+    return model_cache.kept(key, load)
+
+
+def _loader(spec: ModelSpec, param_dtype: str, sharding: Any, *, keep: bool) -> tuple[tuple | None, Any]:
+    """(the model cache's key, the load) of ``spec`` in ``param_dtype``."""
     from adapters_lib.models import model_cache
 
     placement = model_cache.placement_key(sharding) if keep else None
     if spec.source == "demo":
         key = None if placement is None else ("demo", spec.tokenizer, param_dtype, placement, ())
-        return model_cache.kept(key, lambda: _load_demo(spec, param_dtype, sharding))
+        return key, lambda: _load_demo(spec, param_dtype, sharding)
     from adapters_lib.models import weights  # the catalog's loaders (light to import here)
 
     entry = weights.resolve(spec.source)
     files = _files(entry, spec)
     key = None if placement is None or not files else (spec.source, spec.tokenizer, param_dtype, placement, files)
-    return model_cache.kept(key, lambda: weights.load_entry(
-        entry, tokenizer=spec.tokenizer, param_dtype=param_dtype, sharding=sharding, source=spec.source))
+    return key, lambda: weights.load_entry(entry, tokenizer=spec.tokenizer, param_dtype=param_dtype,
+                                           sharding=sharding, source=spec.source)
 
 
 def _files(entry: Any, spec: ModelSpec) -> tuple:

@@ -71,6 +71,28 @@ def save_compare(run_path: str | Path, records: Sequence[Mapping[str, Any]]) -> 
     return path
 
 
+def saved_compares(run_path: str | Path, limit: int = 200) -> list[dict[str, Any]]:
+    """A run's saved compares (``<run>/compare/*.jsonl``), newest first, at most ``limit``,
+    each record with ``when`` (its file's stamp); unreadable lines and files are skipped."""
+    folder = Path(run_path) / "compare"
+    out: list[dict[str, Any]] = []
+    for path in sorted(folder.glob("*.jsonl"), reverse=True) if folder.is_dir() else ():
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError):
+            continue
+        for line in lines:
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, Mapping) and ("base" in item or "tuned" in item):
+                out.append({**item, "when": path.stem})
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
 def read_compare_set(path: str | Path) -> list[dict[str, Any]]:
     p = Path(path)
     try:

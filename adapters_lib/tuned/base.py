@@ -22,6 +22,19 @@ from adapters_lib.sample.settings import Piece, SamplingSettings
 
 SIDES = ("base", "tuned")
 
+GENERATION_DTYPES = ("", "float32", "bfloat16")
+
+
+def generation_dtype_of(asked: str, cfg: Any = None) -> str:
+    """The generation copy's dtype: the request's ``asked``, else the run's ``[model]
+    generation_dtype``; "" = none (generate from the model as trained)."""
+    if asked not in GENERATION_DTYPES:
+        from adapters_lib.errors import WorkbenchError
+
+        raise WorkbenchError(f"generation_dtype is {asked!r}", where="--generation-dtype",
+                             hint="use float32 or bfloat16")
+    return asked or (getattr(getattr(cfg, "model", None), "generation_dtype", "") if cfg is not None else "")
+
 
 @dataclass
 class Answer:
@@ -160,6 +173,11 @@ class TunedModel:
         from adapters_lib.sample.conversation import replay
 
         return replay(self, conversations, settings, sides=sides, chat=chat, on_piece=on_piece)
+
+    def precision(self, side: str) -> dict[str, str]:
+        """What ``side`` ran on: the weights' ``dtype`` and the base's ``quantize`` ("" where the
+        backend does not say)."""
+        return {"dtype": "", "quantize": "none"}
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "source": self.source, "step": self.step,

@@ -24,14 +24,15 @@ def checkpoint_step(run: Any, step: int | None) -> int:
     return step
 
 
-def load_checkpoint(run_dir: Any, step: int | None = None, *,
-                    quantize: str = "") -> tuple[Any, Any, Any, int]:
+def load_checkpoint(run_dir: Any, step: int | None = None, *, quantize: str = "",
+                    generation_dtype: str = "") -> tuple[Any, Any, Any, int]:
     """``(cfg, LoadedModel, trainable, step)`` of a run's checkpoint (latest when ``step`` is None).
 
     ``trainable`` is the adapter tree for a LoRA run (merge it with ``loaded.params`` through
     ``lora.merge_lora`` and apply with ``lora.wrap(loaded.model, cfg.lora)``); for a full
     fine-tune (``cfg.lora.enabled = false``) it is the whole tuned params tree. The base is
-    held as the run's ``[model] quantize``, or as ``quantize`` when given (not "").
+    held as the run's ``[model] quantize``, or as ``quantize`` when given (not ""); a
+    generation copy in ``generation_dtype`` when given (``models.loader.load_model``).
     """
     from adapters_lib import runs
     from adapters_lib.models.loader import load_model
@@ -44,7 +45,14 @@ def load_checkpoint(run_dir: Any, step: int | None = None, *,
     cfg = run.config()
     step = checkpoint_step(run, step)
     spec = cfg.model if not quantize else dataclasses.replace(cfg.model, quantize=quantize)
-    loaded = load_model(spec, param_dtype=cfg.train.param_dtype)
-    abstract = checkpoints.abstract_trainable(loaded, cfg)
+    loaded = load_model(spec, param_dtype=cfg.train.param_dtype, generation_dtype=generation_dtype)
+    plain = loaded
+    if generation_dtype and not cfg.lora.enabled:  # the checkpoint holds the model's own layout
+        import jax
+
+        from adapters_lib.models import decode_layout
+
+        plain = dataclasses.replace(loaded, params=jax.eval_shape(decode_layout.standard, loaded.params))
+    abstract = checkpoints.abstract_trainable(plain, cfg)
     trainable = checkpoints.restore_params(run.checkpoints_dir, step, abstract)
     return cfg, loaded, trainable, step

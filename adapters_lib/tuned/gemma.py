@@ -45,36 +45,59 @@ class GemmaTuned(TunedModel):
     # ---------------------------------------------------------------- loading
 
     @classmethod
-    def from_run(cls, run: Any, step: int | None = None, *, quantize: str = "") -> GemmaTuned:
+    def from_run(cls, run: Any, step: int | None = None, *, quantize: str = "",
+                 generation_dtype: str = "") -> GemmaTuned:
+        """A run's checkpoint; ``generation_dtype`` (not ""): its base as a generation copy in
+        that dtype (``models.loader.load_model``), the trained tree cast alike."""
         from adapters_lib.tuned.checkpoint import load_checkpoint
 
-        cfg, loaded, trainable, got = load_checkpoint(run, step, quantize=quantize)
+        cfg, loaded, trainable, got = load_checkpoint(run, step, quantize=quantize,
+                                                      generation_dtype=generation_dtype)
+        if generation_dtype:
+            trainable = _cast(trainable, loaded)
+            if not cfg.lora.enabled:  # a full fine-tune's tree is the model: the same layout
+                from adapters_lib.models import decode_layout
+
+                trainable = decode_layout.permute(trainable, loaded.config, loaded.family)
         if cfg.lora.enabled:
             return cls(loaded, lora=cfg.lora, adapters=trainable, step=got, run=run, cfg=cfg)
         return cls(loaded, tuned_params=trainable, step=got, run=run, cfg=cfg)
 
     @classmethod
     def from_adapter_dir(cls, directory: str | Path, model: str = "", *,
-                         quantize: str = "") -> GemmaTuned:
+                         quantize: str = "", generation_dtype: str = "") -> GemmaTuned:
         """A base model plus an exported adapter folder (``model`` defaults to the adapter's base)."""
         from adapters_lib.config import ModelSpec
         from adapters_lib.export.peft import load_adapter, read_adapter_config
         from adapters_lib.models.loader import load_model
+        from adapters_lib.tuned.base import generation_dtype_of
 
         spec, base_model = read_adapter_config(directory)
         source = model or base_model or "demo"
         loaded = load_model(ModelSpec(source=source, quantize=quantize or "none"),
-                            param_dtype="float32")
+                            param_dtype="float32", generation_dtype=generation_dtype_of(generation_dtype))
         adapters = load_adapter(directory, loaded.model, spec)
-        return cls(loaded, lora=spec, adapters=adapters, source=source)
+        return cls(loaded, lora=spec, adapters=_cast(adapters, loaded) if generation_dtype else adapters,
+                   source=source)
 
     @classmethod
-    def base_model(cls, source: str = "demo", *, quantize: str = "") -> GemmaTuned:
+    def base_model(cls, source: str = "demo", *, quantize: str = "",
+                   generation_dtype: str = "") -> GemmaTuned:
         from adapters_lib.config import ModelSpec
         from adapters_lib.models.loader import load_model
+        from adapters_lib.tuned.base import generation_dtype_of
 
         spec = ModelSpec(source=source or "demo", quantize=quantize or "none")
-        return cls(load_model(spec), source=source or "demo")
+        return cls(load_model(spec, generation_dtype=generation_dtype_of(generation_dtype)),
+                   source=source or "demo")
+
+    # ---------------------------------------------------------------- precision
+
+    def precision(self, side: str) -> dict[str, str]:
+        """What a side ran on: the weights' ``dtype`` and the base's ``quantize`` (the Compare
+        header shows them)."""
+        params = self.tuned_params if side == "tuned" and self.tuned_params is not None else self.loaded.params
+        return {"dtype": _float_dtype(params), "quantize": getattr(self.loaded, "quantize", "none") or "none"}
 
     # ---------------------------------------------------------------- generation
 
@@ -136,5 +159,35 @@ class GemmaTuned(TunedModel):
     def export(self, fmt: str, out: str | Path | None = None, *, force: bool = False,
                quant: str = "") -> dict[str, Any]:
         from adapters_lib.export.run import export_gemma
+        from adapters_lib.models import decode_layout
 
+        if decode_layout.holds(self.loaded.params):
+            from adapters_lib.errors import WorkbenchError
+
+            raise WorkbenchError("this model is a generation copy (generation_dtype): not exported",
+                                 hint="export the run as trained (gemma-workbench export RUN)")
         return export_gemma(self, fmt, out, force=force, quant=quant)
+
+
+def _float_dtype(tree: Any) -> str:
+    """The dtype of a params tree's first floating leaf (a quantized base's scales and table)."""
+    import jax
+    import jax.numpy as jnp
+
+    for leaf in jax.tree.leaves(tree):
+        dtype = getattr(leaf, "dtype", None)
+        if dtype is not None and jnp.issubdtype(dtype, jnp.floating):
+            return str(jnp.dtype(dtype))
+    return ""
+
+
+def _cast(tree: Any, loaded: Any) -> Any:
+    """Adapters (or a full fine-tune's tree) in the base's float dtype: a bf16 generation copy
+    reads bf16 adapters too (one dtype through the model)."""
+    import jax
+    import jax.numpy as jnp
+
+    dtype = _float_dtype(loaded.params)
+    if not dtype or tree is None:
+        return tree
+    return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)

@@ -11,6 +11,7 @@ a second one doubles the memory.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -19,12 +20,20 @@ from adapters_lib.errors import WorkbenchError
 
 
 def add_decoding_args(p: argparse.ArgumentParser) -> None:
+    """The decoding flags, made from the API's one record of them (``api.Decoding``: each
+    field's ``flag``, ``help``, ``metavar`` and default), plus ``--raw``, ``--step``,
+    ``--quantize`` and ``--in-process``."""
+    from adapters_lib.engine.api import Decoding
+
     g = p.add_argument_group("decoding")
-    g.add_argument("--max-new-tokens", type=int, default=64, metavar="N", help="stop after N tokens (64)")
-    g.add_argument("--temperature", type=float, default=0.0, metavar="T", help="0 = greedy (default)")
-    g.add_argument("--top-k", type=int, default=0, metavar="K", help="keep the K likeliest tokens (0 = off)")
-    g.add_argument("--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling (1.0 = off)")
-    g.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seed (0)")
+    for f in dataclasses.fields(Decoding):
+        meta = f.metadata
+        if "flag" not in meta:
+            continue
+        choices = meta.get("choices")
+        g.add_argument(meta["flag"], dest=f.name, default=f.default, metavar=meta["metavar"],
+                       type=str if choices else type(f.default), help=meta["help"],
+                       **({"choices": choices} if choices else {}))
     g.add_argument("--raw", action="store_true",
                    help="send the prompt as raw text, without the Gemma chat template")
     g.add_argument("--step", type=step_arg, default=None, metavar="N|best",
@@ -70,10 +79,12 @@ def settings_from(args: argparse.Namespace) -> Any:
                             top_k=args.top_k, top_p=args.top_p, seed=args.seed)
 
 
-def settings_body(settings: Any) -> dict[str, Any]:
-    """The settings as the engine's Sample/Compare fields."""
-    return {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
-            "top_k": settings.top_k, "top_p": settings.top_p, "seed": settings.seed}
+def decoding_body(args: argparse.Namespace) -> dict[str, Any]:
+    """The generation settings as the engine's request fields (``api.DECODING``)."""
+    from adapters_lib.engine.api import DECODING
+
+    values = {k: getattr(args, k) for k in DECODING if hasattr(args, k)}
+    return {**values, "chat": not args.raw}
 
 
 def quiet_engine_logs() -> None:

@@ -21,11 +21,11 @@ from typing import Any
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import (
     add_decoding_args,
+    decoding_body,
     engine_client,
     local_path,
     model_ref,
     run_ref,
-    settings_body,
     settings_from,
 )
 
@@ -112,9 +112,8 @@ def _through_engine(args: argparse.Namespace, convs: list[Any], settings: Any) -
     with engine_client(args) as client:
         for item in client.compare_set(entries, run_id=run_ref(args.run) if args.run else "",
                                        adapter=local_path(args.adapter), model=model_ref(args.model),
-                                       step=-1 if args.step is None else args.step, chat=not args.raw,
-                                       save=not args.no_save, quantize=args.quantize,
-                                       **settings_body(settings)):
+                                       step=-1 if args.step is None else args.step,
+                                       save=not args.no_save, **decoding_body(args)):
             if item.type == "done":
                 done = item.data
             elif item.type == "error":

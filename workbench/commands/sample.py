@@ -14,11 +14,11 @@ from typing import Any
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import (
     add_decoding_args,
+    decoding_body,
     engine_client,
     local_path,
     model_ref,
     run_ref,
-    settings_body,
     settings_from,
 )
 
@@ -72,9 +72,7 @@ def _through_engine(args: argparse.Namespace, prompt: Any, settings: Any) -> tup
     fields: dict[str, Any] = {"run_id": run_ref(args.run) if args.run else "",
                               "adapter": local_path(args.adapter),
                               "model": model_ref(args.model) or ("" if args.adapter else "demo"),  # an adapter's own base
-                              "step": -1 if args.step is None else args.step, "chat": not args.raw,
-                              "quantize": args.quantize,
-                              **settings_body(settings)}
+                              "step": -1 if args.step is None else args.step, **decoding_body(args)}
     if isinstance(prompt, str):
         fields["prompt"] = prompt
     else:

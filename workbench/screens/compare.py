@@ -26,15 +26,15 @@ from textual.worker import get_current_worker
 from adapters_lib.engine import api
 from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
 from workbench.screens.compare_history import (
+    DECODING,
     blank_words,
-    done_stats,
-    earlier_compares,
+    decoding_fields,
+    done_frame,
     side_stats,
     token_side,
 )
 from workbench.screens.compare_turns import Conversation, record_prompt, record_text
 from workbench.screens.runstate import RunView
-from workbench.widgets.lora_form import parse_number
 from workbench.widgets.nav import NavBar
 from workbench.widgets.waits import WaitNote
 
@@ -78,6 +78,8 @@ class CompareScreen(WorkbenchScreen):
         """The multi-turn A/B under way (``ctrl+n``), or None: every prompt alone."""
         self.asked = ""
         """The prompt being answered."""
+        self.titles: dict[str, str] = {}
+        """Each pane's title (its side, model or run); a finished compare adds its precision."""
 
     def compose(self) -> ComposeResult:
         yield NavBar("compare")
@@ -89,11 +91,13 @@ class CompareScreen(WorkbenchScreen):
                          id="compare-step", compact=True)
         with Horizontal(classes="row", id="compare-decoding"):
             yield Label("temp", classes="label-short")
-            yield Input("0", id="compare-temperature", type="number", classes="tiny", compact=True)
+            yield Input(DECODING["temperature"], id="compare-temperature", type="number", classes="tiny",
+                        compact=True)
             yield Label("max new", classes="label-short")
-            yield Input("64", id="compare-max-new-tokens", type="integer", classes="tiny", compact=True)
+            yield Input(DECODING["max_new_tokens"], id="compare-max-new-tokens", type="integer",
+                        classes="tiny", compact=True)
             yield Label("seed", classes="label-short")
-            yield Input("0", id="compare-seed", type="integer", classes="tiny", compact=True)
+            yield Input(DECODING["seed"], id="compare-seed", type="integer", classes="tiny", compact=True)
         yield Static("", id="compare-same", classes="note")
         yield Input(placeholder="type a prompt · enter sends · ↑/↓ history",
                     id="compare-prompt")
@@ -115,9 +119,8 @@ class CompareScreen(WorkbenchScreen):
     @on(Input.Changed, "#compare-temperature, #compare-max-new-tokens, #compare-seed")
     def show_same(self) -> None:
         """The line that says both sides decode alike (what the A/B is fair about)."""
-        temp = self.query_one("#compare-temperature", Input).value or "0"
-        max_new = self.query_one("#compare-max-new-tokens", Input).value or "64"
-        seed = self.query_one("#compare-seed", Input).value or "0"
+        temp, max_new, seed = (self.query_one(f"#compare-{k.replace('_', '-')}", Input).value or DECODING[k]
+                               for k in ("temperature", "max_new_tokens", "seed"))
         self.query_one("#compare-same", Static).update(
             f"same seed, same settings on both sides: seed {escape(seed)} · temperature "
             f"{escape(temp)} · max {escape(max_new)} new tokens · chat template")
@@ -179,7 +182,8 @@ class CompareScreen(WorkbenchScreen):
             return
         view = RunView(run_id)
         view.apply_record(record)
-        self.ui(self.show_checkpoints, view, earlier_compares(record))
+        listed = self.engine(self.client.compares, run_id)  # read where the run is (--remote too)
+        self.ui(self.show_checkpoints, view, list(listed.compares) if listed else [])
 
     def show_checkpoints(self, view: RunView, earlier: list[dict[str, Any]]) -> None:
         """Every checkpoint of the run in the picker (newest first); the choice is kept when
@@ -197,10 +201,11 @@ class CompareScreen(WorkbenchScreen):
         if not same_run and self.conversation is not None:
             self.conversation = Conversation()  # another run: a new conversation
             self.show_conversation()
-        self.query_one("#pane-tuned").border_title = f"tuned · {escape(view.run_id)}"
         model = (view.config.get("model") or {}).get("source", "")
-        self.query_one("#pane-base").border_title = f"base · {escape(str(model))}" if model \
-            else "base"
+        self.titles = {"tuned": f"tuned · {escape(view.run_id)}",
+                       "base": f"base · {escape(str(model))}" if model else "base"}
+        for side, title in self.titles.items():
+            self.query_one(f"#pane-{side}").border_title = title
         self.earlier, self.earlier_pos = earlier, -1
         if not self.generating and self.summary is None:
             count = len(earlier)
@@ -225,20 +230,13 @@ class CompareScreen(WorkbenchScreen):
         if not prompt:
             self.notify("type a prompt first", severity="warning")
             return None
-        temp = parse_number(self.query_one("#compare-temperature", Input).value or "0", float)
-        max_new = parse_number(self.query_one("#compare-max-new-tokens", Input).value or "64", int)
-        seed = parse_number(self.query_one("#compare-seed", Input).value or "0", int)
-        bad = [name for name, v, ok in (("temperature", temp, isinstance(temp, float) and temp >= 0),
-                                         ("max new tokens", max_new,
-                                          isinstance(max_new, int) and 0 < max_new <= 8192),
-                                         ("seed", seed, isinstance(seed, int)))
-               if not ok]
+        decoding, bad = decoding_fields({k: self.query_one(f"#compare-{k.replace('_', '-')}", Input).value
+                                         for k in DECODING})
         if bad:
             self.notify(f"{', '.join(bad)}: not a valid value", severity="error")
             return None
         step = self.query_one("#compare-step", Select).value
-        req: dict[str, Any] = {"prompt": prompt, "run_id": str(run), "step": int(step),
-                               "max_new_tokens": max_new, "temperature": temp, "seed": seed,
+        req: dict[str, Any] = {"prompt": prompt, "run_id": str(run), "step": int(step), **decoding,
                                "save": True}
         if self.conversation is not None and self.conversation.turns:
             req["messages"] = self.conversation.messages(req.pop("prompt"))
@@ -339,7 +337,8 @@ class CompareScreen(WorkbenchScreen):
             self.asked = ""
             self.show_conversation()
         for side in ("base", "tuned"):
-            self.query_one(f"#pane-{side}").border_subtitle = done_stats(summary, side)
+            pane = self.query_one(f"#pane-{side}")
+            pane.border_title, pane.border_subtitle = done_frame(summary, side, self.titles.get(side, side))
         run = self.query_one("#compare-run", Select).value
         if summary.saved and run is not Select.NULL:
             self.load_checkpoints(str(run))  # the new compare joins the earlier ones

@@ -1,55 +1,41 @@
-"""What the Compare screen reads: the token stream's items, earlier compares of a run and
-the per-side figures of a finished one.
-
-Earlier compares are the run's ``compare/*.jsonl`` files (one object per prompt: ``prompt``,
-``base``, ``tuned``, ``settings``; written by ``gemma-workbench compare`` and by the engine).
-An engine that lists them in the run record (``compares``) is read first; otherwise the
-files are read where the run directory is on this machine (a remote engine's are not).
-"""
+"""What the Compare screen sends and reads: its decoding inputs as the API's fields, the token
+stream's items and the per-side figures of a finished one. Earlier compares come from the
+engine (``client.compares``: it reads the run's ``compare/*.jsonl`` where the run is, so a
+remote engine's too)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
-from pathlib import Path
+from dataclasses import fields
 from typing import Any
 
 from adapters_lib.engine import api
+from workbench.widgets.lora_form import parse_number
 
-MAX_EARLIER = 200
+DECODING = {f.name: f"{f.default:g}" if isinstance(f.default, float) else str(f.default)
+            for f in fields(api.Decoding) if f.name in ("temperature", "max_new_tokens", "seed")}
+"""The Compare screen's decoding inputs and their defaults: the API's (``api.Decoding``, the
+one record of the generation settings)."""
+
 STOP_WORDS = {"stop": "end of turn", "length": "max new tokens", "cancelled": "cancelled"}
 """The engine's ``stop_reason`` values as the pane's frame says them."""
 
 
-def earlier_compares(record: api.RunDetail) -> list[dict[str, Any]]:
-    """The run's earlier compares, newest first, each with ``when`` (its file's stamp)."""
-    listed = record.extra.get("compares")
-    if isinstance(listed, list):
-        return [c for c in listed if isinstance(c, Mapping)][:MAX_EARLIER]
-    folder = Path(record.dir) / "compare"
-    if not record.dir or not folder.is_dir():
-        return []
-    out: list[dict[str, Any]] = []
-    for path in sorted(folder.glob("*.jsonl"), reverse=True):
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError):
-            continue
-        for line in lines:
-            try:
-                item = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(item, Mapping) and ("base" in item or "tuned" in item):
-                out.append({**item, "when": path.stem})
-        if len(out) >= MAX_EARLIER:
-            break
-    return out[:MAX_EARLIER]
+def decoding_fields(texts: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
+    """The decoding inputs' texts (``DECODING``'s keys; empty = the default) as request fields,
+    and the words of the bad ones."""
+    values = {k: parse_number(texts.get(k) or DECODING[k], float if k == "temperature" else int)
+              for k in DECODING}
+    t, n, seed = values["temperature"], values["max_new_tokens"], values["seed"]
+    bad = [word for word, ok in (("temperature", isinstance(t, float) and t >= 0),
+                                 ("max new tokens", isinstance(n, int) and 0 < n <= api.LIMITS["max_new_tokens"]),
+                                 ("seed", isinstance(seed, int))) if not ok]
+    return values, bad
 
 
 def side_stats(summary: Mapping[str, Any], side: str) -> str:
-    """``"12 tokens · 41.5 tok/s · stop: end of turn"`` for one side of a finished compare
-    (a saved one: its ``tokens``, ``tokens_per_s`` and ``stop_reason``, each per side)."""
+    """``"12 tokens · 41.5 tok/s · first 0.4 s · stop: end of turn"`` for one side of a finished
+    compare: the decode rate and the wait for the first token apart."""
     parts = []
     tokens = _per_side(summary, "tokens", side)
     if isinstance(tokens, int):
@@ -57,10 +43,26 @@ def side_stats(summary: Mapping[str, Any], side: str) -> str:
     speed = _per_side(summary, "tokens_per_s", side)
     if isinstance(speed, (int, float)):
         parts.append(f"{speed:.1f} tok/s")
+    first = _per_side(summary, "first_token_s", side)
+    if isinstance(first, (int, float)):
+        parts.append(f"first {first:.1f} s")
     reason = _per_side(summary, "stop_reason", side)
     if reason:
         parts.append(f"stop: {STOP_WORDS.get(str(reason), str(reason).replace('_', ' '))}")
     return " · ".join(parts)
+
+
+DTYPE_WORDS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
+def precision_words(summary: Mapping[str, Any], side: str) -> str:
+    """``"bf16"``, ``"f32 · int8"``: the weights a side ran on (its pane's title says it)."""
+    dtype = _per_side(summary, "dtype", side)
+    quant = _per_side(summary, "quantize", side)
+    words = [DTYPE_WORDS.get(str(dtype), str(dtype))] if dtype else []
+    if quant and quant != "none":
+        words.append(str(quant))
+    return " · ".join(words)
 
 
 def _per_side(summary: Mapping[str, Any], key: str, side: str) -> Any:
@@ -71,7 +73,13 @@ def _per_side(summary: Mapping[str, Any], key: str, side: str) -> Any:
 def done_stats(done: api.CompareDone, side: str) -> str:
     """``side_stats`` of a compare the engine just finished."""
     return side_stats({"tokens": done.tokens, "tokens_per_s": done.tokens_per_s,
-                       "stop_reason": done.stop_reason}, side)
+                       "first_token_s": done.first_token_s, "stop_reason": done.stop_reason}, side)
+
+
+def done_frame(done: api.CompareDone, side: str, title: str) -> tuple[str, str]:
+    """A finished side's pane title (its side and model, what it ran on) and subtitle."""
+    ran = precision_words({"dtype": done.dtype, "quantize": done.quantize}, side)
+    return " · ".join(x for x in (title, ran) if x), done_stats(done, side)
 
 
 def token_side(item: api.StreamItem) -> tuple[str, str]:

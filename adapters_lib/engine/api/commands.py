@@ -12,7 +12,6 @@ import dataclasses
 import difflib
 from typing import Any, ClassVar, NamedTuple
 
-from adapters_lib.engine.api.chat import ChatMessage
 from adapters_lib.engine.api.replies import (
     PREFIX,
     DataCheckReply,
@@ -26,7 +25,7 @@ from adapters_lib.engine.api.replies import (
     RunSummary,
     ShutdownReply,
 )
-from adapters_lib.engine.api.streams import COMPARE_ITEMS, RUN_STREAM_ITEMS, SAMPLE_ITEMS
+from adapters_lib.engine.api.streams import RUN_STREAM_ITEMS
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.export.formats import FORMATS as EXPORT_FORMATS
 from adapters_lib.jsontypes import Record, coerce, record, type_hints
@@ -51,8 +50,6 @@ __all__ = [
     "ResumeRun",
     "DeleteRun",
     "StreamRun",
-    "Sample",
-    "Compare",
     "Export",
     "EXPORT_FORMATS",
     "LIMITS",
@@ -250,82 +247,7 @@ class StreamRun(Command):
     """Replay metrics with step > since_step (0 = everything), then follow live."""
 
 
-# --------------------------------------------------------------------------- generation, export
-
-
-@record
-class Sample(Command):
-    name = "sample"
-    route = Route("POST", "/sample")
-    ALIASES = TOKEN_LIMIT_ALIASES
-    slow = True
-    needs_jax = touches_devices = streams = True
-    items = SAMPLE_ITEMS
-    prompt: str = ""
-    run_id: str = ""
-    """Tuned model of this run; empty = the base model given by ``model``."""
-    model: str = "demo"
-    step: int = -1
-    """Checkpoint step of the run (-1 = latest)."""
-    max_new_tokens: int = 64
-    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max new"; 64). The
-    request may say ``max_tokens`` (its first name, ``ALIASES``)."""
-    temperature: float = 0.0
-    seed: int = 0
-    chat: bool = True
-    """Wrap the prompt in the Gemma chat template."""
-    # gen (#18.1, additive): the settings the CLI has; a chat; an adapter folder
-    top_k: int = 0
-    top_p: float = 1.0
-    messages: tuple[ChatMessage, ...] = ()
-    """A conversation instead of ``prompt``: the model answers its last user turn."""
-    system: str = ""
-    """A system message before ``prompt``."""
-    adapter: str = ""
-    """An exported adapter folder (absolute path) instead of ``run_id`` (``model`` is then its
-    base model; "" = the adapter's own)."""
-    # qlora (#29, additive)
-    quantize: str = ""
-    """Hold the base as ``[model] quantize`` says ("none", "int8", "int4", "nf4", "gguf");
-    "" = the run's own config (else "none")."""
-
-
-@record
-class Compare(Command):
-    name = "compare"
-    route = Route("POST", "/compare")
-    ALIASES = TOKEN_LIMIT_ALIASES
-    slow = True
-    needs_jax = touches_devices = streams = True
-    items = COMPARE_ITEMS
-    prompt: str = ""
-    run_id: str = ""
-    step: int = -1
-    max_new_tokens: int = 64
-    """The limit on new tokens (the CLI's --max-new-tokens, the TUI's "max new"; 64). The
-    request may say ``max_tokens`` (its first name, ``ALIASES``)."""
-    temperature: float = 0.0
-    seed: int = 0
-    chat: bool = True
-    # gen (#18.1, #20.3, additive)
-    top_k: int = 0
-    top_p: float = 1.0
-    messages: tuple[ChatMessage, ...] = ()
-    """A conversation instead of ``prompt`` (multi-turn A/B): every user turn without an
-    answer is answered, each side with its own history; an assistant message with ``base``
-    and ``tuned`` is history, one with ``content`` only a reference (never fed)."""
-    system: str = ""
-    adapter: str = ""
-    model: str = ""
-    """The base model of ``adapter`` (default: the adapter's)."""
-    # tui2 (#19, additive)
-    save: bool = False
-    """Keep the result beside the run (``<run>/compare/<timestamp>.jsonl``, one record as a
-    compare set keeps it, plus each side's figures): how the TUI's compares are browsable."""
-    # qlora (#29, additive)
-    quantize: str = ""
-    """Hold the base as ``[model] quantize`` says ("none", "int8", "int4", "nf4", "gguf");
-    "" = the run's own config (else "none")."""
+# --------------------------------------------------------------------------- export (generation: generation.py)
 
 
 @record
@@ -356,7 +278,7 @@ class Export(Command):
 COMMANDS: dict[str, type[Command]] = {
     c.name: c
     for c in (Status, Shutdown, ListModels, CheckData, Estimate, CreateRun, ListRuns, GetRun,
-              StopRun, ResumeRun, DeleteRun, StreamRun, Sample, Compare, Export)
+              StopRun, ResumeRun, DeleteRun, StreamRun, Export)
 }
 
 

@@ -87,6 +87,11 @@ class SampleDone(Record):
     """Until the first token: prefill (and a first request's compile)."""
     stop_reason: str | None = None
     """"stop" (the model ended its turn), "length" (max_new_tokens) or "cancelled"."""
+    # decode (#31, additive): what the model ran on
+    dtype: str = ""
+    """The weights' dtype ("float32", "bfloat16": a generation copy)."""
+    quantize: str = ""
+    """How the base was held ("none", "int8", …)."""
 
 
 @record
@@ -105,6 +110,9 @@ class CompareDone(Record):
     """For a ``messages`` request: every user turn, answered now or given as history."""
     saved: str | None = None
     """The file the compare was kept in (``<run>/compare/*.jsonl``), when asked to save."""
+    # decode (#31, additive): what each side ran on (the Compare header shows it)
+    dtype: dict[str, str] = dataclasses.field(default_factory=dict)
+    quantize: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 @record

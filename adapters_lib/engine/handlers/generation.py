@@ -31,6 +31,15 @@ def generate(engine: Engine, cmd: Any) -> GenerationStream:
     return GenerationStream(prepared, start)
 
 
+@handles(api.ListCompares)
+def list_compares(engine: Engine, cmd: api.ListCompares) -> api.CompareList:
+    """A run's saved compares, read on this machine (where the run is)."""
+    from adapters_lib.sample.compare_sets import saved_compares
+
+    run = engine.find_run(cmd.run_id)
+    return api.CompareList(compares=saved_compares(run.path, limit=max(0, cmd.limit)))
+
+
 @handles(api.Export)
 def export(engine: Engine, cmd: api.Export) -> concurrent.futures.Future:
     from adapters_lib.engine import checkpoint_jobs
