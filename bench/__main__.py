@@ -46,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[bench] standing in for missing packages: {', '.join(stood_in)}", file=sys.stderr)
     from bench import (  # noqa: F401 - each registers its measures
         catalog_scan,
+        interactive_loop,
         measures,
         mfu,
         quantized_270m,
