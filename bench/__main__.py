@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         measures,
         mfu,
         quantized_270m,
+        quantized_lora,
         real_270m,
         report,
         ui_measures,
