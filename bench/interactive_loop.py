@@ -151,12 +151,15 @@ def _loop_rows(name: str, quick: bool) -> list[Row]:
                          f"cache) and prefill; 16 new tokens"))
     w = warm[-1]
     rates = {s: statistics.median(x["done"]["tokens_per_s"][s] for x in warm) for s in ("base", "tuned")}
+    made = {s: w["done"]["tokens"][s] for s in ("base", "tuned")}  # 1 token: no decode rate
+    ran = ", ".join(f"{s} {w['done']['dtype'][s]}" for s in ("base", "tuned"))
     firsts = {s: statistics.median(x["first"][s] for x in warm) for s in ("base", "tuned")}
     rows.append(Row(measure=f"warm Compare: first token / decode rate a side ({label})",
                     ours=max(firsts.values()), unit="s",
                     note=f"first token base {firsts['base']:.2f} s, tuned {firsts['tuned']:.2f} s; decode "
-                         f"base {rates['base']:.1f}, tuned {rates['tuned']:.1f} tok/s ({w['done']['dtype']}); "
-                         f"32 new tokens, median of {len(warm)}"))
+                         f"base {rates['base']:.1f}, tuned {rates['tuned']:.1f} tok/s ({ran}; tokens made "
+                         f"base {made['base']}, tuned {made['tuned']}); up to 32 new tokens, median of "
+                         f"{len(warm)}"))
     return rows
 
 
