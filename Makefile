@@ -8,8 +8,10 @@ setup:
 run: setup
 	.venv/bin/gemma-workbench $(ARGS)
 
+# the suite runs on every core (at most 4 workers: each holds JAX and, for some files, the 270M);
+# a test file stays on one worker, so its module fixtures (a trained run, an engine) are built once
 test: setup
-	.venv/bin/python -m pytest -q $(ARGS)
+	.venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile $(ARGS)
 
 lint: setup
 	.venv/bin/ruff check adapters_lib workbench themes tests bench

@@ -45,15 +45,22 @@ def workbench_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     # A CLI command run in-process by a test may start an engine on demand (the computing
     # commands go through it): it exits when idle, and is shut down when the session ends.
     os.environ.setdefault("GEMMA_WORKBENCH_ENGINE_IDLE_EXIT", "300")
-    _share_compile_cache(home / "state" / "compile-cache")
+    _share_compile_cache(_session_root(tmp_path_factory) / "compile-cache")
     yield home
     _stop_engine(home)
 
 
+def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder all of this test session's processes share: the base temp folder, or under
+    pytest-xdist (``make test`` runs ``-n auto``) the one above each worker's own."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 def _share_compile_cache(folder: Path) -> None:
     """One JAX compile cache for the whole session: every engine process (each test module's
-    own home), every CLI subprocess and this process. The demo model's programs (init, train
-    step, sampler) are the same in most tests; compiled once, the next engine loads them from
+    own home), every CLI subprocess, this process and the other xdist workers. The demo
+    model's programs (init, train step, sampler) are the same in most tests; compiled once, the next engine loads them from
     disk instead of compiling again (on 2 cores: ~90 s of set-up and ~40 s of step-1 compile
     down to ~10 s each). The programs are the same ones; only the compile is skipped.
     A caller's own ``GEMMA_WORKBENCH_COMPILE_CACHE`` (empty: off) is kept."""
