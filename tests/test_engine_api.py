@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -385,11 +386,24 @@ def test_a_tcp_port_already_taken_ends_the_engine_in_words_and_cleans_up(tmp_pat
     assert _leftovers(tmp_path / "run") == []
 
 
-def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(tmp_path):
+@pytest.fixture
+def short_tmp():
+    """A temp folder with a short path: the XDG state dir's socket path must stay under the
+    Unix limit (~100 bytes), which pytest's per-test folders pass under xdist (popen-gw0/...)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="wb-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(short_tmp):
     """The engine's lock and socket are in the state dir: removing the runtime dir (what
     logind does at logout) leaves both, so the next client finds the engine that runs."""
     import shutil
 
+    tmp_path = short_tmp
     base = {k: v for k, v in os.environ.items() if k != "GEMMA_WORKBENCH_HOME"}
     xdg = {"XDG_STATE_HOME": str(tmp_path / "state"), "XDG_DATA_HOME": str(tmp_path / "data"),
            "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
@@ -399,12 +413,13 @@ def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(tmp_path):
     env = {**base, **xdg, "XDG_RUNTIME_DIR": str(first_runtime)}
     proc = subprocess.Popen([sys.executable, "-m", "adapters_lib.engine", "--no-warm"], env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+                            stderr=(tmp_path / "engine-stderr.txt").open("w"), start_new_session=True)
     try:
         sock = tmp_path / "state" / "gemma-workbench" / "run" / "engine.sock"
         t0 = time.monotonic()
         while not sock.exists():
-            assert proc.poll() is None and time.monotonic() - t0 < 60, "the engine did not start"
+            assert proc.poll() is None and time.monotonic() - t0 < 60, \
+                "the engine did not start: " + (tmp_path / "engine-stderr.txt").read_text()[-2000:]
             time.sleep(0.05)
         shutil.rmtree(first_runtime)  # logout
         later = {**base, **xdg, "XDG_RUNTIME_DIR": str(later_runtime)}
