@@ -3,7 +3,8 @@
 - Every test session gets its own GEMMA_WORKBENCH_HOME (data, state, runtime dirs), so
   nothing touches the user's real directories.
 - JAX sees 8 simulated CPU devices (set before jax is imported anywhere); code that wants
-  one device says so (``[mesh] devices = 1`` or ``jax.devices()[:1]``).
+  one device says so (``[mesh] devices = 1`` or ``jax.devices()[:1]``). XLA:CPU compiles
+  without its expensive LLVM passes (the suite is mostly compiles of small programs).
 - TensorFlow is imported on first use, as in the engine (``adapters_lib.tf_deferred``).
 """
 
@@ -16,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the fixture modules below, xla_flags
+from xla_flags import FAST_XLA  # noqa: E402 - a constant, no import of jax
+
+os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8 " + FAST_XLA)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("KERAS_BACKEND", "jax")
@@ -32,7 +36,6 @@ tf_deferred.install()  # as the engine's processes do: TensorFlow only on first 
 REPO = Path(__file__).resolve().parent.parent
 
 # Fixture modules per area (tests/fixtures_<area>.py) are loaded as plugins.
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 pytest_plugins = sorted(p.stem for p in Path(__file__).resolve().parent.glob("fixtures_*.py"))
 SHARED_DATA = REPO.parent / "shared" / "data"
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from xla_flags import FAST_XLA
 
 SSHD = Path("/usr/sbin/sshd")
 REPO = Path(__file__).resolve().parent.parent
@@ -147,7 +148,7 @@ def start_sshd(root: Path) -> Sshd:
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
     port = _free_port()
     env = {"HOME": remote_home, "GEMMA_WORKBENCH_HOME": remote_wb, "PYTHONPATH": REPO,
-           "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+           "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=8 " + FAST_XLA,
            "TF_CPP_MIN_LOG_LEVEL": "3", "KAGGLEHUB_CACHE": "/nonexistent-kagglehub-cache",
            "HF_HUB_OFFLINE": "1",
            # the session's compile cache: a remote run of the shapes other engine tests

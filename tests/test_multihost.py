@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from xla_flags import FAST_XLA
 
 from adapters_lib import multihost, runs
 from adapters_lib.config import load_config
@@ -47,7 +48,7 @@ def _config():
 
 def _launch(run: runs.RunDir, tmp: Path, tag: str, *, resume: bool = False,
             stall_at: int = 0) -> list[subprocess.Popen]:
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4 " + FAST_XLA,
            "JAX_PLATFORMS": "cpu"}
     port = _free_port()
     procs = []

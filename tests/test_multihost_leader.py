@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from xla_flags import FAST_XLA
 
 from workbench.client import EngineClient
 
@@ -57,7 +58,7 @@ def short_home() -> Iterator[Path]:
 
 def _start(home: Path, port: int, i: int) -> subprocess.Popen:
     env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(home), "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=1 " + FAST_XLA,
            "GEMMA_WORKBENCH_MULTIHOST_TIMEOUT": "20"}
     env.pop("GEMMA_WORKBENCH_RUNS", None)
     out = open(home / f"stdio-{i}.log", "ab")  # noqa: SIM115 - closed below, the child keeps it
