@@ -153,6 +153,7 @@ class RunsScreen(WorkbenchScreen):
         if seq < self._shown_seq:  # an older reply than the one on screen
             return
         self._shown_seq = seq
+        listed_before = {r.id for r in self.runs}
         self.runs = sorted(runs, key=lambda r: r.id, reverse=True)
         table = self.query_one(DataTable)
         cursor = table.cursor_row
@@ -173,7 +174,9 @@ class RunsScreen(WorkbenchScreen):
             active = sum(1 for r in self.runs if r.active)
             wait.done(f"[dim]{len(self.runs)} run{'s' if len(self.runs) != 1 else ''}, "
                       f"{active} active · space marks runs to overlay and diff[/]")
-        self.marked = [m for m in self.marked if any(r.id == m for r in self.runs)]
+        # a deleted run's mark goes; a sweep child's, marked before any list has it, stays
+        listed = {r.id for r in self.runs}
+        self.marked = [m for m in self.marked if m in listed or m not in listed_before]
         self.load_curves(list(self.marked))
 
     def current(self) -> api.RunSummary | None:
