@@ -63,9 +63,9 @@ def _session_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _share_compile_cache(folder: Path) -> None:
     """One JAX compile cache for the whole session: every engine process (each test module's
     own home), every CLI subprocess, this process and the other xdist workers. The demo
-    model's programs (init, train step, sampler) are the same in most tests; compiled once, the next engine loads them from
-    disk instead of compiling again (on 2 cores: ~90 s of set-up and ~40 s of step-1 compile
-    down to ~10 s each). The programs are the same ones; only the compile is skipped.
+    model's programs (init, train step, sampler) are the same in most tests; compiled once,
+    the next engine loads them from disk instead of compiling again (on 2 cores: ~90 s of
+    set-up and ~40 s of step-1 compile down to ~10 s each). The programs are the same ones; only the compile is skipped.
     A caller's own ``GEMMA_WORKBENCH_COMPILE_CACHE`` (empty: off) is kept."""
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     chosen = os.environ.setdefault("GEMMA_WORKBENCH_COMPILE_CACHE", str(folder))
