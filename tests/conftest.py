@@ -95,6 +95,19 @@ def _stop_engine(home: Path) -> None:
         pass
 
 
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temp folder with a short path, for an engine's socket under it: a Unix socket's path
+    must stay under ~100 bytes, which pytest's per-test folders pass under xdist
+    (``.../popen-gw0/test_<long name>0/...``)."""
+    import shutil
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="wb-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

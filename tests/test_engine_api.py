@@ -386,18 +386,6 @@ def test_a_tcp_port_already_taken_ends_the_engine_in_words_and_cleans_up(tmp_pat
     assert _leftovers(tmp_path / "run") == []
 
 
-@pytest.fixture
-def short_tmp():
-    """A temp folder with a short path: the XDG state dir's socket path must stay under the
-    Unix limit (~100 bytes), which pytest's per-test folders pass under xdist (popen-gw0/...)."""
-    import shutil
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="wb-"))
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(short_tmp):
     """The engine's lock and socket are in the state dir: removing the runtime dir (what
     logind does at logout) leaves both, so the next client finds the engine that runs."""
@@ -438,7 +426,6 @@ def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(short_tmp):
 @pytest.mark.slow  # ~40-90 s on 2 cores: a real run must be training when the signal comes
 def test_sigterm_checkpoints_and_stops_the_run_it_trains(engine_factory):
     import signal
-    from pathlib import Path
 
     from fixtures_engine import demo_run_config
 

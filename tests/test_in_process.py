@@ -9,9 +9,6 @@ lock where the user's engine keeps them.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -22,13 +19,11 @@ from workbench.cli import main
 
 
 @pytest.fixture(autouse=True)
-def own_home(monkeypatch):
+def own_home(short_tmp, monkeypatch):
     """A home no engine serves: an on-demand engine that an earlier CLI test of this process
-    started in the session's home would refuse ``--in-process`` (short path: a socket's limit)."""
-    home = Path(tempfile.mkdtemp(prefix="wb-"))
-    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(home))
-    yield home
-    shutil.rmtree(home, ignore_errors=True)
+    started in the session's home would refuse ``--in-process``."""
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(short_tmp))
+    return short_tmp
 
 
 def test_an_in_process_command_is_answered_by_the_engines_handler(monkeypatch, capsys):
