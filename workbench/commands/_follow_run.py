@@ -105,10 +105,20 @@ def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = Fal
     """Print the run's progress until it ends; returns the exit status (see the module doc).
     ``detachable``: Ctrl-C may leave the run going (False for an engine in this process:
     Ctrl-C stops the run, a second one stops waiting for its checkpoint)."""
+    from workbench.commands._interrupts import interrupts
+
+    with interrupts() as ctrl_c:
+        return _follow(client, run_id, ctrl_c, quiet=quiet, as_json=as_json,
+                       detachable=detachable)
+
+
+def _follow(client: Any, run_id: str, ctrl_c: Any, *, quiet: bool, as_json: bool,
+            detachable: bool) -> int:
     since, stopping, ended = 0, False, False
     while not ended:
         try:
             for item in client.stream_run(run_id, since_step=since):
+                ctrl_c.check()
                 kind, data = item.type, item.data
                 if kind == "metrics":
                     since = max(since, int(data.get("step", 0)))
@@ -122,6 +132,7 @@ def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = Fal
             if not ended:  # the stream closed early: a final state ends it, else follow again
                 ended = client.get_run(run_id, metrics=False, events=False).state in TERMINAL_STATES
         except KeyboardInterrupt:
+            ctrl_c.taken()
             if not detachable and stopping:
                 raise
             if detachable and (stopping or _ask(run_id) == "detach"):

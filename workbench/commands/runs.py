@@ -254,20 +254,24 @@ def format_item(item: api.StreamItem) -> str | None:
 
 def run_attach(args: argparse.Namespace) -> int:
     """Follow until the run ends; Ctrl-C closes only this stream."""
+    from workbench.commands._interrupts import interrupts
+
     with _client() as c:
         run = c.get_run(args.run_id, metrics=False, events=False)
         print(f"attached to {run.id} ({run.state}); Ctrl-C detaches, the run goes on",
               file=sys.stderr)
         try:
-            for item in c.stream_run(run.id, since_step=args.since):
-                if args.json:
-                    print(json.dumps(to_jsonable(item)), flush=True)
-                    continue
-                line = format_item(item)
-                if line:
-                    print(line, flush=True)
-                if item.type == "end":
-                    print(f"run {run.id} {item.data.state}", file=sys.stderr)
+            with interrupts() as ctrl_c:
+                for item in c.stream_run(run.id, since_step=args.since):
+                    ctrl_c.check()
+                    if args.json:
+                        print(json.dumps(to_jsonable(item)), flush=True)
+                        continue
+                    line = format_item(item)
+                    if line:
+                        print(line, flush=True)
+                    if item.type == "end":
+                        print(f"run {run.id} {item.data.state}", file=sys.stderr)
         except KeyboardInterrupt:
             print(f"\ndetached; the run goes on (`gemma-workbench runs attach {run.id}`)",
                   file=sys.stderr)
