@@ -65,7 +65,7 @@ def test_a_three_turn_conversation_keeps_each_sides_own_history(model):
         for side in ("base", "tuned"):
             answer = turn.answers[side]
             assert answer.stop_reason in ("stop", "length") and answer.tokens >= 1
-            assert answer.tokens_per_s > 0
+            assert (answer.tokens_per_s > 0) == (answer.tokens > 1)  # one token: no decode rate
 
 
 def test_answered_turns_are_history_and_only_the_new_turn_is_generated(model):

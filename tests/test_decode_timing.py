@@ -75,3 +75,13 @@ def test_a_generation_copy_decodes_without_copying_a_weight_per_token_and_the_sa
     assert all(n > 0 for n in got["plain copies"])  # the detector sees them where they are
     assert got["copy copies"] and not any(got["copy copies"])
     assert got["copy"] == got["plain"]
+
+
+def test_an_answer_of_one_token_has_no_decode_rate():
+    """Its one token's wait is the first-token latency, not decoding (#31.3: the tuned pane
+    said "3 tokens · 0.2 tok/s" when that wait counted as decoding)."""
+    from adapters_lib.tuned.base import Answer
+
+    assert Answer(tokens=1, seconds=0.5, first_token_s=0.5).tokens_per_s == 0.0
+    assert Answer(tokens=3, seconds=0.5, first_token_s=0.3).tokens_per_s == 10.0
+    assert Answer().tokens_per_s == 0.0

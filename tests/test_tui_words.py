@@ -101,6 +101,8 @@ def test_compare_sides_say_tokens_speed_and_stop_reason():
             "stop_reason": {"base": "end_of_turn", "tuned": "max_tokens"}}
     assert side_stats(done, "base") == "12 tokens · 41.5 tok/s · stop: end of turn"
     assert side_stats({"tokens": {"base": 3}}, "base") == "3 tokens"
+    one = {"tokens": {"tuned": 1}, "tokens_per_s": {"tuned": 0.0}, "first_token_s": {"tuned": 0.4}}
+    assert side_stats(one, "tuned") == "1 token · first 0.4 s"  # no decode after one token: no rate
 
 
 def test_engine_phase_follows_the_jax_start_up_and_keeps_its_clock():

@@ -52,11 +52,12 @@ class Answer:
     @property
     def tokens_per_s(self) -> float:
         """The decode rate: tokens after the first over the time after the first (a first
-        call's compile and the prefill are in ``first_token_s``, not here)."""
+        call's compile and the prefill are in ``first_token_s``, not here). 0.0 for an answer
+        of one token: nothing was decoded after it (its wait is ``first_token_s``)."""
         decode = self.seconds - self.first_token_s
         if self.tokens > 1 and decode > 0:
             return round((self.tokens - 1) / decode, 2)
-        return round(self.tokens / self.seconds, 2) if self.seconds > 0 else 0.0
+        return 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "tokens": self.tokens, "stop_reason": self.stop_reason,

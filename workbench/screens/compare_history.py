@@ -39,9 +39,9 @@ def side_stats(summary: Mapping[str, Any], side: str) -> str:
     parts = []
     tokens = _per_side(summary, "tokens", side)
     if isinstance(tokens, int):
-        parts.append(f"{tokens} tokens")
+        parts.append(f"{tokens} token" + ("" if tokens == 1 else "s"))
     speed = _per_side(summary, "tokens_per_s", side)
-    if isinstance(speed, (int, float)):
+    if isinstance(speed, (int, float)) and not (isinstance(tokens, int) and tokens < 2):  # no decode
         parts.append(f"{speed:.1f} tok/s")
     first = _per_side(summary, "first_token_s", side)
     if isinstance(first, (int, float)):

@@ -82,7 +82,7 @@ class SampleDone(Record):
     complete: bool = True
     # gen (#20.3, additive)
     tokens_per_s: float = 0.0
-    """The decode rate after the first token."""
+    """The decode rate after the first token (0.0: an answer of one token, no decode)."""
     first_token_s: float = 0.0
     """Until the first token: prefill (and a first request's compile)."""
     stop_reason: str | None = None
