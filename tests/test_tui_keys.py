@@ -142,7 +142,10 @@ class TalkingClient(StaticClient):
                 time.sleep(0.05)
             yield api.stream_item("done", {"base": f"b{turn}", "tuned": f"t{turn}",
                                            "tokens": {"base": 1, "tuned": 1},
-                                           "stop_reason": {"base": "stop", "tuned": "length"}},
+                                           "stop_reason": {"base": "stop", "tuned": "length"},
+                                           "dtype": {"base": "bfloat16", "tuned": "bfloat16"},
+                                           "quantize": {"base": "int8", "tuned": "int8"},
+                                           "saved": f"{self.run_dir or '/runs/x'}/compare/1.jsonl"},
                                   cmd.items)
         finally:
             self.hung_up.set()
@@ -159,6 +162,8 @@ async def test_compare_multi_turn_sends_the_history_and_shows_every_turn():
         assert client.requests[-1]["save"] is True  # every compare is kept beside the run
         assert "stop: end of turn" in app.screen.query_one("#pane-base").border_subtitle
         assert "stop: max new tokens" in app.screen.query_one("#pane-tuned").border_subtitle
+        # what each side ran on stays in its title after the saved compare reloads the run's list
+        assert app.screen.query_one("#pane-tuned").border_title.endswith("· bf16 · int8")
 
         await pilot.press("ctrl+n")  # a conversation: each prompt is the next turn
         prompt = app.screen.query_one("#compare-prompt", Input)

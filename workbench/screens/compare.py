@@ -204,8 +204,9 @@ class CompareScreen(WorkbenchScreen):
         model = (view.config.get("model") or {}).get("source", "")
         self.titles = {"tuned": f"tuned · {escape(view.run_id)}",
                        "base": f"base · {escape(str(model))}" if model else "base"}
-        for side, title in self.titles.items():
-            self.query_one(f"#pane-{side}").border_title = title
+        for side, title in self.titles.items():  # a finished compare's says what it ran on too
+            shown = done_frame(self.summary, side, title)[0] if same_run and self.summary else title
+            self.query_one(f"#pane-{side}").border_title = shown
         self.earlier, self.earlier_pos = earlier, -1
         if not self.generating and self.summary is None:
             count = len(earlier)
