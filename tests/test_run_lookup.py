@@ -43,6 +43,22 @@ def test_a_suffix_never_names_a_run(root):
     assert runs.find_run(zeta.run_id[:10], root) == zeta  # a unique prefix
 
 
+def test_the_id_as_the_train_screen_shows_it_names_the_run(root):
+    """The Train screen shows ``HHMMSS-name`` (the date dropped): what a user copies from it
+    names the run, by the same prefix rule; the name alone still names nothing."""
+    run = _make(root, "answer-format-270m", now=1_000_000)
+    shown = runs.registry.short_id(run.run_id)
+    assert shown == run.run_id[9:] and shown[:6].isdigit()
+    assert runs.find_run(shown, root) == run
+    assert runs.find_run(shown[:6], root) == run
+    with pytest.raises(runs.NoSuchRun):
+        runs.find_run("answer-format-270m", root)
+    other = _make(root, "answer-format-1b", now=1_000_000)  # the same second: ambiguous by time
+    with pytest.raises(runs.AmbiguousRun):
+        runs.find_run(shown[:6], root)
+    assert runs.find_run(runs.registry.short_id(other.run_id), root) == other
+
+
 def test_an_ambiguous_prefix_names_the_candidates(root):
     a = _make(root, "alpha", now=0)
     b = _make(root, "beta", now=0)

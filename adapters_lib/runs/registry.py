@@ -188,11 +188,19 @@ def _is_link(path: Path) -> bool:
         return False
 
 
+def short_id(run_id: str) -> str:
+    """``YYYYmmdd-HHMMSS-name`` without its date (the time and name tell runs apart): how the
+    TUI shows a run, and a start that names one as well as the id's own."""
+    head, _, rest = run_id.partition("-")
+    return rest if head.isdigit() and len(head) == 8 and rest else run_id
+
+
 def select_run(run_id: str, runs: list[RunDir], roots: list[Path]) -> RunDir:
     """The run ``run_id`` names among ``runs`` (the runs of ``roots``).
 
-    An exact id, or a unique **prefix** of one; never a suffix (``delete ta`` must not find
-    ``…-zeta``). A name that is a symbolic link in one of ``roots`` is refused in words.
+    An exact id, or a unique **prefix** of one or of its ``short_id`` (the time on: what the
+    Train screen shows); never a suffix (``delete ta`` must not find ``…-zeta``). A name that
+    is a symbolic link in one of ``roots`` is refused in words.
     """
     exact = [r for r in runs if r.run_id == run_id]
     if exact:
@@ -205,12 +213,15 @@ def select_run(run_id: str, runs: list[RunDir], roots: list[Path]) -> RunDir:
                             hint="the workbench never follows links in a runs folder; remove the "
                                  "link yourself, or set [run] dir to the folder it points at")
     matches = [r for r in runs if run_id and r.run_id.startswith(run_id)]
+    if not matches and run_id[:6].isdigit():  # the time on, as shown: never the name alone
+        matches = [r for r in runs if short_id(r.run_id).startswith(run_id) and short_id(r.run_id) != r.run_id]
     if len(matches) == 1:
         return matches[0]
     if not matches:
         shown = run_id if len(run_id) <= 80 else run_id[:77] + "..."
         raise NoSuchRun(f"no run {shown!r}",
-                        hint="give the run id or the start of it; list runs with `gemma-workbench runs`")
+                        hint="give the run id or the start of it (with or without its date); list runs "
+                             "with `gemma-workbench runs`")
     names = ", ".join(r.run_id for r in matches[:5]) + (", …" if len(matches) > 5 else "")
     raise AmbiguousRun(f"run id {run_id!r} is ambiguous ({len(matches)} runs start with it: {names})",
                        hint="give more of the id")

@@ -23,6 +23,7 @@ from textual.widgets import Footer, ProgressBar, RichLog, Static
 from textual.worker import get_current_worker
 
 from adapters_lib.engine import api
+from adapters_lib.runs.registry import short_id
 from adapters_lib.runs.state import RunState
 from workbench.messages import EngineStatusRead, RunChosen, RunRecord, RunStatusRead, RunStreamed
 from workbench.screens.base import WorkbenchScreen
@@ -246,12 +247,6 @@ class TrainScreen(WorkbenchScreen):
 
     def action_toggle_log(self) -> None:
         self.query_one(RichLog).toggle_class("hidden")
-
-
-def short_id(run_id: str) -> str:
-    """Drop the date from ``YYYYmmdd-HHMMSS-name`` (the time and name tell runs apart)."""
-    head, _, rest = run_id.partition("-")
-    return rest if head.isdigit() and len(head) == 8 and rest else run_id
 
 
 def state_style(state: RunState | None) -> str:
