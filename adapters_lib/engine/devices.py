@@ -50,7 +50,7 @@ def enable_compile_cache(jax: Any) -> None:
     """Keep compiled programs on disk: a restarted engine (or a resumed run) skips compiling.
 
     ``GEMMA_WORKBENCH_COMPILE_CACHE``: the folder (default ``<state dir>/compile-cache``);
-    empty turns it off.
+    empty turns it off. The program store (``program_store``) is turned on here too.
     """
     folder = os.environ.get("GEMMA_WORKBENCH_COMPILE_CACHE",
                             str(paths.state_dir() / "compile-cache"))
@@ -64,6 +64,12 @@ def enable_compile_cache(jax: Any) -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     except Exception:  # noqa: BLE001 - a cache is an optimization, never a failure
         log.warning("compile cache at %s not enabled", folder, exc_info=True)
+    try:  # the train, eval, prefill and decode programs themselves: a new engine traces none
+        from adapters_lib import program_store
+
+        program_store.enable()
+    except Exception:  # noqa: BLE001 - an optimization, never a failure
+        log.warning("program store not enabled", exc_info=True)
 
 
 def device_info(d: Any) -> dict[str, Any]:

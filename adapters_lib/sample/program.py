@@ -42,7 +42,12 @@ class Program:
         """Ids from here on have embedding rows but no tokenizer piece: never emitted (0 = all)."""
         self.cache_dtype = cache_dtype
         self.traces: dict[str, int] = {"prefill": 0, "decode": 0}
-        self.prefill = jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy"))
+        # what the programs depend on beside their arguments: the key of the program store
+        # (``program_store``, on in the engine), which spares a new engine their tracing
+        self.store_key = (type(model).__module__, type(model).__qualname__, repr(model), repr(spec),
+                          end_tokens, forbidden, cache_dtype, decodable)
+        self.prefill = _Stored(jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy")),
+                               "prefill", self.store_key)
         self.decode = jax.jit(self._decode_impl, static_argnames=("chunk", "greedy"), donate_argnums=(2,))
         self._decoders: dict[tuple, Any] = {}
 
@@ -52,13 +57,14 @@ class Program:
         wait holds every compile and the decode rate none."""
         import jax
 
+        from adapters_lib import program_store
+
         args = (base, lora, state, max_new, temperature, top_k, top_p)
-        leaves, tree = jax.tree_util.tree_flatten(args)
-        key = (tree, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))),
-                            str(getattr(x, "sharding", ""))) for x in leaves), chunk, greedy)
+        key = (signature(args), chunk, greedy)
         compiled = self._decoders.get(key)
         if compiled is None:
-            compiled = self.decode.lower(*args, chunk=chunk, greedy=greedy).compile()
+            compiled = program_store.load_or_compile(
+                "decode", (self.store_key, key), lambda: self.decode.lower(*args, chunk=chunk, greedy=greedy))
             self._decoders[key] = compiled
         return compiled
 
@@ -216,6 +222,45 @@ class Program:
         out = jnp.full((chunk, variants, b), -1, jnp.int32)
         _, state, out = jax.lax.while_loop(cond, body, (jnp.zeros((), jnp.int32), state, out))
         return state, out
+
+
+def signature(args: Any) -> tuple:
+    """The tree, shapes, dtypes and placements of ``args`` (a compiled program's key)."""
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten(args)
+    return (tree, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))),
+                         str(getattr(x, "sharding", ""))) for x in leaves))
+
+
+class _Stored:
+    """A jitted function called through the program store when it is on (the engine): its
+    executable per argument signature read back or compiled ahead (and kept), so a new
+    engine traces nothing; otherwise, and where the arguments do not fit, the jitted call."""
+
+    def __init__(self, jitted: Any, name: str, key: tuple):
+        self.jitted = jitted
+        self.name = name
+        self.key = key
+        self.compiled: dict[tuple, Any] = {}
+
+    def __call__(self, *args: Any, **static: Any) -> Any:
+        from adapters_lib import program_store
+
+        if program_store.folder() is None:
+            return self.jitted(*args, **static)
+        sig = (signature(args), tuple(sorted(static.items())))
+        fn = self.compiled.get(sig)
+        if fn is None:
+            fn = program_store.load_or_compile(self.name, (self.key, sig),
+                                               lambda: self.jitted.lower(*args, **static))
+            self.compiled[sig] = fn
+        if fn is not self.jitted:
+            try:
+                return fn(*args)
+            except (TypeError, ValueError):  # checked before anything runs
+                self.compiled[sig] = self.jitted
+        return self.jitted(*args, **static)
 
 
 @functools.lru_cache(maxsize=8)

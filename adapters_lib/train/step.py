@@ -247,7 +247,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
         copy = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.array(x, copy=True), tree),
                        in_shardings=(trainable_shardings,), out_shardings=trainable_shardings)
-        return train_jit, eval_jit, init_opt, copy
+        return (step_programs.StepProgram(train_jit, "train_step", key),
+                step_programs.StepProgram(eval_jit, "eval_step", key), init_opt, copy)
 
     # an earlier run of the same shapes in this process left its programs: reuse them (no trace)
     key = step_programs.program_key(model, cfg, mesh, trainable_params, base_params, optimizer=optimizer,

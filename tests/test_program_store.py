@@ -1,0 +1,183 @@
+"""The program store (#31): compiled programs kept on disk by what they compute, so that a new
+engine neither traces nor lowers the train and eval steps, the prefill and the decode that
+an earlier one compiled."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SHORT = {"train__steps": 2, "train__eval_every": 2, "train__checkpoint_every": 2}
+
+
+def _child(code: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """Run ``code`` in a fresh Python (the repo and tests importable); its stdout."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})}, timeout=600, cwd=cwd)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+TRAIN_CHILD = """
+    import sys, pathlib
+    sys.path.insert(0, {tests!r})
+    from adapters_lib import tf_deferred
+    tf_deferred.install()
+    import jax
+    from jax import monitoring
+    from adapters_lib import program_store
+    program_store.enable({store!r})
+    traced = set()
+    monitoring.register_event_duration_secs_listener(
+        lambda e, d, **kw: traced.add(str(kw.get("fun_name", ""))) if e.endswith("jaxpr_trace_duration") else None)
+    from fixtures_runs import train_demo
+    _, result = train_demo(pathlib.Path({root!r}), {name!r}, train__steps=2, train__eval_every=2,
+                           train__checkpoint_every=2, train__learning_rate={lr})
+    print("STATE", result.state)
+    print("LOSSES", [round(result.losses[k], 5) for k in sorted(result.losses)])
+    print("TRACED", sorted(traced))
+    print("STATS", program_store.stats)
+"""
+
+
+def _lines(out: str, tag: str) -> str:
+    return next(line[len(tag) + 1:] for line in out.splitlines() if line.startswith(tag + " "))
+
+
+def test_a_new_process_traces_and_lowers_neither_step_that_an_earlier_one_stored(tmp_path):
+    """The first process compiles and stores the train and eval steps; a second one running the
+    same shapes with another learning rate reads both back: neither is traced, the lr reaches
+    the step (it is an input) and the first loss, from the same weights, is the same."""
+    store = str(tmp_path / "programs")
+    first = _child(TRAIN_CHILD.format(tests=str(REPO / "tests"), store=store, root=str(tmp_path),
+                                      name="writer", lr=0.001), tmp_path)
+    assert _lines(first, "STATE") == "completed"
+    assert "'stored': 2" in _lines(first, "STATS"), first
+    assert len(list(Path(store).glob("train_step-*"))) == 1 and len(list(Path(store).glob("eval_step-*"))) == 1
+    second = _child(TRAIN_CHILD.format(tests=str(REPO / "tests"), store=store, root=str(tmp_path),
+                                       name="reader", lr=0.004), tmp_path)
+    assert _lines(second, "STATE") == "completed"
+    stats = _lines(second, "STATS")
+    assert "'loaded': 2" in stats and "'compiled': 0" in stats and "'failed': 0" in stats, stats
+    traced = _lines(second, "TRACED")
+    assert "train_fn" not in traced and "eval_fn" not in traced, traced
+    l1, l2 = eval(_lines(first, "LOSSES")), eval(_lines(second, "LOSSES"))  # noqa: S307 - our own print
+    assert l1[0] == l2[0] and l1[1] != l2[1]
+
+
+PERSISTENT_CHILD = """
+    import jax, jax.numpy as jnp
+    from adapters_lib import program_store
+    jax.config.update("jax_compilation_cache_dir", {cache!r})
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    if {store!r}:
+        program_store.enable({store!r})
+
+    def f(a, b):
+        h = jnp.concatenate([jnp.tanh(a @ b), a[:, :8]], axis=1)
+        return (h @ h.T).sum(axis=1) + {salt}
+
+    a, b = jnp.ones((16, 32)) / 7, jnp.ones((32, 24)) / 5
+    compiled = program_store.load_or_compile("probe", ("probe", {salt}), lambda: jax.jit(f).lower(a, b))
+    print("VALUE", float(compiled(a, b)[0]))
+    print("STATS", program_store.stats)
+"""
+
+
+def test_a_program_the_persistent_cache_served_is_stored_with_the_cache_bytes(tmp_path):
+    """JAX's persistent cache serves the compile (an earlier process wrote it); the store keeps
+    that program, and a third process runs what it reads back with the right result (an
+    executable the cache served serializes again without its kernels on XLA:CPU)."""
+    import random
+
+    salt = random.random()
+    cache, store = str(tmp_path / "jax-cache"), str(tmp_path / "programs")
+    fill = dict(tests="", cache=cache, salt=salt)
+    plain = _child(PERSISTENT_CHILD.format(store="", **fill), tmp_path)  # writes the jax cache only
+    kept = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)  # cache hit: stored
+    assert "'stored': 1" in _lines(kept, "STATS"), kept
+    read = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)
+    assert "'loaded': 1" in _lines(read, "STATS"), read
+    assert _lines(read, "VALUE") == _lines(kept, "VALUE") == _lines(plain, "VALUE")
+
+
+def test_an_unreadable_entry_is_removed_and_the_program_compiled(tmp_path, caplog):
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import program_store
+
+    program_store.enable(tmp_path / "programs")
+    try:
+        x = jnp.arange(6.0)
+        lower = lambda: jax.jit(lambda v: v * 3 + 1).lower(x)  # noqa: E731
+        program_store.load_or_compile("unit", ("unit", 1), lower)
+        (entry,) = (tmp_path / "programs").glob("unit-*")
+        entry.write_bytes(b"not a program")
+        before = dict(program_store.stats)
+        compiled = program_store.load_or_compile("unit", ("unit", 1), lower)
+        assert [float(v) for v in compiled(x)] == [1, 4, 7, 10, 13, 16]
+        assert program_store.stats["failed"] == before["failed"] + 1
+        assert program_store.stats["compiled"] == before["compiled"] + 1
+        assert "not read back" in caplog.text
+        assert program_store.load_or_compile("unit", ("unit", 1), lower) is not None  # written again
+        assert program_store.stats["loaded"] == before["loaded"] + 1
+    finally:
+        program_store.disable()
+
+
+def test_the_store_is_off_unless_enabled_and_a_key_change_misses(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import program_store
+
+    assert program_store.folder() is None and program_store.entry_path("x", 1) is None
+    program_store.enable(tmp_path / "p")
+    try:
+        x = jnp.ones(3)
+        lower = lambda: jax.jit(lambda v: v + 1).lower(x)  # noqa: E731
+        program_store.load_or_compile("k", ("a",), lower)
+        program_store.load_or_compile("k", ("b",), lower)
+        assert len(list((tmp_path / "p").glob("k-*"))) == 2
+        assert program_store.report()["entries"] == 2
+    finally:
+        program_store.disable()
+
+
+def test_a_restarted_engine_reads_its_steps_and_its_compare_programs_back(engine_factory, tmp_path):
+    """An engine trains a short demo run and compares; the next engine in the same home runs
+    the same shapes and compares again: the train and eval steps, the prefill and the decode
+    are read back from its program store (its log says so), the Compare answers the same."""
+    from fixtures_engine import demo_run_config
+
+    home = tmp_path / "home"
+
+    def run_and_compare(proc) -> tuple[str, str]:
+        run = proc.client.create_run(demo_run_config(steps=2, checkpoint_every=2, eval_every=2),
+                                     source="<test>")
+        assert proc.client.wait_run(run.id, timeout=600).state == "completed"
+        text = ""
+        for item in proc.client.compare("Say hi.", run.id, max_new_tokens=6):
+            if item.type == "token" and item.data.side == "tuned":
+                text += item.data.text
+            assert item.type != "error", item.data
+        return run.id, text
+
+    first = engine_factory(home=home)
+    _, answer = run_and_compare(first)
+    first.stop()
+    assert "program kept for the next engine" in first.log_text()
+    second = engine_factory(home=home)
+    _, again = run_and_compare(second)
+    text = second.log_text()
+    log = text[text.rindex(" ready in "):]  # this engine's lines
+    second.stop()
+    for name in ("train_step", "eval_step", "prefill", "decode"):
+        assert f"{name}: the stored program read back" in log, (name, log[-3000:])
+    assert "program kept" not in log and "not read back" not in log
+    assert again == answer
