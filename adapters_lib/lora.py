@@ -370,11 +370,17 @@ def _a_init(shape: tuple[int, ...], dtype: str):
 
 @functools.lru_cache(maxsize=32)
 def _adapter_shapes(model: nn.Module, spec: LoraSpec):
-    wrapped = wrap(model, spec)
-    tokens = jnp.zeros((1, 4), jnp.int32)
-    abstract = jax.eval_shape(lambda r: wrapped.init(r, tokens)["params"], jax.random.key(0))
-    _, shapes = split_lora(abstract)
-    return jax.tree_util.tree_flatten_with_path(shapes)
+    from adapters_lib import program_store
+
+    def make() -> Any:
+        wrapped = wrap(model, spec)
+        tokens = jnp.zeros((1, 4), jnp.int32)
+        abstract = jax.eval_shape(lambda r: wrapped.init(r, tokens)["params"], jax.random.key(0))
+        return split_lora(abstract)[1]
+
+    # a new engine reads the shapes back (the store, on in the engine) instead of tracing the model
+    key = (type(model).__module__, type(model).__qualname__, repr(model), repr(spec))
+    return jax.tree_util.tree_flatten_with_path(program_store.remembered_shapes("adapter-shapes", key, make))
 
 
 def count_params(tree: Any) -> int:

@@ -14,7 +14,8 @@ context): new code or new libraries never read an old program.
 The engine turns it on (``enable``, beside the compile cache, ``engine.devices``); off, and
 in any process that did not (the tests, in-process commands), ``load_or_compile`` is
 ``lower().compile()``. A program that cannot be serialized or read back is compiled as
-before (a warning in the log); an unreadable entry is removed.
+before (a warning in the log); an unreadable entry is removed. ``remembered_shapes`` keeps
+the result of an abstract trace the same way (the LoRA adapters' shapes).
 
 - ``GEMMA_WORKBENCH_PROGRAMS``: the folder (default ``<state dir>/programs``); empty: off.
 - ``GEMMA_WORKBENCH_PROGRAMS_GB``: the cap (default 2); the least recently used go first.
@@ -109,7 +110,7 @@ def _trace_context() -> str:
         return ""
 
 
-def entry_path(name: str, key: Any) -> Path | None:
+def entry_path(name: str, key: Any, suffix: str = SUFFIX) -> Path | None:
     """Where ``key``'s program is kept (None: the store is off, or this is one process of
     several: every process must run the program it compiles with the others)."""
     root = _FOLDER
@@ -121,7 +122,7 @@ def entry_path(name: str, key: Any) -> Path | None:
         return None
     text = _ADDRESS.sub("", repr((name, key, fingerprint(), _trace_context())))
     digest = hashlib.sha256(text.encode()).hexdigest()
-    return root / f"{name}-{digest[:40]}{SUFFIX}"
+    return root / f"{name}-{digest[:40]}{suffix}"
 
 
 def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
@@ -265,6 +266,42 @@ def _write(path: Path, compiled: Any, name: str, served: bytes | None = None) ->
     stats["stored"] += 1
     log.info("%s: program kept for the next engine (%.1f MB, %.1f s)", name, len(data) / 1e6,
              time.perf_counter() - t0)
+
+
+def remembered_shapes(name: str, key: Any, make: Callable[[], Any]) -> Any:
+    """``make()``'s tree of ``ShapeDtypeStruct`` in nested dicts (an abstract trace's result,
+    e.g. the adapters' shapes: ~1-3 s of tracing the 270M), read back from the store when it is
+    on and holds it (keyed like a program, this build's fingerprint included)."""
+    import jax
+    import numpy as np
+
+    path = entry_path(name, key, ".shapes")
+    if path is not None and path.is_file():
+        try:
+            tree: dict[str, Any] = {}
+            for keys, shape, dtype in pickle.loads(path.read_bytes()):
+                node = tree
+                for k in keys[:-1]:
+                    node = node.setdefault(k, {})
+                node[keys[-1]] = jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
+            return tree
+        except Exception as e:  # noqa: BLE001 - made again below
+            log.warning("program store: %s not read back (%s)", path.name, e)
+    tree = make()
+    if path is not None:
+        rows = []
+        for keys, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+            names = [getattr(k, "key", None) for k in keys]
+            if not all(isinstance(n, str) for n in names) or not isinstance(leaf, jax.ShapeDtypeStruct):
+                return tree  # not plain nested dicts of shapes: not kept
+            rows.append((names, tuple(leaf.shape), np.dtype(leaf.dtype).name))
+        try:
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_bytes(pickle.dumps(rows))
+            os.replace(tmp, path)
+        except OSError as e:
+            log.warning("program store: %s not written (%s)", path.name, e)
+    return tree
 
 
 def prune(*, keep_free: int = 0) -> list[str]:

@@ -181,3 +181,33 @@ def test_a_restarted_engine_reads_its_steps_and_its_compare_programs_back(engine
         assert f"{name}: the stored program read back" in log, (name, log[-3000:])
     assert "program kept" not in log and "not read back" not in log
     assert again == answer
+
+
+def test_the_adapters_shapes_are_read_back_equal_without_tracing_the_model(tmp_path):
+    from jax import monitoring
+
+    from adapters_lib import lora, program_store
+    from adapters_lib.config import LoraSpec
+    from adapters_lib.models import demo
+
+    model = demo.demo_model()
+    spec = LoraSpec(rank=4, targets=("q", "v", "down"))
+    program_store.enable(tmp_path / "p")
+    traced: list[str] = []
+
+    def listener(event: str, duration: float, **kw: object) -> None:
+        if event.endswith("jaxpr_trace_duration"):
+            traced.append(str(kw.get("fun_name", "")))
+
+    try:
+        made = lora._adapter_shapes.__wrapped__(model, spec)
+        assert len(list((tmp_path / "p").glob("adapter-shapes-*.shapes"))) == 1
+        monitoring.register_event_duration_secs_listener(listener)
+        try:
+            read = lora._adapter_shapes.__wrapped__(model, spec)
+        finally:
+            monitoring.unregister_event_duration_listener(listener)
+    finally:
+        program_store.disable()
+    assert traced == []
+    assert read[1] == made[1] and read[0] == made[0]
