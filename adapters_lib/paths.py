@@ -30,7 +30,8 @@ NUMERIC_ENV = {
     "GEMMA_WORKBENCH_RECONNECT_S": (300.0, 0.0, "seconds a dropped --remote link is retried"),
 }
 """name → (default, smallest allowed value, meaning)."""
-FOLDER_ENV = ("GEMMA_WORKBENCH_HOME", "GEMMA_WORKBENCH_RUNS", "GEMMA_WORKBENCH_COMPILE_CACHE")
+FOLDER_ENV = ("GEMMA_WORKBENCH_HOME", "GEMMA_WORKBENCH_RUNS", "GEMMA_WORKBENCH_COMPILE_CACHE",
+              "GEMMA_WORKBENCH_PROGRAMS")
 
 
 def env_number(name: str) -> float:
