@@ -110,6 +110,22 @@ def _trace_context() -> str:
         return ""
 
 
+def placement(x: Any) -> str:
+    """Where an argument lives, as a program's key sees it: a fully replicated array is its
+    devices (a one-device mesh's ``NamedSharding`` and a ``SingleDeviceSharding`` compile the
+    same program, and either array is taken by either executable: the engine that trained
+    holds the base placed on its mesh, a new engine's Compare loads it on one device)."""
+    sharding = getattr(x, "sharding", None)
+    if sharding is None:
+        return ""
+    try:
+        if sharding.is_fully_replicated:
+            return "replicated:" + ",".join(str(d.id) for d in sharding._device_assignment)
+    except Exception:  # noqa: BLE001 - another sharding type: its text
+        pass
+    return str(sharding)
+
+
 def entry_path(name: str, key: Any, suffix: str = SUFFIX) -> Path | None:
     """Where ``key``'s program is kept (None: the store is off, or this is one process of
     several: every process must run the program it compiles with the others)."""

@@ -150,34 +150,40 @@ def test_the_store_is_off_unless_enabled_and_a_key_change_misses(tmp_path):
 
 
 def test_a_restarted_engine_reads_its_steps_and_its_compare_programs_back(engine_factory, tmp_path):
-    """An engine trains a short demo run and compares; the next engine in the same home runs
-    the same shapes and compares again: the train and eval steps, the prefill and the decode
-    are read back from its program store (its log says so), the Compare answers the same."""
+    """An engine trains a short demo run and compares (its base placed on the run's mesh); the
+    next engine in the same home compares first (its base loaded on one device: the same
+    programs), then trains the same shapes: the prefill, the decode, the train and eval steps
+    are read back from its program store (its log says so) and the Compare answers the same."""
     from fixtures_engine import demo_run_config
 
     home = tmp_path / "home"
 
-    def run_and_compare(proc) -> tuple[str, str]:
+    def train(proc) -> str:
         run = proc.client.create_run(demo_run_config(steps=2, checkpoint_every=2, eval_every=2),
                                      source="<test>")
         assert proc.client.wait_run(run.id, timeout=600).state == "completed"
+        return run.id
+
+    def compare(proc, run_id: str) -> str:
         text = ""
-        for item in proc.client.compare("Say hi.", run.id, max_new_tokens=6):
+        for item in proc.client.compare("Say hi.", run_id, max_new_tokens=6):
+            assert item.type != "error", item.data
             if item.type == "token" and item.data.side == "tuned":
                 text += item.data.text
-            assert item.type != "error", item.data
-        return run.id, text
+        return text
 
     first = engine_factory(home=home)
-    _, answer = run_and_compare(first)
+    run_id = train(first)
+    answer = compare(first, run_id)
     first.stop()
     assert "program kept for the next engine" in first.log_text()
     second = engine_factory(home=home)
-    _, again = run_and_compare(second)
+    again = compare(second, run_id)
+    train(second)
     text = second.log_text()
     log = text[text.rindex(" ready in "):]  # this engine's lines
     second.stop()
-    for name in ("train_step", "eval_step", "prefill", "decode"):
+    for name in ("prefill", "decode", "train_step", "eval_step"):
         assert f"{name}: the stored program read back" in log, (name, log[-3000:])
     assert "program kept" not in log and "not read back" not in log
     assert again == answer

@@ -228,9 +228,11 @@ def signature(args: Any) -> tuple:
     """The tree, shapes, dtypes and placements of ``args`` (a compiled program's key)."""
     import jax
 
+    from adapters_lib.program_store import placement
+
     leaves, tree = jax.tree_util.tree_flatten(args)
-    return (tree, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))),
-                         str(getattr(x, "sharding", ""))) for x in leaves))
+    return (tree, tuple((getattr(x, "shape", ()), str(getattr(x, "dtype", type(x))), placement(x))
+                        for x in leaves))
 
 
 class _Stored:
