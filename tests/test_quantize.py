@@ -115,12 +115,14 @@ def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, b
     dequantized weights (every einsum, the lookup and the logits read them), and stays within
     ``tolerance`` (relative L2 of the logits) of the float model. The demo's random Gaussian
     weights are the hard case for 4 bits: the real 270M is checked closer in test_real_270m."""
+    import math
+
     import jax
     import jax.numpy as jnp
     import numpy as np
     import qwix
 
-    from adapters_lib.models import quantize
+    from adapters_lib.models import qarray, quantize
     from adapters_lib.models.loader import load_model
 
     q = load_model(ModelSpec(quantize=mode))
@@ -129,9 +131,11 @@ def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, b
     assert len(qarrays) == 4 * 5 + 1  # q, kv, attn_vec, gating, linear in 4 layers; the table
     table = q.params["embedder"]["input_embedding"]
     assert isinstance(table, qwix.QArray) and table.scale.shape == (1024, 256 // 64)  # per row
-    # the device's own byte count: 4-bit values take half a byte there
+    # the device's own byte count: 4-bit values take half a byte there (a 4-bit table as its
+    # bytes, two values a byte: qarray.PackedQArray)
+    assert isinstance(table, qarray.PackedQArray) == (bits == 4) and table.shape == (1024, 256)
     for w in (q.params["layer_0"]["mlp"]["linear"], table):
-        assert quantize.device_bytes(w.qvalue) == w.qvalue.size * bits // 8
+        assert quantize.device_bytes(w.qvalue) == math.prod(w.shape) * bits // 8
     tokens = jnp.asarray(TOKENS)
     out = q.model.apply({"params": q.params}, tokens).logits
     exact = demo_float.model.apply({"params": quantize.dequantize_params(q.params, jnp.float32)},
@@ -324,7 +328,9 @@ def test_a_4bit_table_is_read_as_4_bits_and_its_logits_differentiate_block_by_bl
     """The logits and ∂hidden of an int4 [V, D] table, compiled (not run): neither widens the
     whole table to a byte a value (sliced as int4, it did: 17 MiB of temporaries here; as its
     bytes, one copy at half a byte a value, 8.5 MiB) nor keeps it dequantized for the
-    backward pass; the gradient through the logits is that of the dequantized table."""
+    backward pass; held as its bytes (``qarray.PackedQArray``, how ``quantize_params`` holds
+    a 4-bit table) not even that copy is made (0.5 MiB: a block); the gradient through the
+    logits is that of the dequantized table, packed or not."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -347,6 +353,11 @@ def test_a_4bit_table_is_read_as_4_bits_and_its_logits_differentiate_block_by_bl
     assert temp(lambda h, t: qarray.vocab_logits(h, t, out_dtype=jnp.bfloat16), h, table) < widened * 5 // 8
     assert temp(qarray.vocab_times, g, table) < widened * 5 // 8
     assert temp(jax.grad(lambda h, t: qarray.vocab_logits(h, t).sum()), h, table) < widened
+    packed = jax.eval_shape(qarray.pack, table)
+    assert packed.shape == (vocab, dim) and packed.qvalue.shape == (vocab, dim // 2)
+    assert temp(lambda h, t: qarray.vocab_logits(h, t, out_dtype=jnp.bfloat16), h, packed) < widened // 16
+    assert temp(qarray.vocab_times, g, packed) < widened // 16
+    assert temp(jax.grad(lambda h, t: qarray.vocab_logits(h, t).sum()), h, packed) < widened // 8
 
     monkeypatch.setattr(quantize_layout, "TABLE_BLOCK_BYTES", 256 * 16 * 4)
     k1, k2 = jax.random.split(jax.random.key(1))
@@ -355,6 +366,63 @@ def test_a_4bit_table_is_read_as_4_bits_and_its_logits_differentiate_block_by_bl
     assert qarray.table_blocks(1024, 16) == 4
     dense = qarray.dequantize(small)
     x = jax.random.normal(k2, (2, 3, 16))
-    got = jax.grad(lambda x: jnp.sin(qarray.vocab_logits(x, small)).sum())(x)
     want = jax.grad(lambda x: jnp.sin(x @ dense.T).sum())(x)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+    for t in (small, qarray.pack(small)):
+        got = jax.grad(lambda x, t=t: jnp.sin(qarray.vocab_logits(x, t)).sum())(x)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(np.asarray(qarray.take_rows(qarray.pack(small), jnp.asarray([[3, 1000]]))),
+                                  np.asarray(dense[jnp.asarray([[3, 1000]])]))
+
+
+def test_a_layer_weight_is_dequantized_or_transposed_when_its_layer_runs():
+    """Compiled (not run): the gradient through 8 chained layers holds about one layer's float
+    weight at a time. A quantized weight passes an optimization barrier with its input before
+    it is dequantized (``quantize._frozen_einsum``), a float one before its einsum in the train
+    step (``variants._weight_at_use``): without them XLA:CPU made every layer's dequantized (or
+    transposed) weight at the start, all live at once (here 14.3 and 8.4 MiB against 3.5 and
+    3.9; the Gemma-3-1B shape's int4 LoRA step 2,095 → 963 MiB, its bf16 one 2,956 → 2,219)."""
+    import jax
+    import jax.numpy as jnp
+    import qwix
+    from flax import linen as nn
+    from gemma.gm.nn import _layers
+
+    from adapters_lib.models import quantize
+    from adapters_lib.train import variants
+
+    n, d, f = 8, 1024, 1024
+    layer = d * f * 2  # one layer's weight in bf16
+
+    def temp(fn, *args):
+        return jax.jit(fn).lower(*args).compile().memory_analysis().temp_size_in_bytes
+
+    ws = [jax.eval_shape(lambda: qwix.quantize(jnp.zeros((f, d), jnp.bfloat16), jnp.int4,
+                                               channelwise_axes=(0,), tiled_axes={1: 64}))] * n
+    a = jax.ShapeDtypeStruct((d, 8), jnp.float32)
+
+    def quantized(a, x, ws):
+        for w in ws:
+            x = jax.checkpoint(lambda x, w: jnp.tanh(quantize._frozen_einsum("bd,fd->bf", x, w)
+                                                     + (x @ a.astype(x.dtype)) @ jnp.ones((8, f), x.dtype)))(x, w)
+        return x.astype(jnp.float32).sum()
+
+    assert temp(jax.grad(quantized), a, jax.ShapeDtypeStruct((64, d), jnp.bfloat16), ws) < 2 * layer
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, x):
+            for i in range(n):
+                g = _layers.Einsum((2, f // 2, d // 2), name=f"g{i}")("btd,cfd->btcf", x)
+                x = x + jnp.tanh(g[..., 0, :] * g[..., 1, :])
+            return x
+
+    x = jax.ShapeDtypeStruct((2, 64, d // 2), jnp.bfloat16)
+    params = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, jnp.bfloat16),
+                          jax.eval_shape(lambda: Net().init(jax.random.key(0), jnp.zeros(x.shape, x.dtype))))
+
+    def floats(p, x):
+        with nn.intercept_methods(variants._weight_at_use):
+            return Net().apply(p, x).astype(jnp.float32).sum()
+
+    weight = 2 * (f // 2) * (d // 2) * 2  # 1 MiB each; 8.4 MiB of temporaries without the barrier
+    assert temp(jax.grad(floats, argnums=1), params, x) < 5 * weight  # 3.9 MiB: activations mostly

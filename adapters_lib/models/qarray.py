@@ -42,6 +42,37 @@ class BlockQArray(qwix.QArray):
         return self.replace(float_dtype=jnp.dtype(dtype))
 
 
+@flax.struct.dataclass
+class PackedQArray(BlockQArray):
+    """A 4-bit table held as bytes: ``qvalue`` is uint8 ``[..., n/2]``, two values a byte (the
+    first in the low nibble, as ``bitcast_convert_type`` lays them), standing for ``nibbles``
+    (int4 or uint4) of ``shape`` ``[..., n]``. The device bytes are int4's; what changes is
+    that the table's row blocks are sliced from it as they are (``vocab_logits``): an int4
+    table had to be copied to bytes inside the step first, XLA:CPU slicing int4 no other way
+    (one copy of the table at half a byte a value among the step's temporaries: 80 MiB of the
+    real 270M's, 144 MiB of the Gemma-3-1B shape's)."""
+
+    nibbles: Any = flax.struct.field(pytree_node=False, default=None)
+
+    shape = property(lambda self: (*self.qvalue.shape[:-1], self.qvalue.shape[-1] * 2))
+
+    def unpacked(self) -> qwix.QArray:
+        q = jax.lax.bitcast_convert_type(self.qvalue, self.nibbles)
+        return qwix.QArray(qvalue=q.reshape(self.shape), scale=self.scale, zero_point=self.zero_point,
+                           qtype=self.qtype)
+
+
+def pack(x: Any) -> Any:
+    """A 4-bit quantized leaf as a ``PackedQArray`` (its last axis even); others as they are."""
+    q = x.qvalue
+    if q.dtype not in _NIBBLES or q.shape[-1] % 2 or isinstance(x, PackedQArray):
+        return x
+    packed = jax.lax.bitcast_convert_type(q.reshape(*q.shape[:-1], q.shape[-1] // 2, 2), jnp.uint8)
+    return PackedQArray(qvalue=packed, scale=x.scale, zero_point=x.zero_point, qtype=x.qtype,
+                        bias=getattr(x, "bias", None), float_dtype=getattr(x, "float_dtype", None),
+                        nibbles=q.dtype)
+
+
 def is_qarray(x: Any) -> bool:
     return isinstance(x, qwix.QArray)
 
@@ -65,6 +96,8 @@ def dequantize(x: Any, dtype: Any = None) -> jax.Array:
     scale (a GGUF block's) is applied in f32 and only the product is cast."""
     out = jnp.dtype(dtype) if dtype is not None else leaf_dtype(x)
     bias = getattr(x, "bias", None)
+    if isinstance(x, PackedQArray):
+        x = x.unpacked()
     plain = qwix.QArray(qvalue=x.qvalue, scale=x.scale, zero_point=x.zero_point, qtype=x.qtype)
     y = qwix.dequantize(plain)
     if bias is not None:
@@ -143,6 +176,15 @@ def _packed(table: Any) -> Any:
                                                              jnp.uint8))
 
 
+def _table_bytes(table: Any) -> tuple[Any, Any]:
+    """(the table to slice row blocks from, the nibble type ``_rows`` bitcasts them back to):
+    a ``PackedQArray`` as it is (its blocks unpack when dequantized), a 4-bit QArray through
+    ``_packed`` (a copy made in the step), any other as it is."""
+    if isinstance(table, PackedQArray):
+        return table, None
+    return _packed(table), table.qvalue.dtype if table.qvalue.dtype in _NIBBLES else None
+
+
 def _rows(table: Any, start: jax.Array, size: int, nibbles: Any = None) -> Any:
     """Rows ``start:start + size`` of a quantized table (a dynamic slice of each part);
     ``nibbles``: the 4-bit type of a table ``_packed`` as bytes."""
@@ -169,7 +211,7 @@ def _quantized_logits(h: jax.Array, table: Any, out_dtype: Any, h_dtype: Any) ->
     vocab, dim = table.shape
     n = table_blocks(vocab, dim)
     rows = vocab // n
-    packed, nibbles = _packed(table), table.qvalue.dtype if table.qvalue.dtype in _NIBBLES else None
+    packed, nibbles = _table_bytes(table)
 
     def block(i):
         return jnp.einsum("...d,vd->...v", h, dequantize(_rows(packed, i * rows, rows, nibbles), h.dtype),
@@ -209,7 +251,7 @@ def vocab_times(g: jax.Array, table: Any, *, split: int = 1) -> jax.Array:
         return jnp.einsum("...sv,svd->s...d", gs, ts, preferred_element_type=jnp.float32).sum(0)
     n = table_blocks(vocab, dim)
     rows = vocab // n
-    packed, nibbles = _packed(table), table.qvalue.dtype if table.qvalue.dtype in _NIBBLES else None
+    packed, nibbles = _table_bytes(table)
 
     def body(i, acc):
         gb = jax.lax.dynamic_slice_in_dim(g, i * rows, rows, axis=g.ndim - 1)

@@ -29,7 +29,9 @@ The model sees it through ``with_quantized_base(model)``: a subclass whose calls
 (``flax.linen.intercept_methods``)
 - gemma's ``Einsum`` layers: an Einsum whose weight is quantized computes
   ``einsum(x, dequantize(w))`` under ``jax.checkpoint``, so the backward pass dequantizes
-  again instead of keeping the float weight alive from the forward pass;
+  again instead of keeping the float weight alive from the forward pass, and the weight
+  passes an ``optimization_barrier`` with ``x`` first, so the dequantized copy is made when
+  the layer runs (one layer's float weight live at a time);
 - the ``Embedder``: ``encode`` gathers the rows of the qvalues and scales and dequantizes
   those only, ``decode`` (the logits) and the train step's chunked cross-entropy read the
   table a block of rows at a time (``qarray``): its float copy never exists whole;
@@ -46,6 +48,7 @@ import functools
 from typing import Any
 
 from adapters_lib.models.quantize_layout import (
+    BITS,
     DEFAULT_TILE,
     QUANTIZED,
     _names,
@@ -74,6 +77,23 @@ def _quantizer(mode: str, axes: tuple[tuple[int, int], ...], ndim: int, out_shar
     kw = {} if out_sharding is None else {"out_shardings": out_sharding}
     return jax.jit(lambda w: qwix.quantize(w, qtype(mode), channelwise_axes=channelwise,
                                            tiled_axes=tiled), **kw)
+
+
+@functools.lru_cache(maxsize=16)
+def _packer(out_sharding: Any):
+    """A jitted ``4-bit QArray -> PackedQArray`` (``qarray.pack``), its parts placed like the
+    QArray's (a ``[V, D]`` sharding reads the same on ``[V, D/2]``)."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models import qarray
+
+    if out_sharding is None:
+        return jax.jit(qarray.pack)
+    nibbles = jnp.dtype(jnp.int4 if out_sharding.qtype == jnp.int4 else jnp.uint4)  # nf4: uint4
+    packed = qarray.PackedQArray(qvalue=out_sharding.qvalue, scale=out_sharding.scale, zero_point=None,
+                                 qtype=out_sharding.qtype, bias=None, float_dtype=None, nibbles=nibbles)
+    return jax.jit(qarray.pack, out_shardings=packed)
 
 
 def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int, int],
@@ -121,6 +141,8 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
         q = _quantizer(held, tuple(sorted(axes.items())), x.ndim, out)(x)
         if donate:
             _delete(x)
+        if names[0] == "embedder" and BITS[held] == 4:  # sliced by row blocks: held as bytes
+            q = _packer(out)(q)
         return q
 
     return jax.tree_util.tree_map_with_path(one, params)
@@ -173,6 +195,10 @@ def _frozen_einsum(eqn: str, x: Any, w: Any, w_scale: float | None = None) -> An
     from adapters_lib.models import qarray
 
     def run(x, w):
+        # tied to the activation: XLA may not dequantize before the layer's input exists (it
+        # scheduled every layer's forward dequantization at the start of the step, all live
+        # at once: 1.2 GiB of the Gemma-3-1B shape's int4 step)
+        x, w = jax.lax.optimization_barrier((x, w))
         dense = qarray.dequantize(w, x.dtype)
         return jnp.einsum(eqn, x, dense if w_scale is None else dense * w_scale)
 
@@ -256,6 +282,28 @@ def _embedder_call(module: Any, method: str, args: tuple, kwargs: dict) -> Any:
     return None
 
 
+def _embedder_setup(module: Any, next_fun, args: tuple, kwargs: dict) -> Any:
+    """The Embedder's ``setup`` with its 4-bit tables held as bytes (``qarray.PackedQArray``):
+    ``self.param`` of such a table returns it as it is. flax checks an existing param's shape
+    against the initializer's by its first leaf, here ``[V, D/2]`` bytes for ``[V, D]``."""
+    from adapters_lib.models import qarray
+
+    packed = {n for n in ("input_embedding", "per_layer_embeddings")
+              if isinstance(_param(module, n), qarray.PackedQArray)}
+    if not packed:
+        return next_fun(*args, **kwargs)
+    library_param = module.param
+
+    def param(name, *a, **k):
+        return module.get_variable("params", name) if name in packed else library_param(name, *a, **k)
+
+    object.__setattr__(module, "param", param)  # the instance's, for this setup only
+    try:
+        return next_fun(*args, **kwargs)
+    finally:
+        object.__delattr__(module, "param")
+
+
 def _interceptor(next_fun, args, kwargs, context):
     from adapters_lib.models import qarray
 
@@ -269,6 +317,8 @@ def _interceptor(next_fun, args, kwargs, context):
         w = _param(module, module.weight_name)
         if qarray.is_qarray(w):  # the layer's bank, dequantized while it runs
             return qarray.dequantize(w)
+    elif method == "setup" and isinstance(module, _embedder_classes()):
+        return _embedder_setup(module, next_fun, args, kwargs)
     elif isinstance(module, _embedder_classes()):
         out = _embedder_call(module, method, args, kwargs)
         if out is not None:

@@ -2,7 +2,8 @@
 
 - ``with_remat(model)``: each block rematerialised in the backward pass;
 - ``with_training_attention(model, kind)``: the attention without a cache computed as
-  ``attention.KINDS`` says (block-sparse scores, or one fused ``dot_product_attention``);
+  ``attention.KINDS`` says (block-sparse scores, or one fused ``dot_product_attention``),
+  and each einsum's weight read when its layer runs (``_weight_at_use``);
 - ``rebuild_as(model, cls)``: ``model``'s fields in a subclass (``lora`` retraces with it too).
 
 Subclasses, not contexts around ``apply``: gemma's ``Transformer.__call__`` is an ``nn.jit``
@@ -16,6 +17,7 @@ import functools
 import logging
 
 import jax
+import jax.numpy as jnp
 from flax import linen as nn
 
 from adapters_lib import attention
@@ -67,13 +69,33 @@ def _attention_class(cls: type, kind: str) -> type:
     def _apply_attention(self, inputs, cache):
         if cache is not None:  # sampling: gemma's own attention
             return super(new_cls, self)._apply_attention(inputs, cache)
-        with attention.training_attention(kind):
+        with attention.training_attention(kind), nn.intercept_methods(_weight_at_use):
             return super(new_cls, self)._apply_attention(inputs, cache)
 
     suffix = "Blocked" if kind == "blocked" else f"Fused{kind.capitalize()}"
     new_cls = type(f"{cls.__name__}{suffix}", (cls,), {
         "_apply_attention": _apply_attention, "__module__": cls.__module__})
     return new_cls
+
+
+def _weight_at_use(next_fun, args, kwargs, context):
+    """A gemma ``Einsum``'s float weight tied to its input by an ``optimization_barrier``: XLA
+    cannot transform it (the transposed copy its dot reads) before the layer runs. Without it
+    XLA:CPU made every layer's transposed MLP weight at the start of the step, all live at once
+    (Gemma-3-1B shape, batch 2×256, remat: 26 × 30 MiB of the step's 974 MiB of temporaries).
+    A quantized weight has its own (``models.quantize``)."""
+    module = context.module
+    from adapters_lib.models.quantize import _einsum_classes
+
+    if context.method_name != "__call__" or not isinstance(module, _einsum_classes()) or len(args) != 2:
+        return next_fun(*args, **kwargs)
+    name = getattr(module, "weight_name", None)
+    w = module.get_variable("params", name) if name and module.has_variable("params", name) else None
+    if not isinstance(w, jax.Array) or getattr(module, "w_scale", None) is not None:
+        return next_fun(*args, **kwargs)  # QArray, the init trace, Gemma 4's scaled einsums
+    eqn, x = args
+    x, w = jax.lax.optimization_barrier((x, w))
+    return jnp.einsum(eqn, x, w)
 
 
 def with_training_attention(model: nn.Module, kind: str = "blocked") -> nn.Module:
