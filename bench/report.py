@@ -44,9 +44,12 @@ class Row:
 
 
 def check(ratio: float | None, target: str) -> bool | None:
-    """Evaluate a target string like "≥ 1.15×" or "≤ 0.6×" against a ratio."""
+    """Evaluate a target string like "≥ 1.15×", "≤ 0.6×" or "within 3 %" (both ways of 1×)
+    against a ratio."""
     if ratio is None or not target:
         return None
+    if target.startswith("within "):
+        return abs(ratio - 1.0) <= float(target.split()[1]) / 100
     op, _, value = target.partition(" ")
     bound = float(value.rstrip("×s ").strip())
     return ratio >= bound if op == "≥" else ratio <= bound
