@@ -29,7 +29,8 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     (the one a run trained), its float params cast to ``generation_dtype`` (the same weights
     rounded, never another load's: the demo's bf16 init is another model) and, unquantized,
     its projections in the decode layout (``models.decode_layout``); kept beside the model it
-    was made from. For sampling only: training and export read the plain model.
+    was made from. An int8 base's copy holds its int8 weights as ``decode_layout.Int8Rows``
+    (int8 × int8 dots). For sampling only: training and export read the plain model.
     """
     if spec.quantize != "none" and spec.source != "demo":
         _check_quantizes(spec)
@@ -50,6 +51,10 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
         from adapters_lib.models import quantize
 
         loaded = quantize.quantize_loaded(loaded, spec)
+        if generation_dtype and spec.quantize == "int8":  # read by int8 × int8 dots
+            from adapters_lib.models import decode_layout
+
+            loaded = decode_layout.int8_copy(loaded, generation_dtype)
     return loaded
 
 
