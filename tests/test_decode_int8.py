@@ -52,7 +52,7 @@ def test_an_int8_rows_einsum_keeps_the_base_tiles_and_stays_near_the_float_einsu
     assert float(jnp.linalg.norm(out - want) / jnp.linalg.norm(want)) < 0.01
 
 
-def test_the_demo_int8_generation_copy_reads_int8_rows_near_its_base_and_decodes_ab():
+def test_the_demo_int8_generation_copy_reads_int8_rows_near_its_base_and_decodes_ab(monkeypatch):
     """``load_model(quantize="int8", generation_dtype=...)`` holds every projection and the
     table as ``Int8Rows`` (a generation copy: not exported), its logits stay within 5 % of
     the int8 base read in floats (the demo's random weights: the hard case, as in
@@ -64,11 +64,13 @@ def test_the_demo_int8_generation_copy_reads_int8_rows_near_its_base_and_decodes
     import jax.numpy as jnp
     import numpy as np
 
+    from adapters_lib import program_store
     from adapters_lib.models import decode_layout
     from adapters_lib.models.loader import load_model
     from adapters_lib.sample.sampler import Sampler
     from adapters_lib.sample.settings import SamplingSettings
 
+    monkeypatch.setattr(program_store, "_FOLDER", None)  # compiled here, its text read
     base = load_model(ModelSpec(quantize="int8"))
     copy = load_model(ModelSpec(quantize="int8"), generation_dtype="float32")
     rows = [x for x in jax.tree.leaves(copy.params, is_leaf=lambda x: isinstance(x, decode_layout.Int8Rows()))
@@ -88,9 +90,9 @@ def test_the_demo_int8_generation_copy_reads_int8_rows_near_its_base_and_decodes
     assert grid[0][0]["tokens"] and grid[0][0]["tokens"] == grid[1][0]["tokens"]
     sizes = {int(np.prod(x.q.shape)) for x in rows}
 
-    def float_weights(sampler) -> int:  # weight-sized float arrays written in the decode
-        (compiled,) = sampler._program._decoders.values()
-        found = re.finditer(r"= (?:f32|bf16)\[([\d,]+)\]\S* (?:convert|copy|fusion)\(", compiled.as_text())
+    def float_weights(sampler) -> int:  # weight-sized float arrays written in its decodes
+        text = "".join(c.as_text() for c in sampler._program._decoders.values())
+        found = re.finditer(r"= (?:f32|bf16)\[([\d,]+)\]\S* (?:convert|copy|fusion)\(", text)
         return sum(int(np.prod([int(d) for d in m.group(1).split(",")])) in sizes for m in found)
 
     assert float_weights(sampler) == 0
@@ -114,6 +116,28 @@ def test_the_greedy_choice_is_the_first_index_of_the_max():
     np.testing.assert_array_equal(np.asarray(out), [[1], [0]])
     nan = prog._choose(jnp.full((1, 1, 5), jnp.nan), None, None, None, None, True)
     np.testing.assert_array_equal(np.asarray(nan), [[0]])
+
+
+def test_a_generation_copys_tree_pickles_by_name_for_the_program_store():
+    """The program store pickles a program's argument tree: the decode layout's leaf classes
+    are found by name (``decode_layout._PermutedLeaf`` / ``_Int8RowsLeaf``), in a new
+    process too (before, a generation copy's prefill and decode were "not kept")."""
+    import pickle
+    import subprocess
+    import sys
+
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models import decode_layout
+
+    tree = {"a": decode_layout.to_int8_rows(jnp.ones((4, 64)), (1,), "bfloat16"),
+            "b": decode_layout.Permuted()(jnp.ones((2, 3)), (1, 0))}
+    blob = pickle.dumps(jax.tree.structure(tree))
+    assert pickle.loads(blob) == jax.tree.structure(tree)
+    code = "import pickle, sys; print(pickle.loads(sys.stdin.buffer.read()))"
+    out = subprocess.run([sys.executable, "-c", code], input=blob, capture_output=True, check=True).stdout
+    assert b"_Int8RowsLeaf" in out and b"_PermutedLeaf" in out
 
 
 class _Config:

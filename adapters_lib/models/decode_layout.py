@@ -75,7 +75,15 @@ def _pytree() -> type:
     return Permuted
 
 
-Permuted = functools.cache(_pytree)
+def _named(cls: type, name: str) -> type:
+    """``cls`` findable as ``decode_layout.<name>`` (module ``__getattr__``): the program store
+    pickles a params tree's structure, and with it the leaf class, by that name."""
+    cls.__name__ = cls.__qualname__ = name
+    cls.__module__ = __name__
+    return cls
+
+
+Permuted = functools.cache(lambda: _named(_pytree(), "_PermutedLeaf"))
 """``Permuted()`` is the leaf class (made once, when JAX is imported)."""
 
 
@@ -112,8 +120,16 @@ def _rows_pytree() -> type:
     return Int8Rows
 
 
-Int8Rows = functools.cache(_rows_pytree)
+Int8Rows = functools.cache(lambda: _named(_rows_pytree(), "_Int8RowsLeaf"))
 """``Int8Rows()`` is the int8 row leaf class."""
+
+
+def __getattr__(name: str) -> Any:
+    if name == "_PermutedLeaf":
+        return Permuted()
+    if name == "_Int8RowsLeaf":
+        return Int8Rows()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 CONTRACTED = {"q_einsum": (1,), "k_einsum": (1,), "kv_einsum": (2,), "qkv_einsum": (2,),
               "attn_vec_einsum": (0, 1), "gating_einsum": (2,), "linear": (0,), "input_embedding": (1,)}
