@@ -28,6 +28,9 @@ os.environ.setdefault("KAGGLEHUB_CACHE", "/nonexistent-kagglehub-cache")
 os.environ.setdefault("OLLAMA_MODELS", "/nonexistent-ollama-models")  # the catalog's stores:
 os.environ.setdefault("LMSTUDIO_MODELS", "/nonexistent-lmstudio-models")  # none of the user's
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# no Compare warm-up after each run (#31): it would compile in the engines' idle time, between
+# runs whose compiles tests count; tests/test_warm_compare.py turns it on in its engines
+os.environ.setdefault("GEMMA_WORKBENCH_WARM_COMPARE", "0")
 
 from adapters_lib import tf_deferred  # noqa: E402 - after the environment above
 

@@ -129,6 +129,14 @@ class Scheduler:
         with self._lock:
             return active, queued, sum(1 for j in self.jobs if not j.internal)
 
+    def waiting(self) -> bool:
+        """Whether a run trains or waits, a job that is work waits, or the engine closes (an
+        internal warm-up gives way: ``warm_compare``)."""
+        with self._lock:
+            jobs = any(not j.internal for j in self.jobs)
+        return (jobs or self.closing.is_set() or self.runs.training() is not None
+                or self.runs.has_queued())
+
     def idle_for(self, open_streams: int = 0) -> float:
         """Seconds since the device thread last did anything (0 while busy or streaming)."""
         with self._lock:

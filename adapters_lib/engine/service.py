@@ -36,6 +36,7 @@ from adapters_lib.engine.hub import Hub
 from adapters_lib.engine.run_queue import QueuedRun, RunQueue
 from adapters_lib.engine.runtime import Runtime, plain_imports
 from adapters_lib.engine.scheduler import Scheduler
+from adapters_lib.engine.warm_compare import Warmer
 from adapters_lib.errors import WorkbenchError
 
 log = logging.getLogger("adapters_lib.engine")
@@ -64,6 +65,8 @@ class Engine:
                                    runs=self.run_queue, finish=self.run_ended)
         self.handlers: dict[type[api.Command], Handler] = dict(handlers)
         """This engine's handler table (a subclass may replace entries)."""
+        self.warmer = Warmer(self)
+        """A finished run's Compare programs compiled while idle (``warm_compare``)."""
         self.started = time.time()
         self.listen: dict[str, Any] = {}
         self.open_streams = 0
@@ -127,6 +130,8 @@ class Engine:
         if not queued_again:
             runs.lifecycle.reconcile(run, here=False)
         log.info("run %s: %s", run.run_id, run.state)
+        if not queued_again:  # before the stream's end: a client then sees status.warming
+            self.warmer.after_run(run)
         self.publish_status(run, end=not queued_again)
 
     def ensure_jax(self) -> None:

@@ -127,6 +127,9 @@ class EngineStatus(Record):
     """Where ``train --upload`` puts data on the engine's machine (remote clients)."""
     host: str = ""
     """The engine machine's name."""
+    warming: str | None = None
+    """The run whose Compare programs the idle engine compiles now (or is about to): its
+    first Compare will find them compiled (``engine/warm_compare.py``)."""
 
 
 @record
