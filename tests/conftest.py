@@ -100,6 +100,32 @@ def _stop_engine(home: Path) -> None:
         pass
 
 
+@pytest.fixture(autouse=True)
+def _sigint_kept(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Ctrl-C as a shell gives it, around every test: SIGINT handled and not blocked. Whatever
+    left it ignored or blocked (a test, or a library it drove) is named in a warning and
+    undone: the worker's later subprocesses inherit both, and a CLI's Ctrl-C test then waits
+    for a signal that never comes (one full run lost 10 tests to it)."""
+    _sigint_restored(f"before {request.node.nodeid}")
+    yield
+    _sigint_restored(f"by {request.node.nodeid}")
+
+
+def _sigint_restored(when: str) -> None:
+    import signal
+    import threading
+    import warnings
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    if ignored or blocked:
+        warnings.warn(f"SIGINT left {'ignored' if ignored else 'blocked'} {when}; undone", stacklevel=1)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT])
+
+
 @pytest.fixture
 def short_tmp() -> Iterator[Path]:
     """A temp folder with a short path, for an engine's socket under it: a Unix socket's path

@@ -85,13 +85,13 @@ def _base_row(run: Path) -> dict:
 
 
 def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(tmp_path):
-    """The first run (this process) writes the steps to the session's compile cache; a fresh
-    process running the same shapes reads them (JAX's own cache-hit log), compiling neither."""
-    _, result = train_demo(tmp_path, "writer", **SHORT)
-    assert result.state == "completed"
-    child = textwrap.dedent(f"""
+    """A fresh process's run writes the steps to the session's compile cache; another fresh
+    process running the same shapes reads them (JAX's own cache-hit log), compiling neither.
+    Both are new processes without the engine's program store: in a test worker an earlier
+    test's engine may have stored the same step, and a stored program never reaches the cache."""
+    child = textwrap.dedent("""
         import logging, sys
-        sys.path.insert(0, {str(REPO / "tests")!r})
+        sys.path.insert(0, sys.argv[4])
         from adapters_lib import tf_deferred
         tf_deferred.install()
         import jax
@@ -108,16 +108,21 @@ def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(t
             logger.propagate = False
         from fixtures_runs import train_demo
         import pathlib
-        _, result = train_demo(pathlib.Path({str(tmp_path)!r}), "reader", train__steps=2,
+        _, result = train_demo(pathlib.Path(sys.argv[1]), sys.argv[2], train__steps=2,
                                train__eval_every=2, train__checkpoint_every=2,
-                               train__learning_rate=0.001)
+                               train__learning_rate=float(sys.argv[3]))
         print("STATE", result.state)
         for line in lines:
             print("JAX", line)
     """)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env,
-                         timeout=600, cwd=tmp_path)
+    # the program store off: a stored program is never traced, lowered or looked up in JAX's
+    # cache (tests/test_program_store.py checks that path); here the cache itself is checked
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GEMMA_WORKBENCH_PROGRAMS": ""}
+    runs = [subprocess.run([sys.executable, "-c", child, str(tmp_path), name, lr, str(REPO / "tests")],
+                           capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+            for name, lr in (("writer", "0.005"), ("reader", "0.001"))]
+    assert "STATE completed" in runs[0].stdout, runs[0].stdout[-2000:] + runs[0].stderr[-3000:]
+    out = runs[1]
     assert "STATE completed" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
     jax_lines = [line for line in out.stdout.splitlines() if line.startswith("JAX ")]
     for name in ("jit_train_fn", "jit_eval_fn"):
