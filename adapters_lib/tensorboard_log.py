@@ -66,7 +66,11 @@ class RunEvents:
 
             self._writer = SummaryWriter(logdir=str(self.dir), purge_step=self.purge_step,
                                          flush_secs=self.flush_secs,
-                                         filename_suffix=f".{os.getpid()}.{next(_WRITERS)}")
+                                         # zero-padded: TensorBoard reads a run's files in
+                                         # name order, and writers of one second must keep
+                                         # theirs (".10" sorted before ".9": a resume's steps
+                                         # came first)
+                                         filename_suffix=f".{os.getpid()}.{next(_WRITERS):06d}")
         return self._writer
 
     def metrics(self, record: dict[str, Any]) -> None:
