@@ -28,6 +28,8 @@ NUMERIC_ENV = {
     "GEMMA_WORKBENCH_MULTIHOST_TIMEOUT": (30.0, 0.01, "seconds a multi-host follower waits for "
                                                       "the leader"),
     "GEMMA_WORKBENCH_RECONNECT_S": (300.0, 0.0, "seconds a dropped --remote link is retried"),
+    "GEMMA_WORKBENCH_PROGRAMS_GB": (2.0, 0.0, "GiB the program store keeps (0 = off)"),
+    "GEMMA_WORKBENCH_WEIGHTS_CACHE_GB": (8.0, 0.0, "GiB the converted-weights cache keeps (0 = off)"),
 }
 """name → (default, smallest allowed value, meaning)."""
 FOLDER_ENV = ("GEMMA_WORKBENCH_HOME", "GEMMA_WORKBENCH_RUNS", "GEMMA_WORKBENCH_COMPILE_CACHE",
@@ -135,3 +137,4 @@ def exists(path: Path, *, where: str, hint: str) -> bool:
         shown = str(path) if len(str(path)) <= 120 else str(path)[:117] + "..."
         raise WorkbenchError(f"{shown}: {reason.lower()}", where=where, hint=hint) from None
     return True
+

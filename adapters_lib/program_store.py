@@ -69,10 +69,9 @@ def folder() -> Path | None:
 
 
 def cap_bytes() -> int:
-    try:
-        return int(float(os.environ.get("GEMMA_WORKBENCH_PROGRAMS_GB", "2")) * (1 << 30))
-    except ValueError:
-        return 2 << 30
+    from adapters_lib import paths
+
+    return int(paths.env_number("GEMMA_WORKBENCH_PROGRAMS_GB") * (1 << 30))
 
 
 def fingerprint() -> str:

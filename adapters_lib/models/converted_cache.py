@@ -45,10 +45,9 @@ def folder() -> Path | None:
 
 
 def cap_bytes() -> int:
-    try:
-        return int(float(os.environ.get("GEMMA_WORKBENCH_WEIGHTS_CACHE_GB", "8")) * (1 << 30))
-    except ValueError:
-        return 8 << 30
+    from adapters_lib import paths
+
+    return int(paths.env_number("GEMMA_WORKBENCH_WEIGHTS_CACHE_GB") * (1 << 30))
 
 
 def enabled() -> bool:
