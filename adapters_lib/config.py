@@ -57,6 +57,11 @@ class ModelSpec:
     quantize_embedding: str = "auto"
     """How the embedding/logits table is held under ``quantize``: "auto" (like the projections;
     a GGUF's own blocks for "gguf"), "none" (the param dtype), "int8", "int4" or "nf4"."""
+    quantize_method: str = "rtn"
+    """How the projections are rounded under ``quantize`` (contract): "rtn" (to nearest, per
+    tile) or "gptq" (GPTQ on calibration text: ``models.quantize_gptq``)."""
+    quantize_calibration: str = ""
+    """GPTQ's calibration text: any ``[data] path`` value; "" = the run's own ``[data] path``."""
     generation_dtype: str = ""
     """The base's dtype when this run generates (sample, compare): "" = as trained
     (``train.param_dtype``), "bfloat16" = a bf16 copy of a float base (half the bytes a token
@@ -322,6 +327,8 @@ def config_from_dict(
     cfg = check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
     cfg = resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,
                                overrides_dir=Path(overrides_dir) if overrides_dir else None)
+    if cfg.model.quantize_method == "gptq" and not cfg.model.quantize_calibration:
+        cfg = cfg.replace(model=dataclasses.replace(cfg.model, quantize_calibration=cfg.data.path))
     check_backend_options(cfg)  # options one backend has and the other lacks
     return cfg
 

@@ -58,6 +58,10 @@ def gemma_only_problems(cfg: Any) -> list[tuple[str, str, str]]:
         out.append(("[model] quantize_embedding", f"model.quantize_embedding = "
                     f"{cfg.model.quantize_embedding!r} is gemma-only (Keras quantizes as it does)",
                     f'set quantize_embedding = "auto", {alt}'))
+    if cfg.model.quantize_method != "rtn":
+        out.append(("[model] quantize_method", f"model.quantize_method = {cfg.model.quantize_method!r} "
+                    "is gemma-only (Keras rounds its int8 base to nearest)",
+                    f'set quantize_method = "rtn", {alt}'))
     if (t.param_dtype, t.compute_dtype) == ("bfloat16", "float32"):
         out.append(("[train] compute_dtype", "bfloat16 params with float32 compute has no Keras dtype policy",
                     'use compute_dtype = "bfloat16", or param_dtype = "float32" (mixed precision)'))

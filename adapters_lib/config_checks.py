@@ -21,8 +21,12 @@ SEED_MAX = 2**32 - 1
 MAX_LENGTH_MAX = 1 << 20
 """A million tokens per row is far beyond any Gemma context; a bigger value is a typo."""
 
-PATH_KEYS = (("model", "tokenizer"), ("data", "path"), ("data", "eval_path"), ("run", "dir"))
-"""Keys that always hold a path ("" = unset, data.path "demo" = the built-in data)."""
+PATH_KEYS = (("model", "tokenizer"), ("model", "quantize_calibration"), ("data", "path"),
+             ("data", "eval_path"), ("run", "dir"))
+"""Keys that always hold a path ("" = unset, data.path and model.quantize_calibration "demo" =
+the built-in data; both also take a dataset reference)."""
+DATA_KEYS = (("model", "quantize_calibration"), ("data", "path"), ("data", "eval_path"))
+"""Path keys that name data: an ``hf:``/``tfds:`` reference is parsed, not resolved."""
 LINE_KEYS = (("model", "source"), ("model", "backend"), ("run", "name")) + PATH_KEYS
 """Keys whose value is one line of text: control characters are refused."""
 
@@ -177,6 +181,15 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
         fail("model", "quantize_embedding", f"model.quantize_embedding = {m.quantize_embedding!r} "
              f"with quantize = {m.quantize!r}",
              'set quantize = "int8", "int4" or "nf4", or quantize_embedding = "auto"')
+    if m.quantize_method not in ("rtn", "gptq"):
+        fail("model", "quantize_method", f"model.quantize_method is {m.quantize_method!r}",
+             'expected "rtn" (round to nearest) or "gptq" (calibrated on text)')
+    if m.quantize_method == "gptq" and m.quantize in ("none", "gguf"):
+        fail("model", "quantize_method", f'model.quantize_method = "gptq" with quantize = {m.quantize!r}',
+             'set quantize = "int8", "int4" or "nf4" (GPTQ chooses their rounding), or quantize_method = "rtn"')
+    if m.quantize_calibration and m.quantize_method != "gptq":
+        fail("model", "quantize_calibration", "model.quantize_calibration is read by GPTQ only",
+             'set quantize_method = "gptq", or remove quantize_calibration')
     if m.generation_dtype not in ("", "float32", "bfloat16"):
         fail("model", "generation_dtype", f"model.generation_dtype is {m.generation_dtype!r}",
              'expected "" (as trained), "float32" or "bfloat16"')

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from adapters_lib.config_checks import PATH_KEYS, Where
+from adapters_lib.config_checks import DATA_KEYS, PATH_KEYS, Where
 from adapters_lib.errors import WorkbenchError
 
 
@@ -65,9 +65,9 @@ def resolve_paths(cfg: Any, where: Where, *, base_dir: Path | None,
     changed: dict[str, dict[str, str]] = {}
     for section, key in PATH_KEYS:
         value = getattr(getattr(cfg, section), key)
-        if not value or (section, key) == ("data", "path") and value == "demo":
+        if not value or (section, key) in DATA_KEYS[:2] and value == "demo":
             continue
-        if section == "data" and value.startswith(DATASET_PREFIXES):
+        if (section, key) in DATA_KEYS and value.startswith(DATASET_PREFIXES):
             resolved = _resolve_dataset_ref(value, base_of(section, key), key=f"{section}.{key}",
                                             where=where(section, key))
             if resolved != value:

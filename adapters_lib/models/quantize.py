@@ -111,9 +111,11 @@ def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int
 
 
 def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None,
-                    donate: bool = False, table: str = "auto") -> Any:
+                    donate: bool = False, table: str = "auto", hessians: Any = None) -> Any:
     """The base tree with its weights as ``QArray`` (see the module doc); the embedding
     tables as ``table`` says (``[model] quantize_embedding``: "auto" = like the rest).
+    ``hessians`` (``quantize_gptq.hessians``): the projections they name are rounded by GPTQ
+    (``[model] quantize_method = "gptq"``), the rest to nearest.
 
     Leaf by leaf: each float weight is quantized where it lies (same sharding); with
     ``donate`` (the loader's own arrays) it is deleted at once, so the device holds the float
@@ -121,6 +123,8 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
     returns ``params``.
     """
     import jax
+
+    from adapters_lib.models import quantize_gptq
 
     if mode not in QUANTIZED:
         return params
@@ -138,7 +142,12 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
             return x
         sharding = getattr(x, "sharding", None)
         out = qarray_sharding(sharding, tuple(x.shape), axes, held)
-        q = _quantizer(held, tuple(sorted(axes.items())), x.ndim, out)(x)
+        eqn = (hessians or {}).get((*names, "eqn"))
+        if eqn is not None and quantize_gptq.takes(eqn, tuple(x.shape), axes):
+            q = quantize_gptq.quantize_weight(eqn, x, hessians[names], held, tile, axes)
+            q = jax.device_put(q, out) if out is not None else q
+        else:
+            q = _quantizer(held, tuple(sorted(axes.items())), x.ndim, out)(x)
         if donate:
             _delete(x)
         if names[0] == "embedder" and BITS[held] == 4:  # sliced by row blocks: held as bytes
@@ -356,7 +365,13 @@ def quantize_loaded(loaded: Any, spec: Any) -> Any:
     mode = spec.quantize
     import dataclasses
 
+    hessians = None
+    if spec.quantize_method == "gptq":  # the float base's inputs on calibration text first
+        from adapters_lib.models import quantize_gptq
+
+        rows = quantize_gptq.calibration_rows(spec.quantize_calibration, loaded.tokenizer)
+        hessians = quantize_gptq.hessians(loaded, rows)
     params = quantize_params(loaded.params, mode, spec.quantize_tile_size, config=loaded.config,
-                             donate=True, table=spec.quantize_embedding)
+                             donate=True, table=spec.quantize_embedding, hessians=hessians)
     return dataclasses.replace(loaded, params=params, model=with_quantized_base(loaded.model),
                                quantize=mode)

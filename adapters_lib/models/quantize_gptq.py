@@ -1,0 +1,330 @@
+"""GPTQ for the quantized base (``[model] quantize_method = "gptq"``): each projection's
+4/8-bit weights chosen to keep its *outputs* on calibration text, not its weights.
+
+Round-to-nearest (``"rtn"``, the default: qwix's ``quantize``, absmax per tile) rounds every
+weight alone. GPTQ (Frantar et al., 2022; qwix's ``contrib.gptq``) rounds one input column at a
+time and moves the rounding error onto the columns not yet rounded, weighted by the inverse
+of ``H = XᵀX`` (the layer's inputs on calibration text), minimising ``‖XW − XŴ‖²``. The
+result has the very layout, tiles, scales and dtypes of ``"rtn"`` (``models.quantize``): the
+model, the LoRA step, sampling and export read it unchanged.
+
+- Calibration: ``CALIBRATION_ROWS`` rows of ``CALIBRATION_LENGTH`` tokens (BOS first) from
+  ``[model] quantize_calibration`` (any ``[data] path``; "" = the run's own ``[data] path``):
+  the text of records spread evenly over the source, in order (a record's string fields,
+  joined; the demo's conversations). One forward pass per row collects every projection's
+  ``H`` (``nn.intercept_methods`` + ``sow``) from the float base.
+- The weights GPTQ takes: gemma's ``Einsum`` projections (q/k/v/o, gate/up, down) whose tiled
+  axis is their last contracted one (all of Gemma 2/3/4's). The embedding table and a MoE
+  expert bank stay round-to-nearest (``quantize_embedding`` still says how the table is held).
+- ``gptq_weight`` is qwix's ``gptq_core.quantize_weight`` as XLA can compile it: qwix's loops
+  are Python loops (one traced op per column: 81 s for one 1024×640 weight, eager, here), these
+  are ``fori_loop`` over qwix's own ``find_params``/``quantize``; equal to qwix's on its inputs
+  (``tests/test_quantize_gptq.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import string
+from typing import Any
+
+from adapters_lib.errors import WorkbenchError
+
+METHODS = ("rtn", "gptq")
+"""``[model] quantize_method`` (contract): round-to-nearest, or GPTQ on calibration text."""
+CALIBRATION_ROWS = 64
+CALIBRATION_LENGTH = 256
+BLOCK = 128
+"""GPTQ's lazy-update block (qwix's and the paper's default)."""
+DAMP = 0.01
+"""GPTQ's damping: this fraction of ``H``'s mean diagonal added to it (qwix's default)."""
+WHERE = "[model] quantize_calibration"
+BOS = 2
+"""Gemma's BOS id (every Gemma tokenizer's)."""
+
+
+# --------------------------------------------------------------------------- the algorithm
+
+
+def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
+                damp: float = DAMP) -> tuple[Any, Any]:
+    """``w`` (rows × columns, columns contracted) quantized by GPTQ with ``h`` (columns ×
+    columns): (qvalue, scale) with one scale per row and ``tile`` columns, as qwix's
+    ``gptq_core.quantize_weight`` gives for ``HowToQuantize(qtype, channelwise_axes=(0,),
+    tiled_axes={1: tile})`` (absmax scales found per block, at the block's start)."""
+    import jax
+    import jax.numpy as jnp
+    from qwix._src.core import qarray as qa
+    from qwix.contrib import gptq_core
+
+    rows, cols = w.shape
+    how = qa.HowToQuantize(qtype=qtype, channelwise_axes=(0,), tiled_axes={1: tile})
+    if block % tile or cols % block:
+        block = tile
+    w = w.astype(jnp.float32)
+    h = h.astype(jnp.float32)
+    diag = jnp.diag(h)
+    dead = diag == 0  # an input never nonzero: its weights do not matter
+    h = jnp.where(dead & jnp.eye(cols, dtype=bool), 1.0, h)
+    w = jnp.where(dead, 0.0, w)
+    h = h.at[jnp.arange(cols), jnp.arange(cols)].add(damp * jnp.mean(diag))
+    hinv = jnp.linalg.cholesky(gptq_core.cholesky_inverse(jnp.linalg.cholesky(h)), upper=True)
+    qdtype = qa.quantize_with_scale_zero_point(w[:, :1], qtype, jnp.ones((rows, 1)), None).qvalue.dtype
+    groups = block // tile
+    index = jnp.arange(cols)
+
+    def one_block(b, carry):
+        w, q, s = carry
+        start = b * block
+        wb = jax.lax.dynamic_slice_in_dim(w, start, block, 1)
+        scales = jnp.stack([gptq_core.find_params(wb[:, k * tile:(k + 1) * tile], how)[0][:, 0]
+                            for k in range(groups)], 1)
+        hb = jax.lax.dynamic_slice(hinv, (start, start), (block, block))
+
+        def one_column(i, c):
+            wb, qb, err = c
+            col = jax.lax.dynamic_index_in_dim(wb, i, 1, keepdims=False)
+            scale = jax.lax.dynamic_index_in_dim(scales, i // tile, 1, keepdims=False)
+            qv, dq = gptq_core.quantize(col, qtype, scale, None)
+            e = (col - dq) / hb[i, i]
+            wb = wb - jnp.outer(e, hb[i])  # upper triangular: the columns from i on
+            qb = jax.lax.dynamic_update_index_in_dim(qb, qv.astype(qdtype), i, 1)
+            return wb, qb, jax.lax.dynamic_update_index_in_dim(err, e, i, 1)
+
+        wb, qb, err = jax.lax.fori_loop(0, block, one_column,
+                                        (wb, jnp.zeros((rows, block), qdtype), jnp.zeros_like(wb)))
+        later = jax.lax.dynamic_slice_in_dim(hinv, start, block, 0) * (index >= start + block)
+        w = jax.lax.dynamic_update_slice_in_dim(w - err @ later, wb, start, 1)
+        q = jax.lax.dynamic_update_slice_in_dim(q, qb, start, 1)
+        return w, q, jax.lax.dynamic_update_slice_in_dim(s, scales, b * groups, 1)
+
+    init = (w, jnp.zeros((rows, cols), qdtype), jnp.zeros((rows, cols // tile), jnp.float32))
+    _, q, s = jax.lax.fori_loop(0, cols // block, one_block, init)
+    return q, s
+
+
+@functools.lru_cache(maxsize=32)
+def _compiled(qtype_name: str, tile: int, shape: tuple[int, int]):
+    import jax
+
+    from adapters_lib.models.quantize import qtype
+
+    return jax.jit(lambda w, h: gptq_weight(w, h, qtype(qtype_name), tile))
+
+
+# --------------------------------------------------------------------------- einsum views
+
+
+def _parse(eqn: str) -> tuple[str, str, str]:
+    lhs, out = eqn.replace("...", "").split("->")
+    x, w = lhs.split(",")
+    return x, w, out
+
+
+def contracted(eqn: str) -> str:
+    """The weight's contracted axes' letters, in the weight's order."""
+    x, w, out = _parse(eqn)
+    return "".join(c for c in w if c in x and c not in out)
+
+
+def as_matrix(eqn: str, w: Any) -> Any:
+    """The weight as (kept axes, contracted axes) flattened: GPTQ's rows × columns."""
+    import jax.numpy as jnp
+
+    _, spec, _ = _parse(eqn)
+    con = contracted(eqn)
+    kept = "".join(c for c in spec if c not in con)
+    m = jnp.einsum(f"{spec}->{kept}{con}", w)
+    return m.reshape(-1, _size(m.shape[len(kept):]))
+
+
+def from_matrix(eqn: str, m: Any, shape: tuple[int, ...], tiled_axis: int, tile: int) -> Any:
+    """A (rows, columns) or (rows, columns / tile) array back to the weight's axis order
+    (the scales: the tiled axis divided by ``tile``)."""
+    import jax.numpy as jnp
+
+    _, spec, _ = _parse(eqn)
+    con = contracted(eqn)
+    kept = "".join(c for c in spec if c not in con)
+    dims = dict(zip(spec, shape, strict=True))
+    if m.shape[1] != _size(dims[c] for c in con):
+        dims[spec[tiled_axis]] //= tile
+    m = m.reshape(*(dims[c] for c in kept), *(dims[c] for c in con))
+    return jnp.einsum(f"{kept}{con}->{spec}", m)
+
+
+def takes(eqn: str, shape: tuple[int, ...], axes: dict[int, int] | None) -> bool:
+    """Whether GPTQ takes this weight: one tiled axis, the last contracted one."""
+    if not axes or len(axes) != 1:
+        return False
+    _, spec, _ = _parse(eqn)
+    con = contracted(eqn)
+    (axis,) = axes
+    return len(spec) == len(shape) and bool(con) and spec[axis] == con[-1]
+
+
+def inputs_matrix(eqn: str, x: Any) -> Any:
+    """The einsum's input as (positions, contracted features), features in the weight's order."""
+    import jax.numpy as jnp
+
+    xs, _, _ = _parse(eqn)
+    con = contracted(eqn)
+    rest = "".join(c for c in xs if c not in con)
+    free = [c for c in string.ascii_letters if c not in xs]
+    lead = "".join(free[:x.ndim - len(xs)])  # the "..." axes
+    m = jnp.einsum(f"{lead}{xs}->{lead}{rest}{con}", x)
+    return m.reshape(-1, _size(m.shape[m.ndim - len(con):])).astype(jnp.float32)
+
+
+def _size(dims: Any) -> int:
+    n = 1
+    for d in dims:
+        n *= int(d)
+    return n
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _texts(data: Any) -> list[str]:
+    if isinstance(data, str):
+        return [data] if data.strip() else []
+    if isinstance(data, dict):
+        return [t for v in data.values() for t in _texts(v)]
+    if isinstance(data, (list, tuple)):
+        return [t for v in data for t in _texts(v)]
+    return []
+
+
+def calibration_rows(source: str, tokenizer: Any, *, rows: int = CALIBRATION_ROWS,
+                     length: int = CALIBRATION_LENGTH) -> list[list[int]]:
+    """Up to ``rows`` rows of BOS + ``length - 1`` tokens of ``source``'s text, each from
+    consecutive records starting at one of ``rows`` places spread evenly over it; one clear
+    error when it has too little."""
+    import numpy as np
+
+    if not source:
+        raise WorkbenchError('quantize_method = "gptq" needs calibration text', where=WHERE,
+                             hint="name a data file or dataset, or set it in a run (its [data] path)")
+    if source == "demo":
+        from adapters_lib.models.demo_tasks import demo_splits
+
+        records: list[Any] = demo_splits()[0]
+    else:
+        from adapters_lib.data.sources import read_for
+
+        records = [r.data for r in read_for(source)[0].records]
+    body = length - 1
+    starts = sorted({int(i) for i in np.linspace(0, len(records) - 1, num=rows)}) if records else []
+    out: list[list[int]] = []
+    for start in starts:  # a row of consecutive records from each of ``rows`` places
+        stream: list[int] = []
+        for record in records[start:]:
+            for text in _texts(record):
+                stream.extend(tokenizer.encode(text + "\n"))
+            if len(stream) >= body:
+                break
+        if len(stream) >= 16:
+            out.append([BOS, *stream[:body]])
+    if not out:
+        raise WorkbenchError(f"{source!r} holds too little text to calibrate GPTQ", where=WHERE,
+                             hint='name a source with a few thousand tokens of text, or set '
+                                  'quantize_method = "rtn"')
+    return out
+
+
+_EQUATIONS: dict[tuple[type, tuple[str, ...]], str] = {}
+"""(calibrating class, weight path) → its einsum equation, noted when the class is traced
+(gemma's ``nn.jit`` keeps that trace: a later call runs it without calling the Einsums)."""
+
+
+def _interceptor(next_fun, args, kwargs, context):
+    from adapters_lib.models.quantize import _einsum_classes
+
+    module = context.module
+    if context.method_name == "__call__" and isinstance(module, _einsum_classes()):
+        eqn, x = args
+        _EQUATIONS[(_tracing[-1], (*module.scope.path, module.weight_name))] = eqn
+        m = inputs_matrix(eqn, x)
+        module.sow("gptq", module.weight_name, m.T @ m, init_fn=lambda: 0,
+                   reduce_fn=lambda a, b: a + b)
+    return next_fun(*args, **kwargs)
+
+
+_tracing: list[type] = []
+
+
+@functools.cache
+def _calibrating_class(cls: type) -> type:
+    """``cls`` whose call sows each Einsum's ``XᵀX``: a class of its own, so gemma's
+    ``nn.jit`` traces it apart from the model's plain calls (an interceptor around a call of
+    ``cls`` itself would meet a trace made without it, and sow nothing)."""
+    from flax import linen as nn
+
+    def __call__(self, *args, **kwargs):  # noqa: N807
+        _tracing.append(new_cls)
+        try:
+            with nn.intercept_methods(_interceptor):
+                return super(new_cls, self).__call__(*args, **kwargs)
+        finally:
+            _tracing.pop()
+
+    new_cls = type(f"{cls.__name__}Calibrating", (cls,), {"__call__": __call__, "__module__": cls.__module__})
+    return new_cls
+
+
+def hessians(loaded: Any, rows: list[list[int]]) -> dict[tuple[str, ...], Any]:
+    """``XᵀX`` of each gemma ``Einsum``'s input over ``rows`` (the float base), keyed by the
+    weight's params path, with its einsum equation under ``path + ("eqn",)``."""
+    import dataclasses
+
+    import jax
+    import jax.numpy as jnp
+
+    model = loaded.model
+    kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+              if f.init and f.name not in ("parent", "name")}
+    cls = _calibrating_class(type(model))
+    calibrating = cls(**kwargs)
+
+    @jax.jit
+    def one(params, tokens):
+        _, state = calibrating.apply({"params": params}, tokens, mutable=["gptq"])
+        return state["gptq"]
+
+    total: dict[tuple[str, ...], Any] = {}
+    for row in rows:
+        got = one(loaded.params, jnp.asarray([row], jnp.int32))
+        for path, h in jax.tree_util.tree_flatten_with_path(got)[0]:
+            key = tuple(str(getattr(k, "key", k)) for k in path)
+            total[key] = total[key] + h if key in total else h
+    eqns = {(*path, "eqn"): eqn for (c, path), eqn in _EQUATIONS.items() if c is cls and path in total}
+    return {**total, **eqns}
+
+
+# --------------------------------------------------------------------------- the params
+
+
+def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[int, int]) -> Any:
+    """One projection quantized by GPTQ, as the QArray ``qwix.quantize`` gives for it."""
+    import jax.numpy as jnp
+    import qwix
+
+    from adapters_lib.models.quantize import qtype
+
+    (axis,) = axes
+    m = as_matrix(eqn, w)
+    q, s = _compiled(mode, tile, tuple(m.shape))(m, h)
+    scale = from_matrix(eqn, s, tuple(w.shape), axis, tile).astype(w.dtype)
+    return qwix.QArray(qvalue=from_matrix(eqn, q, tuple(w.shape), axis, tile), scale=scale,
+                       zero_point=None, qtype=qtype(mode))
+
+
+def check_method(method: str) -> None:
+    if method not in METHODS:
+        raise WorkbenchError(f"model.quantize_method is {method!r}", where="[model] quantize_method",
+                             hint=f"expected one of {', '.join(METHODS)}")
+
+
+__all__ = ["CALIBRATION_LENGTH", "CALIBRATION_ROWS", "METHODS", "calibration_rows", "gptq_weight",
+           "hessians", "quantize_weight"]

@@ -1,0 +1,139 @@
+"""GPTQ for the quantized base (``[model] quantize_method = "gptq"``, ``models.quantize_gptq``):
+equal to qwix's own GPTQ, closer to each projection's outputs than round-to-nearest, the same
+layout, deterministic (a run's compare and resume load the base it trained on), and its
+one-line refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from adapters_lib.config import ModelSpec, load_config
+from adapters_lib.errors import WorkbenchError
+
+
+@pytest.mark.parametrize("qtype, tile, cols", [("int4", 64, 256), ("int8", 32, 128)])
+def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, cols):
+    """``gptq_weight`` (fori loops XLA compiles) gives qwix's ``gptq_core.quantize_weight``'s
+    integers and scales, Hessian of inputs of very unequal scales, groups inside blocks."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from qwix._src.core import qarray as qa
+    from qwix.contrib import gptq_core
+
+    from adapters_lib.models import quantize_gptq
+    from adapters_lib.models.quantize import qtype as to_qtype
+
+    k = jax.random.split(jax.random.PRNGKey(0), 2)
+    w = jax.random.normal(k[0], (12, cols))  # qwix's runs a Python loop a column: eager, slow
+    x = jax.random.normal(k[1], (cols, 400)) * jnp.linspace(0.1, 3.0, cols)[:, None]
+    h = x @ x.T
+    how = qa.HowToQuantize(qtype=to_qtype(qtype), channelwise_axes=(0,), tiled_axes={1: tile})
+    ref, _ = gptq_core.quantize_weight(w, h, how)
+    q, s = jax.jit(lambda w, h: quantize_gptq.gptq_weight(w, h, to_qtype(qtype), tile))(w, h)
+    np.testing.assert_array_equal(np.asarray(q), np.asarray(ref.qvalue))
+    np.testing.assert_allclose(np.asarray(s), np.asarray(ref.scale), rtol=1e-6)
+    rtn = qa.quantize(w, how)  # and it is not round-to-nearest
+    assert not np.array_equal(np.asarray(q), np.asarray(rtn.qvalue))
+
+
+@pytest.fixture(scope="module")
+def demo_bases():
+    from adapters_lib.models.loader import load_model
+
+    spec = dict(quantize="int4", quantize_calibration="demo")
+    return (load_model(ModelSpec()), load_model(ModelSpec(**spec)),
+            load_model(ModelSpec(quantize_method="gptq", **spec)),
+            load_model(ModelSpec(quantize_method="gptq", **spec)))
+
+
+def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases):
+    """GPTQ's objective, measured: Σ ‖X(W − Ŵ)‖² over every projection on the calibration
+    text is lower than round-to-nearest's, weight by weight on most and in total well below;
+    the leaves have round-to-nearest's layout (shapes, dtypes, scales' shapes); the table,
+    which GPTQ does not take, is the same."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from adapters_lib.models import qarray, quantize_gptq
+
+    f32, rtn, gptq, _ = demo_bases
+    hessians = quantize_gptq.hessians(f32, quantize_gptq.calibration_rows("demo", f32.tokenizer))
+    errors = {"rtn": [], "gptq": []}
+    for path, h in hessians.items():
+        if path[-1] == "eqn":
+            continue
+        eqn = hessians[(*path, "eqn")]
+        w = f32.params
+        for name in path:
+            w = w[name]
+        for label, loaded in (("rtn", rtn), ("gptq", gptq)):
+            q = loaded.params
+            for name in path:
+                q = q[name]
+            d = quantize_gptq.as_matrix(eqn, w) - quantize_gptq.as_matrix(eqn, qarray.dequantize(q, jnp.float32))
+            errors[label].append(float(jnp.trace(d @ h @ d.T)))
+    assert len(errors["gptq"]) == 4 * 5  # q, kv, attn_vec, gating, linear in 4 layers
+    assert sum(errors["gptq"]) < 0.6 * sum(errors["rtn"])
+    assert sum(g < r for g, r in zip(errors["gptq"], errors["rtn"], strict=True)) >= 18
+    a = jax.tree.leaves(rtn.params, is_leaf=qarray.is_qarray)
+    b = jax.tree.leaves(gptq.params, is_leaf=qarray.is_qarray)
+    assert [type(x) for x in a] == [type(x) for x in b]
+    for x, y in zip(a, b, strict=True):
+        if qarray.is_qarray(x):
+            assert (x.qvalue.shape, x.qvalue.dtype, x.scale.shape, x.scale.dtype) == \
+                   (y.qvalue.shape, y.qvalue.dtype, y.scale.shape, y.scale.dtype)
+    np.testing.assert_array_equal(np.asarray(rtn.params["embedder"]["input_embedding"].qvalue),
+                                  np.asarray(gptq.params["embedder"]["input_embedding"].qvalue))
+
+
+def test_a_gptq_base_is_the_same_at_every_load(demo_bases):
+    """Two loads of one spec hold the same integers and scales: a run's resume, eval and
+    Compare read the base it trained on."""
+    import jax
+    import numpy as np
+
+    _, _, a, b = demo_bases
+    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_a_run_calibrates_on_its_own_data_unless_told(tmp_path):
+    cfg = load_config(None, ["model.quantize=nf4", "model.quantize_method=gptq"])
+    assert cfg.model.quantize_calibration == cfg.data.path == "demo"
+    text = tmp_path / "calib.txt"
+    text.write_text("Some text to calibrate on.\n", encoding="utf-8")
+    cfg = load_config(None, ["model.quantize=nf4", "model.quantize_method=gptq",
+                             f'model.quantize_calibration="{text}"'])
+    assert cfg.model.quantize_calibration == str(text)
+    assert load_config(None, ["model.quantize=nf4"]).model.quantize_calibration == ""
+
+
+@pytest.mark.parametrize("overrides, words", [
+    (["model.quantize=nf4", "model.quantize_method=awq"], ("model.quantize_method", "gptq")),
+    (["model.quantize_method=gptq"], ("quantize = 'none'", "int4")),
+    (["model.quantize=gguf", "model.quantize_method=gptq"], ("quantize = 'gguf'", "rtn")),
+    (["model.quantize=nf4", "model.quantize_calibration=demo"], ("quantize_calibration", "gptq")),
+    (["model.backend=keras", "model.quantize=int8", "model.quantize_method=gptq"], ("gemma-only", "rtn")),
+])
+def test_gptq_settings_a_tired_user_gets_wrong_are_one_line(overrides, words):
+    with pytest.raises(WorkbenchError) as e:
+        load_config(None, overrides)
+    text = str(e.value)
+    assert "\n" not in text and all(w in text for w in words), text
+
+
+def test_calibration_text_too_short_or_missing_is_one_line(tmp_path):
+    from adapters_lib.models.loader import load_model
+
+    short = tmp_path / "short.txt"
+    short.write_text("hi\n", encoding="utf-8")
+    with pytest.raises(WorkbenchError) as e:
+        load_model(ModelSpec(quantize="nf4", quantize_method="gptq", quantize_calibration=str(short)))
+    text = str(e.value)
+    assert "\n" not in text and "quantize_calibration" in text and "too little text" in text
+    with pytest.raises(WorkbenchError) as e:
+        load_model(ModelSpec(quantize="nf4", quantize_method="gptq",
+                             quantize_calibration=str(tmp_path / "missing.jsonl")))
+    assert "\n" not in str(e.value) and "missing.jsonl" in str(e.value), str(e.value)
