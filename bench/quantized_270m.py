@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -35,12 +36,27 @@ TARGETS = {"int8": ("≤ 0.55×", "", "≤ 1.005×"), "int4": ("≤ 0.3×", "≤
 LLAMA_CPP = Path.home() / ".cache" / "gemma-workbench" / "llama-cpp"
 
 
-def _load(param_dtype: str = "float32", quantize: str = "none", tile: int = 64, table: str = "auto"):
+GPTQ_VARIANTS = (  # (label, quantize, tile, quantize_embedding): quantize_method = "gptq"
+    ("nf4 gptq", "nf4", 64, "auto"), ("int4 gptq", "int4", 64, "auto"),
+    ("nf4 gptq, float table", "nf4", 64, "none"), ("nf4 t32 gptq, int8 table", "nf4", 32, "int8"))
+"""Calibrated on Shakespeare's text before the held-out part (``_calibration_file``)."""
+
+
+def _load(param_dtype: str = "float32", quantize: str = "none", tile: int = 64, table: str = "auto",
+          calibration: str = ""):
     from adapters_lib.config import ModelSpec
     from adapters_lib.models.loader import load_model
 
     return load_model(ModelSpec(source=STARTER, quantize=quantize, quantize_tile_size=tile,
-                                quantize_embedding=table), param_dtype=param_dtype)
+                                quantize_embedding=table, quantize_method="gptq" if calibration else "rtn",
+                                quantize_calibration=calibration), param_dtype=param_dtype)
+
+
+def _calibration_file(folder: str) -> str:
+    """Shakespeare without its last 6,000 characters (the held-out text), as a .txt source."""
+    path = Path(folder) / "shakespeare-head.txt"
+    path.write_text((SHARED_DATA / "tinyshakespeare.txt").read_text(encoding="utf-8")[:-6000], encoding="utf-8")
+    return str(path)
 
 
 def _ratio_row(name: str, ours: float, ref: float, *, unit: str, target: str, ref_name: str,
@@ -247,7 +263,7 @@ def _llama_nll(gguf_path: str, windows: list[list[int]]) -> tuple[float, int] | 
 @measure("quantized_270m_ppl", quick=False)
 def quantized_270m_ppl(quick: bool = False) -> list[Row]:
     """Base perplexity on held-out text per mode vs f32, and vs llama.cpp on the same GGUF."""
-    from adapters_lib.models import starter
+    from adapters_lib.models import quantize_gptq, starter
 
     f32 = _load("float32")
     windows = _heldout_windows(f32.tokenizer)
@@ -257,15 +273,24 @@ def quantized_270m_ppl(quick: bool = False) -> list[Row]:
         loaded = _load("float32", mode, tile, table)
         nll[label] = _workbench_nll(loaded, windows)
         del loaded
+    with tempfile.TemporaryDirectory() as tmp:
+        calibration = _calibration_file(tmp)
+        for label, mode, tile, table in GPTQ_VARIANTS:
+            loaded = _load("float32", mode, tile, table, calibration)
+            nll[label] = _workbench_nll(loaded, windows)
+            del loaded
     ppl = {k: math.exp(t / n) for k, (t, n) in nll.items()}
     tokens = nll["f32"][1]
     note = (f"held-out Shakespeare (last 6,000 chars), {len(windows)} windows of BOS + ≤ 512, "
             f"{tokens} tokens scored")
     rows = []
-    for label, mode, tile, table in VARIANTS:
+    for label, mode, tile, table in (*VARIANTS, *GPTQ_VARIANTS):
         target = TARGETS[mode][2] if mode in TARGETS else "≤ 1.005×"
         detail = {"gguf": "the file's own blocks (Q8_0 table, Q5_0/Q6_K as int8, Q4_K as uint4 "
                           "+ offset, f32 scales)"}.get(mode, f"tile {tile}, table {table}, f32 scales")
+        if "gptq" in label:
+            detail += (f"; GPTQ on {quantize_gptq.CALIBRATION_ROWS} rows × {quantize_gptq.CALIBRATION_LENGTH} "
+                       "tokens of the Shakespeare before the held-out part (the table: to nearest)")
         rows.append(_ratio_row(f"base perplexity, {label} (real 270M)", ppl[label], ppl["f32"],
                                unit="ppl", target=target, ref_name="f32 base", note=f"{note}; {detail}"))
     llama = _llama_nll(str(starter.ensure_starter()), windows)
