@@ -12,7 +12,7 @@ from adapters_lib.errors import WorkbenchError
 
 
 @pytest.mark.parametrize("qtype, tile, cols", [("int4", 64, 256), ("int8", 32, 128)])
-def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, cols):
+def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, cols, monkeypatch):
     """``gptq_weight`` (fori loops XLA compiles) gives qwix's ``gptq_core.quantize_weight``'s
     integers and scales, Hessian of inputs of very unequal scales, groups inside blocks."""
     import jax
@@ -35,6 +35,10 @@ def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, cols):
     np.testing.assert_allclose(np.asarray(s), np.asarray(ref.scale), rtol=1e-6)
     rtn = qa.quantize(w, how)  # and it is not round-to-nearest
     assert not np.array_equal(np.asarray(q), np.asarray(rtn.qvalue))
+    # a tall weight goes a block of rows at a time (GPTQ's rows are independent): the same
+    monkeypatch.setattr(quantize_gptq, "ROWS", 5)
+    held = quantize_gptq.quantize_weight(quantize_gptq.TABLE_EQN, w, h, qtype, tile, {1: tile})
+    np.testing.assert_array_equal(np.asarray(held.qvalue), np.asarray(ref.qvalue))
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +53,11 @@ def demo_bases():
 
 def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases):
     """GPTQ's objective, measured: Σ ‖X(W − Ŵ)‖² over every projection on the calibration
-    text is lower than round-to-nearest's, weight by weight on most and in total well below;
-    the leaves have round-to-nearest's layout (shapes, dtypes, scales' shapes); the table,
-    which GPTQ does not take, is the same."""
+    text (the table as the logits read it: X the final hidden states) is lower than
+    round-to-nearest's, weight by weight on most and in total well below; the leaves have
+    round-to-nearest's layout (types, shapes, dtypes, scales' shapes)."""
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     from adapters_lib.models import qarray, quantize_gptq
 
@@ -74,9 +77,9 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
                 q = q[name]
             d = quantize_gptq.as_matrix(eqn, w) - quantize_gptq.as_matrix(eqn, qarray.dequantize(q, jnp.float32))
             errors[label].append(float(jnp.trace(d @ h @ d.T)))
-    assert len(errors["gptq"]) == 4 * 5  # q, kv, attn_vec, gating, linear in 4 layers
+    assert len(errors["gptq"]) == 4 * 5 + 1  # q, kv, attn_vec, gating, linear in 4 layers; the table
     assert sum(errors["gptq"]) < 0.6 * sum(errors["rtn"])
-    assert sum(g < r for g, r in zip(errors["gptq"], errors["rtn"], strict=True)) >= 18
+    assert sum(g < r for g, r in zip(errors["gptq"], errors["rtn"], strict=True)) >= 19
     a = jax.tree.leaves(rtn.params, is_leaf=qarray.is_qarray)
     b = jax.tree.leaves(gptq.params, is_leaf=qarray.is_qarray)
     assert [type(x) for x in a] == [type(x) for x in b]
@@ -84,8 +87,6 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
         if qarray.is_qarray(x):
             assert (x.qvalue.shape, x.qvalue.dtype, x.scale.shape, x.scale.dtype) == \
                    (y.qvalue.shape, y.qvalue.dtype, y.scale.shape, y.scale.dtype)
-    np.testing.assert_array_equal(np.asarray(rtn.params["embedder"]["input_embedding"].qvalue),
-                                  np.asarray(gptq.params["embedder"]["input_embedding"].qvalue))
 
 
 def test_a_gptq_base_is_the_same_at_every_load(demo_bases):

@@ -14,8 +14,10 @@ model, the LoRA step, sampling and export read it unchanged.
   joined; the demo's conversations). One forward pass per row collects every projection's
   ``H`` (``nn.intercept_methods`` + ``sow``) from the float base.
 - The weights GPTQ takes: gemma's ``Einsum`` projections (q/k/v/o, gate/up, down) whose tiled
-  axis is their last contracted one (all of Gemma 2/3/4's). The embedding table and a MoE
-  expert bank stay round-to-nearest (``quantize_embedding`` still says how the table is held).
+  axis is their last contracted one (all of Gemma 2/3/4's), and the tied embedding table as
+  what the logits read (``Embedder.decode``: ``H`` of the final hidden states; its rows, looked
+  up as embeddings, are then GPTQ's too). Gemma 4's per-layer-input table and a MoE expert
+  bank stay round-to-nearest. ``quantize_embedding`` still says which type the table takes.
 - ``gptq_weight`` is qwix's ``gptq_core.quantize_weight`` as XLA can compile it: qwix's loops
   are Python loops (one traced op per column: 81 s for one 1024×640 weight, eager, here), these
   are ``fori_loop`` over qwix's own ``find_params``/``quantize``; equal to qwix's on its inputs
@@ -38,6 +40,8 @@ BLOCK = 128
 """GPTQ's lazy-update block (qwix's and the paper's default)."""
 DAMP = 0.01
 """GPTQ's damping: this fraction of ``H``'s mean diagonal added to it (qwix's default)."""
+ROWS = 32768
+"""Rows of a weight GPTQ takes at once (``quantize_weight``)."""
 WHERE = "[model] quantize_calibration"
 BOS = 2
 """Gemma's BOS id (every Gemma tokenizer's)."""
@@ -238,17 +242,26 @@ _EQUATIONS: dict[tuple[type, tuple[str, ...]], str] = {}
 (gemma's ``nn.jit`` keeps that trace: a later call runs it without calling the Einsums)."""
 
 
+TABLE_EQN = "...D,VD->...V"
+"""The logits' einsum: the tied table read as the last projection (``Embedder.decode``)."""
+
+
 def _interceptor(next_fun, args, kwargs, context):
-    from adapters_lib.models.quantize import _einsum_classes
+    from adapters_lib.models.quantize import _einsum_classes, _embedder_classes
 
     module = context.module
     if context.method_name == "__call__" and isinstance(module, _einsum_classes()):
         eqn, x = args
-        _EQUATIONS[(_tracing[-1], (*module.scope.path, module.weight_name))] = eqn
-        m = inputs_matrix(eqn, x)
-        module.sow("gptq", module.weight_name, m.T @ m, init_fn=lambda: 0,
-                   reduce_fn=lambda a, b: a + b)
+        _sow(module, module.weight_name, eqn, x)
+    elif context.method_name == "decode" and isinstance(module, _embedder_classes()):
+        _sow(module, "input_embedding", TABLE_EQN, args[0])
     return next_fun(*args, **kwargs)
+
+
+def _sow(module: Any, name: str, eqn: str, x: Any) -> None:
+    _EQUATIONS[(_tracing[-1], (*module.scope.path, name))] = eqn
+    m = inputs_matrix(eqn, x)
+    module.sow("gptq", name, m.T @ m, init_fn=lambda: 0, reduce_fn=lambda a, b: a + b)
 
 
 _tracing: list[type] = []
@@ -306,7 +319,9 @@ def hessians(loaded: Any, rows: list[list[int]]) -> dict[tuple[str, ...], Any]:
 
 
 def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[int, int]) -> Any:
-    """One projection quantized by GPTQ, as the QArray ``qwix.quantize`` gives for it."""
+    """One projection quantized by GPTQ, as the QArray ``qwix.quantize`` gives for it. Rows
+    are independent in GPTQ (one ``H`` for all, a scale per row and tile): a tall weight — a
+    262,144-row table — goes ``ROWS`` rows at a time, so its f32 working copies stay small."""
     import jax.numpy as jnp
     import qwix
 
@@ -314,16 +329,13 @@ def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[i
 
     (axis,) = axes
     m = as_matrix(eqn, w)
-    q, s = _compiled(mode, tile, tuple(m.shape))(m, h)
+    parts = [_compiled(mode, tile, tuple(m[i:i + ROWS].shape))(m[i:i + ROWS], h)
+             for i in range(0, m.shape[0], ROWS)]
+    q = jnp.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
+    s = jnp.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
     scale = from_matrix(eqn, s, tuple(w.shape), axis, tile).astype(w.dtype)
     return qwix.QArray(qvalue=from_matrix(eqn, q, tuple(w.shape), axis, tile), scale=scale,
                        zero_point=None, qtype=qtype(mode))
-
-
-def check_method(method: str) -> None:
-    if method not in METHODS:
-        raise WorkbenchError(f"model.quantize_method is {method!r}", where="[model] quantize_method",
-                             hint=f"expected one of {', '.join(METHODS)}")
 
 
 __all__ = ["CALIBRATION_LENGTH", "CALIBRATION_ROWS", "METHODS", "calibration_rows", "gptq_weight",

@@ -55,7 +55,6 @@ class Program:
         """The decode program compiled for these shapes (ahead of its first call, once per
         length bucket): the sampler compiles it while the prefill runs, so the first token's
         wait holds every compile and the decode rate none."""
-        import jax
 
         from adapters_lib import program_store
 
