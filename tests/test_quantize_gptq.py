@@ -167,3 +167,36 @@ def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(demo_bases):
         assert same > 0.995, same
         close = np.isclose(np.asarray(a.scale, np.float32), np.asarray(b.scale, np.float32), rtol=1e-2)
         assert close.mean() > 0.97, close.mean()  # a flipped integer moves its block's later absmax
+
+
+def test_a_second_load_reads_the_gptq_base_back_from_the_weights_cache(tmp_path, monkeypatch):
+    """A GGUF base calibrated once: the second load (a resume, an eval, Compare in a new
+    engine) reads the GPTQ integers and scales back from the converted-weights cache, with no
+    calibration pass, and holds the same arrays; other calibration text is another entry."""
+    import jax
+    import numpy as np
+    from fixtures_gguf import write_gguf
+    from fixtures_weights import DEMO_ARCH, tiny_params
+
+    from adapters_lib.models import demo, quantize_gptq
+    from adapters_lib.models.loader import load_model
+
+    monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", str(tmp_path / "cache"))
+    path = write_gguf(tmp_path / "gemma3-demo-f32.gguf", tiny_params(DEMO_ARCH, seed=3), DEMO_ARCH,
+                      tokenizer=demo.ensure_demo_tokenizer())
+    spec = ModelSpec(source=str(path), quantize="nf4", quantize_method="gptq", quantize_calibration="demo")
+    first = load_model(spec)
+    calls = []
+    real = quantize_gptq.hessians
+    monkeypatch.setattr(quantize_gptq, "hessians", lambda *a: calls.append(1) or real(*a))
+    second = load_model(spec)
+    assert calls == []
+    for x, y in zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    text = tmp_path / "other.txt"
+    text.write_text("\n\n".join(f"Paragraph {i}: the quick brown fox jumps over the lazy dog."
+                                for i in range(200)), encoding="utf-8")
+    load_model(ModelSpec(source=str(path), quantize="nf4", quantize_method="gptq",
+                         quantize_calibration=str(text)))
+    assert calls == [1]
+    assert len([p for p in (tmp_path / "cache").iterdir() if "gptq" in p.name]) == 2

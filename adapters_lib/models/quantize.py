@@ -111,11 +111,11 @@ def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int
 
 
 def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config: Any = None,
-                    donate: bool = False, table: str = "auto", hessians: Any = None) -> Any:
+                    donate: bool = False, table: str = "auto", gptq: Any = None) -> Any:
     """The base tree with its weights as ``QArray`` (see the module doc); the embedding
     tables as ``table`` says (``[model] quantize_embedding``: "auto" = like the rest).
-    ``hessians`` (``quantize_gptq.hessians``): the projections they name are rounded by GPTQ
-    (``[model] quantize_method = "gptq"``), the rest to nearest.
+    ``gptq`` (``quantize_gptq.held_leaves``: path → host qvalue and scale): the leaves it names
+    are held as GPTQ rounded them (``[model] quantize_method = "gptq"``), the rest to nearest.
 
     Leaf by leaf: each float weight is quantized where it lies (same sharding); with
     ``donate`` (the loader's own arrays) it is deleted at once, so the device holds the float
@@ -142,9 +142,13 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
             return x
         sharding = getattr(x, "sharding", None)
         out = qarray_sharding(sharding, tuple(x.shape), axes, held)
-        eqn = (hessians or {}).get((*names, "eqn"))
-        if eqn is not None and quantize_gptq.takes(eqn, tuple(x.shape), axes):
-            q = quantize_gptq.quantize_weight(eqn, x, hessians[names], held, tile, axes)
+        if gptq and names in gptq:
+            import jax.numpy as jnp
+            import qwix
+
+            qv, scale = gptq[names]
+            q = qwix.QArray(qvalue=jnp.asarray(qv).astype(quantize_gptq.qvalue_dtype(held)),
+                            scale=jnp.asarray(scale).astype(x.dtype), zero_point=None, qtype=qtype(held))
             q = jax.device_put(q, out) if out is not None else q
         else:
             q = _quantizer(held, tuple(sorted(axes.items())), x.ndim, out)(x)
@@ -365,13 +369,12 @@ def quantize_loaded(loaded: Any, spec: Any) -> Any:
     mode = spec.quantize
     import dataclasses
 
-    hessians = None
-    if spec.quantize_method == "gptq":  # the float base's inputs on calibration text first
+    gptq = None
+    if spec.quantize_method == "gptq":  # from the float base, before it is quantized
         from adapters_lib.models import quantize_gptq
 
-        rows = quantize_gptq.calibration_rows(spec.quantize_calibration, loaded.tokenizer)
-        hessians = quantize_gptq.hessians(loaded, rows)
+        gptq = quantize_gptq.held_leaves(loaded, spec)
     params = quantize_params(loaded.params, mode, spec.quantize_tile_size, config=loaded.config,
-                             donate=True, table=spec.quantize_embedding, hessians=hessians)
+                             donate=True, table=spec.quantize_embedding, gptq=gptq)
     return dataclasses.replace(loaded, params=params, model=with_quantized_base(loaded.model),
                                quantize=mode)

@@ -338,5 +338,97 @@ def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[i
                        zero_point=None, qtype=qtype(mode))
 
 
+def qvalue_dtype(mode: str) -> Any:
+    """The qvalue's dtype qwix gives ``mode`` (nf4's indices: uint4)."""
+    import jax.numpy as jnp
+
+    return {"int8": jnp.int8, "int4": jnp.int4, "nf4": jnp.uint4}[mode]
+
+
+VERSION = 1
+"""Part of the cache key: raised when what GPTQ computes for the same inputs changes."""
+
+
+def held_leaves(loaded: Any, spec: Any) -> dict[tuple[str, ...], tuple[Any, Any]]:
+    """Every leaf GPTQ takes under ``spec`` as host arrays (qvalue as int8/uint8, scale as f32)
+    by params path: computed from ``loaded`` (its float params, before they are quantized), or
+    read back from the converted-weights cache (``converted_cache``: keyed by the model's files
+    and a digest of the calibration tokens and every setting, so a run's second load — resume,
+    eval, Compare in a new engine — skips the calibration and GPTQ)."""
+    import hashlib
+    import json
+
+    import numpy as np
+
+    rows = calibration_rows(spec.quantize_calibration, loaded.tokenizer)
+    files = _model_files(spec.source)
+
+    def compute():
+        yield from _compute(loaded, spec, rows)
+
+    if files is None:
+        flat = compute()
+    else:
+        from adapters_lib.models import converted_cache
+
+        dtype = str(np.dtype(_float_dtype(loaded.params)))
+        key = hashlib.sha256(json.dumps([VERSION, BLOCK, DAMP, spec.quantize, spec.quantize_tile_size,
+                                         spec.quantize_embedding, dtype, rows]).encode()).hexdigest()[:16]
+        flat = converted_cache.leaves(files, f"{dtype}-gptq-{spec.quantize}-{key}", compute,
+                                      label=f"GPTQ {spec.quantize} of {spec.source}")
+    out: dict[tuple[str, ...], list[Any]] = {}
+    for path, value in flat:
+        out.setdefault(tuple(path[:-1]), [None, None])[0 if path[-1] == "#q" else 1] = value
+    return {k: (q, s) for k, (q, s) in out.items()}
+
+
+def _compute(loaded: Any, spec: Any, rows: list[list[int]]):
+    import jax
+    import numpy as np
+
+    from adapters_lib.models.quantize_layout import QUANTIZED, _names, mode_of, tiled_axes
+
+    found = hessians(loaded, rows)
+    transpose = bool(getattr(loaded.config, "transpose_gating_einsum", True))
+    for path, w in jax.tree_util.tree_flatten_with_path(loaded.params)[0]:
+        names = _names(path)
+        held = mode_of(names, spec.quantize, spec.quantize_embedding)
+        axes = tiled_axes(names, tuple(w.shape), spec.quantize_tile_size, transpose_gating=transpose) \
+            if held in QUANTIZED else None
+        eqn = found.get((*names, "eqn"))
+        if eqn is None or not takes(eqn, tuple(w.shape), axes):
+            continue
+        q = quantize_weight(eqn, w, found[names], held, spec.quantize_tile_size, axes)
+        stored = np.asarray(q.qvalue).astype(np.int8 if held != "nf4" else np.uint8)  # .npy: no int4
+        yield (*names, "#q"), stored
+        yield (*names, "#scale"), np.asarray(q.scale, np.float32)
+
+
+def _float_dtype(params: Any) -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    for x in jax.tree.leaves(params):
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            return x.dtype
+    return jnp.float32
+
+
+def _model_files(source: str) -> list[Any] | None:
+    """The files a model is read from (the cache's key), or None (the demo: nothing on disk)."""
+    from pathlib import Path
+
+    if source == "demo":
+        return None
+    from adapters_lib.models import weights
+
+    entry = weights.resolve(source)
+    where = entry.checkpoint or entry.path
+    if not where:
+        return None
+    p = Path(where)
+    return [p] if p.is_file() else sorted(f for f in p.rglob("*") if f.is_file()) or None
+
+
 __all__ = ["CALIBRATION_LENGTH", "CALIBRATION_ROWS", "METHODS", "calibration_rows", "gptq_weight",
-           "hessians", "quantize_weight"]
+           "held_leaves", "hessians", "quantize_weight"]
