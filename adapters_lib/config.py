@@ -239,6 +239,14 @@ class RunConfig:
     def replace(self, **sections: Any) -> RunConfig:
         return dataclasses.replace(self, **sections)
 
+    def model_spec(self) -> ModelSpec:
+        """``[model]`` as a load of this run reads it: GPTQ's ``quantize_calibration = ""`` is
+        the run's own ``[data] path`` (kept "" in the config, so a changed data path moves it)."""
+        m = self.model
+        if m.quantize_method == "gptq" and not m.quantize_calibration:
+            return dataclasses.replace(m, quantize_calibration=self.data.path)
+        return m
+
     def to_dict(self) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
         for f in fields(self):
@@ -327,8 +335,6 @@ def config_from_dict(
     cfg = check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
     cfg = resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,
                                overrides_dir=Path(overrides_dir) if overrides_dir else None)
-    if cfg.model.quantize_method == "gptq" and not cfg.model.quantize_calibration:
-        cfg = cfg.replace(model=dataclasses.replace(cfg.model, quantize_calibration=cfg.data.path))
     check_backend_options(cfg)  # options one backend has and the other lacks
     return cfg
 

@@ -101,14 +101,18 @@ def test_a_gptq_base_is_the_same_at_every_load(demo_bases):
 
 
 def test_a_run_calibrates_on_its_own_data_unless_told(tmp_path):
-    cfg = load_config(None, ["model.quantize=nf4", "model.quantize_method=gptq"])
-    assert cfg.model.quantize_calibration == cfg.data.path == "demo"
+    """``quantize_calibration = ""`` stays "" in the config (a form or file that changes
+    ``[data] path`` moves it) and is the run's data where the run loads its base."""
+    data = tmp_path / "train.jsonl"
+    data.write_text('{"text": "Some text to tune on."}\n', encoding="utf-8")
+    cfg = load_config(None, ["model.quantize=nf4", "model.quantize_method=gptq", f'data.path="{data}"'])
+    assert cfg.model.quantize_calibration == "" and cfg.model_spec().quantize_calibration == str(data)
     text = tmp_path / "calib.txt"
     text.write_text("Some text to calibrate on.\n", encoding="utf-8")
     cfg = load_config(None, ["model.quantize=nf4", "model.quantize_method=gptq",
                              f'model.quantize_calibration="{text}"'])
-    assert cfg.model.quantize_calibration == str(text)
-    assert load_config(None, ["model.quantize=nf4"]).model.quantize_calibration == ""
+    assert cfg.model_spec().quantize_calibration == str(text)
+    assert load_config(None, ["model.quantize=nf4"]).model_spec().quantize_calibration == ""
 
 
 @pytest.mark.parametrize("overrides, words", [
@@ -200,3 +204,26 @@ def test_a_second_load_reads_the_gptq_base_back_from_the_weights_cache(tmp_path,
                          quantize_calibration=str(text)))
     assert calls == [1]
     assert len([p for p in (tmp_path / "cache").iterdir() if "gptq" in p.name]) == 2
+
+
+def test_a_gptq_run_trains_on_the_base_its_compare_reads(tmp_path):
+    """A short QLoRA run on a GPTQ int4 base calibrated on its own data (the demo's): it
+    completes and lowers the loss, and the tuned side of its Compare holds the same base."""
+    import numpy as np
+    from fixtures_runs import demo_overrides
+
+    from adapters_lib import runs, tuned
+    from adapters_lib.models.loader import load_model
+    from adapters_lib.train.loop import run_training
+
+    cfg = load_config(None, demo_overrides(run__dir=f'"{tmp_path}"', run__name='"gptq"',
+                                           model__quantize='"int4"', model__quantize_method='"gptq"',
+                                           train__steps=6, train__eval_every=6, train__checkpoint_every=6))
+    run = runs.create_run(cfg)
+    result = run_training(cfg, run)
+    assert result.state == "completed"
+    assert result.final_eval_loss is not None and result.final_eval_loss < 0.9 * run.metrics()[0]["loss"]
+    assert run.config().model.quantize_calibration == ""  # the run's data, where it loads
+    side = tuned.load_run_model(run).loaded.params["layer_0"]["mlp"]["linear"]
+    fresh = load_model(cfg.model_spec()).params["layer_0"]["mlp"]["linear"]
+    np.testing.assert_array_equal(np.asarray(side.qvalue), np.asarray(fresh.qvalue))

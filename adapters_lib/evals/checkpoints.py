@@ -90,7 +90,7 @@ def score_checkpoints(run: str, *, data: str = "", metrics: Sequence[str] = (),
     if metrics:
         plan = dataclasses.replace(plan, metrics=tuple(dict.fromkeys(metrics)), ends_only=(),
                                    examples=plan.examples or cfg.train.eval_examples)
-    loaded = load_model(cfg.model, param_dtype=cfg.train.param_dtype)
+    loaded = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype)
     tset, examples, what = _pipeline(cfg, loaded.tokenizer, data)
     tasks = TaskSet(loaded.tokenizer, examples, plan, max_length=cfg.data.max_length,
                     where="--metrics") if plan.generated else None

@@ -113,7 +113,7 @@ class GemmaTrainer(Trainer):
         t0 = time.perf_counter()
         devices = jax.devices()
         mesh = mesh_lib.make_mesh(cfg.mesh, devices)  # a bad device count fails here, in words
-        loaded = load_model(cfg.model, param_dtype=t.param_dtype, sharding=mesh_lib.sharding_fn(mesh))
+        loaded = load_model(cfg.model_spec(), param_dtype=t.param_dtype, sharding=mesh_lib.sharding_fn(mesh))
         mesh_lib.check(cfg.mesh, loaded.config, t.batch_size, cfg.data.max_length, len(devices),
                        grad_accum=t.grad_accum)
         rng = jax.random.key(t.seed)

@@ -44,7 +44,7 @@ def load_checkpoint(run_dir: Any, step: int | None = None, *, quantize: str = ""
                              hint="pass a directory made by `gemma-workbench train`")
     cfg = run.config()
     step = checkpoint_step(run, step)
-    spec = cfg.model if not quantize else dataclasses.replace(cfg.model, quantize=quantize)
+    spec = cfg.model_spec() if not quantize else dataclasses.replace(cfg.model_spec(), quantize=quantize)
     loaded = load_model(spec, param_dtype=cfg.train.param_dtype, generation_dtype=generation_dtype)
     plain = loaded
     if generation_dtype and not cfg.lora.enabled:  # the checkpoint holds the model's own layout
