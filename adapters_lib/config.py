@@ -36,6 +36,8 @@ DTYPES = ("float32", "bfloat16")
 BACKENDS = ("gemma", "keras")
 QUANTIZE_MODES = ("none", "int8", "int4", "nf4", "gguf")
 """``[model] quantize`` (contract): how the frozen base is held (``models.quantize``)."""
+QUANTIZE_METHODS = ("rtn", "gptq")
+"""``[model] quantize_method`` (contract): round to nearest, or GPTQ (``models.quantize_gptq``)."""
 DATA_FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 EVAL_METRICS = ("loss", "perplexity", "exact_match", "contains", "rouge_l", "numeric_match")
 """The task metrics (contract names; ``adapters_lib.evals.metrics`` computes them)."""

@@ -181,7 +181,7 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
         fail("model", "quantize_embedding", f"model.quantize_embedding = {m.quantize_embedding!r} "
              f"with quantize = {m.quantize!r}",
              'set quantize = "int8", "int4" or "nf4", or quantize_embedding = "auto"')
-    if m.quantize_method not in ("rtn", "gptq"):
+    if m.quantize_method not in ("rtn", "gptq"):  # config.QUANTIZE_METHODS
         fail("model", "quantize_method", f"model.quantize_method is {m.quantize_method!r}",
              'expected "rtn" (round to nearest) or "gptq" (calibrated on text)')
     if m.quantize_method == "gptq" and m.quantize in ("none", "gguf"):

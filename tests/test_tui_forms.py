@@ -157,3 +157,27 @@ async def test_the_experts_target_is_offered_only_for_an_expert_bank():
         form.offer_experts(False)
         await pilot.pause()
         assert not box.display and "experts" not in form.values()["targets"]
+
+
+async def test_configure_offers_gptq_rounding_and_refuses_it_on_a_float_base():
+    """The Train tab's "base rounding": gptq on a float base is the config's one-line refusal
+    (launch off); on nf4 it is valid and the TOML says so, its calibration left to the run's
+    data."""
+    from textual.widgets import Select, TabbedContent
+
+    app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
+    async with app.run_test(size=(100, 32)) as pilot:
+        await settle(pilot, app)
+        app.screen.query_one(TabbedContent).active = "tab-train"
+        await settle(pilot, app)
+        launch = app.screen.query_one("#launch", Button)
+        app.screen.query_one("#f-model-quantize_method", Select).value = "gptq"
+        await settle(pilot, app)
+        assert launch.disabled and 'quantize_method = "gptq" with quantize = \'none\'' in status(app)
+        app.screen.query_one("#f-model-quantize", Select).value = "nf4"
+        await settle(pilot, app)
+        assert not launch.disabled, status(app)
+        toml = str(app.screen.query_one("#toml-preview", Static).render())
+        assert 'quantize_method = "gptq"' in toml and 'quantize = "nf4"' in toml
+        assert 'quantize_calibration = ""' in toml
+        app.save_screenshot("/tmp/proto/configure-gptq.svg")

@@ -30,10 +30,9 @@ import functools
 import string
 from typing import Any
 
+from adapters_lib.config import QUANTIZE_METHODS as METHODS
 from adapters_lib.errors import WorkbenchError
 
-METHODS = ("rtn", "gptq")
-"""``[model] quantize_method`` (contract): round-to-nearest, or GPTQ on calibration text."""
 CALIBRATION_ROWS = 64
 CALIBRATION_LENGTH = 256
 BLOCK = 128

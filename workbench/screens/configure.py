@@ -187,6 +187,8 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, Wor
             self.query_one(f"#{field_id('train', 'schedule')}", Select).value)
         raw["model"]["quantize"] = str(
             self.query_one(f"#{field_id('model', 'quantize')}", Select).value)
+        raw["model"]["quantize_method"] = str(
+            self.query_one(f"#{field_id('model', 'quantize_method')}", Select).value)
         raw["lora"].update(self.query_one(LoraForm).values())
         return raw
 

@@ -46,6 +46,7 @@ class ConfigFilesMixin:
         self.query_one(f"#{field_id('data', 'packing')}", Checkbox).value = cfg.data.packing
         self.query_one(f"#{field_id('train', 'schedule')}", Select).value = cfg.train.schedule
         self.query_one(f"#{field_id('model', 'quantize')}", Select).value = cfg.model.quantize
+        self.query_one(f"#{field_id('model', 'quantize_method')}", Select).value = cfg.model.quantize_method
         self.query_one(LoraForm).show_spec(cfg.lora)
         self.model_seen = getattr(self.app, "model_choice", None)
         self.origins.all_from(cfg, self.tracked_texts(), origin)

@@ -16,7 +16,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.validation import Function, Integer, Number, Validator
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static, TabPane
 
-from adapters_lib.config import DATA_FORMATS, QUANTIZE_MODES, SCHEDULES, RunConfig
+from adapters_lib.config import DATA_FORMATS, QUANTIZE_METHODS, QUANTIZE_MODES, SCHEDULES, RunConfig
 from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm
 
@@ -128,6 +128,11 @@ def form_pages(base: RunConfig, d: dict[str, dict[str, Any]]) -> ComposeResult:
                 yield Select([(q, q) for q in QUANTIZE_MODES], value=base.model.quantize,
                              allow_blank=False, id=field_id("model", "quantize"),
                              compact=True)
+            with Horizontal(classes="row"):
+                yield Label("base rounding", classes="label")
+                yield Select([(m, m) for m in QUANTIZE_METHODS],
+                             value=base.model.quantize_method, allow_blank=False,
+                             id=field_id("model", "quantize_method"), compact=True)
             yield Static("", id="defaults-why", classes="note")
     with TabPane("TOML", id="tab-toml"):
         with FormScroll():
