@@ -22,7 +22,7 @@ def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, cols, monkeypat
     from qwix.contrib import gptq_core
 
     from adapters_lib.models import quantize_gptq
-    from adapters_lib.models.quantize import qtype as to_qtype
+    from adapters_lib.models.gemma_layers import qtype as to_qtype
 
     k = jax.random.split(jax.random.PRNGKey(0), 2)
     w = jax.random.normal(k[0], (12, cols))  # qwix's runs a Python loop a column: eager, slow

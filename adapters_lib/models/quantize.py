@@ -47,6 +47,12 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from adapters_lib.models.gemma_layers import (
+    bank_weight_classes,
+    einsum_classes,
+    embedder_classes,
+    qtype,
+)
 from adapters_lib.models.quantize_layout import (
     BITS,
     DEFAULT_TILE,
@@ -58,12 +64,6 @@ from adapters_lib.models.quantize_layout import (
 )
 
 # --------------------------------------------------------------------------- the params
-
-
-def qtype(mode: str) -> Any:
-    import jax.numpy as jnp
-
-    return {"int8": jnp.int8, "int4": jnp.int4, "nf4": "nf4"}[mode]
 
 
 @functools.lru_cache(maxsize=64)
@@ -218,45 +218,6 @@ def _frozen_einsum(eqn: str, x: Any, w: Any, w_scale: float | None = None) -> An
     return jax.checkpoint(run, policy=jax.checkpoint_policies.nothing_saveable)(x, w)
 
 
-@functools.cache
-def _einsum_classes() -> tuple[type, ...]:
-    """gemma's Einsum layers: Gemma 2/3's and Gemma 4's own (which also has ``w_scale``)."""
-    from gemma.gm.nn import _layers
-
-    classes: list[type] = [_layers.Einsum]
-    try:
-        from gemma.gm.nn.gemma4 import _layers as g4_layers
-
-        classes.append(g4_layers.Einsum)
-    except ImportError:
-        pass
-    return tuple(classes)
-
-
-@functools.cache
-def _embedder_classes() -> tuple[type, ...]:
-    from gemma.gm.nn import _modules
-
-    classes: list[type] = [_modules.Embedder]
-    try:
-        from gemma.gm.nn.gemma4 import _modules as g4_modules
-
-        classes.append(g4_modules.Embedder)
-    except ImportError:
-        pass
-    return tuple(classes)
-
-
-@functools.cache
-def _bank_weight_classes() -> tuple[type, ...]:
-    """The MoE expert bank's weight holders (Gemma 4's ``_moe._Weight``)."""
-    try:
-        from gemma.gm.nn.gemma4 import _moe
-    except ImportError:
-        return ()
-    return (_moe._Weight,)  # noqa: SLF001 - the bank's weights come from its __call__
-
-
 def _param(module: Any, name: str) -> Any:
     return module.get_variable("params", name) if module.has_variable("params", name) else None
 
@@ -321,18 +282,18 @@ def _interceptor(next_fun, args, kwargs, context):
     from adapters_lib.models import qarray
 
     module, method = context.module, context.method_name
-    if method == "__call__" and isinstance(module, _einsum_classes()):
+    if method == "__call__" and isinstance(module, einsum_classes()):
         w = _param(module, module.weight_name)
         if qarray.is_qarray(w):
             eqn, x = args
             return _frozen_einsum(eqn, x, w, getattr(module, "w_scale", None))
-    elif method == "__call__" and isinstance(module, _bank_weight_classes()):
+    elif method == "__call__" and isinstance(module, bank_weight_classes()):
         w = _param(module, module.weight_name)
         if qarray.is_qarray(w):  # the layer's bank, dequantized while it runs
             return qarray.dequantize(w)
-    elif method == "setup" and isinstance(module, _embedder_classes()):
+    elif method == "setup" and isinstance(module, embedder_classes()):
         return _embedder_setup(module, next_fun, args, kwargs)
-    elif isinstance(module, _embedder_classes()):
+    elif isinstance(module, embedder_classes()):
         out = _embedder_call(module, method, args, kwargs)
         if out is not None:
             return out

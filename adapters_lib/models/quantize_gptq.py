@@ -110,7 +110,7 @@ def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
 def _compiled(qtype_name: str, tile: int, shape: tuple[int, int]):
     import jax
 
-    from adapters_lib.models.quantize import qtype
+    from adapters_lib.models.gemma_layers import qtype
 
     return jax.jit(lambda w, h: gptq_weight(w, h, qtype(qtype_name), tile))
 
@@ -246,13 +246,13 @@ TABLE_EQN = "...D,VD->...V"
 
 
 def _interceptor(next_fun, args, kwargs, context):
-    from adapters_lib.models.quantize import _einsum_classes, _embedder_classes
+    from adapters_lib.models.gemma_layers import einsum_classes, embedder_classes
 
     module = context.module
-    if context.method_name == "__call__" and isinstance(module, _einsum_classes()):
+    if context.method_name == "__call__" and isinstance(module, einsum_classes()):
         eqn, x = args
         _sow(module, module.weight_name, eqn, x)
-    elif context.method_name == "decode" and isinstance(module, _embedder_classes()):
+    elif context.method_name == "decode" and isinstance(module, embedder_classes()):
         _sow(module, "input_embedding", TABLE_EQN, args[0])
     return next_fun(*args, **kwargs)
 
@@ -324,7 +324,7 @@ def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[i
     import jax.numpy as jnp
     import qwix
 
-    from adapters_lib.models.quantize import qtype
+    from adapters_lib.models.gemma_layers import qtype
 
     (axis,) = axes
     m = as_matrix(eqn, w)

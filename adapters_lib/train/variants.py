@@ -85,9 +85,9 @@ def _weight_at_use(next_fun, args, kwargs, context):
     (Gemma-3-1B shape, batch 2×256, remat: 26 × 30 MiB of the step's 974 MiB of temporaries).
     A quantized weight has its own (``models.quantize``)."""
     module = context.module
-    from adapters_lib.models.quantize import _einsum_classes
+    from adapters_lib.models.gemma_layers import einsum_classes
 
-    if context.method_name != "__call__" or not isinstance(module, _einsum_classes()) or len(args) != 2:
+    if context.method_name != "__call__" or not isinstance(module, einsum_classes()) or len(args) != 2:
         return next_fun(*args, **kwargs)
     name = getattr(module, "weight_name", None)
     w = module.get_variable("params", name) if name and module.has_variable("params", name) else None
