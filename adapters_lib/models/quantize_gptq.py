@@ -39,6 +39,10 @@ BLOCK = 128
 """GPTQ's lazy-update block (qwix's and the paper's default)."""
 DAMP = 0.01
 """GPTQ's damping: this fraction of ``H``'s mean diagonal added to it (qwix's default)."""
+ACT_ORDER = True
+"""GPTQ's act-order: the columns rounded by falling ``H`` diagonal (most used inputs first),
+each tile's scale taken from the weight as it is (static groups, so the layout stays
+round-to-nearest's). On the real 270M nf4: 1.049× → 1.031× of f32 (float table)."""
 ROWS = 32768
 """Rows of a weight GPTQ takes at once (``quantize_weight``)."""
 WHERE = "[model] quantize_calibration"
@@ -50,11 +54,13 @@ BOS = 2
 
 
 def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
-                damp: float = DAMP) -> tuple[Any, Any]:
+                damp: float = DAMP, act_order: bool = False) -> tuple[Any, Any]:
     """``w`` (rows × columns, columns contracted) quantized by GPTQ with ``h`` (columns ×
     columns): (qvalue, scale) with one scale per row and ``tile`` columns, as qwix's
     ``gptq_core.quantize_weight`` gives for ``HowToQuantize(qtype, channelwise_axes=(0,),
-    tiled_axes={1: tile})`` (absmax scales found per block, at the block's start)."""
+    tiled_axes={1: tile})`` (absmax scales found per block, at the block's start). With
+    ``act_order`` (what qwix lacks; AutoGPTQ's ``desc_act`` with ``static_groups``) the columns
+    go by falling ``h`` diagonal and every tile keeps the absmax scale of the weight as given."""
     import jax
     import jax.numpy as jnp
     from qwix._src.core import qarray as qa
@@ -70,6 +76,12 @@ def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
     dead = diag == 0  # an input never nonzero: its weights do not matter
     h = jnp.where(dead & jnp.eye(cols, dtype=bool), 1.0, h)
     w = jnp.where(dead, 0.0, w)
+    if act_order:  # columns by falling H diagonal, scales of the tiles as they are (static groups)
+        static = jnp.stack([gptq_core.find_params(w[:, k * tile:(k + 1) * tile], how)[0][:, 0]
+                            for k in range(cols // tile)], 1)
+        perm = jnp.argsort(-jnp.diag(h))
+        w, h = w[:, perm], h[perm][:, perm]
+        col_scales = static[:, perm // tile]
     h = h.at[jnp.arange(cols), jnp.arange(cols)].add(damp * jnp.mean(diag))
     hinv = jnp.linalg.cholesky(gptq_core.cholesky_inverse(jnp.linalg.cholesky(h)), upper=True)
     qdtype = qa.quantize_with_scale_zero_point(w[:, :1], qtype, jnp.ones((rows, 1)), None).qvalue.dtype
@@ -80,14 +92,17 @@ def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
         w, q, s = carry
         start = b * block
         wb = jax.lax.dynamic_slice_in_dim(w, start, block, 1)
-        scales = jnp.stack([gptq_core.find_params(wb[:, k * tile:(k + 1) * tile], how)[0][:, 0]
-                            for k in range(groups)], 1)
+        if act_order:
+            scales = jax.lax.dynamic_slice_in_dim(col_scales, start, block, 1)  # one a column
+        else:
+            scales = jnp.stack([gptq_core.find_params(wb[:, k * tile:(k + 1) * tile], how)[0][:, 0]
+                                for k in range(groups)], 1)
         hb = jax.lax.dynamic_slice(hinv, (start, start), (block, block))
 
         def one_column(i, c):
             wb, qb, err = c
             col = jax.lax.dynamic_index_in_dim(wb, i, 1, keepdims=False)
-            scale = jax.lax.dynamic_index_in_dim(scales, i // tile, 1, keepdims=False)
+            scale = jax.lax.dynamic_index_in_dim(scales, i if act_order else i // tile, 1, keepdims=False)
             qv, dq = gptq_core.quantize(col, qtype, scale, None)
             e = (col - dq) / hb[i, i]
             wb = wb - jnp.outer(e, hb[i])  # upper triangular: the columns from i on
@@ -99,20 +114,24 @@ def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
         later = jax.lax.dynamic_slice_in_dim(hinv, start, block, 0) * (index >= start + block)
         w = jax.lax.dynamic_update_slice_in_dim(w - err @ later, wb, start, 1)
         q = jax.lax.dynamic_update_slice_in_dim(q, qb, start, 1)
+        if act_order:
+            return w, q, s
         return w, q, jax.lax.dynamic_update_slice_in_dim(s, scales, b * groups, 1)
 
     init = (w, jnp.zeros((rows, cols), qdtype), jnp.zeros((rows, cols // tile), jnp.float32))
     _, q, s = jax.lax.fori_loop(0, cols // block, one_block, init)
+    if act_order:
+        return q[:, jnp.argsort(perm)], static
     return q, s
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(qtype_name: str, tile: int, shape: tuple[int, int]):
+def _compiled(qtype_name: str, tile: int, shape: tuple[int, int], act_order: bool):
     import jax
 
     from adapters_lib.models.gemma_layers import qtype
 
-    return jax.jit(lambda w, h: gptq_weight(w, h, qtype(qtype_name), tile))
+    return jax.jit(lambda w, h: gptq_weight(w, h, qtype(qtype_name), tile, act_order=act_order))
 
 
 # --------------------------------------------------------------------------- einsum views
@@ -328,7 +347,7 @@ def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[i
 
     (axis,) = axes
     m = as_matrix(eqn, w)
-    parts = [_compiled(mode, tile, tuple(m[i:i + ROWS].shape))(m[i:i + ROWS], h)
+    parts = [_compiled(mode, tile, tuple(m[i:i + ROWS].shape), ACT_ORDER)(m[i:i + ROWS], h)
              for i in range(0, m.shape[0], ROWS)]
     q = jnp.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
     s = jnp.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
@@ -344,7 +363,7 @@ def qvalue_dtype(mode: str) -> Any:
     return {"int8": jnp.int8, "int4": jnp.int4, "nf4": jnp.uint4}[mode]
 
 
-VERSION = 1
+VERSION = 2
 """Part of the cache key: raised when what GPTQ computes for the same inputs changes."""
 
 
