@@ -21,7 +21,10 @@ model, the LoRA step, sampling and export read it unchanged.
 - ``gptq_weight`` is qwix's ``gptq_core.quantize_weight`` as XLA can compile it: qwix's loops
   are Python loops (one traced op per column: 81 s for one 1024×640 weight, eager, here), these
   are ``fori_loop`` over qwix's own ``find_params``/``quantize``; equal to qwix's on its inputs
-  (``tests/test_quantize_gptq.py``).
+  (``tests/test_quantize_gptq.py``). Act-order (``ACT_ORDER``, on) is what qwix lacks.
+- ``held_leaves``: the results as host arrays, kept in the converted-weights cache
+  (``converted_cache``) by the model's files and a digest of the calibration tokens and
+  settings, so a run's later loads skip calibration and GPTQ.
 """
 
 from __future__ import annotations
@@ -77,8 +80,8 @@ def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
     h = jnp.where(dead & jnp.eye(cols, dtype=bool), 1.0, h)
     w = jnp.where(dead, 0.0, w)
     if act_order:  # columns by falling H diagonal, scales of the tiles as they are (static groups)
-        static = jnp.stack([gptq_core.find_params(w[:, k * tile:(k + 1) * tile], how)[0][:, 0]
-                            for k in range(cols // tile)], 1)
+        tiles = w.reshape(rows * (cols // tile), tile)  # row-major: row r's tiles in order
+        static = gptq_core.find_params(tiles, how)[0].reshape(rows, cols // tile)
         perm = jnp.argsort(-jnp.diag(h))
         w, h = w[:, perm], h[perm][:, perm]
         col_scales = static[:, perm // tile]
