@@ -143,12 +143,7 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
         sharding = getattr(x, "sharding", None)
         out = qarray_sharding(sharding, tuple(x.shape), axes, held)
         if gptq and names in gptq:
-            import jax.numpy as jnp
-            import qwix
-
-            qv, scale = gptq[names]
-            q = qwix.QArray(qvalue=jnp.asarray(qv).astype(quantize_gptq.qvalue_dtype(held)),
-                            scale=jnp.asarray(scale).astype(x.dtype), zero_point=None, qtype=qtype(held))
+            q = quantize_gptq.as_qarray(gptq[names], held, x.dtype)
             q = jax.device_put(q, out) if out is not None else q
         else:
             q = _quantizer(held, tuple(sorted(axes.items())), x.ndim, out)(x)

@@ -129,12 +129,13 @@ def gptq_weight(w: Any, h: Any, qtype: Any, tile: int, *, block: int = BLOCK,
 
 
 @functools.lru_cache(maxsize=32)
-def _compiled(qtype_name: str, tile: int, shape: tuple[int, int], act_order: bool):
+def _compiled(qtype_name: str, tile: int, shape: tuple[int, int], act_order: bool, block: int):
     import jax
 
     from adapters_lib.models.gemma_layers import qtype
 
-    return jax.jit(lambda w, h: gptq_weight(w, h, qtype(qtype_name), tile, act_order=act_order))
+    return jax.jit(lambda w, h: gptq_weight(w, h, qtype(qtype_name), tile, block=block,
+                                            act_order=act_order))
 
 
 # --------------------------------------------------------------------------- einsum views
@@ -350,7 +351,7 @@ def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[i
 
     (axis,) = axes
     m = as_matrix(eqn, w)
-    parts = [_compiled(mode, tile, tuple(m[i:i + ROWS].shape), ACT_ORDER)(m[i:i + ROWS], h)
+    parts = [_compiled(mode, tile, tuple(m[i:i + ROWS].shape), ACT_ORDER, BLOCK)(m[i:i + ROWS], h)
              for i in range(0, m.shape[0], ROWS)]
     q = jnp.concatenate([p[0] for p in parts]) if len(parts) > 1 else parts[0][0]
     s = jnp.concatenate([p[1] for p in parts]) if len(parts) > 1 else parts[0][1]
@@ -359,11 +360,18 @@ def quantize_weight(eqn: str, w: Any, h: Any, mode: str, tile: int, axes: dict[i
                        zero_point=None, qtype=qtype(mode))
 
 
-def qvalue_dtype(mode: str) -> Any:
-    """The qvalue's dtype qwix gives ``mode`` (nf4's indices: uint4)."""
+def as_qarray(held: tuple[Any, Any], mode: str, dtype: Any) -> Any:
+    """A ``held_leaves`` entry (host qvalue, f32 scale) as the QArray qwix gives ``mode``
+    (qvalue int8 / int4 / nf4's uint4 indices, the scale in ``dtype``), on the default device."""
     import jax.numpy as jnp
+    import qwix
 
-    return {"int8": jnp.int8, "int4": jnp.int4, "nf4": jnp.uint4}[mode]
+    from adapters_lib.models.gemma_layers import qtype
+
+    qv, scale = held
+    narrow = {"int8": jnp.int8, "int4": jnp.int4, "nf4": jnp.uint4}[mode]
+    return qwix.QArray(qvalue=jnp.asarray(qv).astype(narrow), scale=jnp.asarray(scale).astype(dtype),
+                       zero_point=None, qtype=qtype(mode))
 
 
 VERSION = 2
@@ -452,4 +460,4 @@ def _model_files(source: str) -> list[Any] | None:
 
 
 __all__ = ["CALIBRATION_LENGTH", "CALIBRATION_ROWS", "METHODS", "calibration_rows", "gptq_weight",
-           "held_leaves", "hessians", "quantize_weight"]
+           "as_qarray", "held_leaves", "hessians", "quantize_weight"]
