@@ -156,7 +156,7 @@ def python() -> str:
 # loadfile hands out files in collection order). Order within a file is kept.
 HEAVY_FILES = {"test_real_270m.py": 180, "test_dpo.py": 177, "test_keras_gemma4.py": 132,
                "test_multihost.py": 130, "test_step.py": 78, "test_quantize.py": 98,
-               "test_cli_train.py": 96, "test_attention.py": 58}
+               "test_cli_train.py": 96, "test_quantize_gptq.py": 150, "test_attention.py": 58}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
