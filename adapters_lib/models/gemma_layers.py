@@ -14,33 +14,31 @@ def qtype(mode: str) -> Any:
     return {"int8": jnp.int8, "int4": jnp.int4, "nf4": "nf4"}[mode]
 
 
+def _with_gemma4(base: Any, module: str, name: str) -> tuple[type, ...]:
+    """``base`` and Gemma 4's class of the same ``name`` from ``gemma.gm.nn.gemma4.<module>``
+    (absent from older gemma releases)."""
+    import importlib
+
+    try:
+        return (base, getattr(importlib.import_module(f"gemma.gm.nn.gemma4.{module}"), name))
+    except ImportError:
+        return (base,)
+
+
 @functools.cache
 def einsum_classes() -> tuple[type, ...]:
     """gemma's Einsum layers: Gemma 2/3's and Gemma 4's own (which also has ``w_scale``)."""
     from gemma.gm.nn import _layers
 
-    classes: list[type] = [_layers.Einsum]
-    try:
-        from gemma.gm.nn.gemma4 import _layers as g4_layers
-
-        classes.append(g4_layers.Einsum)
-    except ImportError:
-        pass
-    return tuple(classes)
+    return _with_gemma4(_layers.Einsum, "_layers", "Einsum")
 
 
 @functools.cache
 def embedder_classes() -> tuple[type, ...]:
+    """gemma's Embedders: Gemma 2/3's and Gemma 4's."""
     from gemma.gm.nn import _modules
 
-    classes: list[type] = [_modules.Embedder]
-    try:
-        from gemma.gm.nn.gemma4 import _modules as g4_modules
-
-        classes.append(g4_modules.Embedder)
-    except ImportError:
-        pass
-    return tuple(classes)
+    return _with_gemma4(_modules.Embedder, "_modules", "Embedder")
 
 
 @functools.cache
