@@ -9,10 +9,10 @@ result has the very layout, tiles, scales and dtypes of ``"rtn"`` (``models.quan
 model, the LoRA step, sampling and export read it unchanged.
 
 - Calibration: ``CALIBRATION_ROWS`` rows of ``CALIBRATION_LENGTH`` tokens (BOS first) from
-  ``[model] quantize_calibration`` (any ``[data] path``; "" = the run's own ``[data] path``):
-  the text of records spread evenly over the source, in order (a record's string fields,
-  joined; the demo's conversations). One forward pass per row collects every projection's
-  ``H`` (``nn.intercept_methods`` + ``sow``) from the float base.
+  ``[model] quantize_calibration`` (any ``[data] path``; "" = the run's own ``[data] path``),
+  ``models.quantize_calibration``: each row consecutive records' text from one of as many
+  places spread over the source; one forward pass of the float base a row collects every
+  projection's ``H`` (``nn.intercept_methods`` + ``sow``).
 - The weights GPTQ takes: gemma's ``Einsum`` projections (q/k/v/o, gate/up, down) whose tiled
   axis is their last contracted one (all of Gemma 2/3/4's), and the tied embedding table as
   what the logits read (``Embedder.decode``: ``H`` of the final hidden states; its rows, looked
