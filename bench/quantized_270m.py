@@ -38,7 +38,7 @@ LLAMA_CPP = Path.home() / ".cache" / "gemma-workbench" / "llama-cpp"
 
 GPTQ_VARIANTS = (  # (label, quantize, tile, quantize_embedding): quantize_method = "gptq"
     ("nf4 gptq", "nf4", 64, "auto"), ("int4 gptq", "int4", 64, "auto"),
-    ("nf4 gptq, float table", "nf4", 64, "none"), ("nf4 t32 gptq, int8 table", "nf4", 32, "int8"))
+    ("nf4 gptq, float table", "nf4", 64, "none"), ("nf4 gptq, int8 table", "nf4", 64, "int8"))
 """Calibrated on Shakespeare's text before the held-out part (``_calibration_file``)."""
 
 
@@ -290,7 +290,7 @@ def quantized_270m_ppl(quick: bool = False) -> list[Row]:
                           "+ offset, f32 scales)"}.get(mode, f"tile {tile}, table {table}, f32 scales")
         if "gptq" in label:
             detail += (f"; GPTQ on {quantize_gptq.CALIBRATION_ROWS} rows × {quantize_gptq.CALIBRATION_LENGTH} "
-                       "tokens of the Shakespeare before the held-out part (the table: to nearest)")
+                       "tokens of the Shakespeare before the held-out part, act-order, scales searched")
         rows.append(_ratio_row(f"base perplexity, {label} (real 270M)", ppl[label], ppl["f32"],
                                unit="ppl", target=target, ref_name="f32 base", note=f"{note}; {detail}"))
     llama = _llama_nll(str(starter.ensure_starter()), windows)

@@ -44,10 +44,12 @@ def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, monkeypatch):
     np.testing.assert_array_equal(np.asarray(held.qvalue), np.asarray(ref.qvalue))
 
 
-def test_act_order_rounds_the_most_used_inputs_first_and_keeps_round_to_nearests_scales():
+def test_act_order_rounds_the_most_used_inputs_first_and_searched_scales_round_finer():
     """Act-order (AutoGPTQ's desc_act with static groups; the default): the tiles' scales are
     round-to-nearest's, and the layer's output error ‖X(W − Ŵ)‖² is below plain GPTQ's, itself
-    below round-to-nearest's, on inputs of very unequal scales."""
+    below round-to-nearest's, on inputs of very unequal scales. With the scales searched (the
+    default too) each is round-to-nearest's times a factor of the grid, some below 1, and the
+    error lower still."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -72,6 +74,12 @@ def test_act_order_rounds_the_most_used_inputs_first_and_keeps_round_to_nearests
     ordered = jax.jit(lambda w, h: quantize_gptq.gptq_weight(w, h, nf4, 64, act_order=True))(w, h)
     np.testing.assert_allclose(np.asarray(ordered[1]), np.asarray(rtn.scale), rtol=1e-6)
     assert error(*ordered) < error(*plain) < error(rtn.qvalue, rtn.scale)
+    clipped = jax.jit(lambda w, h: quantize_gptq.gptq_weight(w, h, nf4, 64, act_order=True, clip=True))(w, h)
+    factor = np.asarray(clipped[1]) / np.asarray(rtn.scale)
+    grid = np.asarray(quantize_gptq.CLIP_GRID)
+    assert np.all(np.min(np.abs(factor[..., None] - grid), axis=-1) < 1e-5)
+    assert 0.1 < np.mean(factor < 1) < 1.0  # a search: neither never nor always shrunk
+    assert error(*clipped) < 0.97 * error(*ordered)
 
 
 @pytest.fixture(scope="module")
