@@ -63,6 +63,10 @@ def test_before_the_first_step_the_header_says_what_the_run_waits_for():
     view.add_event({"time": 1000.0, "kind": "state", "state": "running"})
     assert "setting up" in header_text(view, "r", "green", now=1012.0)
     assert "12s" in header_text(view, "r", "green", now=1012.0)
+    from adapters_lib.models.quantize_gptq import PROGRESS
+
+    view.add_event({"time": 1020.0, "kind": "log", "message": f"{PROGRESS} nf4 of starter: calibrating"})
+    assert "GPTQ: rounding the base" in header_text(view, "r", "green", now=1025.0)
     view.add_event({"time": 1030.0, "kind": "log", "message": "set-up 30.0s: mesh 1×1×1"})
     assert "compiling the step" in header_text(view, "r", "green", now=1040.0)
     view.state = RunState.STOPPING

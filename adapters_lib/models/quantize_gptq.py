@@ -31,6 +31,8 @@ model, the LoRA step, sampling and export read it unchanged.
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from typing import Any
 
 from adapters_lib.config import QUANTIZE_METHODS as METHODS
@@ -57,6 +59,10 @@ CLIP = True
 """With act-order's static tiles: each tile's scale searched (``clipped_scales``)."""
 ROWS = 32768
 """Rows of a weight GPTQ takes at once (``quantize_weight``)."""
+PROGRESS = "GPTQ"
+"""How the log lines of a base being rounded begin (the Train screen's header reads them)."""
+
+log = logging.getLogger(__name__)
 
 
 # --------------------------------------------------------------------------- the algorithm
@@ -256,7 +262,12 @@ def _compute(loaded: Any, spec: Any, rows: list[list[int]]):
 
     from adapters_lib.models.quantize_layout import QUANTIZED, _names, mode_of, tiled_axes
 
+    t0 = time.perf_counter()
+    log.info("%s %s of %s: calibrating on %d rows of %d tokens (once: the weights cache keeps it)",
+             PROGRESS, spec.quantize, spec.source, len(rows), CALIBRATION_LENGTH)
     found = hessians(loaded, rows)
+    log.info("%s %s: inputs collected in %.1f s; rounding %d weights", PROGRESS, spec.quantize,
+             time.perf_counter() - t0, sum(1 for k in found if k[-1] != "eqn"))
     transpose = bool(getattr(loaded.config, "transpose_gating_einsum", True))
     for path, w in jax.tree_util.tree_flatten_with_path(loaded.params)[0]:
         names = _names(path)
@@ -270,6 +281,7 @@ def _compute(loaded: Any, spec: Any, rows: list[list[int]]):
         stored = np.asarray(q.qvalue).astype(np.int8 if held != "nf4" else np.uint8)  # .npy: no int4
         yield (*names, "#q"), stored
         yield (*names, "#scale"), np.asarray(q.scale, np.float32)
+    log.info("%s %s: done in %.1f s", PROGRESS, spec.quantize, time.perf_counter() - t0)
 
 
 def _float_dtype(params: Any) -> Any:
