@@ -5,6 +5,8 @@ one-line refusals."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from adapters_lib.config import ModelSpec, load_config
@@ -272,3 +274,30 @@ def test_a_gptq_run_trains_on_the_base_its_compare_reads(tmp_path):
     rtn = load_model(dataclasses.replace(cfg.model_spec(), quantize_method="rtn", quantize_calibration=""))
     assert not np.array_equal(np.asarray(side.qvalue),
                               np.asarray(rtn.params["layer_0"]["mlp"]["linear"].qvalue))
+
+
+def test_calibration_reads_a_dataset_only_where_its_rows_start(dataset_env, tmp_path, monkeypatch):
+    """``hf:`` calibration text gives the rows the same records in a file give, reading the
+    dataset a slice at a time where the rows start, not whole (a big cached dataset)."""
+    from fixtures_datasets import imdb_like
+
+    from adapters_lib.data.sources import source as source_mod
+    from adapters_lib.models.demo import demo_tokenizer
+    from adapters_lib.models.quantize_calibration import calibration_rows
+
+    tok = demo_tokenizer()
+    texts = [r["text"] for r in imdb_like().reviews(40, 0)]  # the cache's hf:imdb train split
+    same = tmp_path / "same.jsonl"
+    same.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    read: list[tuple[int, int]] = []
+    real = source_mod.Source.read
+
+    def counted(self, start, stop):
+        read.append((start, stop))
+        return real(self, start, stop)
+
+    monkeypatch.setattr(source_mod.Source, "read", counted)
+    rows = calibration_rows("hf:imdb", tok, rows=3, length=64)
+    assert rows == calibration_rows(str(same), tok, rows=3, length=64)
+    assert len(rows) == 3 and all(len(r) == 64 for r in rows)
+    assert sum(min(b, 40) - a for a, b in read) < 40  # slices: never the whole split

@@ -119,24 +119,20 @@ def calibration_rows(source: str, tokenizer: Any, *, rows: int = CALIBRATION_ROW
     if not source:
         raise WorkbenchError('quantize_method = "gptq" needs calibration text', where=WHERE,
                              hint="name a data file or dataset, or set it in a run (its [data] path)")
-    if source == "demo":
-        from adapters_lib.models.demo_tasks import demo_splits
-
-        records: list[Any] = demo_splits()[0]
-    else:
-        from adapters_lib.data.sources import read_for
-
-        records = [r.data for r in read_for(source)[0].records]
+    count, read = _records(source)
     body = length - 1
-    starts = sorted({int(i) for i in np.linspace(0, len(records) - 1, num=rows)}) if records else []
+    starts = sorted({int(i) for i in np.linspace(0, count - 1, num=rows)}) if count else []
     out: list[list[int]] = []
     for start in starts:  # a row of consecutive records from each of ``rows`` places
         stream: list[int] = []
-        for record in records[start:]:
-            for text in _texts(record):
-                stream.extend(tokenizer.encode(text + "\n"))
-            if len(stream) >= body:
-                break
+        at = start
+        while len(stream) < body and at < count:
+            for record in read(at, at + READ_AHEAD):
+                for text in _texts(record):
+                    stream.extend(tokenizer.encode(text + "\n"))
+                if len(stream) >= body:
+                    break
+            at += READ_AHEAD
         if len(stream) >= 16:
             out.append([BOS, *stream[:body]])
     if not out:
@@ -144,6 +140,29 @@ def calibration_rows(source: str, tokenizer: Any, *, rows: int = CALIBRATION_ROW
                              hint='name a source with a few thousand tokens of text, or set '
                                   'quantize_method = "rtn"')
     return out
+
+
+READ_AHEAD = 8
+"""Records read at a time while a row fills (a dataset source is read only where rows start)."""
+
+
+def _records(source: str) -> tuple[int, Any]:
+    """(how many records ``source`` has, ``read(start, stop)`` → their data): a dataset
+    (``hf:``/``tfds:``) is read a slice at a time, never whole; a file or folder is read once."""
+    from adapters_lib.data.sources import is_dataset_ref, open_source
+
+    if is_dataset_ref(source):
+        opened = open_source(source, where=WHERE)
+        return opened.num_rows, lambda a, b: [r.data for r in opened.read(a, b)]
+    if source == "demo":
+        from adapters_lib.models.demo_tasks import demo_splits
+
+        records: list[Any] = demo_splits()[0]
+    else:
+        from adapters_lib.data.readers import read_path
+
+        records = [r.data for r in read_path(source).records]
+    return len(records), lambda a, b: records[a:b]
 
 
 _EQUATIONS: dict[tuple[type, tuple[str, ...]], str] = {}
