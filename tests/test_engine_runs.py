@@ -122,6 +122,18 @@ def test_reattaching_replays_every_metric_so_far(story):
     assert later and min(later) == 6
 
 
+def test_attaching_late_replays_the_set_up_log_lines_no_client_heard(story):
+    """Log lines are on no file the stream replays: the hub keeps a training run's last ones,
+    so a client attaching mid-set-up (a long GPTQ, a compile) reads what the run is doing."""
+    replayed = []
+    for item in story["first"].client.stream_run(story["run_id"], since_step=STEPS):
+        if item.type == "replayed":
+            break
+        replayed.append(item)
+    logs = [i.data.message for i in replayed if i.type == "log"]
+    assert any(m.startswith("set-up") for m in logs), logs
+
+
 def test_engine_killed_mid_run_leaves_the_run_interrupted_at_next_start(story):
     first = story["first"]
     run_id = story["run_id"]

@@ -227,10 +227,12 @@ class Engine:
             self.hub.publish(run.run_id, "end", {"state": status.get("state")})
 
     def replay(self, run: runs.RunDir, since_step: int) -> list[dict[str, Any]]:
-        """Stream items already on disk: metrics with step > since_step, and every event."""
+        """Stream items already on disk: metrics with step > since_step, and every event;
+        then the log lines the hub keeps of a run that trains here."""
         items = [{"type": "event", "data": e} for e in run.events()]
         items += [{"type": "metrics", "data": m} for m in run.metrics()
                   if int(m.get("step", 0)) > since_step]
+        items += [{"type": "log", "data": line} for line in self.hub.recent_logs(run.run_id)]
         return items
 
 

@@ -135,4 +135,5 @@ class RunLogHandler(logging.Handler):
 
     def close(self) -> None:
         self._file.close()
+        self.engine.hub.forget_logs(self.run.run_id)  # the run is over: its train.log keeps them
         super().close()

@@ -114,15 +114,19 @@ def follow(client: Any, run_id: str, *, quiet: bool = False, as_json: bool = Fal
 
 def _follow(client: Any, run_id: str, ctrl_c: Any, *, quiet: bool, as_json: bool,
             detachable: bool) -> int:
-    since, stopping, ended = 0, False, False
+    since, stopping, ended, streams = 0, False, False, 0
     while not ended:
+        streams += 1
         try:
+            replaying = True
             for item in client.stream_run(run_id, since_step=since):
                 ctrl_c.check()
                 kind, data = item.type, item.data
                 if kind == "metrics":
                     since = max(since, int(data.get("step", 0)))
-                elif kind == "log":
+                elif kind == "replayed":
+                    replaying = False
+                elif kind == "log" and not (streams > 1 and replaying):  # printed by an earlier stream
                     line = _progress(data, quiet)
                     if line:
                         print(line, file=sys.stderr, flush=True)
