@@ -48,7 +48,7 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
         what = "compiling the step (first step)"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("GPTQ")
              for e in view.events):  # models.quantize_gptq.PROGRESS (no engine import here)
-        what = "GPTQ: rounding the base (once, then cached)"
+        what = "GPTQ: rounding the base"
     else:
         what = "setting up: model, data, mesh"
     took = f" · {fmt_duration(max(0.0, now - since))}" if since is not None else ""
