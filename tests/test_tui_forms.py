@@ -180,4 +180,3 @@ async def test_configure_offers_gptq_rounding_and_refuses_it_on_a_float_base():
         toml = str(app.screen.query_one("#toml-preview", Static).render())
         assert 'quantize_method = "gptq"' in toml and 'quantize = "nf4"' in toml
         assert 'quantize_calibration = ""' in toml
-        app.save_screenshot("/tmp/proto/configure-gptq.svg")

@@ -18,6 +18,7 @@ from engine_scenario import PROMPT
 from textual.worker import WorkerCancelled
 
 from workbench.app import WorkbenchApp
+from workbench.widgets.nav import NavBar
 
 SCREENS = ("models", "configure", "train", "compare", "runs", "help")
 SIZES = ((80, 24), (120, 40))
@@ -49,6 +50,8 @@ async def engine_followed(pilot, timeout: float = 30.0) -> None:
     app = pilot.app
     for _ in range(int(timeout / 0.05)):
         if app.engine_phase.wait is None:
+            for nav in app.screen.query(NavBar):  # it shows the phase at its next tick (0.25 s):
+                nav.tick()  # on a loaded machine the shot came first ("engine connecting 1.5s")
             return
         await pilot.pause(0.05)
     raise AssertionError(f"the engine phase never left its wait: {app.engine_note()}")
