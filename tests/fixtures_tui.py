@@ -10,7 +10,8 @@ compare, overlay) use the real engine fixture instead.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +19,17 @@ import pytest
 from adapters_lib.config import RunConfig
 from adapters_lib.engine import api
 from workbench.engine_calls import EngineCalls
+
+
+async def until(pilot, condition: Callable[[], bool], timeout: float = 300.0,
+                what: str = "") -> None:
+    """Pause the app until ``condition()`` holds: a wait on a state, never on a time (a
+    loaded 2-core machine can take seconds to mount an app or run its first worker)."""
+    t0 = time.monotonic()
+    while not condition():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        await pilot.pause(0.2)
 
 
 def _metrics(steps: int, scale: float, seed: int) -> list[dict[str, Any]]:

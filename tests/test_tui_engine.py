@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from fixtures_engine import demo_run_config
+from fixtures_tui import until
 from textual.widgets import Input, Static
 
 from adapters_lib.config import config_from_dict
@@ -24,14 +25,6 @@ from workbench.widgets.plot import PlotView
 
 pytestmark = pytest.mark.anyio
 SIZE = (100, 30)
-
-
-async def until(pilot, condition, timeout: float = 300.0, what: str = "") -> None:
-    t0 = time.monotonic()
-    while not condition():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        await pilot.pause(0.2)
 
 
 @pytest.fixture(scope="module")

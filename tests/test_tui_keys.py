@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from fixtures_tui import StaticClient
+from fixtures_tui import StaticClient, until
 from textual.widgets import DataTable, Footer, Input, Select, Static, Tabs
 from textual.worker import WorkerCancelled
 
@@ -253,8 +253,11 @@ async def test_quitting_while_the_engine_still_imports_gemma_does_not_wait_for_i
     app = WorkbenchApp(fake, mode="help", remember=False)
     try:
         async with app.run_test(size=SIZE) as pilot:
-            await pilot.pause(0.6)
-            assert "importing gemma" in app.engine_note()  # the wait is on the nav strip
+            # the wait is on the nav strip (once the follower's first poll is in: under
+            # load, mounting the app alone can take seconds)
+            await until(pilot, lambda: "connecting" not in app.engine_note(), timeout=60,
+                        what="the engine follower's first status")
+            assert "importing gemma" in app.engine_note()
             await pilot.press("q")
         polls = len(fake.calls)
         await asyncio.sleep(1.0)  # the follower polls every 0.25 s while it runs

@@ -13,7 +13,7 @@ import itertools
 from pathlib import Path
 
 import pytest
-from fixtures_tui import StaticClient
+from fixtures_tui import StaticClient, until
 from textual.widgets import Button, DataTable, Input, Tabs
 from textual.worker import WorkerCancelled
 
@@ -200,8 +200,9 @@ async def test_at_80_columns_the_train_header_shows_a_running_runs_eta():
     app = WorkbenchApp(RunningClient(), mode="train", run_id="20260101-120000-demo", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
-        await pilot.pause(0.6)  # the 2 Hz redraw
         title = app.screen.query_one("#train-title")
+        await until(pilot, lambda: "ETA" in str(title.render()), timeout=30,
+                    what="the 2 Hz redraw's ETA")
         text = str(title.render())
         assert "running 20/40" in text and "ETA 7s" in text
         assert text.index("ETA 7s") + len("ETA 7s") <= title.size.width  # shown, not cut
