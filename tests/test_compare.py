@@ -38,6 +38,14 @@ def test_compare_shows_the_tuned_model_answering_eval_prompts_the_base_fails(
     assert [(r["prompt"], r["base"], r["tuned"]) for r in records] == \
         [(r["prompt"], r["base"], r["tuned"]) for r in results]
     assert records[0]["settings"]["max_new_tokens"] == 8 and records[0]["step"] == 40
+    for r in results:  # each side's figures, as `compare` of one prompt reports them
+        for side in ("base", "tuned"):
+            n, reason = r["tokens"][side], r["stop_reason"][side]
+            assert 1 <= n <= 8, (side, r)
+            assert reason == "stop" if n < 8 else reason in ("stop", "length"), (side, r)
+            assert r["tokens_per_s"][side] >= 0 and r["first_token_s"][side] > 0
+            assert r["quantize"][side] == "none" and r["dtype"][side]
+    assert [r["tokens"] for r in records] == [r["tokens"] for r in results]
 
 
 def test_compare_an_earlier_checkpoint_from_a_text_prompt_file(trained_demo_run, tmp_path, capsys):

@@ -59,20 +59,20 @@ def test_train_header_has_eval_loss_step_time_and_eta():
 
 
 def test_before_the_first_step_the_header_says_what_the_run_waits_for():
+    """Since when first: at 80 columns the header's end is cut, and the time is what moves."""
     view = RunView("r", state=RunState.RUNNING)
     view.add_event({"time": 1000.0, "kind": "state", "state": "running"})
-    assert "setting up" in header_text(view, "r", "green", now=1012.0)
-    assert "12s" in header_text(view, "r", "green", now=1012.0)
+    assert "12s setting up" in header_text(view, "r", "green", now=1012.0)
     from adapters_lib.models.quantize_gptq import PROGRESS
 
     view.add_event({"time": 1020.0, "kind": "log", "message": f"{PROGRESS} nf4 of starter: calibrating"})
-    assert "GPTQ: rounding the base" in header_text(view, "r", "green", now=1025.0)
+    assert "25s GPTQ: rounding the base" in header_text(view, "r", "green", now=1025.0)
     view.add_event({"time": 1030.0, "kind": "log", "message": "set-up 30.0s: mesh 1×1×1"})
-    assert "compiling the step" in header_text(view, "r", "green", now=1040.0)
+    assert "40s compiling the first step" in header_text(view, "r", "green", now=1040.0)
     view.state = RunState.STOPPING
     view.add_metrics({"step": 3, "loss": 2.0})
     view.add_event({"time": 1050.0, "kind": "state", "state": "stopping"})
-    assert "stopping: writing a checkpoint · 5s" in header_text(view, "r", "y", now=1055.0)
+    assert "5s stopping: writing a checkpoint" in header_text(view, "r", "y", now=1055.0)
 
 
 def test_memory_line_reads_device_use_against_capacity_or_the_host():

@@ -149,6 +149,18 @@ def _side_stats(answers: dict[str, Any], model: Any) -> dict[str, dict[str, Any]
             "stop_reason": {s: a.stop_reason for s, a in answers.items()}}
 
 
+def _last_generated(conv: Any) -> Any:
+    """A conversation's last generated turn (a prompt's one answer), None when none was."""
+    return next((t for t in reversed(conv.turns) if not t.given and t.answers), None)
+
+
+def _turn_stats(turn: Any, model: Any) -> dict[str, dict[str, Any]]:
+    """Each side's figures for ``turn``, as ``compare`` reports them (none for no turn)."""
+    if turn is None:
+        return {}
+    return _side_stats({s: turn.answers[s] for s in ("base", "tuned") if s in turn.answers}, model)
+
+
 def _token(piece: Any, *, side: bool, turn: int | None = None, row: int | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {"text": piece.text, "token": piece.token, "done": piece.done}
     if side:
@@ -290,8 +302,8 @@ def compare_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> dict[s
         return ok
 
     [conv] = replay(model, prepared.conversations, prepared.settings, chat=cmd.chat, on_piece=on_piece)
-    last = next((t for t in reversed(conv.turns) if not t.given and t.answers), conv.turns[-1])
-    stats = _side_stats({s: last.answers[s] for s in ("base", "tuned") if s in last.answers}, model)
+    last = _last_generated(conv) or conv.turns[-1]
+    stats = _turn_stats(last, model)
     out = {"base": last.text("base"), "tuned": last.text("tuned"), **stats,
            "seconds": round(time.perf_counter() - t0, 3), "step": model.step, "complete": not cancelled}
     if chat_request:
@@ -325,8 +337,8 @@ def compare_set_job(engine: Any, cmd: Any, prepared: Prepared, emit: Emit) -> di
         return ok
 
     done = model.converse(prepared.conversations, prepared.settings, chat=cmd.chat, on_piece=on_piece)
-    records = [{**c.record(), "settings": model.settings_record(prepared.settings), "step": model.step}
-               for c in done]
+    records = [{**c.record(), "settings": model.settings_record(prepared.settings), "step": model.step,
+                **_turn_stats(_last_generated(c), model)} for c in done]
     saved = None
     if cmd.save and model.run_path is not None and not cancelled:
         saved = str(save_compare(model.run_path, records))

@@ -32,7 +32,8 @@ def epoch(t: Any) -> float | None:
 
 
 def waiting_for(view: RunView, now: float | None = None) -> str:
-    """Until the first step: what the run waits for and since when (``"compiling … · 12s"``)."""
+    """Until the first step: since when and what the run waits for (``"12s compiling the
+    first step"``): the time first, as at 80 columns the header's end is cut."""
     now = time.time() if now is None else now
     since = None
     phases = (RunState.STOPPING,) if view.state == RunState.STOPPING else (RunState.QUEUED, RunState.RUNNING)
@@ -40,19 +41,19 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
         if e.get("kind") == "state" and e.get("state") in phases:
             since = epoch(e.get("time")) or since
     if view.state == RunState.QUEUED:
-        what = "queued: waiting for the device"
+        what = "queued for the device"
     elif view.state == RunState.STOPPING:
         what = "stopping: writing a checkpoint"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("set-up")
              for e in view.events):
-        what = "compiling the step (first step)"
+        what = "compiling the first step"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("GPTQ")
              for e in view.events):  # models.quantize_gptq.PROGRESS (no engine import here)
         what = "GPTQ: rounding the base"
     else:
-        what = "setting up: model, data, mesh"
-    took = f" · {fmt_duration(max(0.0, now - since))}" if since is not None else ""
-    return f"{what}{took}"
+        what = "setting up model, data, mesh"
+    took = f"{fmt_duration(max(0.0, now - since))} " if since is not None else ""
+    return f"{took}{what}"
 
 
 def header_text(view: RunView, name: str, state_style: str, now: float | None = None) -> str:

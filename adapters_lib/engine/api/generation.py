@@ -140,7 +140,9 @@ class CompareSetDone(Record):
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """One record per entry, as a saved compare set keeps it (``sample.compare_sets``):
     ``{prompt, base, tuned, settings, step}`` or ``{messages, base: [...], tuned: [...],
-    references: [...], settings, step}``."""
+    references: [...], settings, step}``; with (compare set 2, additive) each side's figures
+    for its last generated turn, as ``CompareDone`` has them: ``tokens``, ``tokens_per_s``,
+    ``first_token_s``, ``stop_reason``, ``dtype``, ``quantize`` (each ``{base: …, tuned: …}``)."""
     saved: str | None = None
     """The compare set's file beside the run (``<run>/compare/*.jsonl``), if saved."""
     step: int | None = None
