@@ -203,7 +203,12 @@ DATA_ROWS = [  # (id, argv after `data check`, exit status, needle)
 
 CLI_ROWS = [  # (id, argv, needle) — exit 2 each
     ("unknown command", ["trian"], "gemma-workbench: argument COMMAND: invalid choice: 'trian'"),
-    ("unknown flag", ["doctor", "--bogus"], "unrecognized arguments: --bogus"),
+    ("unknown flag", ["doctor", "--bogus"],
+     "gemma-workbench doctor: unrecognized arguments: --bogus; see `gemma-workbench doctor --help`"),
+    ("unknown flag of an action", ["runs", "show", "x", "--merged"],
+     "runs show: unrecognized arguments: --merged; see `gemma-workbench runs show --help`"),
+    ("export without a run", ["export", "--format", "gguf"], "export: no run given"),
+    ("export, two runs", ["export", "a", "--run", "b"], "two runs given: a and --run b"),
     ("data without a sub-command", ["data"], "gemma-workbench data: the following arguments are required"),
     ("engine without an action", ["engine"], "gemma-workbench engine: the following arguments are required"),
     ("data check without a file", ["data", "check"], "data check: the following arguments are required: FILE"),

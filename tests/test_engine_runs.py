@@ -224,6 +224,10 @@ def test_cli_lists_and_shows_runs_through_the_engine(story):
     assert listed.returncode == 0, listed.stderr
     states = {r["id"]: r["state"] for r in json.loads(listed.stdout)}
     assert states == {story["run_id"]: "completed", story["baseline"]: "completed"}
+    for spelling in ("list", "ls"):  # what a user of docker, kubectl or ollama types
+        again = subprocess.run([sys.executable, "-m", "workbench", "runs", spelling, "--json"],
+                               env=env, capture_output=True, text=True, timeout=60)
+        assert again.returncode == 0 and json.loads(again.stdout) == json.loads(listed.stdout)
     shown = subprocess.run([sys.executable, "-m", "workbench", "runs", "show", story["run_id"]],
                            env=env, capture_output=True, text=True, timeout=60)
     assert shown.returncode == 0, shown.stderr

@@ -187,7 +187,7 @@ from workbench.cli import main
 codes = [
     main(["sample", "--run", {run_id!r}, "--prompt", "Is 3 even or odd?", "--max-new-tokens", "3", "--json"]),
     main(["compare", "--run", {run_id!r}, "--prompt", "Is 3 even or odd?", "--max-new-tokens", "3", "--no-save"]),
-    main(["export", {run_id!r}, "--format", "adapter", "--out", {str(tmp_path / "adapter")!r}]),
+    main(["export", "--run", {run_id!r}, "--format", "adapter", "--out", {str(tmp_path / "adapter")!r}]),
     main(["train", "-q", *{_sets(TRAIN_LIKE_THE_RUN)!r}, "--set", 'run.dir="{tmp_path / "runs"}"']),
     main(["eval", "--run", {run_id!r}, "--data", {str(tmp_path / "eval.txt")!r}, "--max-length", "64"]),
     main(["sample", "--in-process", "--prompt", "x"]),

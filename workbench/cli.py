@@ -130,11 +130,23 @@ def _strip_remote_options(argv: list[str]) -> list[str]:
     return out
 
 
+def _parser_of(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The deepest sub-command parser that ``argv`` names (``runs show``), else ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for i, word in enumerate(argv):
+                if word in action.choices:
+                    return _parser_of(action.choices[word], argv[i + 1:])
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     quiet_native_logs()
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the sub-command that was given them: its --help lists what it takes
+        _parser_of(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         paths.check_environment()
 

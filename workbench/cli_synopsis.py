@@ -19,7 +19,9 @@ WIDTH = 100
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            return dict(action.choices)
+            seen: set[int] = set()  # an alias (`runs ls`) maps to its command's own parser
+            return {name: p for name, p in action.choices.items()
+                    if id(p) not in seen and not seen.add(id(p))}
     return {}
 
 

@@ -1,6 +1,6 @@
 """``gemma-workbench runs``: list, show, stop, resume, attach to and delete training runs.
 
-All through the engine (started on demand): ``runs [--json]``, ``runs show ID``,
+All through the engine (started on demand): ``runs [list] [--json]``, ``runs show ID``,
 ``runs stop ID``, ``runs resume ID``, ``runs attach ID`` (follows the metrics here until the
 run ends; Ctrl-C detaches — the run goes on), ``runs delete ID [--yes]``,
 ``runs sweep [ID] [--metric M] [--json]`` (a sweep's results table; without ID, the sweeps;
@@ -34,6 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
     p.set_defaults(handler=run_list)
     actions = p.add_subparsers(dest="runs_action", metavar="ACTION")
+    ls = actions.add_parser("list", aliases=["ls"], help="list the runs (the same as no action)")
+    ls.add_argument("--json", action="store_true", help="print a JSON list instead of the table")
+    ls.set_defaults(handler=run_list)
     for name, help_text, handler in (
         ("show", "a run's state, config, last metrics, checkpoints", run_show),
         ("stop", "stop a run at its next step (checkpointed, resumable)", run_stop),
