@@ -110,8 +110,10 @@ def test_a_folder_of_models_with_one_checkpoint_lists_each_model(weights_cache, 
     (found by the 50-entry catalog bench)."""
     import shutil
 
+    import numpy as np
     from fixtures_gguf import write_gguf
     from fixtures_weights import DEMO_ARCH
+    from safetensors.numpy import save_file
 
     env = weights_cache
     mine = tmp_path / "models"
@@ -122,6 +124,11 @@ def test_a_folder_of_models_with_one_checkpoint_lists_each_model(weights_cache, 
     gguf = write_gguf(mine / "gemma-3-demo-Q8_0.gguf", env.params, DEMO_ARCH, tokenizer=env.tokenizer,
                       default="Q8_0")
     shutil.copytree(env.folder / "exports" / "gemma3-demo-export", mine / "exports" / "merged")
+    adapter = mine / "exports" / "adapter"  # a PEFT adapter is no model: not listed (was "incomplete")
+    adapter.mkdir()
+    save_file({"base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight": np.zeros((4, 64), np.float32)},
+              str(adapter / "adapter_model.safetensors"))
+    (adapter / "adapter_config.json").write_text('{"peft_type": "LORA", "r": 4}')
     found = {e.id: e for e in catalog.scan_folder(mine)}
     want = {f"local:{p.resolve()}": fmt for p, fmt in ((run, "flax-orbax"), (gguf, "gguf"),
                                                        (mine / "exports" / "merged", "hf-safetensors"))}

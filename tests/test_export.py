@@ -152,6 +152,14 @@ def test_gemma_export_loads_with_gm_load_params_and_gives_the_same_logits(tuned_
                                                    tokens).logits
     got = loaded.model.apply({"params": params}, tokens).logits
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)  # f32: 1e-5 absolute or relative
+    # and the folder is a model of its own (`sample --model DIR`): the tokenizer is beside it
+    from adapters_lib.config import ModelSpec
+    from adapters_lib.models.loader import load_model
+
+    again = load_model(ModelSpec(source=f"local:{exports['gemma']}"))
+    assert again.tokenizer_path == str(exports["gemma"] / "tokenizer.model")
+    got = again.model.apply({"params": again.params}, tokens).logits
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5, rtol=1e-5)
 
 
 def test_hf_export_writes_safetensors_and_a_config_that_convert_back(tuned_run, exports):

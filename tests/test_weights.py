@@ -178,6 +178,7 @@ def test_loading_a_broken_entry_raises_its_listed_reason(weights_cache, name):
         load_model(ModelSpec(source=weights_cache.ids[name]))
     assert entry.reason in str(err.value) and entry.status in str(err.value)
     assert "\n" not in str(err.value)
+    assert str(err.value).count("set [model] tokenizer") <= 1  # the advice said once
 
 
 def test_a_complete_keras_preset_loads_on_the_gemma_route(weights_cache):

@@ -53,6 +53,8 @@ def detect_format(folder: Path) -> tuple[str, Path] | None:
         return "keras-preset", folder
     if config.is_file() and '"keras_hub' in _head(config):
         return "keras-preset", folder
+    if (folder / "adapter_config.json").is_file():  # a PEFT adapter (an `export`): no base weights
+        return None
     if any(folder.glob("*.safetensors")) or (folder / "model.safetensors.index.json").exists():
         return "hf-safetensors", folder
     if _is_orbax(folder):

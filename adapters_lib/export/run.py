@@ -80,8 +80,7 @@ def export_gemma(tuned: Any, fmt: str, out: str | Path | None = None, *,
                 save_gemma(stage, params)
             else:
                 save_hf(stage, params, loaded)
-        if fmt != "gemma":
-            copy_tokenizer(loaded, stage)
+        copy_tokenizer(loaded, stage)  # beside the weights: the folder loads as a model
         write_provenance(stage, base)
 
     write_export(target, write, info, force=force, owned=owned)

@@ -55,8 +55,9 @@ def check_loadable(entry: ModelEntry, tokenizer: str = "", *, build_tokenizer: b
     missing_tok_only = entry.status == "incomplete" and entry.tokenizer is None and \
         (entry.reason.startswith("no tokenizer.model") or "no tokenizer vocabulary" in entry.reason)
     if entry.status != "ok" and not (missing_tok_only and tokenizer):
-        raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where,
-                             hint=_hint(entry))
+        # the listing's reason may carry its own advice: said once
+        hint = "" if "set [model] tokenizer" in entry.reason else _hint(entry)
+        raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where, hint=hint)
     if entry.arch is None:
         raise WorkbenchError("the architecture could not be determined", where=where)
     tok = tokenizer or entry.tokenizer
