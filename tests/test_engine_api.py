@@ -423,10 +423,10 @@ def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(short_tmp):
         proc.wait(60)
 
 
-@pytest.mark.slow  # ~40-90 s on 2 cores: a real run must be training when the signal comes
-def test_sigterm_checkpoints_and_stops_the_run_it_trains(engine_factory):
-    import signal
-
+@pytest.mark.slow  # ~40-90 s on 2 cores: a real run must be training when the stop comes
+def test_engine_stop_force_checkpoints_and_stops_the_run_it_trains(engine_factory):
+    """`engine stop --force` (SIGTERM takes the same path: test_engine_faults) says why it
+    waits, and the run is checkpointed where it stopped."""
     from fixtures_engine import demo_run_config
 
     from adapters_lib import runs
@@ -438,8 +438,14 @@ def test_sigterm_checkpoints_and_stops_the_run_it_trains(engine_factory):
     while client.get_run(run.id, metrics=False, events=False).step < 2:
         assert time.monotonic() - t0 < 300, "the run did not start training"
         time.sleep(0.2)
-    os.kill(proc.pid, signal.SIGTERM)
-    assert proc.proc.wait(240) == 0, proc.log_text()[-3000:]
+    env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(proc.home)}
+    out = subprocess.run([sys.executable, "-m", "workbench", "engine", "stop", "--force"],
+                         env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == f"run {run.id} stops at its next step (it checkpoints, resumable); " \
+                         "the engine exits after it\n"
+    assert out.stdout == f"engine stopped (pid {proc.pid})\n"
+    assert proc.proc.wait(60) == 0, proc.log_text()[-3000:]
     on_disk = runs.RunDir(Path(run.dir))
     status = on_disk.status()
     assert status["state"] == "stopped", status

@@ -120,8 +120,14 @@ def run_start(args: argparse.Namespace) -> int:
     return 0
 
 
+STOP_WAIT_S = 180.0
+"""How long ``engine stop`` waits for the engine to go: longer than the engine waits for its
+run's step (``Engine.shutdown``'s 120 s)."""
+
+
 def run_stop(args: argparse.Namespace) -> int:
     from workbench.client import EngineClient
+    from workbench.engine_process import engine_files
 
     client = EngineClient()
     if not client.ping():
@@ -132,10 +138,18 @@ def run_stop(args: argparse.Namespace) -> int:
         raise WorkbenchError(f"run {s.active_run} is training", where="engine stop",
                              hint="stop the run first (`gemma-workbench runs stop ID`), or use "
                                   "--force (the run checkpoints and can be resumed)")
+    if s.active_run:  # its step (or its first compile) ends first: say why this waits
+        print(f"run {s.active_run} stops at its next step (it checkpoints, resumable); "
+              "the engine exits after it", file=sys.stderr)
     client.shutdown()
-    for _ in range(1200):
-        if not client.ping():
-            break
+    t0 = time.monotonic()
+    while client.ping():
+        if time.monotonic() - t0 > STOP_WAIT_S:
+            raise WorkbenchError(
+                f"the engine (pid {s.pid}) still answers {STOP_WAIT_S:.0f} s after it was asked "
+                "to stop", where="engine stop",
+                hint=f"it may still be in a long step: see {engine_files()['log']}; `kill -9 "
+                     f"{s.pid}` ends it (the run resumes from its last checkpoint)")
         time.sleep(0.1)
     _pid_gone(s.pid)
     _print(args, {"running": False, "stopped_pid": s.pid}, f"engine stopped (pid {s.pid})")
