@@ -102,6 +102,26 @@ def test_bad_config_is_refused_with_where_and_hint(engine):
     assert engine.list_runs() == []
 
 
+@pytest.mark.parametrize(("toml", "where", "needle"), [
+    ('[model]\nquantize = "gguf"\n', "[model] quantize", "needs a GGUF base"),
+    ('[model]\nquantize = "nf4"\nquantize_tile_size = 48\n', "[model] quantize_tile_size",
+     "48 does not divide"),
+], ids=["gguf-on-demo", "tile-48"])
+def test_a_quantize_the_base_cannot_take_is_refused_before_a_run_exists(engine, toml, where,
+                                                                        needle):
+    """The load would refuse it after the run was queued (a failed run left behind): the launch
+    refuses it, and the estimate (Configure, `train --estimate`) says it, naming the key."""
+    with pytest.raises(EngineRequestError) as info:
+        engine.create_run(config_toml=toml + "[train]\nsteps = 2\n")
+    assert info.value.status == 400 and info.value.where == where
+    assert needle in str(info.value) and "\n" not in str(info.value)
+    assert engine.list_runs() == []
+    reply = engine.estimate(config_toml=toml)
+    assert not reply.ok
+    [error] = [p for p in reply.mesh_problems if p.level == "error"]
+    assert error.where == where and needle in error.message
+
+
 def test_unknown_run_and_route_are_404(engine_process, engine):
     with pytest.raises(EngineRequestError) as info:
         engine.get_run("no-such-run")

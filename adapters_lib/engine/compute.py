@@ -104,6 +104,23 @@ def model_config(cfg: RunConfig) -> Any:
     return entry.arch.transformer_config()
 
 
+def quantize_problems(cfg: RunConfig) -> list[dict[str, Any]]:
+    """``[model] quantize`` that the load would refuse (``quantize_layout.preflight``), as an
+    estimate problem: Configure and ``train --estimate`` say it before a launch."""
+    if cfg.model.backend != "gemma" or cfg.model.quantize == "none":
+        return []
+    from adapters_lib import catalog
+    from adapters_lib.models.quantize_layout import preflight
+
+    try:
+        preflight(catalog.find(cfg.model.source), cfg.model.quantize,
+                  cfg.model.quantize_tile_size, cfg.model.quantize_embedding)
+    except WorkbenchError as e:
+        return [{"level": "error", "message": e.message, "hint": e.hint or "",
+                 "where": e.where or ""}]
+    return []
+
+
 def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
     """Memory per device, mesh problems in words, trainable params (``devices``: status rows)."""
     import jax
@@ -122,6 +139,7 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
     problems += [p.to_dict() for p in mesh.validate(
         cfg.mesh, config, cfg.train.batch_size, cfg.data.max_length, count,
         grad_accum=cfg.train.grad_accum)]
+    problems += quantize_problems(cfg)
     device_bytes = memory.device_memory_bytes(jax.devices()[0])
     try:
         est = memory.estimate_run(cfg, config, device_count=count, device_bytes=device_bytes,

@@ -32,7 +32,7 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
     was made from. An int8 base's copy holds its int8 weights as ``decode_layout.Int8Rows``
     (int8 × int8 dots). For sampling only: training and export read the plain model.
     """
-    if spec.quantize != "none" and spec.source != "demo":
+    if spec.quantize != "none":
         _check_quantizes(spec)
     if spec.quantize == "gguf":  # the GGUF's own blocks, read as they are
         return _load_gguf_blocks(spec, generation_dtype or param_dtype, sharding)
@@ -59,14 +59,12 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
 
 
 def _check_quantizes(spec: ModelSpec) -> None:
-    """One line, before any weight is read, for a family ``[model] quantize`` does not reach."""
-    from adapters_lib.errors import WorkbenchError
-    from adapters_lib.models import families, weights
+    """One line, before any weight is read, for a quantize setting the base cannot take."""
+    from adapters_lib import catalog
+    from adapters_lib.models.quantize_layout import preflight
 
-    fam = families.family(weights.resolve(spec.source).family)
-    if not fam.quantizes:
-        raise WorkbenchError(f"a {fam.label} base cannot be held quantized by this build",
-                             where="[model] quantize", hint='set [model] quantize = "none"')
+    preflight(catalog.find(spec.source), spec.quantize, spec.quantize_tile_size,
+              spec.quantize_embedding)
 
 
 def generation_copy(loaded: LoadedModel, dtype: str, *, layout: bool = True) -> LoadedModel:
@@ -151,15 +149,9 @@ def _load_gguf_blocks(spec: ModelSpec, param_dtype: str, sharding: Any) -> Loade
     """``quantize = "gguf"``: the GGUF named by ``spec`` with its blocks kept (``quantize_gguf``)."""
     import dataclasses
 
-    from adapters_lib.errors import WorkbenchError
     from adapters_lib.models import quantize, weights
-    from adapters_lib.models.quantize_layout import WHERE
 
-    entry = None if spec.source == "demo" else weights.resolve(spec.source)
-    if entry is None or entry.format != "gguf":
-        what = "the demo model" if entry is None else f"{spec.source!r} ({entry.format})"
-        raise WorkbenchError(f'model.quantize = "gguf" needs a GGUF base; {what} is not one',
-                             where=WHERE, hint='use "int8", "int4" or "nf4" for this model')
+    entry = weights.resolve(spec.source)  # a GGUF (load_model's preflight said so)
     loaded = weights.load_entry(entry, tokenizer=spec.tokenizer, param_dtype=param_dtype,
                                 sharding=sharding, source=spec.source, gguf_blocks=True)
     return dataclasses.replace(loaded, model=quantize.with_quantized_base(loaded.model), quantize="gguf")

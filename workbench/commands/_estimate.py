@@ -5,7 +5,7 @@ loaded; ``--in-process``: an engine inside this process). Text: the summary line
 ``--json`` (contract): one object with ``weights_bytes``, ``total_bytes``, one ``<term>_bytes``
 per term of ``adapters_lib.memory.TERMS``, ``device_bytes``, ``fraction``, ``verdict``,
 ``device_count``, ``quantize``, ``trainable_params``, ``total_params``, ``mesh_problems``,
-``ok``. Exit status 0, or 2 when a mesh problem is an error.
+``ok``. Exit status 0, or 2 when a problem (mesh, ``[model] quantize``) is an error.
 """
 
 from __future__ import annotations
@@ -43,5 +43,6 @@ def print_estimate(args: argparse.Namespace, cfg: Any, text: str, overrides: lis
         sys.stdout.write(f"{reply.summary or 'no estimate'}{quant}\n")
         for p in reply.mesh_problems:
             hint = f"; {p.hint}" if p.hint else ""
-            sys.stdout.write(f"{p.level}: {p.message}{hint}\n")
+            where = f"{p.where}: " if p.where else ""
+            sys.stdout.write(f"{p.level}: {where}{p.message}{hint}\n")
     return 0 if reply.ok else 2

@@ -38,7 +38,8 @@ def precheck_mesh(client: Any, config_toml: str, overrides: list[str],
     errors = [p for p in est.mesh_problems or [] if p.level == "error"]
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        err = WorkbenchError(errors[0].message + more, where="[mesh]", hint=errors[0].hint or None)
+        err = WorkbenchError(errors[0].message + more, where=errors[0].where or "[mesh]",
+                             hint=errors[0].hint or None)
         if mesh is not None:
             from workbench import engine_devices, remote
 

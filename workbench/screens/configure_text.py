@@ -15,7 +15,8 @@ def device_info(status: api.EngineStatus) -> tuple[int, str]:
 
 
 def problem_text(p: api.MeshProblem) -> str:
-    return f"{p.message} — {p.hint}" if p.hint else p.message
+    text = f"{p.where}: {p.message}" if p.where else p.message
+    return f"{text} — {p.hint}" if p.hint else text
 
 
 def estimate_problems(reply: api.EstimateReply, *, errors_only: bool = False) -> list[str]:

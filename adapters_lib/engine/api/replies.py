@@ -240,6 +240,8 @@ class MeshProblem(Record):
     """"error" (the run cannot start) or "warning"."""
     message: str = ""
     hint: str = ""
+    where: str = ""
+    """The config key it is about, when not the mesh ("[model] quantize_tile_size"; additive)."""
 
 
 @record

@@ -25,16 +25,21 @@ def _open(engine: Engine) -> None:
 
 
 def _check_model(cfg) -> None:
-    """A model the gemma route cannot find or load is refused before a run folder exists (a
-    detached run, a sweep point or the TUI's launch would otherwise leave a failed run behind).
-    Metadata only: the catalog entry and its status, no weights, no tokenizer build. The Keras
-    route also takes keras-hub preset names; it checks its source when it loads."""
-    if cfg.model.backend != "gemma" or cfg.model.source == "demo":
+    """A model the gemma route cannot find or load, or a ``[model] quantize`` it cannot take, is
+    refused before a run folder exists (a detached run, a sweep point or the TUI's launch would
+    otherwise leave a failed run behind). Metadata only: the catalog entry and its status, no
+    weights, no tokenizer build. The Keras route also takes keras-hub preset names; it checks
+    its source when it loads."""
+    if cfg.model.backend != "gemma":
         return
     from adapters_lib import catalog
+    from adapters_lib.models.quantize_layout import preflight
     from adapters_lib.models.weights import check_loadable
 
-    check_loadable(catalog.find(cfg.model.source), cfg.model.tokenizer, build_tokenizer=False)
+    entry = catalog.find(cfg.model.source)
+    if cfg.model.source != "demo":
+        check_loadable(entry, cfg.model.tokenizer, build_tokenizer=False)
+    preflight(entry, cfg.model.quantize, cfg.model.quantize_tile_size, cfg.model.quantize_embedding)
 
 
 @handles(api.CreateRun)
