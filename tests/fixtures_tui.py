@@ -127,6 +127,11 @@ class StaticClient(EngineCalls):
         if config["train"]["batch_size"] % (config["mesh"]["data"] * f):
             problems.append({"level": "error", "message": "batch_size is not divisible by "
                              "data×fsdp", "hint": "choose a multiple"})
+        if config["model"].get("quantize") == "gguf":  # the real engine's preflight (test_engine_api)
+            problems.append({"level": "error", "where": "[model] quantize",
+                             "message": 'model.quantize = "gguf" needs a GGUF base; the demo '
+                                        "model is not one",
+                             "hint": 'use "int8", "int4" or "nf4" for this model'})
         return {"estimate": {"weights": per // 2, "adapters": rank * 2**20, "verdict": "fits",
                              "trainable_params": 4 * 7 * rank * 512, "total_params": 3_800_000},
                 "devices": [{"device": i, "kind": "cpu", "bytes": per,

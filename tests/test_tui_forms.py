@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from fixtures_tui import StaticClient
-from textual.widgets import Button, Input, Static
+from textual.widgets import Button, Input, Select, Static
 from textual.worker import WorkerCancelled
 
 from workbench.app import WorkbenchApp
@@ -60,6 +60,15 @@ async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
         await set_field(pilot, app, "#f-train-batch_size", "3")  # the engine's mesh check
         assert launch.disabled and "mesh: batch_size is not divisible" in status(app)
         await set_field(pilot, app, "#f-train-batch_size", "8")
+        assert not launch.disabled, status(app)
+
+        quantize = app.screen.query_one("#f-model-quantize", Select)
+        quantize.value = "gguf"  # a problem of another key than the mesh's says its own
+        await settle(pilot, app)
+        assert launch.disabled and status(app).startswith("✗ [model] quantize: "), status(app)
+        assert "needs a GGUF base" in status(app) and "mesh" not in status(app)
+        quantize.value = "none"
+        await settle(pilot, app)
         assert not launch.disabled, status(app)
 
         await set_field(pilot, app, "#lora-rank", "0")

@@ -325,7 +325,9 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, Wor
                                               else "no per-device estimate")
         errors = estimate_problems(result, errors_only=True)
         if errors and self.config is not None:
-            self.query_one("#config-status", Static).update(f"[b red]✗[/] mesh: {escape(errors[0])}")
+            first = next(p for p in result.mesh_problems if p.level == "error")
+            about = "" if first.where else "mesh: "  # problem_text names any other key
+            self.query_one("#config-status", Static).update(f"[b red]✗[/] {about}{escape(errors[0])}")
             self.query_one("#launch", Button).disabled = True
         if result.trainable_params is not None:
             self.query_one(LoraForm).set_trainable(result.trainable_params, result.total_params)
