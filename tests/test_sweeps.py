@@ -180,3 +180,17 @@ def test_runs_sweep_reads_the_table_through_the_engine(sweep_engine, monkeypatch
     assert err.count("\n") == 1 and "no sweep 'sweep-none-such'" in err
     assert main(["runs", "sweep", sid, "--metric", "rogue_l"]) == 2
     assert "did you mean 'rouge_l'" in capsys.readouterr().err
+
+
+def test_a_point_the_engine_would_refuse_queues_no_point(sweep_engine, monkeypatch, capsys, tmp_path):
+    """Point 2's base cannot be held as asked (the engine's estimate says so): the sweep stops
+    before it queues point 1, not after (it left runs queued, then said which to stop)."""
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(sweep_engine.home))
+    before = {r.id for r in sweep_engine.client.list_runs()}
+    cfg = tmp_path / "q.toml"
+    cfg.write_text("[train]\nsteps = 2\n", encoding="utf-8")
+    assert main(["sweep", str(cfg), "--grid", "model.quantize=int8,gguf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: [model] quantize: point 2 "), err
+    assert "needs a GGUF base" in err and "nothing was queued" in err
+    assert {r.id for r in sweep_engine.client.list_runs()} == before

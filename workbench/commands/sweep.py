@@ -5,8 +5,8 @@ the sweep id on stdout (contract). The grid is the ``--grid section.key=v1,v2`` 
 the config's ``[sweep] grid`` table (a key given both ways: the flag wins); each value is
 TOML, a bare word a string, commas inside ``[...]`` or quotes do not split.
 
-Every point is checked as a whole config **before** any run is queued (a bad value names its
-point). Each run is the sweep's config plus the point's values, ``sweep.id``, ``sweep.point``
+Every point is checked as a whole config, then by the engine's estimate (mesh, ``[model]
+quantize``), **before** any run is queued (a bad value names its point). Each run is the sweep's config plus the point's values, ``sweep.id``, ``sweep.point``
 and its own ``run.name``; the engine gives each its own run directory. ``--dry-run`` prints
 the points and queues nothing. Read the results with ``gemma-workbench runs sweep ID``.
 """
@@ -124,8 +124,17 @@ def run(args: argparse.Namespace) -> int:
 
     # the resolved config here; under --remote the file as written (the engine resolves it)
     text, common = engine_config(args, p["base"])
+    from workbench.commands._follow_run import precheck_mesh
+
     queued: list[dict[str, Any]] = []
     with connect() as client:
+        for x in p["points"]:  # the engine's checks of every point (mesh, [model] quantize) first
+            try:
+                precheck_mesh(client, text, [*common, *x["overrides"]])
+            except WorkbenchError as err:
+                raise WorkbenchError(f"point {x['index']} ({x['label']}): {err.message}",
+                                     where=err.where, hint=f"{err.hint + '; ' if err.hint else ''}"
+                                     "nothing was queued") from None
         for x in p["points"]:
             try:
                 summary = client.create_run(config_toml=text, overrides=[*common, *x["overrides"]],
