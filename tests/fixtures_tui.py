@@ -127,7 +127,7 @@ class StaticClient(EngineCalls):
         if config["train"]["batch_size"] % (config["mesh"]["data"] * f):
             problems.append({"level": "error", "message": "batch_size is not divisible by "
                              "data×fsdp", "hint": "choose a multiple"})
-        if config["model"].get("quantize") == "gguf":  # the real engine's preflight (test_engine_api)
+        if config["model"].get("quantize") == "gguf":  # the real engine's check_quantize (test_engine_api)
             problems.append({"level": "error", "where": "[model] quantize",
                              "message": 'model.quantize = "gguf" needs a GGUF base; the demo '
                                         "model is not one",

@@ -105,16 +105,16 @@ def model_config(cfg: RunConfig) -> Any:
 
 
 def quantize_problems(cfg: RunConfig) -> list[dict[str, Any]]:
-    """``[model] quantize`` that the load would refuse (``quantize_layout.preflight``), as an
+    """``[model] quantize`` that the load would refuse (``weights.check_quantize``), as an
     estimate problem: Configure and ``train --estimate`` say it before a launch."""
     if cfg.model.backend != "gemma" or cfg.model.quantize == "none":
         return []
     from adapters_lib import catalog
-    from adapters_lib.models.quantize_layout import preflight
+    from adapters_lib.models.weights import check_quantize
 
     try:
-        preflight(catalog.find(cfg.model.source), cfg.model.quantize,
-                  cfg.model.quantize_tile_size, cfg.model.quantize_embedding)
+        check_quantize(catalog.find(cfg.model.source), cfg.model.quantize,
+                       cfg.model.quantize_tile_size, cfg.model.quantize_embedding)
     except WorkbenchError as e:
         return [{"level": "error", "message": e.message, "hint": e.hint or "",
                  "where": e.where or ""}]

@@ -61,10 +61,10 @@ def load_model(spec: ModelSpec, *, param_dtype: str = "float32", sharding: Any =
 def _check_quantizes(spec: ModelSpec) -> None:
     """One line, before any weight is read, for a quantize setting the base cannot take."""
     from adapters_lib import catalog
-    from adapters_lib.models.quantize_layout import preflight
+    from adapters_lib.models.weights import check_quantize
 
-    preflight(catalog.find(spec.source), spec.quantize, spec.quantize_tile_size,
-              spec.quantize_embedding)
+    check_quantize(catalog.find(spec.source), spec.quantize, spec.quantize_tile_size,
+                   spec.quantize_embedding)
 
 
 def generation_copy(loaded: LoadedModel, dtype: str, *, layout: bool = True) -> LoadedModel:
@@ -151,7 +151,7 @@ def _load_gguf_blocks(spec: ModelSpec, param_dtype: str, sharding: Any) -> Loade
 
     from adapters_lib.models import quantize, weights
 
-    entry = weights.resolve(spec.source)  # a GGUF (load_model's preflight said so)
+    entry = weights.resolve(spec.source)  # a GGUF (load_model's check_quantize said so)
     loaded = weights.load_entry(entry, tokenizer=spec.tokenizer, param_dtype=param_dtype,
                                 sharding=sharding, source=spec.source, gguf_blocks=True)
     return dataclasses.replace(loaded, model=quantize.with_quantized_base(loaded.model), quantize="gguf")

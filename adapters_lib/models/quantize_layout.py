@@ -100,31 +100,6 @@ def check(mode: str, tile: int, shapes: dict[tuple[str, ...], tuple[int, ...]], 
                          f"{math.gcd(shape[axis], tile)}")
 
 
-def preflight(entry: Any, mode: str, tile: int = DEFAULT_TILE, table: str = "auto") -> None:
-    """What a load would refuse about ``[model] quantize``, from the catalog entry alone (no
-    weight read, no JAX): a family it does not reach, "gguf" on a base that is not a GGUF, a
-    tile that does not divide a Gemma 2/3 weight. Raised as the load raises it, so that a
-    launch (``engine.handlers.run_commands``) and the estimate refuse before a run exists."""
-    from adapters_lib.models import families
-
-    if mode == "none":
-        return
-    if entry.format != "demo":
-        fam = families.family(entry.family)
-        if not fam.quantizes:
-            raise WorkbenchError(f"a {fam.label} base cannot be held quantized by this build",
-                                 where=WHERE, hint='set [model] quantize = "none"')
-    if mode == "gguf":
-        if entry.format != "gguf":
-            what = "the demo model" if entry.format == "demo" else f"{entry.id!r} ({entry.format})"
-            raise WorkbenchError(f'model.quantize = "gguf" needs a GGUF base; {what} is not one',
-                                 where=WHERE, hint='use "int8", "int4" or "nf4" for this model')
-        return
-    if type(entry.arch) is families.Arch:  # Gemma 2/3: its shapes from the entry (the rest at load)
-        check(mode, tile, arch_shapes(entry.arch), transpose_gating=entry.arch.transpose_gating,
-              table=table)
-
-
 def quantized_bytes(shape: tuple[int, ...], mode: str, tile: int, scale_bytes: int = 4) -> int:
     """Device bytes of one weight held as ``mode`` (packed qvalues + the scales)."""
     n = math.prod(shape)

@@ -66,6 +66,32 @@ def check_loadable(entry: ModelEntry, tokenizer: str = "", *, build_tokenizer: b
                              hint="point at a SentencePiece tokenizer.model")
 
 
+def check_quantize(entry: ModelEntry, mode: str, tile: int = 64, table: str = "auto") -> None:
+    """What a load would refuse about ``[model] quantize``, from the catalog entry alone (no
+    weight read, no JAX): a family it does not reach, "gguf" on a base that is not a GGUF, a
+    tile that does not divide a Gemma 2/3 weight. Raised as the load raises it, so that a
+    launch (``engine.handlers.run_commands``) and the estimate refuse before a run exists
+    (here, not in ``quantize_layout``: the TUI reads that one, and ``families`` is engine-side)."""
+    from adapters_lib.models.quantize_layout import WHERE, arch_shapes, check
+
+    if mode == "none":
+        return
+    if entry.format != "demo":
+        fam = families.family(entry.family)
+        if not fam.quantizes:
+            raise WorkbenchError(f"a {fam.label} base cannot be held quantized by this build",
+                                 where=WHERE, hint='set [model] quantize = "none"')
+    if mode == "gguf":
+        if entry.format != "gguf":
+            what = "the demo model" if entry.format == "demo" else f"{entry.id!r} ({entry.format})"
+            raise WorkbenchError(f'model.quantize = "gguf" needs a GGUF base; {what} is not one',
+                                 where=WHERE, hint='use "int8", "int4" or "nf4" for this model')
+        return
+    if type(entry.arch) is families.Arch:  # Gemma 2/3: its shapes from the entry (the rest at load)
+        check(mode, tile, arch_shapes(entry.arch), transpose_gating=entry.arch.transpose_gating,
+              table=table)
+
+
 def _hint(entry: ModelEntry) -> str:
     if entry.status == "incomplete" and "tokenizer" in entry.reason:
         return "set [model] tokenizer to a tokenizer.model"

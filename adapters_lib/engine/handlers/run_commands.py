@@ -33,13 +33,13 @@ def _check_model(cfg) -> None:
     if cfg.model.backend != "gemma":
         return
     from adapters_lib import catalog
-    from adapters_lib.models.quantize_layout import preflight
-    from adapters_lib.models.weights import check_loadable
+    from adapters_lib.models.weights import check_loadable, check_quantize
 
     entry = catalog.find(cfg.model.source)
     if cfg.model.source != "demo":
         check_loadable(entry, cfg.model.tokenizer, build_tokenizer=False)
-    preflight(entry, cfg.model.quantize, cfg.model.quantize_tile_size, cfg.model.quantize_embedding)
+    check_quantize(entry, cfg.model.quantize, cfg.model.quantize_tile_size,
+                   cfg.model.quantize_embedding)
 
 
 @handles(api.CreateRun)
