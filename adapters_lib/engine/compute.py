@@ -88,15 +88,12 @@ def tokenizer_path(cfg: RunConfig) -> str | None:
     return catalog.resolve(cfg.model.source).tokenizer
 
 
-def model_config(cfg: RunConfig) -> Any:
+def model_config(cfg: RunConfig, entry: Any) -> Any:
     """The model's ``TransformerConfig`` from its catalog entry (no weights loaded)."""
     if cfg.model.source == "demo":
         from adapters_lib.models import demo
 
         return demo.demo_transformer_config()
-    from adapters_lib import catalog
-
-    entry = catalog.resolve(cfg.model.source)
     if entry.arch is None:
         raise EngineError(f"cannot read the architecture of {cfg.model.source!r}"
                           + (f": {entry.reason}" if entry.reason else ""),
@@ -104,17 +101,16 @@ def model_config(cfg: RunConfig) -> Any:
     return entry.arch.transformer_config()
 
 
-def quantize_problems(cfg: RunConfig) -> list[dict[str, Any]]:
+def quantize_problems(cfg: RunConfig, entry: Any) -> list[dict[str, Any]]:
     """``[model] quantize`` that the load would refuse (``weights.check_quantize``), as an
     estimate problem: Configure and ``train --estimate`` say it before a launch."""
     if cfg.model.backend != "gemma" or cfg.model.quantize == "none":
         return []
-    from adapters_lib import catalog
     from adapters_lib.models.weights import check_quantize
 
     try:
-        check_quantize(catalog.find(cfg.model.source), cfg.model.quantize,
-                       cfg.model.quantize_tile_size, cfg.model.quantize_embedding)
+        check_quantize(entry, cfg.model.quantize, cfg.model.quantize_tile_size,
+                       cfg.model.quantize_embedding)
     except WorkbenchError as e:
         return [{"level": "error", "message": e.message, "hint": e.hint or "",
                  "where": e.where or ""}]
@@ -125,10 +121,11 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
     """Memory per device, mesh problems in words, trainable params (``devices``: status rows)."""
     import jax
 
-    from adapters_lib import memory, mesh
+    from adapters_lib import catalog, memory, mesh
     from adapters_lib.train.loss import ce_chunk_budget
 
-    config = model_config(cfg)
+    entry = catalog.resolve(cfg.model.source)  # once: the config and the quantize check read it
+    config = model_config(cfg, entry)
     available = len(devices)
     count = cfg.mesh.devices or available
     problems: list[dict[str, Any]] = []
@@ -139,7 +136,7 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
     problems += [p.to_dict() for p in mesh.validate(
         cfg.mesh, config, cfg.train.batch_size, cfg.data.max_length, count,
         grad_accum=cfg.train.grad_accum)]
-    problems += quantize_problems(cfg)
+    problems += quantize_problems(cfg, entry)
     device_bytes = memory.device_memory_bytes(jax.devices()[0])
     try:
         est = memory.estimate_run(cfg, config, device_count=count, device_bytes=device_bytes,
