@@ -16,9 +16,11 @@ logits' dtype. A row whose keys are all masked (padding) is uniform over its blo
 instead of over all keys; padding carries no loss, so losses and gradients are unchanged.
 Sampling (a KV cache) goes through gemma unchanged.
 
-``training_attention(kind)`` chooses: ``blocked`` (above, the default off GPUs) or one fused
-``jax.nn.dot_product_attention`` call (``fused_attention``): ``cudnn`` flash attention on an
-NVIDIA GPU, ``xla`` anywhere (dense, the reference the CPU tests compare with gemma).
+``training_attention(kind)`` chooses: ``blocked`` (above, the default on a CPU), ``splash``
+(JAX's Pallas flash-attention kernel for TPUs, ``attention_splash``: the default on a TPU;
+shapes it does not take fall back to ``blocked``) or one fused ``jax.nn.dot_product_attention``
+call (``fused_attention``): ``cudnn`` flash attention on an NVIDIA GPU, ``xla`` anywhere (dense,
+the reference the CPU tests compare with gemma).
 
 The key blocks rely on what the train step guarantees: inside one packed example the
 positions advance by one per token, so a key more than ``window`` tokens back is out of the
@@ -30,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -37,26 +40,31 @@ from flax import linen as nn
 from gemma.gm.math import _positional_embeddings
 from gemma.gm.nn import _modules
 
+from adapters_lib import attention_splash
 from adapters_lib.memory import ATTENTION_GLOBAL_BLOCK as GLOBAL_BLOCK  # the estimate uses it too
 from adapters_lib.models import families
 
-KINDS = ("blocked", "xla", "cudnn")
-"""How training attention is computed: ``blocked`` (block-sparse scores, below), or one fused
-``jax.nn.dot_product_attention`` call with that implementation (``fused_attention``)."""
+KINDS = ("blocked", "splash", "xla", "cudnn")
+"""How training attention is computed: ``blocked`` (block-sparse scores, below), ``splash``
+(the Pallas TPU kernel, ``attention_splash``), or one fused ``jax.nn.dot_product_attention``
+call with that implementation (``fused_attention``)."""
 
 
 def default_kind(platform: str) -> str:
-    """cuDNN's fused (flash) attention on an NVIDIA GPU, block-sparse scores elsewhere (on a CPU
-    the fused XLA implementation materialises every score, as gemma does)."""
-    return "cudnn" if platform in ("gpu", "cuda") else "blocked"
+    """cuDNN's fused (flash) attention on an NVIDIA GPU, the splash kernel on a TPU, block-sparse
+    scores on a CPU (there the fused XLA implementation materialises every score, as gemma does)."""
+    if platform in ("gpu", "cuda"):
+        return "cudnn"
+    return "splash" if platform == "tpu" else "blocked"
 
 
 @contextlib.contextmanager
-def training_attention(kind: str = "blocked") -> Iterator[None]:
-    """Within this context, gemma ``Attention`` calls without a cache use ``kind`` (``KINDS``)."""
+def training_attention(kind: str = "blocked", mesh: Any = None) -> Iterator[None]:
+    """Within this context, gemma ``Attention`` calls without a cache use ``kind`` (``KINDS``);
+    ``mesh``: the step's, for a kernel that runs per device (``splash``)."""
     if kind not in KINDS:
         raise ValueError(f"attention kind {kind!r}: choose one of {KINDS}")
-    with nn.intercept_methods(functools.partial(_intercept, kind)):
+    with nn.intercept_methods(functools.partial(_intercept, kind, mesh)):
         yield
 
 
@@ -65,7 +73,7 @@ def blocked() -> contextlib.AbstractContextManager[None]:
     return training_attention("blocked")
 
 
-def _intercept(kind, next_fun, args, kwargs, context):
+def _intercept(kind, mesh, next_fun, args, kwargs, context):
     module = context.module
     # the attention classes of the families' tables (Gemma 2/3's: this module re-implements
     # its __call__); any other attention goes through the library unchanged
@@ -75,11 +83,11 @@ def _intercept(kind, next_fun, args, kwargs, context):
     bound = dict(zip(names, args, strict=False)) | kwargs
     if bound.get("cache") is not None or set(bound) != set(names):
         return next_fun(*args, **kwargs)
-    return None, _attention(module, bound["x"], bound["segment_pos"], bound["attn_mask"], kind)
+    return None, _attention(module, bound["x"], bound["segment_pos"], bound["attn_mask"], kind, mesh)
 
 
 def _attention(m: nn.Module, x: jax.Array, positions: jax.Array, mask: jax.Array,
-               kind: str = "blocked") -> jax.Array:
+               kind: str = "blocked", mesh: Any = None) -> jax.Array:
     """gemma's ``Attention.__call__`` without a cache, its scores computed as ``kind`` says."""
     if m.use_qkv_einsum:
         query, key, value = m.qkv_einsum("BTD,SNDH->SBTNH", x)
@@ -95,7 +103,10 @@ def _attention(m: nn.Module, x: jax.Array, positions: jax.Array, mask: jax.Array
     window = m.sliding_window_size if m.attn_type == _modules.AttentionType.LOCAL_SLIDING else None
     if m.attn_type == _modules.AttentionType.LOCAL_SLIDING and window is None:
         raise ValueError("Sliding_window_size must be set if Local Sliding attention type")
-    if kind != "blocked" and m.attn_logits_soft_cap is None:  # the fused kernels have no soft-cap
+    if kind == "splash" and attention_splash.supported(query, key):
+        encoded = attention_splash.splash_attention(query, key, value, mask, window=window,
+                                                    soft_cap=m.attn_logits_soft_cap, mesh=mesh)
+    elif kind in ("xla", "cudnn") and m.attn_logits_soft_cap is None:  # these have no soft-cap
         encoded = fused_attention(query, key, value, mask, positions, window=window, implementation=kind)
     else:
         encoded = block_sparse_attention(query, key, value, mask, positions, window=window,

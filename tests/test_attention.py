@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from gemma.gm.nn import _modules
 
-from adapters_lib import attention, memory
+from adapters_lib import attention, attention_splash, memory
 from adapters_lib.models import demo
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train import variants
@@ -48,7 +48,32 @@ def _two_layers(**changes):
 def test_training_attention_matches_gemma_outputs_and_gradients(layout, kind, length):
     # blocked: block-sparse scores; xla: the fused jax.nn.dot_product_attention path (on a GPU the
     # same call runs cuDNN's kernel), each against gemma's own dense attention
-    config = _two_layers(num_kv_heads=LAYOUTS[layout])
+    _check_against_gemma(kind, length, num_kv_heads=LAYOUTS[layout])
+
+
+@pytest.mark.parametrize(("layout", "soft_cap"), [("mqa", None), ("gqa", 50.0)])
+def test_splash_kernel_matches_gemma_outputs_and_gradients(layout, soft_cap):
+    # the TPU's Pallas kernel (here in Pallas' interpreter): 128-wide heads, the packed examples as
+    # segment ids read off the mask, the window as a local mask, Gemma 2's soft-cap in the kernel
+    _check_against_gemma("splash", 256, num_kv_heads=LAYOUTS[layout], head_dim=128,
+                         attn_logits_soft_cap=soft_cap)
+
+
+def test_splash_takes_what_the_kernel_can_and_falls_back_otherwise():
+    q = jnp.zeros((1, 256, 4, 128))
+    assert attention_splash.supported(q, jnp.zeros((1, 256, 1, 128)))
+    assert not attention_splash.supported(jnp.zeros((1, 200, 4, 128)), jnp.zeros((1, 200, 1, 128)))
+    assert not attention_splash.supported(jnp.zeros((1, 256, 4, 64)), jnp.zeros((1, 256, 1, 64)))
+    # the demo's 64-wide heads take the block-sparse path under kind "splash": still gemma's values
+    _check_against_gemma("splash", 128, num_kv_heads=1)
+    seg = np.array([[1, 1, 1, 2, 2, 0, 0]])
+    ids = np.asarray(attention_splash.segment_ids(loss_lib.attention_mask(jnp.asarray(seg))))
+    assert ids.tolist() == [[0, 0, 0, 3, 3, 12, 13]]  # example starts; padding: ids of their own
+    assert attention.default_kind("tpu") == "splash"
+
+
+def _check_against_gemma(kind, length, **config_changes):
+    config = _two_layers(**config_changes)
     model = demo.demo_model_class()(config=config, dtype=jnp.float32)
     tokens, positions, mask, valid = _packed_batch(length)
     params = model.init(jax.random.key(0), tokens[:, :8])["params"]

@@ -12,7 +12,8 @@
   from the batch;
 - the attention scores are computed in blocks that skip the masked-out ones (causal and
   sliding-window; ``attention.py``), the same values as gemma's dense scores; on a GPU
-  one fused cuDNN ``dot_product_attention`` instead (``build_steps(attention_kind=)``);
+  one fused cuDNN ``dot_product_attention`` instead, on a TPU the Pallas splash kernel
+  (``attention_splash``; ``build_steps(attention_kind=)``);
 - ``train.remat`` rematerialises every transformer block in the backward pass;
 - ``train.compute_dtype = "bfloat16"`` casts params (base and trainable) inside the step;
   gradients, optimizer state and the trainable params stay in their own dtype;
@@ -65,7 +66,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                 base_params: Any, trainable_params: Any, *, ce_chunk: int | None = None,
                 ce_chunk_bytes: int | None = None, seq_len: int | None = None,
                 gather_loss: bool = True, attention_kind: str | None = None, objective: Any = None,
-                reference_params: Any = None) -> Steps:
+                reference_params: Any = None, weight_barrier: bool | None = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -78,6 +79,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     logits only at the loss-bearing positions (default), else at every position.
     ``attention_kind``: ``attention.KINDS``; default ``attention.default_kind`` of the platform
     (cuDNN flash attention on a GPU, block-sparse scores elsewhere).
+    ``weight_barrier``: ``variants.with_training_attention``'s (default: on a CPU only).
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
     (the shapes of ``trainable_params``) of the reference model for an objective that needs
     one; default the base with the adapters off.
@@ -93,7 +95,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     if attention_kind is None:
         attention_kind = attention.default_kind(mesh.devices.flat[0].platform)
     run_model = with_remat(model) if t.remat else model
-    plain_model = with_training_attention(run_model, attention_kind)
+    plain_model = with_training_attention(run_model, attention_kind, mesh, weight_barrier)
     run_model = lora.wrap(plain_model, cfg.lora)
     if objective is None:
         objective = objectives.for_config(cfg)
@@ -255,7 +257,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                                     length=length, ce_chunk=ce_chunk, gather_loss=gather_loss,
                                     attention_kind=attention_kind)
     if key is not None:  # the objective's constants (DPO's beta, …) and its reference are in the program
-        key += (objective.name, tuple(sorted((k, repr(v)) for k, v in vars(objective).items())),
+        key += (weight_barrier, objective.name, tuple(sorted((k, repr(v)) for k, v in vars(objective).items())),
                 step_programs.tree_signature(reference_params))
     train_jit, eval_jit, init_opt, copy = step_programs.kept(key, make_programs)
 

@@ -12,9 +12,11 @@ keyed on the module, so an equal module would reuse a trace made without the cha
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import logging
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -65,14 +67,17 @@ def rebuild_as(model: nn.Module, cls: type) -> nn.Module:
 
 
 @functools.cache
-def _attention_class(cls: type, kind: str) -> type:
+def _attention_class(cls: type, kind: str, mesh: Any = None, weight_barrier: bool = True) -> type:
     def _apply_attention(self, inputs, cache):
         if cache is not None:  # sampling: gemma's own attention
             return super(new_cls, self)._apply_attention(inputs, cache)
-        with attention.training_attention(kind), nn.intercept_methods(_weight_at_use):
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(attention.training_attention(kind, mesh))
+            if weight_barrier:
+                stack.enter_context(nn.intercept_methods(_weight_at_use))
             return super(new_cls, self)._apply_attention(inputs, cache)
 
-    suffix = "Blocked" if kind == "blocked" else f"Fused{kind.capitalize()}"
+    suffix = {"blocked": "Blocked", "splash": "Splash"}.get(kind, f"Fused{kind.capitalize()}")
     new_cls = type(f"{cls.__name__}{suffix}", (cls,), {
         "_apply_attention": _apply_attention, "__module__": cls.__module__})
     return new_cls
@@ -98,16 +103,25 @@ def _weight_at_use(next_fun, args, kwargs, context):
     return jnp.einsum(eqn, x, w)
 
 
-def with_training_attention(model: nn.Module, kind: str = "blocked") -> nn.Module:
+def with_training_attention(model: nn.Module, kind: str = "blocked", mesh: Any = None,
+                            weight_barrier: bool | None = None) -> nn.Module:
     """The same gemma Transformer whose training attention is ``kind`` (``attention.KINDS``):
-    block-sparse scores, or one fused ``dot_product_attention`` (xla or cudnn).
+    block-sparse scores, the splash kernel (on ``mesh``'s devices), or one fused
+    ``dot_product_attention`` (xla or cudnn).
+
+    ``weight_barrier``: tie each einsum's weight to its input (``_weight_at_use``); default on
+    a CPU only, where XLA otherwise hoists every layer's transposed weight to the step's start.
+    XLA:TPU assigns the dots' layouts itself, and the barrier would only keep it from fusing.
 
     A subclass, not a context around ``apply``: gemma's ``Transformer.__call__`` is an
     ``nn.jit`` keyed on the module, so an equal module would reuse a dense trace.
     """
     if not hasattr(type(model), "_apply_attention"):
         return model
-    return rebuild_as(model, _attention_class(type(model), kind))
+    if weight_barrier is None:
+        platform = mesh.devices.flat[0].platform if mesh is not None else jax.devices()[0].platform
+        weight_barrier = platform == "cpu"
+    return rebuild_as(model, _attention_class(type(model), kind, mesh, weight_barrier))
 
 
 def with_blocked_attention(model: nn.Module) -> nn.Module:
