@@ -144,10 +144,12 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
     """
     from pathlib import Path
 
-    if not data.startswith(("hf:", "tfds:")) and not Path(data).exists():
+    from adapters_lib.dataset_refs import is_dataset_ref
+
+    if not is_dataset_ref(data) and not Path(data).exists():
         raise WorkbenchError(f"data file {data!r} not found", where="--data",
                              hint="a .jsonl/.json/.csv/.parquet/.txt file or a folder of them, "
-                                  "or hf:NAME / tfds:NAME")
+                                  "a saved dataset folder[@SPLIT], or hf:NAME / tfds:NAME")
     if loss_on not in ("model", "all"):
         raise WorkbenchError(f"loss_on is {loss_on!r}", where="--loss-on", hint='use "model" or "all"')
     if step is not None and not run:

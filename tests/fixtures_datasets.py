@@ -1,6 +1,6 @@
 """Dataset-cache fixtures: an HF ``datasets`` cache and a TFDS data dir, written by the
 libraries' own writers (a ``datasets`` builder's ``download_and_prepare`` into the cache
-layout ``load_dataset`` leaves, ``DatasetDict.save_to_disk``, and a TFDS
+layout ``load_dataset`` leaves, ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``, and a TFDS
 ``GeneratorBasedBuilder``'s ``download_and_prepare`` from local files), once a session."""
 
 from __future__ import annotations
@@ -52,6 +52,32 @@ def hf_cache(tmp_path_factory) -> dict[str, Path]:
         "validation": datasets.Dataset.from_list(rows(4, 3), features=features),
     }).save_to_disk(str(saved))
     return {"cache": cache, "saved": saved}
+
+
+def qa_rows(n: int, start: int = 0) -> list[dict[str, str]]:
+    return [{"question": f"What is {i} plus 1?", "answer": str(i + 1)} for i in range(start, start + n)]
+
+
+@pytest.fixture(scope="session")
+def saved_datasets(tmp_path_factory) -> dict[str, Path]:
+    """Folders ``save_to_disk`` wrote (``datasets`` itself): ``single`` (a ``Dataset``, 30
+    question/answer rows), ``dict`` (a ``DatasetDict``: train 30, test 10), ``no_train`` (splits
+    validation 6 and test 4), ``test_only`` (a ``Dataset`` loaded as split ``test``, 5 rows),
+    ``pairs`` (12 prompt/chosen/rejected rows). Copy one before damaging it."""
+    import datasets
+
+    datasets.disable_progress_bars()
+    root = tmp_path_factory.mktemp("saved")
+    Dataset, DatasetDict = datasets.Dataset, datasets.DatasetDict
+    Dataset.from_list(qa_rows(30)).save_to_disk(str(root / "single"))
+    DatasetDict({"train": Dataset.from_list(qa_rows(30)),
+                 "test": Dataset.from_list(qa_rows(10, 100))}).save_to_disk(str(root / "dict"))
+    DatasetDict({"validation": Dataset.from_list(qa_rows(6, 200)),
+                 "test": Dataset.from_list(qa_rows(4, 300))}).save_to_disk(str(root / "no_train"))
+    Dataset.from_list(qa_rows(5, 400), split=datasets.Split.TEST).save_to_disk(str(root / "test_only"))
+    Dataset.from_list([{"prompt": f"Say {i}.", "chosen": str(i), "rejected": f"Well, {i}, I think, maybe."}
+                       for i in range(12)]).save_to_disk(str(root / "pairs"))
+    return {p.name: p for p in root.iterdir()}
 
 
 @pytest.fixture(scope="session")

@@ -46,12 +46,13 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
         if spec.path == "demo":
             raise WorkbenchError("the demo data has no preference pairs", where="[data] path",
                                  hint="point at prompt/chosen/rejected records, e.g. examples/dpo/")
-        return build_pair_pipeline(spec, codec, read_for(spec.path)[0], batch_size=batch_size, seed=seed,
-                                   eval_read=read_for(spec.eval_path)[0] if spec.eval_path else None)
+        return build_pair_pipeline(spec, codec, read_for(spec.path, spec.field_map)[0],
+                                   batch_size=batch_size, seed=seed,
+                                   eval_read=read_for(spec.eval_path, spec.field_map)[0] if spec.eval_path else None)
     if is_dataset_ref(spec.path) and spec.streaming is not False:
         from adapters_lib.data.streaming import build_streaming, wants_streaming
 
-        source = open_source(spec.path)
+        source = open_source(spec.path, field_map=spec.field_map)
         if wants_streaming(spec, source):
             return build_streaming(spec, source, codec, batch_size=batch_size, seed=seed)  # type: ignore[return-value]
     opts = dict(codec=codec, max_length=spec.max_length, loss_on=spec.loss_on, truncation=spec.truncation)
@@ -65,7 +66,7 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
         train_idx, eval_idx = np.arange(len(train_ex)), np.arange(len(train_ex), len(train_ex) + len(eval_ex))
         all_ex = train_ex + eval_ex
     else:
-        read, names = read_for(spec.path)
+        read, names = read_for(spec.path, spec.field_map)
         all_ex, conv_issues, file_formats = to_examples(read.records, spec.format, spec.field_map,
                                                         labels=spec.labels, label_names=names)
         report = report_for(spec.path, len(read.records), read.files, read.issues, all_ex, conv_issues,
@@ -85,7 +86,7 @@ def build_pipeline(spec: DataSpec, tokenizer: Any, *, batch_size: int, seed: int
     kept = set(np.unique(tset.example).tolist())
     eval_examples = [all_ex[i].to_chat() for i in eval_idx if all_ex[i].kind == "chat" and int(i) in kept]
     if spec.eval_path and spec.path != "demo":
-        read, names = read_for(spec.eval_path)
+        read, names = read_for(spec.eval_path, spec.field_map)
         ev_ex, ev_issues, ev_formats = to_examples(read.records, spec.format, spec.field_map,
                                                    labels=spec.labels, label_names=names)
         eval_report = report_for(spec.eval_path, len(read.records), read.files, read.issues, ev_ex,

@@ -3,8 +3,9 @@
 Supported: ``.jsonl`` (one object a line), ``.json`` (a list of objects), ``.csv`` (a header
 row), ``.parquet`` (pyarrow), ``.txt`` (paragraphs separated by blank lines, each a ``text``
 record) and a folder of those (sorted, recursive, hidden files skipped). ``hf:…`` and
-``tfds:…`` datasets are read by ``adapters_lib.data.sources``, which gives the same records
-(``sources.read_for`` reads either).
+``tfds:…`` datasets and the folders ``save_to_disk`` wrote are read by
+``adapters_lib.data.sources``, which gives the same records (``sources.read_for`` reads
+either); a saved dataset inside a folder of files is skipped with a warning that names it.
 
 Reading never stops at the first bad record: a bad line becomes a ``DataIssue`` with its
 ``file:line`` and the reader moves on. Only what makes a whole file unreadable (missing,
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib import paths
-from adapters_lib.dataset_refs import is_dataset_ref
+from adapters_lib.dataset_refs import is_dataset_ref, saved_dataset_folder
 from adapters_lib.errors import WorkbenchError
 
 EXTENSIONS = (".jsonl", ".json", ".csv", ".parquet", ".txt")
@@ -83,9 +84,10 @@ class ReadResult:
 
 def read_path(path: str | Path) -> ReadResult:
     """Read a file or a folder of files into records (see the module doc); ``~`` is expanded.
-    A dataset (``hf:…``, ``tfds:…``) is ``data.sources``'s to read."""
+    A dataset (``hf:…``, ``tfds:…``, a saved dataset folder) is ``data.sources``'s to read."""
     if is_dataset_ref(path):
-        raise WorkbenchError(f"{path} is a dataset in a cache, not a file", where="[data] path",
+        raise WorkbenchError(f"{path} is a dataset (hf:, tfds: or a saved dataset folder), not a "
+                             "file", where="[data] path",
                              hint="read it with adapters_lib.data.sources.read_for (files and datasets)")
     p = Path(path).expanduser()
     hint = "pass a .jsonl/.json/.csv/.parquet/.txt file or a folder of them"
@@ -93,8 +95,14 @@ def read_path(path: str | Path) -> ReadResult:
         raise WorkbenchError(f"data path {str(p)!r} not found", where="[data] path", hint=hint)
     result = ReadResult()
     if p.is_dir():
+        saved = sorted(d for d in p.rglob("*") if saved_dataset_folder(d))
+        for d in saved:
+            result.issues.append(DataIssue(Where(str(d)), "skipped: a folder that datasets' "
+                                           "save_to_disk wrote; name it alone to read it "
+                                           f"([data] path = {str(d)!r})", severity="warning"))
         files = sorted(f for f in p.rglob("*") if f.is_file()
-                       and not any(part.startswith(".") for part in f.relative_to(p).parts))
+                       and not any(part.startswith(".") for part in f.relative_to(p).parts)
+                       and not any(d in f.parents for d in saved))
         for f in files:
             if f.suffix.lower() not in EXTENSIONS:
                 result.issues.append(DataIssue(Where(str(f)), f"skipped: {f.suffix or 'no'} extension is "

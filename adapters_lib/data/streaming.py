@@ -188,7 +188,7 @@ def build_streaming(spec: DataSpec, source: Source, codec: TokenCodec, *, batch_
     report.raise_if_fatal()
     fmt = spec.format if spec.format != "auto" else next(iter(formats.values()))
     if spec.eval_path:
-        read, names = read_for(spec.eval_path)
+        read, names = read_for(spec.eval_path, spec.field_map)
         eval_records, what = read.records, spec.eval_path
     else:
         eval_records, names, what = source.read(train_rows, n), source.label_names, source.ref

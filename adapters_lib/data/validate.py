@@ -190,8 +190,8 @@ def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str]
     only (files are read whole, as before). Preference pairs when its records carry
     ``chosen`` and ``rejected`` (``data.preference``)."""
     names: list[str] = []
-    if isinstance(path, str) and is_dataset_ref(path):
-        source = open_source(path)
+    if is_dataset_ref(path):
+        source = open_source(path, field_map=field_map)
         names = source.label_names
         if limit:
             read = ReadResult(records=source.read(0, limit), files=[source.ref])

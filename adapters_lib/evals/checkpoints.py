@@ -41,11 +41,14 @@ def _pipeline(cfg: Any, tokenizer: Any, data: str) -> tuple[Any, list[dict[str, 
     from adapters_lib.data.pipeline import build_pipeline
 
     if data:
-        if not data.startswith(("hf:", "tfds:")) and not Path(data).exists():
+        from adapters_lib.dataset_refs import is_dataset_ref
+
+        dataset = is_dataset_ref(data)
+        if not dataset and not Path(data).exists():
             raise WorkbenchError(f"data file {data!r} not found", where="--data",
                                  hint="a .jsonl/.json/.csv/.parquet/.txt file or a folder of them, "
-                                      "or hf:NAME / tfds:NAME")
-        where = data if data.startswith(("hf:", "tfds:")) else str(Path(data).resolve())
+                                      "a saved dataset folder[@SPLIT], or hf:NAME / tfds:NAME")
+        where = data if dataset else str(Path(data).resolve())
         spec = dataclasses.replace(cfg.data, path=where, eval_path=where, eval_fraction=0.0,
                                    streaming=False)
         what = data

@@ -4,7 +4,8 @@
 
 Prints the validation report (format, counts, tokens, length histogram, truncation, every
 dropped record with ``file:line`` and the field), or one JSON object with ``--json``.
-Exit status: 0 clean, 1 some records dropped, 2 unusable (nothing to train on, unreadable).
+Exit status: 0 clean, 1 some records dropped, 2 unusable (nothing to train on, unreadable):
+then one ``error:`` line on stderr, with ``--json`` too.
 Token counts use ``--tokenizer`` (a SentencePiece ``tokenizer.model``), else the demo tokenizer.
 numpy + sentencepiece only: no JAX is imported.
 """
@@ -25,11 +26,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     data_sub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     c = data_sub.add_parser(
         "check", help="validate a data file or folder and print its report",
-        description="Read FILE (.jsonl .json .csv .parquet .txt, a folder, or a cached dataset: "
+        description="Read FILE (.jsonl .json .csv .parquet .txt, a folder, a folder that datasets' "
+                    "save_to_disk wrote: FOLDER[@SPLIT], or a cached dataset: "
                     "hf:NAME[/CONFIG][@SPLIT], tfds:NAME[:VERSION][@SPLIT]), detect its format, "
                     "tokenize it and report counts, lengths, truncation and every dropped record "
                     "with file:line and the field.")
-    c.add_argument("file", metavar="FILE", help="data file or folder, hf:NAME or tfds:NAME")
+    c.add_argument("file", metavar="FILE",
+                   help="data file or folder, a saved dataset FOLDER[@SPLIT], hf:NAME or tfds:NAME")
     c.add_argument("--input-format", dest="format", default="auto", choices=FORMAT_CHOICES,
                    help="the format FILE is read as (default: auto, detected from the records)")
     add_old_spelling(c, "--format", new="--input-format", dest="format", choices=FORMAT_CHOICES)
@@ -116,10 +119,9 @@ def run_check(args: argparse.Namespace) -> int:
                             truncation=args.truncation, field_map=_field_map(args.field),
                             labels=_field_map(args.label, "--label", "VALUE=TEXT, e.g. --label 0=negative"))
     except WorkbenchError as err:
-        if not args.json:
-            raise
-        print(json.dumps({"ok": False, "fatal": str(err), "error": err.to_dict(), "path": args.file}))
-        return 2
+        if args.json:
+            print(json.dumps({"ok": False, "fatal": str(err), "error": err.to_dict(), "path": args.file}))
+        return _unusable(str(err))
     if args.json:
         out = report.to_dict(preview=args.preview)
         print(json.dumps(out, ensure_ascii=False))
@@ -128,11 +130,16 @@ def run_check(args: argparse.Namespace) -> int:
         for item in report.preview(args.preview) if args.preview else []:
             print(f"\n--- {item['where']} ({item['tokens']} tokens)\n{item['text']}")
     if report.fatal:
-        if not args.json:  # the verdict on stderr too, as every unusable input is (exit 2)
-            fatal = report.fatal if report.fatal.startswith(args.file) else f"{args.file}: {report.fatal}"
-            print(f"error: {fatal}; see the report above", file=sys.stderr)
-        return 2
+        fatal = report.fatal if report.fatal.startswith(args.file) else f"{args.file}: {report.fatal}"
+        return _unusable(f"{fatal}; see the report {'printed as JSON' if args.json else 'above'}")
     return 1 if report.errors else 0
+
+
+def _unusable(line: str) -> int:
+    """Exit 2, with the verdict as one line on stderr: with --json too (stdout then holds the
+    JSON alone), so that no unusable input passes in silence where only stderr is read."""
+    print(f"error: {line}", file=sys.stderr)
+    return 2
 
 
 def run_list(args: argparse.Namespace) -> int:

@@ -4,8 +4,9 @@ The cache is the folder ``load_dataset`` fills (``HF_DATASETS_CACHE``, default
 ``~/.cache/huggingface/datasets``): ``<org>___<name>/<config>/<version>/<hash>/`` holding
 ``dataset_info.json`` and the Arrow shards. It is read through ``datasets``' own ``Cache``
 builder (what ``load_dataset`` uses offline), so nothing here can reach the network, and the
-Arrow files are memory-mapped: opening a split reads no rows. ``hf:/a/folder`` reads what
-``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` wrote (``load_from_disk``).
+Arrow files are memory-mapped: opening a split reads no rows. A folder that
+``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk`` wrote (``FOLDER`` or ``hf:/a/folder``)
+is opened by ``saved.open_saved``; the split and slice rules below are the same for both.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from adapters_lib.data.sources.saved import open_saved
 from adapters_lib.data.sources.source import Source, pick_split
 from adapters_lib.dataset_refs import DatasetRef
 from adapters_lib.errors import WorkbenchError
@@ -96,31 +98,9 @@ def _open_cached(ref: DatasetRef, where: str) -> tuple[Any, str, dict[str, int],
     return (lambda s: builder.as_dataset(split=s)), split, splits, entry
 
 
-def _open_saved(ref: DatasetRef, where: str) -> tuple[Any, str, dict[str, int], Path]:
-    folder = Path(ref.name).expanduser()
-    if not folder.is_dir():
-        raise WorkbenchError(f"{ref.text}: folder {str(folder)!r} not found", where=where,
-                             hint="name a folder that Dataset.save_to_disk wrote")
-    import datasets
-
-    try:
-        loaded = datasets.load_from_disk(str(folder))
-    except (FileNotFoundError, ValueError) as e:
-        raise WorkbenchError(f"{ref.text}: not a saved dataset ({str(e).splitlines()[0][:160]})",
-                             where=where, hint="name a folder that Dataset.save_to_disk wrote") from None
-    if isinstance(loaded, datasets.Dataset):
-        splits = {"train": loaded.num_rows}
-        split = pick_split(ref, splits, where=where)
-        return (lambda s: loaded), split, splits, folder
-    splits = {k: v.num_rows for k, v in loaded.items()}
-    split = pick_split(ref, splits, where=where)
-    return (lambda s: loaded[s]), split, splits, folder
-
-
 def open_hf(ref: DatasetRef, *, where: str = "[data] path") -> Source:
     """Open ``ref`` (memory-mapped; no rows are read until ``Source.read``)."""
-    saved = ref.name.startswith(("/", "~", "./", "../"))
-    get, split, splits, folder = (_open_saved if saved else _open_cached)(ref, where)
+    get, split, splits, folder = (open_saved if ref.saved else _open_cached)(ref, where)
     import datasets
 
     name = split.split("[", 1)[0]
@@ -131,6 +111,10 @@ def open_hf(ref: DatasetRef, *, where: str = "[data] path") -> Source:
         raise WorkbenchError(f"{ref.text}: bad slice ({str(e).splitlines()[0][:160]})", where=where,
                              hint="e.g. @train[:10%], @train[100:200], @test[-50:]") from None
     lo, hi = span.from_, span.to
+    if hi <= lo and whole.num_rows:
+        raise WorkbenchError(f"{ref.text}: the slice selects no rows (split {name!r} has "
+                             f"{whole.num_rows})", where=where,
+                             hint=f"use a slice within it, e.g. @{name}[:{min(whole.num_rows, 100)}]")
     ds = whole.with_format(None)
 
     def reader(start: int, stop: int) -> list[dict[str, Any]]:

@@ -1,13 +1,15 @@
 """``data list``: the datasets on this machine, without reading them.
 
 Three places: the Hugging Face ``datasets`` cache (``hf:`` names), the TFDS data dir
-(``tfds:`` names), and data files under folders (the ones asked for; by default the current
-directory and ``<data dir>/data``, two levels deep). Each entry: ``name`` (what
-``[data] path`` takes), ``kind``, ``splits`` (rows per split), ``rows``, ``bytes`` (on disk),
-``format`` (detected from the columns, as for files), ``columns``, ``labels`` (a label
-column's class names) and ``location``. The caches are read from their metadata files
-(``dataset_info.json``, ``features.json``), so listing imports neither ``datasets`` nor
-TensorFlow; a data file is read (when under ``READ_LIMIT`` bytes) to count and detect.
+(``tfds:`` names), and under folders (the ones asked for; by default the current directory
+and ``<data dir>/data``, two levels deep) data files and the folders ``save_to_disk`` wrote
+(kind ``saved``; the folder is the name). Each entry: ``name`` (what ``[data] path`` takes),
+``kind``, ``splits`` (rows per split), ``rows``, ``bytes`` (on disk), ``format`` (detected from
+the columns, as for files), ``columns``, ``labels`` (a label column's class names) and
+``location``; a saved folder that cannot be read also has ``problem`` (format ``damaged``).
+The caches and saved folders are read from their metadata files (``dataset_info.json``,
+``features.json``, the Arrow streams' batch headers), so listing imports neither ``datasets``
+nor TensorFlow; a data file is read (when under ``READ_LIMIT`` bytes) to count and detect.
 """
 
 from __future__ import annotations
@@ -99,19 +101,37 @@ def default_folders() -> list[Path]:
 
 
 def _data_files(folder: Path, depth: int = 2) -> list[Path]:
+    """The data files and the saved dataset folders (not their files) under ``folder``."""
     from adapters_lib.data.readers import EXTENSIONS
+    from adapters_lib.dataset_refs import saved_dataset_folder
 
     found: list[Path] = []
     if not folder.is_dir():
         return found
     for dirpath, dirnames, filenames in os.walk(folder):
         here = Path(dirpath)
+        if saved_dataset_folder(here):
+            found.append(here)
+            dirnames[:] = []
+            continue
         level = len(here.relative_to(folder).parts)
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in SKIP_DIRS
                              and level < depth)
         found += [here / f for f in sorted(filenames)
                   if not f.startswith(".") and Path(f).suffix.lower() in EXTENSIONS]
     return found
+
+
+def saved_entry(folder: Path) -> dict[str, Any]:
+    """A folder that ``save_to_disk`` wrote, from its metadata (``sources.saved.describe``)."""
+    from adapters_lib.data.sources.saved import describe
+
+    d = describe(folder)
+    return {"name": str(folder), "kind": "saved", "splits": d["splits"], "rows": d["rows"],
+            "bytes": _disk_bytes(folder),
+            "format": "damaged" if d["problem"] else _format_of(d["columns"]),
+            "columns": d["columns"], "labels": d["labels"], "location": str(folder),
+            "problem": d["problem"]}
 
 
 def file_entry(path: Path) -> dict[str, Any]:
@@ -138,14 +158,15 @@ def file_entry(path: Path) -> dict[str, Any]:
 
 
 def list_datasets(folders: Iterable[str | Path] | None = None) -> list[dict[str, Any]]:
-    """Every dataset in the caches and every data file under ``folders`` (see the module doc)."""
+    """Every dataset in the caches and every data file and saved dataset folder under
+    ``folders`` (see the module doc)."""
     out = hf_entries() + tfds_entries()
     seen: set[Path] = set()
     for folder in (default_folders() if folders is None else [Path(f).expanduser() for f in folders]):
         for f in _data_files(folder.resolve()):
             if f not in seen:
                 seen.add(f)
-                out.append(file_entry(f))
+                out.append(saved_entry(f) if f.is_dir() else file_entry(f))
     return out
 
 
@@ -162,7 +183,7 @@ def human_bytes(n: int | None) -> str:
 def render(entries: list[dict[str, Any]]) -> str:
     """The ``data list`` table."""
     if not entries:
-        return "no datasets found (HF cache, TFDS data dir, data files)"
+        return "no datasets found (HF cache, TFDS data dir, data files, saved dataset folders)"
     rows = [("NAME", "SPLITS", "ROWS", "BYTES", "FORMAT")]
     for e in entries:
         splits = ", ".join(f"{k} {v}" for k, v in e["splits"].items()) or "-"

@@ -37,6 +37,19 @@ class Source:
         rows = self.reader(start, stop)
         return [Record(row, Where(self.ref, row=start + i + 1)) for i, row in enumerate(rows)]
 
+    def check_field_map(self, field_map: dict[str, str] | None, *,
+                        where: str = "[data] field_map") -> None:
+        """Refuse a field map naming a column the dataset lacks (``role``/``content`` name keys
+        inside a ``messages`` list, not columns)."""
+        wrong = [f"{k}={v}" for k, v in (field_map or {}).items()
+                 if k not in ("role", "content") and v not in self.columns]
+        if wrong:
+            raise WorkbenchError(f"{self.ref}: the field map {', '.join(wrong)} names "
+                                 f"{'a column' if len(wrong) == 1 else 'columns'} the dataset does "
+                                 f"not have (its columns: {', '.join(self.columns) or 'none'})",
+                                 where=where, hint="map each field to one of those columns "
+                                 "(--field NAME=COLUMN, or [data] field_map)")
+
     def read_all(self) -> ReadResult:
         out = ReadResult(files=[self.ref])
         for a in range(0, self.num_rows, BLOCK):
