@@ -24,6 +24,7 @@ sampling and orbax checkpoints never need TensorFlow; ``gm.ckpts`` does (gemma's
 helpers import kauldron's trainer, whose clu TensorBoard writer builds TF protos at import), and
 the engine resolves it on first use (``engine.devices.import_heavy``): processes that never
 load orbax-format weights nor export the merged ``gemma`` format never import TensorFlow.
+Where TensorFlow is not installed at all, ``install()`` hands over to ``tf_absent``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import threading
 import traceback
 import types
 
+from adapters_lib import tf_absent
 from adapters_lib.native_logs import fd2_silenced
 
 NAME = "tensorflow"
@@ -183,13 +185,17 @@ def _first_user() -> str:
 
 
 def install() -> bool:
-    """Put the stand-in in place unless TensorFlow is imported already or not installed.
-    Returns whether it is in place. Safe to call more than once."""
+    """Put the stand-in in place unless TensorFlow is imported already or not installed (then
+    ``tf_absent`` lets gemma's model code import without it). Returns whether the stand-in is in
+    place. Safe to call more than once."""
     global _STAND_IN
     with _lock:
         if _STAND_IN is not None:
             return is_deferred()
-        if NAME in sys.modules or importlib.util.find_spec(NAME) is None:
+        if NAME in sys.modules:
+            return False
+        if importlib.util.find_spec(NAME) is None:
+            tf_absent.install()
             return False
         stand_in = _Deferred(NAME, "TensorFlow, imported on first use (adapters_lib.tf_deferred)")
         stand_in.__path__ = []

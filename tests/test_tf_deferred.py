@@ -1,7 +1,8 @@
 """TensorFlow is imported on first use, not when gemma's model code is imported
-(``adapters_lib.tf_deferred``): training on the gemma route, orbax checkpoints included, and
-decoding text (gemma's ``Tokenizer.decode`` asks etils' ``is_array``, which reads TensorFlow's
-tensor types once ``tensorflow`` is in ``sys.modules``) never load it."""
+(``adapters_lib.tf_deferred``): training on the gemma route, orbax checkpoints included, the
+engine's estimate, and decoding text (gemma's ``Tokenizer.decode`` asks etils' ``is_array``,
+which reads TensorFlow's tensor types once ``tensorflow`` is in ``sys.modules``) never load it.
+Where TensorFlow is not installed at all: tests/test_no_tensorflow.py."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ from adapters_lib.train.loop import run_training
 cfg = config_from_dict(demo_run_config(steps=4, checkpoint_every=2))
 trained = run_training(cfg, runs.create_run(cfg, root=Path(ROOT)), hooks=default_hooks)  # with orbax checkpoints
 out["trained"] = trained.state
+from adapters_lib.engine import compute  # what the engine's /v1/estimate runs
+out["estimated"] = compute.estimate(cfg, [{"id": 0, "kind": "cpu"}])["ok"]
 tok = demo.demo_tokenizer()
 out["decoded"] = tok.decode(tok.encode("odd or even")) == "odd or even"  # etils' is_array of a list
 from etils import enp
@@ -64,7 +67,7 @@ def test_gemma_imports_and_training_leave_tensorflow_unloaded_until_its_first_us
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out == {
-        "installed": True, "again": True, "trained": "completed", "decoded": True,
+        "installed": True, "again": True, "trained": "completed", "estimated": True, "decoded": True,
         "is_tf_of_numpy": False,
         "deferred_after_gemma": True, "mapped_after_gemma": False, "tf_python_after_gemma": False,
         "deferred_after_use": False, "mapped_after_use": True,  # the check below can fail
