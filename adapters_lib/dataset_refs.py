@@ -22,20 +22,17 @@ PREFIXES = ("hf:", "tfds:")
 _SPLIT = re.compile(r"^[A-Za-z0-9_.-]+(\[[^\[\]@]*\])?$")
 
 
-SAVED_DATASET_FILES = ("state.json", "dataset_dict.json")
-"""What ``Dataset.save_to_disk`` (``state.json`` beside ``dataset_info.json`` and the Arrow
-shards) and ``DatasetDict.save_to_disk`` (``dataset_dict.json``, a folder per split) leave."""
-
-
 def saved_dataset_folder(folder: str | Path) -> bool:
-    """True when ``folder`` holds what ``save_to_disk`` writes, whole or in part (a partial one
-    is still a saved dataset: opening it says what is missing)."""
+    """True when ``folder`` holds what ``save_to_disk`` writes: ``dataset_dict.json``, or two of
+    ``state.json``, ``dataset_info.json`` and Arrow shards (a partial one is still a saved
+    dataset: opening it says what is missing; a lone ``state.json`` among data files is not)."""
     p = os.path.expanduser(os.fspath(folder))
     if not os.path.isdir(p):  # os.path's checks are False for any OSError (a name too long)
         return False
-    if any(os.path.isfile(os.path.join(p, name)) for name in SAVED_DATASET_FILES):
+    if os.path.isfile(os.path.join(p, "dataset_dict.json")):
         return True
-    return os.path.isfile(os.path.join(p, "dataset_info.json")) and any(Path(p).glob("*.arrow"))
+    marks = sum(os.path.isfile(os.path.join(p, name)) for name in ("state.json", "dataset_info.json"))
+    return marks == 2 or marks == 1 and any(Path(p).glob("*.arrow"))
 
 
 def split_saved_ref(text: str) -> tuple[str, str] | None:

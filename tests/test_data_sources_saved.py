@@ -63,8 +63,12 @@ def _damage(saved: dict[str, Path], tmp_path: Path, name: str, how: str) -> str:
         shard.write_bytes(shard.read_bytes()[:200])
     elif how == "state not JSON":
         (folder / "state.json").write_text("{")
+    elif how == "state a list":
+        (folder / "state.json").write_text("[]")
     elif how == "no split folder":
         shutil.rmtree(folder / "test")
+    elif how == "odd split name":
+        (folder / "dataset_dict.json").write_text('{"splits": ["train", "../single"]}')
     return str(folder)
 
 
@@ -79,8 +83,10 @@ BROKEN = [  # (id, saved folder, damage, split suffix, extra argv, needle)
     ("a shard missing", "single", "no shard", "", [], "is incomplete: "),
     ("a shard cut short", "single", "cut shard", "", [], "cannot be read (a cut or damaged Arrow shard"),
     ("state.json not JSON", "single", "state not JSON", "", [], "state.json is not valid JSON"),
+    ("state.json a list", "single", "state a list", "", [], "state.json is not a datasets state file"),
     ("a split folder missing", "dict", "no split folder", "@test", [],
      "split 'test' is listed in dataset_dict.json but its folder"),
+    ("a split name that is a path", "dict", "odd split name", "", [], "lists '../single', not a split name"),
 ]
 
 
@@ -170,7 +176,9 @@ def test_a_folder_of_files_skips_a_saved_dataset_inside_it_by_name(saved_dataset
 
     shutil.copytree(saved_datasets["single"], tmp_path / "saved")
     (tmp_path / "qa.jsonl").write_text(json.dumps({"question": "1+1?", "answer": "2"}) + "\n")
+    (tmp_path / "notes").mkdir()  # a lone state.json among data files is not a saved dataset
+    (tmp_path / "notes" / "state.json").write_text('{"step": 3}')
     report = check_file(str(tmp_path), tokenizer=codec)
-    assert report.examples == 1 and not report.errors
+    assert report.examples == 1 and [str(e.where) for e in report.errors] == [f"{tmp_path}/notes/state.json:1"]
     assert any("save_to_disk wrote; name it alone" in w.message and w.where.file == str(tmp_path / "saved")
                for w in report.warnings)

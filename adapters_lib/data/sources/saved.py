@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from adapters_lib.data.sources.source import pick_split
 from adapters_lib.dataset_refs import DatasetRef
 from adapters_lib.errors import WorkbenchError
 
+_SPLIT_NAME = re.compile(r"\w+(\.\w+)*")
+"""A split name as ``datasets`` allows it (``datasets.splits._split_re``)."""
 RESAVE = "save it again with Dataset.save_to_disk / DatasetDict.save_to_disk"
 
 
@@ -51,6 +54,10 @@ def split_folders(folder: Path, ref: str, where: str) -> dict[str, Path]:
         if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
             raise WorkbenchError(f"{ref}: {dict_file} lists no splits (expected "
                                  '{"splits": ["train", ...]})', where=where, hint=RESAVE)
+        odd = [n for n in names if not _SPLIT_NAME.fullmatch(n)]
+        if odd:
+            raise WorkbenchError(f"{ref}: {dict_file} lists {odd[0]!r}, not a split name (datasets "
+                                 "names splits like train, test, validation)", where=where, hint=RESAVE)
         return {name: folder / name for name in names}
     state = folder / "state.json"
     missing = [n for n in ("dataset_info.json", "state.json") if not (folder / n).is_file()]
@@ -61,7 +68,11 @@ def split_folders(folder: Path, ref: str, where: str) -> dict[str, Path]:
         raise WorkbenchError(f"{ref}: a partial saved dataset ({' and '.join(missing)} missing in "
                              f"{folder}){cache}", where=where,
                              hint=RESAVE if not cache else "see gemma-workbench data list")
-    split = _json(state, ref, where).get("_split") if state.is_file() else None
+    fields = _json(state, ref, where)
+    if not isinstance(fields, dict):
+        raise WorkbenchError(f"{ref}: {state} is not a datasets state file (a JSON "
+                             f"{type(fields).__name__}, not an object)", where=where, hint=RESAVE)
+    split = fields.get("_split")
     return {str(split) if split else "train": folder}
 
 
