@@ -200,9 +200,13 @@ class TrainSpec:
     reference: str = "base"
     """DPO: the reference model: "base" (the same params with the adapters off) or
     "run:ID[@STEP]" (that run's adapters, at STEP or its latest checkpoint)."""
-    sft_weight: float = 0.0
+    sft_weight: float = 1.0
     """DPO: the weight of the chosen answers' cross-entropy (per token) added to the loss
-    (LLaMA-Factory's ``pref_ftx``, TRL's ``rpo_alpha``); 0 = plain DPO."""
+    (LLaMA-Factory's ``pref_ftx``, TRL's ``rpo_alpha``, RPO's 1); 0 = plain DPO, which from a
+    pretrained base saturates the reward without changing the answers (docs/dpo.md)."""
+    length_norm: bool = False
+    """DPO: the margin compares the answers' log-probs per token (their means) instead of
+    their sums (length-normalised DPO, as SimPO scores answers); use a larger ``beta`` (1-2)."""
 
 
 @dataclass(frozen=True)

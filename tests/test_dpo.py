@@ -30,7 +30,7 @@ def _pairs(pairs: int, length: int, seed: int) -> dict[str, np.ndarray]:
 
 
 def _cfg(shape=(1, 1, 1), **train) -> RunConfig:
-    t = dict(batch_size=P, objective="dpo", beta=0.5, label_smoothing=0.1)
+    t = dict(batch_size=P, objective="dpo", beta=0.5, label_smoothing=0.1, sft_weight=0.0)
     t.update(train)
     return RunConfig(mesh=MeshSpec(*shape, devices=int(np.prod(shape))), data=DataSpec(max_length=L),
                      lora=LoraSpec(rank=4), train=TrainSpec(**t))
@@ -99,13 +99,53 @@ def test_sft_weight_adds_the_chosen_answers_cross_entropy_per_token():
              for k in ("tokens", "targets", "positions", "segment_ids")}
     batch["chosen_loss_mask"] = jnp.array([[1.0] * 3 + [0.0] * 5, [1.0] * 2 + [0.0] * 6, [0.0] * 8])
     batch["rejected_loss_mask"] = jnp.array([[1.0] * 5 + [0.0] * 3, [1.0] * 4 + [0.0] * 4, [0.0] * 8])
-    plain, metrics = DPO(beta=0.5).loss(forward, batch)
+    plain, metrics = DPO(beta=0.5, sft_weight=0.0).loss(forward, batch)
     weighted, same = DPO(beta=0.5, sft_weight=2.0).loss(forward, batch)
     per_pair, _ = dpo_loss(-policy_nll[:, 0], -policy_nll[:, 1], -reference_nll[:, 0], -reference_nll[:, 1],
                            beta=0.5)
     np.testing.assert_allclose(plain, per_pair[0] + per_pair[1], rtol=1e-6)
     np.testing.assert_allclose(weighted, plain + 2.0 * (3.0 / 3 + 6.0 / 2), rtol=1e-6)
     assert {k: float(v) for k, v in metrics.items()} == {k: float(v) for k, v in same.items()}
+
+
+def test_length_norm_compares_the_answers_log_probs_per_token_so_a_long_rejected_answer_cannot_win_alone():
+    """Issue 41: with summed log-probs a rambling rejected answer lowered by a little on each of
+    its many tokens saturates the margin by itself (the chosen answer, its end-of-turn marker
+    included, need not move); ``length_norm`` compares per-token means, so the same drop
+    counts as one token's worth whatever the length. Rewards follow the margin's scale."""
+    from adapters_lib.train.objectives import Forward
+    from adapters_lib.train.objectives.dpo import DPO
+
+    def margin(rejected_tokens: int, length_norm: bool) -> tuple[float, dict]:
+        # chosen: 4 tokens, unchanged; rejected: 0.5 nats less likely on each of its tokens
+        policy = jnp.array([[8.0, 3.0 * rejected_tokens + 0.5 * rejected_tokens]])
+        reference = jnp.array([[8.0, 3.0 * rejected_tokens]])
+        forward = Forward(policy=lambda b, per_row=False: policy.reshape(-1), reference=lambda b: reference.reshape(-1))
+        batch = {f"{side}_{k}": jnp.zeros((1, 128)) for side in ("chosen", "rejected")
+                 for k in ("tokens", "targets", "positions", "segment_ids")}
+        batch["chosen_loss_mask"] = jnp.zeros((1, 128)).at[0, :4].set(1.0)
+        batch["rejected_loss_mask"] = jnp.zeros((1, 128)).at[0, :rejected_tokens].set(1.0)
+        _, m = DPO(beta=0.1, sft_weight=0.0, length_norm=length_norm).loss(forward, batch)
+        return float(m["reward_margin"]), {k: float(v) for k, v in m.items()}
+
+    assert margin(10, False)[0] == pytest.approx(0.5) and margin(100, False)[0] == pytest.approx(5.0)
+    for n in (10, 100):
+        got, m = margin(n, True)
+        assert got == pytest.approx(0.05)  # β × 0.5 nats per token, whatever the length
+        assert m["chosen_reward"] == 0 and m["rejected_reward"] == pytest.approx(-0.05)
+        assert m["rejected_logp"] == pytest.approx(-3.5 * n)  # the log-prob metrics stay sums
+
+
+def test_a_dpo_config_defaults_to_the_chosen_answers_cross_entropy_beside_the_margin():
+    """Issue 41: from the pretrained 270M, plain DPO (sft_weight 0) saturated the reward and left
+    the answers long (and garbled); ``sft_weight = 1`` (RPO) made them short: it is the default."""
+    from adapters_lib.config import load_config
+    from adapters_lib.train.objectives import for_config
+
+    cfg = load_config(None, ['train.objective="dpo"'])
+    objective = for_config(cfg)
+    assert (objective.sft_weight, objective.length_norm, objective.beta) == (1.0, False, 0.1)
+    assert for_config(load_config(None, ['train.objective="dpo"', "train.sft_weight=0"])).sft_weight == 0
 
 
 def test_a_sharded_dpo_step_equals_the_one_device_step(demo, lora_params):
@@ -169,7 +209,7 @@ def _dpo_overrides(root, data, **changes) -> list[str]:
 
     return demo_overrides(**{**dict(
         run__dir=f'"{root}"', data__path=f'"{data}"', data__max_length=40, data__eval_fraction=0.25,
-        train__objective='"dpo"', train__beta=0.5, train__steps=6, train__batch_size=4, train__eval_every=3,
+        train__objective='"dpo"', train__beta=0.5, train__sft_weight=0.0, train__steps=6, train__batch_size=4, train__eval_every=3,
         train__checkpoint_every=3, train__learning_rate=0.01), **changes})
 
 

@@ -63,6 +63,34 @@ def test_preference_records_of_every_layout_become_pairs_and_bad_ones_are_droppe
                                 max_length=64), None, batch_size=2, seed=0, kind="pairs")
 
 
+def test_a_pairs_scored_tokens_are_its_answer_and_the_end_of_turn_marker_only(tmp_path):
+    """Issue 41: the log-prob DPO sums for each side is over exactly its answer's tokens and
+    the end-of-turn marker after them: no prompt or template token, no padding, nothing after
+    the marker. The marker is what a short chosen answer teaches (stop here), so it must be
+    scored on the chosen side, as it is on the rejected side after its long answer."""
+    from adapters_lib.data import TokenCodec, build_pipeline
+    from adapters_lib.models import demo
+
+    tokenizer = str(demo.ensure_demo_tokenizer())
+    codec = TokenCodec.from_any(tokenizer)
+    answers = {"chosen": ["Red.", "Four."], "rejected": ["Well, a color that I can name for you is red, I think.",
+                                                         "Let me think about it carefully: two and two make four."]}
+    rows = [{"prompt": p, "chosen": c, "rejected": r}
+            for p, c, r in zip(["Name a color.", "What is 2+2?"], answers["chosen"], answers["rejected"], strict=True)]
+    pipe = build_pipeline(DataSpec(path=_write(tmp_path / "prefs.jsonl", rows), max_length=48, eval_fraction=0.0),
+                          tokenizer, batch_size=2, seed=0, kind="pairs")
+    batch = pipe.train_batch(0)
+    for side in ("chosen", "rejected"):
+        mask, targets = batch[f"{side}_loss_mask"] > 0, batch[f"{side}_targets"]
+        scored = sorted(codec.sp.decode([int(t) for t in targets[r][mask[r]]]) for r in range(2))
+        assert scored == sorted(f"{a}<end_of_turn>" for a in answers[side]), scored
+        for r in range(2):
+            last = int(np.flatnonzero(mask[r])[-1])
+            assert codec.sp.id_to_piece(int(targets[r, last])) == "<end_of_turn>"
+            assert not mask[r, last + 1:].any() and mask[r].sum() == np.ptp(np.flatnonzero(mask[r])) + 1
+        assert not (mask & (batch[f"{side}_segment_ids"] == 0)).any()  # padding is never scored
+
+
 def test_preference_pairs_are_written_in_the_model_familys_chat_template(gemma4_tokenizer, tmp_path):
     """#33.2: a pair's prompt takes the family's template from its tokenizer: Gemma 3's folds
     the system string into the user turn, Gemma 4's (``<|turn>``, a real system turn) gives
