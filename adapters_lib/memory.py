@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from adapters_lib import device_memory
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.lora_shapes import config_field as _cfg
 from adapters_lib.lora_shapes import lora_param_shapes, num_layers
@@ -227,7 +228,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
              ce_chunk_bytes: int = CE_CHUNK_BYTES, device_bytes: int = 0,
              quantize: str = "none", quantize_tile: int = 64, quantize_embedding: str = "auto",
              objective: str = "sft",
-             reference: str = "base") -> MemoryEstimate:
+             reference: str = "base", platform: str = "cpu") -> MemoryEstimate:
     """Bytes per device of one train step of ``config`` (see the module docstring).
 
     ``batch_size`` is the global batch of one optimizer step; ``grad_accum`` splits it;
@@ -320,7 +321,8 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
 
 
 def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int = 0,
-                 seq_len: int | None = None, ce_chunk_bytes: int = CE_CHUNK_BYTES) -> MemoryEstimate:
+                 seq_len: int | None = None, ce_chunk_bytes: int = CE_CHUNK_BYTES,
+                 platform: str = "cpu") -> MemoryEstimate:
     """``estimate`` for a ``RunConfig`` on ``device_count`` devices (``ce_chunk_bytes``: the
     train step's budget, ``train.loss.ce_chunk_budget`` of the device)."""
     spec = mesh_lib.resolve(cfg.mesh, device_count)
@@ -333,7 +335,18 @@ def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int 
         ce_chunk_bytes=ce_chunk_bytes, quantize=cfg.model.quantize,
         quantize_tile=cfg.model.quantize_tile_size, quantize_embedding=cfg.model.quantize_embedding,
         objective=cfg.train.objective,
-        reference=cfg.train.reference)
+        reference=cfg.train.reference, platform=platform)
+
+
+def ce_chunk_budget_for(platform: str, device_bytes: int) -> int:
+    """The train step's f32 logits per cross-entropy chunk on a device of ``platform`` with
+    ``device_bytes`` (``train.loss.ce_chunk_budget``'s rule, for a chip named, not held)."""
+    if platform == "cpu":
+        return CE_CHUNK_BYTES
+    # a TPU: 1/16 of its memory (v5e: ~1 GiB, 1,024 positions of a 262k vocabulary), so each
+    # chunk's two passes over the [V, D] table are matmuls wide enough to be compute-bound
+    # (at 1/64 the Gemma-3-1B step read the table 64 times a pass); a GPU: 1/64 (H200, measured)
+    return max(CE_CHUNK_BYTES, device_bytes // (16 if platform == "tpu" else 64))
 
 
 def host_memory_bytes() -> int:
@@ -345,7 +358,8 @@ def host_memory_bytes() -> int:
 
 def device_memory_bytes(device: Any = None) -> int:
     """The memory of one device: ``memory_stats()['bytes_limit']`` where the backend
-    reports it; for CPU devices the host RAM shared by the local CPU devices."""
+    reports it, else the chip table's (``device_memory``, by ``device_kind``); for CPU
+    devices the host RAM shared by the local CPU devices."""
     import jax
 
     device = device if device is not None else jax.local_devices()[0]
@@ -359,4 +373,5 @@ def device_memory_bytes(device: Any = None) -> int:
     if device.platform == "cpu":
         count = max(1, len([d for d in jax.local_devices() if d.platform == "cpu"]))
         return host_memory_bytes() // count
-    return 0
+    chip = device_memory.chip_for_device(device)
+    return chip.usable_bytes if chip else 0

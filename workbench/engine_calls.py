@@ -56,9 +56,11 @@ class EngineCalls:
         return self.call(cmd, timeout=600).report
 
     def estimate(self, config: dict | None = None, *, config_toml: str = "",
-                 overrides: list[str] | tuple[str, ...] = ()) -> api.EstimateReply:
-        """Memory per device, trainable params, mesh problems (``ok``: none is an error)."""
-        cmd = api.Estimate(config=config, config_toml=config_toml, overrides=tuple(overrides))
+                 overrides: list[str] | tuple[str, ...] = (), device: str = "") -> api.EstimateReply:
+        """Memory per device, trainable params, mesh problems (``ok``: none is an error);
+        ``device``: for a named chip (``v5e``) instead of the engine's own."""
+        cmd = api.Estimate(config=config, config_toml=config_toml, overrides=tuple(overrides),
+                           device=device)
         return self.call(cmd, timeout=600)
 
     # ----------------------------------------------------------------- runs

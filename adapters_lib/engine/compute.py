@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import threading
 from pathlib import Path
 from typing import Any
@@ -117,15 +118,35 @@ def quantize_problems(cfg: RunConfig, entry: Any) -> list[dict[str, Any]]:
     return []
 
 
-def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
-    """Memory per device, mesh problems in words, trainable params (``devices``: status rows)."""
+def estimate(cfg: RunConfig, devices: list[dict[str, Any]], device: str = "") -> dict[str, Any]:
+    """Memory per device, mesh problems in words, trainable params (``devices``: status rows).
+
+    ``device``: plan for a chip by name (``device_memory.find_chip``: ``v5e``, ``h100``) instead
+    of this engine's devices; ``[mesh] devices`` of them (default: the mesh's product, else 1).
+    A step whose estimate exceeds the device is an error problem, with what would fit instead
+    (``memory_advice``)."""
     import jax
 
-    from adapters_lib import catalog, memory, mesh
+    from adapters_lib import catalog, device_memory, memory, memory_advice, mesh
     from adapters_lib.train.loss import ce_chunk_budget
 
     entry = catalog.resolve(cfg.model.source)  # once: the config and the quantize check read it
     config = model_config(cfg, entry)
+    if device:
+        chip = device_memory.find_chip(device)
+        if chip is None:
+            raise EngineError(f"unknown device {device!r}", where="--device",
+                              hint=f"name one of {', '.join(device_memory.names())}")
+        planned = cfg.mesh.devices or (math.prod(cfg.mesh.shape) if -1 not in cfg.mesh.shape else 1)
+        devices = [{"id": i, "kind": chip.name} for i in range(planned)]
+        device_bytes, platform, device_name = chip.usable_bytes, chip.platform, chip.name
+        ce_bytes = memory.ce_chunk_budget_for(platform, device_bytes)
+    else:
+        first = jax.devices()[0]
+        device_bytes, platform = memory.device_memory_bytes(first), first.platform
+        chip = device_memory.chip_for_device(first)
+        device_name = chip.name if chip else (getattr(first, "device_kind", "") or platform)
+        ce_bytes = ce_chunk_budget(first)
     available = len(devices)
     count = cfg.mesh.devices or available
     problems: list[dict[str, Any]] = []
@@ -137,21 +158,29 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]]) -> dict[str, Any]:
         cfg.mesh, config, cfg.train.batch_size, cfg.data.max_length, count,
         grad_accum=cfg.train.grad_accum)]
     problems += quantize_problems(cfg, entry)
-    device_bytes = memory.device_memory_bytes(jax.devices()[0])
+    kw = {"device_count": count, "ce_chunk_bytes": ce_bytes, "platform": platform}
     try:
-        est = memory.estimate_run(cfg, config, device_count=count, device_bytes=device_bytes,
-                                  ce_chunk_bytes=ce_chunk_budget(jax.devices()[0]))
+        est = memory.estimate_run(cfg, config, device_bytes=device_bytes, **kw)
     except WorkbenchError as e:  # a mesh that cannot be resolved: the problems say why
         if not any(p["level"] == "error" for p in problems):
             problems.append({"level": "error", "message": e.message, "hint": e.hint or ""})
         est = None
+    if est is not None and not any(p["level"] == "error" for p in problems):
+        data, fsdp, _ = mesh.resolve(cfg.mesh, count).shape
+        too_big = memory_advice.fit_problem(cfg, config, est, device_name=device_name,
+                                            data_fsdp=data * fsdp, **kw)
+        if too_big:
+            problems.append(too_big)
     rows = [{"device": d["id"], "kind": d["kind"], "bytes": est.total,
              "capacity_bytes": device_bytes or None, "verdict": est.verdict}
             for d in devices[:count]] if est else []
+    summary = est.summary() if est else None
+    if summary and device:
+        summary = f"{summary} [planned for {device_name}]"
     return {
         "estimate": est.to_dict() if est else None,
         "devices": rows,
-        "summary": est.summary() if est else None,
+        "summary": summary,
         "trainable_params": est.trainable_params if est else None,
         "total_params": est.total_params if est else None,
         "mesh_problems": problems,

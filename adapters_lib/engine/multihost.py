@@ -88,9 +88,9 @@ class LeaderEngine(Engine):
         if active is not None:
             multihost.mark_interrupted(active.run, reason, force=True)
 
-    def estimate_json(self, cfg: Any) -> dict[str, Any]:
+    def estimate_json(self, cfg: Any, device: str = "") -> dict[str, Any]:
         """The estimate, plus the hosts: per-host devices and bytes, multi-host mesh problems."""
-        out = super().estimate_json(cfg)
+        out = super().estimate_json(cfg, device)
         n, hosts = len(self.runtime.devices), multihost.process_count()
         problems = [p.to_dict() for p in multihost.validate_hosts(cfg.mesh, global_devices=n,
                                                                  processes=hosts)]

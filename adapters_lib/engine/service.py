@@ -177,9 +177,10 @@ class Engine:
         """Train ``item`` on this process's devices (the multi-host leader trains on all)."""
         training.run_here(self, item)
 
-    def estimate_json(self, cfg: RunConfig) -> dict[str, Any]:
-        """The estimate as JSON data (the multi-host leader adds its hosts)."""
-        return compute.estimate(cfg, self.runtime.devices)
+    def estimate_json(self, cfg: RunConfig, device: str = "") -> dict[str, Any]:
+        """The estimate as JSON data (the multi-host leader adds its hosts); ``device``: plan
+        for a named chip (``compute.estimate``)."""
+        return compute.estimate(cfg, self.runtime.devices, device)
 
     def config_of(self, config: dict[str, Any] | None, toml_text: str,
                   overrides: tuple[str, ...], source: str) -> RunConfig:

@@ -5,7 +5,9 @@ loaded; ``--in-process``: an engine inside this process). Text: the summary line
 ``--json`` (contract): one object with ``weights_bytes``, ``total_bytes``, one ``<term>_bytes``
 per term of ``adapters_lib.memory.TERMS``, ``device_bytes``, ``fraction``, ``verdict``,
 ``device_count``, ``quantize``, ``trainable_params``, ``total_params``, ``mesh_problems``,
-``ok``. Exit status 0, or 2 when a problem (mesh, ``[model] quantize``) is an error.
+``ok``. Exit status 0, or 2 when a problem (mesh, ``[model] quantize``, a step that exceeds the
+device's memory) is an error. ``--device v5e``: for that chip instead of the engine's devices
+(``adapters_lib.device_memory``: planning a launch on a machine not at hand).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def print_estimate(args: argparse.Namespace, cfg: Any, text: str, overrides: lis
     from workbench.commands._generation_args import engine_client
 
     with engine_client(args) as client:
-        reply = client.estimate(config_toml=text, overrides=overrides)
+        reply = client.estimate(config_toml=text, overrides=overrides, device=args.device or "")
     out = as_json(reply, cfg)
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")

@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--estimate", action="store_true",
                    help="print the per-device memory estimate of the config's train step and "
                         "exit (nothing trains; [model] quantize is counted)")
+    p.add_argument("--device", metavar="CHIP",
+                   help="with --estimate: for this accelerator instead of the engine's devices "
+                        "(v5e, v6e, v4, v5p, h100, a100, l4, ...; [mesh] devices of them)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     p.add_argument("--json", action="store_true",
                    help="stdout is one JSON object: the run's summary (id, dir, state, step, "
@@ -77,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
         args.overrides = [*loaded.added, *args.overrides]
         args.note = (f"{REAL.origin}s for what the config leaves out: " + ", ".join(loaded.added)
                      + " (--print-config shows every value's origin)")
+    if args.device and not args.estimate:
+        raise WorkbenchError("--device names the chip an estimate is for", where="train --device",
+                             hint=f"add --estimate: gemma-workbench train {args.config or ''} --estimate "
+                                  f"--device {args.device}".replace("  ", " "))
     if args.estimate:
         from workbench.commands._estimate import print_estimate
 

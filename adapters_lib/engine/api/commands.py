@@ -176,6 +176,9 @@ class Estimate(Command):
     overrides: tuple[str, ...] = ()
     source: str = ""
     """Where the config came from (a file path), for error messages."""
+    device: str = ""
+    """Plan for a chip by name (``v5e``, ``TPU v5 lite``, ``h100``: ``device_memory``) instead of
+    the engine's own devices (additive)."""
 
 
 # --------------------------------------------------------------------------- runs

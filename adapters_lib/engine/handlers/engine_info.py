@@ -55,4 +55,4 @@ def estimate(engine: Engine, cmd: api.Estimate) -> api.EstimateReply:
     """Memory per device, mesh problems and trainable params: pure compute, no compile."""
     cfg = engine.config_of(cmd.config, cmd.config_toml, cmd.overrides,
                            cmd.source or "<estimate>")
-    return api.EstimateReply.from_json(engine.estimate_json(cfg))
+    return api.EstimateReply.from_json(engine.estimate_json(cfg, cmd.device))
