@@ -275,7 +275,7 @@ def kv_shared_layers(config: Any) -> frozenset[int]:
         return frozenset()
     from adapters_lib.models.families.gemma4 import shared_kv_layers
 
-    return frozenset(shared_kv_layers(len(config.attention_types), share.frac_shared_layers))
+    return frozenset(shared_kv_layers(tuple(config.attention_types), share.frac_shared_layers))
 
 
 def _retrace(model: nn.Module, spec: LoraSpec) -> nn.Module:

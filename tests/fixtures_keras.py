@@ -79,6 +79,15 @@ KERAS_SHAPES: dict[str, tuple[str, dict]] = {
                                           num_experts=4, expert_intermediate_dim=16, num_experts_per_token=2)),
     "gemma4-e": ("Gemma4Backbone", dict(_G4_COMMON, hidden_size_per_layer_input=8, num_kv_shared_layers=2,
                                         use_double_wide_mlp=True)),
+    # E-style shapes whose unshared layers do not end local, global (tests/test_gemma4_kv_sharing.py):
+    # 7 layers, every 3rd global (keras-hub's sliding_window_pattern), the last 3 KV-shared;
+    # 6 layers 5:1, the last 2 KV-shared (layer 4, global, has no unshared global: it keeps its own)
+    "gemma4-e-window3": ("Gemma4Backbone", dict(_G4_COMMON, num_layers=7, layer_types=None, sliding_window_pattern=3,
+                                                hidden_size_per_layer_input=8, num_kv_shared_layers=3,
+                                                use_double_wide_mlp=True)),
+    "gemma4-e-window5": ("Gemma4Backbone", dict(_G4_COMMON, num_layers=6, layer_types=None, sliding_window_pattern=5,
+                                                hidden_size_per_layer_input=8, num_kv_shared_layers=2,
+                                                use_double_wide_mlp=True)),
     "gemma3n": ("Gemma3nBackbone", dict(
         text_vocab_size=1024, text_hidden_size=32, num_hidden_layers=4, pad_token_id=0,
         num_attention_heads=2, num_key_value_heads=1, head_dim=8, intermediate_size=[64] * 4,

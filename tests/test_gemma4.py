@@ -35,22 +35,26 @@ def test_known_sizes_mirror_the_library_configs():
     assert moe.active_params() < moe.param_count() / 3
 
 
-def test_kv_shared_layers_read_the_same_layers_as_in_transformers():
-    """On the real E2B/E4B patterns gemma's rule (global: the last unshared layer, local: the one
-    before) is transformers' (the last unshared layer of the same kind); a config.json where they
-    part is refused in one line."""
-    from adapters_lib.models.families.arch import hf_kv_sources, kv_sources
+def test_kv_shared_layers_read_the_same_layers_as_in_transformers_and_gemma():
+    """On the real E2B/E4B patterns the one rule (``arch.kv_sources``: the last unshared layer of
+    the same kind, keras-hub's and transformers') names the layers gemma's own rule does (global:
+    the last unshared layer, local: the one before), and the model runs it; a config.json where
+    the two part loads (tests/test_gemma4_kv_sharing.py checks it against keras-hub)."""
+    from gemma.gm.nn.gemma4 import _config
 
     e2b, e4b = gemma4.KNOWN["e2b"][1], gemma4.KNOWN["e4b"][1]
-    assert kv_sources(e2b.attention, 20) == hf_kv_sources(e2b.attention, 20) == \
-        {i: 14 if e2b.attention[i] == "global" else 13 for i in range(15, 35)}
-    assert kv_sources(e4b.attention, 18) == hf_kv_sources(e4b.attention, 18) == \
-        {i: 23 if e4b.attention[i] == "global" else 22 for i in range(24, 42)}
+    assert e2b.kv_sources() == {i: 14 if e2b.attention[i] == "global" else 13 for i in range(15, 35)}
+    assert e4b.kv_sources() == {i: 23 if e4b.attention[i] == "global" else 22 for i in range(24, 42)}
+    for arch in (e2b, e4b):
+        config = arch.transformer_config()
+        gemmas = _config.create_kv_cache_sharing_patterns(config.kv_cache_sharing_config, arch.num_layers,
+                                                          config.attention_types)
+        assert tuple(gemmas) == arch.kv_reads()
     from fixtures_gemma4 import tiny_arch
 
     parted = dataclasses.replace(tiny_arch("e"), attention=("global", "local", "local", "global"))
-    with pytest.raises(families.ArchError, match="KV-shared layers read other layers"):
-        families.from_hf_config(families.hf_config_for(parted))
+    read = families.from_hf_config(families.hf_config_for(parted))
+    assert read == parted and read.kv_sources() == {2: 1, 3: 0}
 
 
 @pytest.mark.parametrize("kind", ["dense", "moe", "e"])

@@ -9,6 +9,11 @@ and v; the router's scale and the per-expert scale are ``ffn_gate_inp.scale`` an
 ``ffn_down_exps.scale``; the global layers' partial rotary is a ``rope_freqs`` tensor (1.0 for
 the rotated pairs, 1e30 for the others), read when the weights are.
 
+Both: ``attention.shared_kv_layers`` counts the KV-shared layers; each reads the last unshared
+layer of its kind (``arch.kv_sources``: transformers' and keras-hub's rule, the one the weights
+were trained under). llama.cpp's runtime takes the last unshared layer for a global one and the
+one before for a local one: the same layers whenever the unshared layers end local, global.
+
 Gemma 3n (``gemma3n``): ``token_embd`` keeps HF's 256 multimodal rows and
 ``per_layer_token_embd`` is padded with zeros to the same count (both trimmed on load); the
 three AltUp projections are stacked in ``altup_proj``/``altup_unembd_proj``; the activation
@@ -22,7 +27,6 @@ from typing import Any
 
 from adapters_lib.models import families
 from adapters_lib.models.families import Arch, ArchError
-from adapters_lib.models.families.arch import hf_kv_sources, kv_sources
 from adapters_lib.models.gguf_info import GGUFInfo
 
 
@@ -77,7 +81,7 @@ def gemma4_from_gguf(info: GGUFInfo) -> Arch:
     experts = int(info.get("{arch}.expert_count") or 0)
     rope_swa = int(info.get("{arch}.rope.dimension_count_swa") or h)
     soft = info.get("{arch}.final_logit_softcapping")
-    arch = Gemma4Arch(
+    return Gemma4Arch(
         "gemma4", layers, d, ffw[0], int(_get(info, "attention.head_count", fam)), h, kv[local[0]], rows,
         attention, int(_get(info, "attention.sliding_window", fam)), use_qk_norm=True, transpose_gating=True,
         query_pre_attn_scalar=1.0, final_logit_softcap=None if soft is None else float(soft),
@@ -88,7 +92,6 @@ def gemma4_from_gguf(info: GGUFInfo) -> Arch:
         kv_shared_layers=shared, kv_shared_ffw_hidden=wide.pop() if wide else 0,
         num_experts=experts, expert_dim=int(info.get("{arch}.expert_feed_forward_length") or 0) if experts else 0,
         top_k_experts=int(info.get("{arch}.expert_used_count") or 0) if experts else 0)
-    return arch
 
 
 def gemma3n_from_gguf(info: GGUFInfo) -> Arch:
@@ -124,20 +127,7 @@ def gemma3n_from_gguf(info: GGUFInfo) -> Arch:
         activation_sparsity=tuple(x if x > 1e-6 else 0.0 for x in sparsity))
 
 
-def _checked(read):
-    """``read`` refusing a file whose KV-shared layers gemma would feed from other layers than
-    llama.cpp and transformers do (the last unshared layer of the same kind)."""
-    def reader(info: GGUFInfo) -> Arch:
-        arch = read(info)
-        shared = arch.kv_shared_layers  # type: ignore[attr-defined]
-        if kv_sources(arch.attention, shared) != hf_kv_sources(arch.attention, shared):
-            raise ArchError("its KV-shared layers read other layers than gemma's would (the unshared "
-                            "layers end otherwise than local, global)", "unsupported", arch.family)
-        return arch
-    return reader
-
-
-FROM_GGUF = {"gemma4": _checked(gemma4_from_gguf), "gemma3n": _checked(gemma3n_from_gguf)}
+FROM_GGUF = {"gemma4": gemma4_from_gguf, "gemma3n": gemma3n_from_gguf}
 
 
 def gguf_plan(arch: Arch) -> dict[str, tuple[str, int | None]]:

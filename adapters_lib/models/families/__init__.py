@@ -36,6 +36,7 @@ from adapters_lib.models.families.arch import (  # noqa: F401 - the package's pu
     Family,
     LoraSlot,
     arch_from_transformer_config,
+    kv_sharing_patterns,
     layer_pattern,
 )
 from adapters_lib.models.families.hf_config import (  # noqa: F401 - importable from here
@@ -266,6 +267,8 @@ def model_class(arch: Arch) -> type:
         class Model4(_transformer.Transformer):  # type: ignore[misc, valid-type]
             config: Any = arch.transformer_config()
             INFO = _transformer.ModelInfo(tokenizer_version=4)
+            # which layer's k/v each KV-shared layer reads: keras-hub's rule, not gemma's
+            kv_cache_sharing_patterns = kv_sharing_patterns(arch.kv_reads())  # type: ignore[attr-defined]
 
             if getattr(arch, "moe", False):
                 def __call__(self, *args, **kwargs):

@@ -140,18 +140,36 @@ def layer_pattern(kind: str, num_layers: int) -> tuple[str, ...]:
 
 
 def kv_sources(attention: tuple[str, ...], shared: int) -> dict[int, int]:
-    """KV-shared layer → the layer whose k/v it reads, by gemma's rule (Gemma 3n and 4: the last
-    ``shared`` layers; a global one reads the last unshared layer, a local one the layer before)."""
-    first = len(attention) - shared
-    return {i: first - 1 if attention[i] == "global" else first - 2 for i in range(first, len(attention))}
-
-
-def hf_kv_sources(attention: tuple[str, ...], shared: int) -> dict[int, int]:
-    """The same by transformers' rule (``kv_sharing_modes``; keras-hub's too): the last unshared
-    layer of the same kind."""
+    """KV-shared layer → the layer whose k/v it reads (Gemma 3n and 4: among the last ``shared``
+    layers, each reads the last unshared layer of its own kind). keras-hub's rule
+    (``Gemma4Backbone``'s ``_kv_source``, ``Gemma3nTextModel``) and transformers'; a layer with
+    no unshared layer of its kind keeps its own k/v (keras-hub). gemma's
+    ``create_kv_cache_sharing_patterns`` and llama.cpp take "the last unshared layer if global,
+    the one before if local" instead: the same layers when the unshared layers end local, global
+    (every release); ``kv_sharing_patterns`` gives gemma's modules this rule."""
     first = len(attention) - shared
     return {i: max(j for j in range(first) if attention[j] == attention[i])
-            for i in range(first, len(attention)) if attention[i] in attention[:first]}
+            for i in range(max(first, 0), len(attention)) if attention[i] in attention[:first]}
+
+
+def kv_reads(attention: tuple[str, ...], shared: int) -> tuple[int, ...]:
+    """Per layer, the layer whose k/v it reads (itself unless ``kv_sources`` names another):
+    gemma's ``Transformer.kv_cache_sharing_patterns``, by ``kv_sources``' rule."""
+    sources = kv_sources(attention, shared)
+    return tuple(sources.get(i, i) for i in range(len(attention)))
+
+
+def kv_sharing_patterns(reads: tuple[int, ...]) -> property:
+    """A class attribute for a subclass of gemma's Gemma 4 / Gemma 3n ``Transformer``: its
+    ``kv_cache_sharing_patterns`` (which layer's k/v each layer reads; the blocks' MLP widths
+    follow it) is ``reads``; the value gemma's ``setup`` computes by its own rule is dropped."""
+    def get(_self: Any) -> list[int]:
+        return list(reads)
+
+    def drop(_self: Any, _gemmas_rule: Any) -> None:
+        pass
+
+    return property(get, drop)
 
 
 # --------------------------------------------------------------------------- the family record

@@ -4,8 +4,8 @@ sharding, memory term.
 gemma's own modules (``gemma.gm.nn.gemma3n``): AltUp (4 streams; the layer runs on the first,
 ``altup`` predicts and corrects the others), Laurel (a low-rank residual beside attention),
 per-layer inputs (``per_layer_input_embedding``, ``per_layer_mapping``), KV sharing (the last
-layers reuse the k/v of the last unshared layer of their kind and have no k/v weights of
-their own), a value norm, RMSNorm by ``scale`` (not ``1 + scale``), Gaussian top-k activation
+layers reuse the k/v of the last unshared layer of their kind, ``arch.kv_sources``, and have no
+k/v weights of their own), a value norm, RMSNorm by ``scale`` (not ``1 + scale``), Gaussian top-k activation
 sparsity in the first layers. Gemma 3's chat template. The HF tensor map is ``gemma3n_hf``:
 HF pads ``embed_tokens`` by 256 rows past the text vocabulary (audio/vision ids), trimmed here.
 """
@@ -23,7 +23,8 @@ from adapters_lib.models.families.arch import (
     ArchError,
     Axis,
     Family,
-    hf_kv_sources,
+    kv_reads,
+    kv_sharing_patterns,
     kv_sources,
 )
 
@@ -53,15 +54,15 @@ class Gemma3nArch(Arch):
         return self.hf_vocab_size or self.vocab_size + MULTIMODAL_ROWS
 
     def shared_kv(self) -> tuple[int, ...]:
-        return tuple(range(self.num_layers - self.kv_shared_layers, self.num_layers))
+        return tuple(sorted(self.kv_sources()))
 
     def kv_sources(self) -> dict[int, int]:
-        """Shared layer → the layer whose k/v it reads, by gemma's rule (``arch.kv_sources``)."""
+        """Shared layer → the layer whose k/v it reads (``arch.kv_sources``: keras-hub's rule)."""
         return kv_sources(self.attention, self.kv_shared_layers)
 
-    def hf_kv_sources(self) -> dict[int, int]:
-        """The same by transformers' (and keras-hub's) rule."""
-        return hf_kv_sources(self.attention, self.kv_shared_layers)
+    def kv_reads(self) -> tuple[int, ...]:
+        """Per layer, the layer whose k/v it reads: the model's ``kv_cache_sharing_patterns``."""
+        return kv_reads(self.attention, self.kv_shared_layers)
 
     def dims(self) -> tuple[int, ...]:
         return (*super().dims(), self.per_layer_input_dim, self.laurel_rank, self.kv_shared_layers)
@@ -120,7 +121,7 @@ def arch_from_config(config: Any) -> Gemma3nArch:
     kinds = tuple("global" if str(getattr(a, "name", a)).upper().endswith("GLOBAL") else "local"
                   for a in config.attention_types)
     share = config.kv_cache_sharing_config
-    shared = len(kinds) - int(len(kinds) - share.frac_shared_layers * len(kinds)) if share else 0
+    shared = round(share.frac_shared_layers * len(kinds)) if share else 0
     return Gemma3nArch(
         "gemma3n", len(kinds), config.embed_dim, config.hidden_dim, config.num_heads, config.head_dim,
         config.num_kv_heads, config.num_embed, kinds, config.sliding_window_size, use_qk_norm=True,
@@ -163,13 +164,16 @@ def _cfg(config: Any, name: str, default: Any = None) -> Any:
     return getattr(config, name, default)
 
 
-def _shared(config: Any, layers: int) -> set[int]:
+def _shared(config: Any) -> set[int]:
+    """The KV-shared layers of a config (``arch.kv_sources``; the count rounded, as in Gemma 4)."""
     if isinstance(config, Mapping) and "kv_shared_fraction" in config:
         frac = float(config["kv_shared_fraction"])
     else:
         share = _cfg(config, "kv_cache_sharing_config")
         frac = float(getattr(share, "frac_shared_layers", 0.0)) if share is not None else 0.0
-    return set(range(int(layers - frac * layers), layers)) if frac else set()
+    kinds = tuple("global" if str(getattr(a, "name", a)).upper().endswith("GLOBAL") else "local"
+                  for a in _cfg(config, "attention_types"))
+    return set(kv_sources(kinds, round(frac * len(kinds)))) if frac else set()
 
 
 def param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
@@ -182,7 +186,7 @@ def param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
                         g["num_kv_heads"])
     p, r, a = g["per_layer_input_dim"], g["laurel_rank"], g["num_altup_inputs"] or 4
     layers = len(tuple(_cfg(config, "attention_types")))
-    shared = _shared(config, layers)
+    shared = _shared(config)
     out: list[tuple[tuple[str, ...], tuple[int, ...]]] = [
         (("embedder", "input_embedding"), (v, d)), (("final_norm", "scale"), (d,)),
         (("embedder", "per_layer_input_embedding"), (v, layers, p)),
@@ -219,8 +223,7 @@ def param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
 def lora_shapes(config: Any, rank: int, targets: tuple[str, ...]) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
     """(path, shape) of every adapter matrix ``lora.init_lora`` makes: Gemma 2/3's table on the
     same einsums, without k/v on the KV-shared layers (they have no k/v projection)."""
-    layers = len(tuple(_cfg(config, "attention_types")))
-    shared = {f"layer_{i}" for i in _shared(config, layers)}
+    shared = {f"layer_{i}" for i in _shared(config)}
     return [(path, shape) for path, shape in lora_param_shapes(config, rank, targets)
             if not (path[0] in shared and path[2] == "kv_einsum")]
 
@@ -232,6 +235,8 @@ def model_class(arch: Gemma3nArch, name: str) -> type:
     class Model3n(_transformer.Gemma3nTransformer):  # type: ignore[misc, valid-type]
         config: Any = arch.transformer_config()
         INFO = _transformer.ModelInfo(tokenizer_version="3n")
+        # which layer's k/v each KV-shared layer reads: keras-hub's rule, not gemma's
+        kv_cache_sharing_patterns = kv_sharing_patterns(arch.kv_reads())  # type: ignore[attr-defined]
 
     Model3n.__name__ = Model3n.__qualname__ = name
     return Model3n
@@ -306,9 +311,6 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Gemma3nArch:
         altup_coef_clip=None if cfg.get("altup_coef_clip") is None else float(cfg["altup_coef_clip"]),
         activation_sparsity=tuple(float(x) for x in sparsity),
         hf_vocab_size=0 if rows == vocab + MULTIMODAL_ROWS else rows, towers=towers)
-    if arch.kv_sources() != arch.hf_kv_sources():
-        raise ArchError("its KV-shared layers read other layers than gemma's Gemma 3n would (layer_types "
-                        "ends its unshared layers otherwise than local, global)", "unsupported", "gemma3n")
     return arch
 
 

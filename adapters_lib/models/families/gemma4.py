@@ -3,7 +3,8 @@
 gemma's own modules (``gemma.gm.nn.gemma4``): RMSNorm multiplies by ``scale`` (not ``1 + scale``),
 k=v global layers (one ``k_einsum``), partial rotary on global layers, a MoE block (an expert
 bank behind ``jax.lax.ragged_dot`` plus a shared dense ``mlp2``), E-models with per-layer inputs
-(``per_layer_embeddings``) and KV sharing (the last layers reuse an earlier layer's k/v). Its own
+(``per_layer_embeddings``) and KV sharing (the last layers reuse the k/v of the last unshared
+layer of their kind, keras-hub's and transformers' rule: ``arch.kv_sources``). Its own
 chat format: ``<|turn>role … <turn|>`` with a real system role and a thinking channel. The HF
 name map is ``gemma4_hf``, ``config.json`` both ways ``gemma4_config``.
 """
@@ -14,7 +15,16 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from adapters_lib.models.families.arch import Arch, ArchError, Axis, ChatTemplate, Family, LoraSlot
+from adapters_lib.models.families.arch import (
+    Arch,
+    ArchError,
+    Axis,
+    ChatTemplate,
+    Family,
+    LoraSlot,
+    kv_reads,
+    kv_sources,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,7 +42,7 @@ class Gemma4Arch(Arch):
     per_layer_input_dim: int = 0
     """E-models: per-layer input width (0 = none)."""
     kv_shared_layers: int = 0
-    """The last ``n`` layers reuse an earlier layer's keys and values."""
+    """The last ``n`` layers reuse the keys and values of an earlier layer (``kv_sources``)."""
     kv_shared_ffw_hidden: int = 0
     """MLP width of the KV-shared layers (0 = ``hidden_dim``; E2B doubles it)."""
     num_experts: int = 0
@@ -54,9 +64,16 @@ class Gemma4Arch(Arch):
         return self.num_experts > 0
 
     def shared_kv(self) -> tuple[int, ...]:
-        """Layers whose k/v come from an earlier layer (gemma's rule, float for float)."""
-        return shared_kv_layers(self.num_layers, self.kv_shared_layers / self.num_layers
-                                if self.kv_shared_layers else 0.0)
+        """Layers whose k/v come from an earlier layer (they own no k/v; E2B: a double-wide MLP)."""
+        return tuple(sorted(self.kv_sources()))
+
+    def kv_sources(self) -> dict[int, int]:
+        """KV-shared layer → the layer whose k/v it reads (``arch.kv_sources``)."""
+        return kv_sources(self.attention, self.kv_shared_layers)
+
+    def kv_reads(self) -> tuple[int, ...]:
+        """Per layer, the layer whose k/v it reads: the model's ``kv_cache_sharing_patterns``."""
+        return kv_reads(self.attention, self.kv_shared_layers)
 
     def dims(self) -> tuple[int, ...]:
         return (*super().dims(), self.global_head_dim, self.num_global_kv_heads,
@@ -129,7 +146,7 @@ def arch_from_config(config: Any) -> Gemma4Arch:
     ``Gemma4Arch.transformer_config``)."""
     kinds = tuple("global" if _is_global(a) else "local" for a in config.attention_types)
     share = config.kv_cache_sharing_config
-    shared = len(shared_kv_layers(len(kinds), share.frac_shared_layers)) if share is not None else 0
+    shared = round(share.frac_shared_layers * len(kinds)) if share is not None else 0
     return Gemma4Arch(
         "gemma4", len(kinds), config.embed_dim, config.hidden_dim, config.num_heads, config.head_dim,
         config.num_kv_heads, config.num_embed, kinds, config.sliding_window_size, use_qk_norm=True,
@@ -166,13 +183,12 @@ def from_shapes(shapes: Mapping[str, tuple[int, ...]]) -> Gemma4Arch:
                     "unsupported", "gemma4")
 
 
-def shared_kv_layers(num_layers: int, frac: float, types: tuple[str, ...] | None = None) -> tuple[int, ...]:
-    """gemma's ``create_kv_cache_sharing_patterns`` (global and local both shared): the layers
-    that reuse another's k/v."""
-    if not frac:
-        return ()
-    unshared = int(num_layers - frac * num_layers)
-    return tuple(range(unshared, num_layers))
+def shared_kv_layers(types: tuple[Any, ...], frac: float) -> tuple[int, ...]:
+    """The layers of a config that reuse another's k/v (``arch.kv_sources``): ``types`` its
+    attention types (gemma's enums or names), ``frac`` its ``frac_shared_layers`` (the count
+    rounded: gemma's ``int(n - frac·n)`` makes 14 of 25 layers 15)."""
+    kinds = tuple("global" if _is_global(t) else "local" for t in types)
+    return tuple(sorted(kv_sources(kinds, round(frac * len(kinds))))) if frac else ()
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -209,7 +225,7 @@ def param_shapes(config: Any) -> list[tuple[tuple[str, ...], tuple[int, ...]]]:
     p, e, x = g("per_layer_input_dim"), g("num_experts") if _cfg(config, "enable_moe") else 0, g("expert_dim")
     types = tuple(_cfg(config, "attention_types"))
     layers = len(types)
-    shared = set(shared_kv_layers(layers, _frac(config)))
+    shared = set(shared_kv_layers(types, _frac(config)))
     wide = g("override_kv_shared_ffw_hidden")
     out: list[tuple[tuple[str, ...], tuple[int, ...]]] = [
         (("embedder", "input_embedding"), (v, d)), (("final_norm", "scale"), (d,))]
@@ -254,7 +270,7 @@ def lora_shapes(config: Any, rank: int, targets: tuple[str, ...]) -> list[tuple[
     the bank."""
     out: list[tuple[tuple[str, ...], tuple[int, ...]]] = []
     shapes = dict(param_shapes(config))
-    shared = set(shared_kv_layers(len(tuple(_cfg(config, "attention_types"))), _frac(config)))
+    shared = set(shared_kv_layers(tuple(_cfg(config, "attention_types")), _frac(config)))
     for i in range(len(tuple(_cfg(config, "attention_types")))):
         lay = f"layer_{i}"
         q = shapes[(lay, "attn", "q_einsum", "w")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from adapters_lib.models.families.arch import ArchError, hf_kv_sources, kv_sources
+from adapters_lib.models.families.arch import ArchError
 from adapters_lib.models.families.gemma4 import HF_DEFAULTS, Gemma4Arch
 
 
@@ -32,7 +32,7 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Gemma4Arch:
     full, sliding = rope.get("full_attention") or {}, rope.get("sliding_attention") or {}
     moe = bool(cfg.get("enable_moe_block"))
     ple = int(cfg.get("hidden_size_per_layer_input") or 0)
-    arch = Gemma4Arch(
+    return Gemma4Arch(
         "gemma4", layers, d, f, n, h, k, vocab, attention, int(cfg["sliding_window"]),
         use_qk_norm=True, transpose_gating=True, query_pre_attn_scalar=1.0,
         final_logit_softcap=None if cfg.get("final_logit_softcapping") is None
@@ -48,11 +48,6 @@ def from_hf_config(cfg: Mapping[str, Any]) -> Gemma4Arch:
         num_experts=int(cfg.get("num_experts") or 0) if moe else 0,
         expert_dim=int(cfg.get("moe_intermediate_size") or 0) if moe else 0,
         top_k_experts=int(cfg.get("top_k_experts") or 0) if moe else 0, towers=towers)
-    shared = arch.kv_shared_layers
-    if kv_sources(arch.attention, shared) != hf_kv_sources(arch.attention, shared):
-        raise ArchError("its KV-shared layers read other layers than gemma's Gemma 4 would (layer_types "
-                        "ends its unshared layers otherwise than local, global)", "unsupported", "gemma4")
-    return arch
 
 
 def hf_config_for(arch: Gemma4Arch, *, dtype: str = "float32") -> dict[str, Any]:
