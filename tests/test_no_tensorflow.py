@@ -40,6 +40,13 @@ import pathlib
 [run] = [str(p) for p in pathlib.Path(RUNS).iterdir() if p.is_dir()]
 rc["sample"] = main(["sample", "--run", run, "--prompt", PROMPT, "--max-new-tokens", "4", "--in-process"])
 rc["compare"] = main(["compare", "--run", run, "--prompt", PROMPT, "--max-new-tokens", "4", "--in-process"])
+from adapters_lib.errors import WorkbenchError
+from adapters_lib.models.weights import load_orbax_params
+try:  # orbax-format base weights go through gm.ckpts (kauldron → clu → TensorFlow): one line
+    load_orbax_params(pathlib.Path(RUNS, "no-such-checkpoint"), None, "float32", None)
+    orbax = None
+except WorkbenchError as e:
+    orbax = [e.message, e.where, e.hint]
 array_types = sys.modules.get("kauldron.typing.array_types")
 try:  # what kauldron holds is the stand-in: a real use says TensorFlow is missing
     array_types.tf.data
@@ -48,7 +55,7 @@ except ModuleNotFoundError as e:
     missing = [e.name, str(e)]
 print(json.dumps({
     "rc": rc, "tensorflow_in_sys_modules": "tensorflow" in sys.modules,
-    "kauldron_tf": type(getattr(array_types, "tf", None)).__name__, "missing": missing,
+    "kauldron_tf": type(getattr(array_types, "tf", None)).__name__, "missing": missing, "orbax": orbax,
     "checkpoints": sorted(p.name for p in pathlib.Path(run, "checkpoints").iterdir()),
     "asked": sorted(set(asked)),
 }))
@@ -100,4 +107,7 @@ def test_estimate_training_sample_and_compare_run_where_tensorflow_is_not_instal
     assert name == "tensorflow" and "tf.data (used by kauldron.typing.array_types)" in message
     assert "not installed" in message
     assert out["checkpoints"]  # orbax wrote the run's checkpoint
+    message, where, hint = out["orbax"]
+    assert "gm.ckpts, which needs" in message and message.endswith("(not installed)")
+    assert "no-such-checkpoint" in where and "pip install tensorflow" in hint
     assert "tensorflow" in out["asked"]  # the hiding was in force (something looked for it)

@@ -60,14 +60,15 @@ def _to_bf16(x: Any) -> Any:
 
 def save_gemma(out: str | Path, params: Mapping[str, Any]) -> Path:
     """An orbax checkpoint that ``gm.ckpts.load_params(out)`` loads (``out`` must not exist)."""
-    from gemma import gm
+    from adapters_lib.models.weights import gemma_ckpts
 
+    ckpts = gemma_ckpts(where="export --format gemma")
     out = Path(out).absolute()
     if out.exists():  # never delete a folder here: write_export stages into a fresh one
         raise WorkbenchError(f"{out} already exists", where="save_gemma",
                              hint="save into a new folder (export_run stages and swaps)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    gm.ckpts.save_params(dict(params), out, wait_until_finished=True)
+    ckpts.save_params(dict(params), out, wait_until_finished=True)
     return out
 
 

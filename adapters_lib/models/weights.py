@@ -205,10 +205,25 @@ def load_gguf(entry: ModelEntry, arch: families.Arch, param_dtype: str, sharding
 
 def load_orbax_params(ckpt: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
     """Restore a Flax orbax checkpoint (flat or nested layout) straight onto the shardings."""
+    ckpts = gemma_ckpts(where=f"[model] source = {str(ckpt)!r}")
+    target = abstract_params(arch, param_dtype, sharding)
+    return ckpts.load_params(ckpt, params=target, donate=False, text_only=True)
+
+
+def gemma_ckpts(where: str) -> Any:
+    """gemma's ``gm.ckpts``: its import runs kauldron's trainer, whose clu writer imports
+    TensorFlow and TensorBoard; where they are not installed, one line says so."""
     from gemma import gm
 
-    target = abstract_params(arch, param_dtype, sharding)
-    return gm.ckpts.load_params(ckpt, params=target, donate=False, text_only=True)
+    try:
+        return gm.ckpts
+    except ImportError as e:
+        missing = e.name or "tensorflow"
+        raise WorkbenchError(
+            f"orbax-format weights are read and written by gemma's gm.ckpts, which needs "
+            f"{missing.split('.')[0]} (not installed)", where=where,
+            hint="install it into the workbench's environment (pip install tensorflow), or use "
+                 "the model in another format (HF safetensors, GGUF)") from None
 
 
 def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
