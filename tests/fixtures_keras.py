@@ -97,6 +97,11 @@ KERAS_SHAPES: dict[str, tuple[str, dict]] = {
         activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0], altup_coef_clip=120.0,
         num_kv_shared_layers=2, final_logit_soft_cap=30.0)),
 }
+# a Gemma 3n whose unshared layers end global, global (layer 3 reads layer 0, layer 4 layer 2)
+KERAS_SHAPES["gemma3n-odd"] = ("Gemma3nBackbone", dict(
+    KERAS_SHAPES["gemma3n"][1], num_hidden_layers=5, intermediate_size=[64] * 5,
+    activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0, 0.0],
+    layer_types=["sliding_attention", "full_attention", "full_attention", "sliding_attention", "full_attention"]))
 
 
 def write_keras_preset(kind: str, folder, seed: int = 0):

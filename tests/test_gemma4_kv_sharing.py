@@ -85,6 +85,25 @@ def test_a_keras_hub_e_preset_loads_on_the_gemma_route_with_keras_hubs_perplexit
                                                                                  rel=1e-5)
 
 
+def test_a_gemma3n_preset_whose_unshared_layers_end_global_global_gives_keras_hubs_logits(keras_presets):
+    """Gemma 3n follows the same rule (keras-hub's ``Gemma3nTextModel``: the last unshared layer
+    of the same type): layer 3 (local) reads layer 0, where gemma's rule would read layer 1."""
+    import jax.numpy as jnp
+    from test_keras_presets import _keras_logits
+
+    from adapters_lib.catalog import resolve
+    from adapters_lib.models import weights
+
+    folder = keras_presets("gemma3n-odd")
+    entry = resolve(str(folder))
+    assert (entry.family, entry.status) == ("gemma3n", "ok") and entry.arch.kv_sources() == {3: 0, 4: 2}
+    loaded = weights.load_entry(entry)
+    tokens = np.random.default_rng(0).integers(3, 1024, (2, 12)).astype(np.int32)
+    ours = np.asarray(loaded.model.apply({"params": loaded.params}, jnp.asarray(tokens)).logits)
+    theirs, _ = _keras_logits(folder, tokens)
+    np.testing.assert_allclose(ours, theirs, atol=2e-5, rtol=0)
+
+
 def test_hf_and_gguf_forms_read_the_same_layers(keras_presets, tmp_path):
     """The preset's weights as transformers lays them out (keras-hub's own HF converter reads
     them back) and as llama.cpp's GGUF (the KV-shared layers' k/v dropped): one architecture,
