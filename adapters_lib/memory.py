@@ -188,6 +188,17 @@ REMAT_LAYER = 1.0
 # B 4 × L 1024, bf16: with it the estimate is within 1 % with and without remat).
 LOGITS_COPIES = 3.0
 LOGITS_COPIES_SCAN = 6.9
+# XLA:TPU (deviceless compile for a v5e = the chip's own figures, bench/memory_fit.py) fuses
+# most of what XLA:CPU keeps, and its splash attention keeps no scores: per layer it keeps
+# TPU_ACT_SCALE of the CPU's per-token values; with remat, each block's input plus
+# TPU_REMAT_LAYER blocks' working set; the cross-entropy holds TPU_LOGITS_COPIES f32 logits
+# chunks at the backward's start without remat, TPU_LOGITS_COPIES_REMAT with it (its buffers
+# are free again by the time a block recomputes). Fitted on Gemma 3 1B, seq 2048, batches 4
+# and 8, bf16, LoRA r16 (see docs/mesh-and-memory.md for the rows and their errors).
+TPU_ACT_SCALE = 0.3315
+TPU_REMAT_LAYER = 3.0
+TPU_LOGITS_COPIES = 3.6
+TPU_LOGITS_COPIES_REMAT = 0.56
 # A full fine-tune on an fsdp axis gathers weights (forward, backward) and gradients
 # (before the reduce-scatter): about this many full copies (per tensor shard) at peak.
 # Measured on one config (demo, 1×8×1); the least certain term.
@@ -235,6 +246,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     ``mesh_shape`` is (data, fsdp, tensor), resolved. ``objective = "dpo"``: ``batch_size``
     pairs, two rows each (chosen, rejected), and the reference's forward (no activations
     kept; its weights are the base's with the adapters off, or a reference run's adapters).
+    ``platform``: whose compiler the coefficients fit: ``cpu`` (also a GPU's) or ``tpu``.
     """
     pair_rows = 2 if objective == "dpo" else 1
     data, fsdp, tensor = mesh_shape
@@ -286,7 +298,12 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     window = _cfg(config, "sliding_window_size")
     scores = [cb * ACT_S * rows * n_loc * seq_len * scored_keys(seq_len, window if _is_local(t) else None)
               for t in (_cfg(config, "attention_types") or ())] or [cb * ACT_S * rows * n_loc * seq_len**2] * layers
-    if remat:
+    tpu = platform == "tpu"
+    if tpu:  # see TPU_ACT_SCALE
+        per_layer, scores = TPU_ACT_SCALE * per_layer, [0.0]
+        activations = (layers * cb * tokens * d * streams + TPU_REMAT_LAYER * per_layer if remat
+                       else layers * per_layer)
+    elif remat:
         activations = layers * cb * tokens * d * streams + REMAT_LAYER * (per_layer + max(scores))
     else:
         activations = layers * per_layer + sum(scores)
@@ -299,6 +316,8 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
         chunk = max((c for c in range(1, seq_len + 1)
                      if seq_len % c == 0 and rows * c * v_loc * 4 <= ce_chunk_bytes), default=1)
     copies = LOGITS_COPIES if chunk == seq_len else LOGITS_COPIES_SCAN
+    if tpu:
+        copies = TPU_LOGITS_COPIES_REMAT if remat else TPU_LOGITS_COPIES
     logits = int(copies * rows * chunk * v_loc * 4)
 
     # batch: five [B, L] int32/f32 arrays (the whole step's batch) and the [b, L, L] mask

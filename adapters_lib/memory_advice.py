@@ -77,5 +77,5 @@ def fit_problem(cfg: Any, config: Any, est: memory.MemoryEstimate, *, device_nam
                 'quantize the base ([model] quantize = "int8") or add devices (fsdp)')
     return {"level": "error", "where": "[train] batch_size",
             "message": f"the train step needs about {memory.fmt_bytes(est.total)} per device, more than "
-                       f"{dev} (estimate; XLA's own figure is within ~10 %)",
+                       f"{dev} (estimated)",
             "hint": hint}

@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         catalog_scan,
         interactive_loop,
         measures,
+        memory_fit,
         mfu,
         quantized_270m,
         quantized_lora,
