@@ -190,14 +190,15 @@ LOGITS_COPIES = 3.0
 LOGITS_COPIES_SCAN = 6.9
 # XLA:TPU (deviceless compile for a v5e = the chip's own figures, bench/memory_fit.py) fuses
 # most of what XLA:CPU keeps, and its splash attention keeps no scores: per token and layer it
-# keeps TPU_ACT_QKV·(N + 2K)·H + TPU_ACT_DF·(D + F) values; with remat, each block's input plus
-# TPU_REMAT_LAYER blocks' working set; the cross-entropy holds TPU_LOGITS_COPIES f32 logits
-# chunks at the backward's start without remat, TPU_LOGITS_COPIES_REMAT with it (its buffers
-# are free again by the time a block recomputes). Fitted on Gemma 3 270M and 1B, seq 2048,
+# keeps TPU_ACT_QKV·(N + 2K)·H + TPU_ACT_DF·(D + F) values; with remat, TPU_REMAT_INPUT·D per
+# layer (the block inputs) and TPU_REMAT_F·F once (the block recomputed); the cross-entropy
+# holds TPU_LOGITS_COPIES f32 logits chunks at the backward's start without remat,
+# TPU_LOGITS_COPIES_REMAT with it (its buffers are free again by the time a block recomputes). Fitted on Gemma 3 270M and 1B, seq 2048,
 # batches 4 and 8, bf16, LoRA r16 (docs/mesh-and-memory.md has the rows and their errors).
 TPU_ACT_QKV = 8.58
 TPU_ACT_DF = 1.386
-TPU_REMAT_LAYER = 3.0
+TPU_REMAT_INPUT = 0.618
+TPU_REMAT_F = 12.16
 TPU_LOGITS_COPIES = 3.6
 TPU_LOGITS_COPIES_REMAT = 0.56
 # A full fine-tune on an fsdp axis gathers weights (forward, backward) and gradients
@@ -302,7 +303,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     tpu = platform == "tpu"
     if tpu:  # see TPU_ACT_QKV
         per_layer = cb * tokens * (TPU_ACT_QKV * (n_loc + 2 * k_loc) * h + TPU_ACT_DF * (d * streams + f_loc))
-        activations = (layers * cb * tokens * d * streams + TPU_REMAT_LAYER * per_layer if remat
+        activations = (cb * tokens * (TPU_REMAT_INPUT * layers * d * streams + TPU_REMAT_F * f_loc) if remat
                        else layers * per_layer)
     elif remat:
         activations = layers * cb * tokens * d * streams + REMAT_LAYER * (per_layer + max(scores))
