@@ -1,7 +1,8 @@
 """DPO that changes what the model says: the real Gemma 3 270M (pretrained base), short
 answers preferred over rambling ones (examples/dpo-short/), measured on held-out prompts.
 
-    python -m bench.dpo_270m                      # every variant below, ~10 min each on 2 cores
+    python -m bench.dpo_270m                      # every variant below: 6-17 min each on 2 shared cores,
+                                                  # then 4-15 min of answers
     python -m bench.dpo_270m --variants plain rpo --steps 40
 
 Each variant is a run of ``examples/dpo-short.toml`` with its overrides (one process, one
