@@ -13,6 +13,7 @@ keyed on the module, so an equal module would reuse a trace made without the cha
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import functools
 import logging
@@ -34,11 +35,38 @@ def _run_block(block: nn.Module, x: jax.Array, positions: jax.Array, mask: jax.A
     return block(x, positions, None, mask)[1]
 
 
+_IN_REMAT: contextvars.ContextVar[bool] = contextvars.ContextVar("in_remat", default=False)
+
+
+def _call_block(block: nn.Module, *args: Any) -> Any:
+    token = _IN_REMAT.set(True)
+    try:
+        return block(*args)
+    finally:
+        _IN_REMAT.reset(token)
+
+
+def _remat_blocks(next_fun, args, kwargs, context):
+    """Gemma 4: each block's call rematerialised where the library's own loop makes it
+    (per-layer inputs, KV-shared layers reading an earlier layer's k/v, the sliding mask)."""
+    module = context.module
+    if context.method_name != "__call__" or _IN_REMAT.get() or type(module).__name__ != "Block":
+        return next_fun(*args, **kwargs)
+    import inspect
+
+    bound = inspect.signature(type(module).__call__).bind(module, *args, **kwargs)
+    bound.apply_defaults()
+    return nn.remat(_call_block)(module, *bound.args[1:])
+
+
 @functools.cache
 def _remat_class(cls: type) -> type:
     def _apply_attention(self, inputs, cache):
         if cache is not None:  # sampling with a KV cache: nothing to rematerialise
             return super(new_cls, self)._apply_attention(inputs, cache)
+        if hasattr(inputs, "per_layer_inputs"):  # Gemma 4: the library's own loop
+            with nn.intercept_methods(_remat_blocks):
+                return super(new_cls, self)._apply_attention(inputs, cache)
         run = nn.remat(_run_block)
         x = inputs.embeddings
         for block in self.blocks:
