@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
-from adapters_lib.memory import CE_CHUNK_BYTES
+from adapters_lib.memory import CE_CHUNK_BYTES, ce_chunk_budget_for
 from adapters_lib.models import qarray
 
 
@@ -57,17 +57,19 @@ def full_ce_sum(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> 
 def ce_chunk_budget(device: Any = None) -> int:
     """Bytes of f32 logits per cross-entropy chunk on ``device``.
 
-    128 MiB on a CPU; on an accelerator 1/64 of its memory, at least 128 MiB. Every chunk
+    128 MiB on a CPU; on a TPU 1/16 of its memory, on a GPU 1/64, at least 128 MiB
+    (``memory.ce_chunk_budget_for``: the estimate's rule too). Every chunk
     reads the whole ``[V, D]`` embedding table (forward, recompute, backward), so narrow
     chunks on a GPU are bound by that read, not by the matmul (BENCHMARKS.md, GPU MFU).
     """
-    if device is None or getattr(device, "platform", "cpu") == "cpu":
+    platform = getattr(device, "platform", "cpu") if device is not None else "cpu"
+    if platform == "cpu":
         return CE_CHUNK_BYTES
     try:
         limit = int((device.memory_stats() or {}).get("bytes_limit", 0))
     except Exception:  # noqa: BLE001 - a backend without memory stats keeps the CPU budget
         limit = 0
-    return max(CE_CHUNK_BYTES, limit // 64)
+    return ce_chunk_budget_for(platform, limit)
 
 
 def ce_split_vocab(device: Any = None) -> int:

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# The workbench on a TPU machine that has no package index for our pins (the lent TPU v5e
+# this project measures on: Python 3.11, no registry, no TensorFlow). Everything travels: a
+# Python 3.12, the cp312 wheels of jaxlib and libtpu, the site packages the engine needs, in
+# parts of at most 55 MiB; the project itself is the working tree the command runs in.
+#
+#   scripts/tpu_device.sh build [DIR]    here, after `make setup`: DIR/cpartNN/ (default .tpu),
+#                                        one folder to carry per call
+#   scripts/tpu_device.sh receive [DIR]  there: keep the carried part(s) in /tmp/tpu-parts
+#   scripts/tpu_device.sh install        there: check the parts, unpack (~20 s)
+#   scripts/tpu_device.sh check NAME…    there: run named checks (list: `check --list`);
+#                                        results under $OUT (or /tmp/tpu-out)
+#   scripts/tpu_device.sh env            print the environment lines the checks run with
+#
+# A real Cloud TPU VM needs none of this: `make run` installs there (README, "Cloud TPU").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+PARTS=/tmp/tpu-parts
+ROOT=/tmp/tpu-wb
+OUT=${OUT:-/tmp/tpu-out}
+PART_MB=55
+
+# packages the engine never imports on the gemma route (TensorFlow and its kin, the Keras route,
+# notebooks and cloud clients), the jaxlib built for this machine, and the 270M's GGUF chunks
+EXCLUDE='^(tensorflow|tensorboard$|tensorboard[-_]|jaxlib|transformers|kubernetes|opencv|cv2|googleapiclient|pandas|pyarrow|clang|gemma3_270m|sklearn|scikit|matplotlib|skimage|keras|fontTools|sqlalchemy|networkx|nltk|pip|ruff|libclang|h5py|tf_keras|_pytest|pytest|xdist|syrupy|datasets|hf_xet|vertexai|agentplatform|sympy|mpmath|import_linter|grimp)'
+
+build() {
+  local out=${1:-.tpu} tmp b
+  [ -x .venv/bin/python ] || { echo "error: no .venv; run 'make setup' first" >&2; exit 1; }
+  tmp=$(mktemp -d); b=$tmp/bundle; mkdir -p "$b" "$out"; rm -rf "$out"/cpart*
+  local pyroot; pyroot=$(.venv/bin/python -c 'import sys; print(sys.base_prefix)')
+  echo "python: $pyroot" >&2
+  tar -C "$(dirname "$pyroot")" -cf - --exclude='*/test' --exclude='*/idlelib' --exclude='*/tkinter' \
+    --exclude='*/turtledemo' --exclude='*/config-3.12-*' --exclude='__pycache__' --exclude='*/site-packages' \
+    --exclude='*/libpython3.12.a' --exclude='*/include' --exclude='*/share' "$(basename "$pyroot")" | xz -T0 -6 > "$b/python.tar.xz"
+  basename "$pyroot" > "$b/python.name"
+  local jaxlib; jaxlib=$(.venv/bin/python -c 'import jaxlib; print(jaxlib.__version__)')
+  .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+    --platform manylinux_2_17_x86_64 -d "$b" "jaxlib==$jaxlib" "libtpu==${LIBTPU:-0.0.50.*}"
+  local sp; sp=$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')
+  ( cd "$sp" && ls | grep -viE "$EXCLUDE" | grep -v '^__editable__\|^gemma_workbench' \
+      | xargs tar -cf - --exclude='google/cloud' --exclude='google/genai' --exclude='__pycache__' ) \
+    | xz -T0 -6 > "$b/site.tar.xz"
+  ( cd "$b" && sha256sum ./* > SHA256SUMS )
+  tar -C "$tmp" -cf - bundle | split -b "${PART_MB}M" -d -a 2 - "$out/part"
+  for f in "$out"/part*; do mkdir -p "$out/c${f##*/}"; mv "$f" "$out/c${f##*/}/"; done
+  ls "$out" | grep -c cpart > "$out/cpart00/COUNT"
+  rm -rf "$tmp"
+  du -sh "$out"/cpart* >&2
+  echo "carry each of: $(cd "$out" && ls -d cpart* | tr '\n' ' ')" >&2
+}
+
+receive() {
+  local from=${1:-.tpu}
+  mkdir -p "$PARTS"
+  mv "$from"/cpart*/* "$PARTS"/ 2>/dev/null || true
+  echo "parts here: $(ls "$PARTS" | grep -c '^part') of $(cat "$PARTS/COUNT" 2>/dev/null || echo '?')"
+}
+
+install() {
+  local t0; t0=$(date +%s)
+  [ -f "$PARTS/COUNT" ] || { echo "error: no parts in $PARTS (receive them first)" >&2; exit 1; }
+  local have; have=$(ls "$PARTS" | grep -c '^part')
+  [ "$have" = "$(cat "$PARTS/COUNT")" ] || { echo "error: $have of $(cat "$PARTS/COUNT") parts" >&2; exit 1; }
+  rm -rf "$ROOT"; mkdir -p "$ROOT"
+  cat "$PARTS"/part* | tar -xf - -C "$ROOT"
+  ( cd "$ROOT/bundle" && sha256sum -c --quiet SHA256SUMS )
+  mkdir -p "$ROOT/py" "$ROOT/site"
+  tar -xJf "$ROOT/bundle/python.tar.xz" -C "$ROOT/py"
+  cp "$ROOT/bundle/python.name" "$ROOT/python.name"
+  tar -xJf "$ROOT/bundle/site.tar.xz" -C "$ROOT/site"
+  load_env
+  for w in "$ROOT"/bundle/jaxlib-*.whl "$ROOT"/bundle/libtpu-*.whl; do "$PY" -m zipfile -e "$w" "$ROOT/site"; done
+  rm -rf "$ROOT/bundle" "$PARTS"
+  echo "installed in $(( $(date +%s) - t0 )) s"
+}
+
+load_env() {
+  local name; name=$(cat "$ROOT/python.name")
+  export LD_LIBRARY_PATH=$ROOT/py/$name/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  PY=$ROOT/py/$name/bin/python3.12
+  export PYTHONPATH=$REPO:$ROOT/site   # not the machine's own JAX
+  export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+  local h=/tmp/tpu-home; mkdir -p $h/run && chmod 700 $h/run
+  export HOME=$h XDG_RUNTIME_DIR=$h/run XDG_STATE_HOME=$h/state XDG_DATA_HOME=$h/data \
+    XDG_CACHE_HOME=$h/cache XDG_CONFIG_HOME=$h/config
+  mkdir -p "$ROOT/bin"
+  printf '#!/bin/sh\nexec %s -m workbench "$@"\n' "$PY" > "$ROOT/bin/gemma-workbench"
+  chmod +x "$ROOT/bin/gemma-workbench"
+  export PATH=$ROOT/bin:$ROOT/py/$name/bin:$PATH
+  # packages the bundle leaves out that gemma's import chain names (never TensorFlow: the gemma
+  # route must run without it); bench/import_stubs stands in only for what is not installed
+  printf 'try:\n    from bench import import_stubs as _s\n    _s.install(tuple(r for r in _s.ROOTS if r != "tensorflow") + ("pandas", "matplotlib", "sklearn"))\nexcept Exception as e:\n    print("stubs not installed:", e)\n' \
+    > "$ROOT/site/sitecustomize.py"
+  WB=$ROOT/bin/gemma-workbench
+}
+
+CHECKS="jax speed first-step flow tui decode big memory bench"
+check() {
+  [ "${1:-}" = --list ] && { echo "$CHECKS"; return; }
+  load_env
+  mkdir -p "$OUT"
+  local name
+  for name in "$@"; do
+    echo "=== check $name ($(date -u +%T))"
+    case $name in
+      jax)
+        bash scripts/setup.sh --detect
+        "$PY" -c 'import jax, jaxlib, sys; d = jax.devices()[0]; print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, d.device_kind, jax.device_count(), "bytes_limit", d.memory_stats().get("bytes_limit"))'
+        "$PY" -c 'import importlib.metadata as m; print("libtpu", m.version("libtpu"), "gemma", m.version("gemma"), "flax", m.version("flax"))' ;;
+      speed|first-step|decode|big|memory)
+        "$PY" -m bench.tpu_speed "$name" --out "$OUT" ;;
+      flow) bash scripts/tpu_flow.sh "$WB" "$OUT" ;;
+      tui) "$PY" -m bench.tui_screens --out "$OUT/tui" && tar -C "$OUT" -czf "$OUT/tui-screens.tgz" tui && rm -rf "$OUT/tui" ;;
+      bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only "${BENCH_ONLY:-ab_pair}" --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;
+      *) echo "unknown check $name; one of: $CHECKS" >&2; return 2 ;;
+    esac
+  done
+}
+
+case ${1:-} in
+  build) shift; build "$@" ;;
+  receive) shift; receive "$@" ;;
+  install) install ;;
+  check) shift; check "$@" ;;
+  env) load_env; echo "PY=$PY"; echo "PYTHONPATH=$PYTHONPATH"; echo "WB=$WB" ;;
+  *) sed -n 2,15p "$0"; exit 2 ;;
+esac
