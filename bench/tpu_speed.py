@@ -53,17 +53,17 @@ def peak_of(device: Any) -> float | None:
 def shape_model(name: str) -> Any:
     """A gemma model of a named release's shape (bf16 compute); ``--dry``: the demo model."""
     import jax.numpy as jnp
-    from gemma import gm
 
     if DRY:
         from adapters_lib.models import demo
 
         return demo.demo_model("bfloat16")
-    if name == "1b":
-        return gm.nn.Gemma3_1B(dtype=jnp.bfloat16)
-    if name == "4b":
-        return gm.nn.Gemma3_4B(text_only=True, dtype=jnp.bfloat16)
-    raise ValueError(name)
+    # the workbench's own class for the release's shape (gm.nn.Gemma3_1B's module imports
+    # gm.ckpts, whose kauldron trainer needs TensorFlow, absent from a lean TPU install)
+    from adapters_lib.models import families
+
+    _, arch = families.KNOWN[("gemma3", name)]
+    return families.model_class(arch)(dtype=jnp.bfloat16)
 
 
 def random_params(model: Any, dtype: str = "bfloat16") -> Any:
