@@ -15,6 +15,8 @@ go unchecked.
 - "Real weights" and "Preference tuning": not run here. Each line is minutes of CPU on the
   real 270M (load, eval, 40 LoRA steps, a DPO run after them); tests/test_real_270m.py and
   tests/test_dpo.py run the same paths, tests/test_docs.py parses each line against the CLI.
+- "Cloud TPU": not run here (gcloud, a Cloud TPU VM); ``scripts/tpu_device.sh`` runs that
+  install and the README flow on a lent chip, tests/test_setup_script.py its Python discovery.
 - The command-line synopsis: forms, not commands; tests/test_docs.py checks it against the
   parser.
 """
@@ -65,6 +67,9 @@ NOT_RUN = {  # heading (start) → why its lines are not run here
     "Preference tuning": "a DPO run on the real 270M after its SFT run (minutes of CPU); "
                          "tests/test_dpo.py runs DPO on the real 270M and reference runs on the "
                          "demo, tests/test_docs.py parses every line",
+    "Cloud TPU": "gcloud creates and enters a Cloud TPU VM (an account, a project, a quota: not "
+                 "here); scripts/tpu_device.sh runs the same install and flow on a lent chip "
+                 "(BENCHMARKS.md), tests/test_setup_script.py checks the Python 3.12 discovery",
     "Command line": "the synopsis (forms, not commands): tests/test_docs.py checks it",
 }
 
