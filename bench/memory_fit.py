@@ -1,6 +1,6 @@
 """Memory fit: the estimate (``adapters_lib.memory``) against XLA's own figure for the real step.
 
-For each shape (a Gemma 3 config from ``gm.nn``, batch × seq, remat on/off; LoRA r16 on every
+For each shape (a Gemma 3 release's config, batch × seq, remat on/off; LoRA r16 on every
 projection, f32 adapters, bf16 base and compute, as ``bench.mfu`` trains) the project's own
 ``build_steps`` is built from abstract weights (``jax.ShapeDtypeStruct``: nothing is
 materialised) and only compiled: ``Steps.compiled_memory`` gives XLA's argument, output, temp,
@@ -41,17 +41,22 @@ XLA_KEYS = ("argument", "output", "temp", "alias", "generated_code", "total")
 
 
 def text_model(name: str) -> Any:
-    """The Gemma model of ``MODELS[name]``, text only (bf16 compute); the demo for ``demo``."""
+    """The Gemma model of ``MODELS[name]``, text only (bf16 compute); the demo for ``demo``.
+
+    Built from the workbench's own table of the release's config (``families.KNOWN``, checked
+    against gemma's by tests/test_catalog.py; equal to ``gm.nn.<MODELS[name]>``'s): the module
+    of ``gm.nn.Gemma3_1B`` imports ``gm.ckpts``, whose trainer needs TensorFlow, absent from a
+    lean TPU install."""
     import jax.numpy as jnp
-    from gemma import gm
 
     if MODELS[name] is None:
         from adapters_lib.models import demo
 
         return demo.demo_model("bfloat16")
-    cls = getattr(gm.nn, MODELS[name])
-    kw = {"text_only": True} if "text_only" in cls.__dataclass_fields__ else {}
-    return cls(dtype=jnp.bfloat16, **kw)
+    from adapters_lib.models import families
+
+    _, arch = families.KNOWN[("gemma3", name)]
+    return families.model_class(arch)(dtype=jnp.bfloat16)
 
 
 def target_devices(target: str) -> list:

@@ -15,7 +15,8 @@
 - ``decode``: A/B decode at the 1B shape (base and tuned side by side, our batched sampler)
   against two plain ``gm.text.Sampler`` loops, tokens/s a side; needs a 262k-vocabulary
   tokenizer (``TOKENIZER``, default ``.tpu/extra/tokenizer.model``);
-- ``memory``: ``bench.memory_fit`` (the estimate against XLA's compiled figures).
+- ``memory``: ``bench.memory_fit`` at the 1B shape (the estimate against XLA's compiled
+  figures, batch 2/4/8, remat off and on).
 
 ``--dry``: the same code on this machine's CPU with the demo model's shape and short
 sequences (a check that the script runs; its numbers mean nothing). Results: one JSON file a
@@ -52,18 +53,9 @@ def peak_of(device: Any) -> float | None:
 
 def shape_model(name: str) -> Any:
     """A gemma model of a named release's shape (bf16 compute); ``--dry``: the demo model."""
-    import jax.numpy as jnp
+    from bench.memory_fit import text_model
 
-    if DRY:
-        from adapters_lib.models import demo
-
-        return demo.demo_model("bfloat16")
-    # the workbench's own class for the release's shape (gm.nn.Gemma3_1B's module imports
-    # gm.ckpts, whose kauldron trainer needs TensorFlow, absent from a lean TPU install)
-    from adapters_lib.models import families
-
-    _, arch = families.KNOWN[("gemma3", name)]
-    return families.model_class(arch)(dtype=jnp.bfloat16)
+    return text_model("demo" if DRY else name)
 
 
 def random_params(model: Any, dtype: str = "bfloat16") -> Any:
@@ -412,7 +404,13 @@ def decode(out: Path) -> list[dict]:
 
 
 def memory(out: Path) -> list[dict]:
-    cmd = [sys.executable, "-m", "bench.memory_fit", "--json", str(out / "memory_fit.json")] + (["--dry"] if DRY else [])
+    # the 1B shape at seq 2048, batch 2/4/8, remat off and on (6 compiles of ~1-1.5 min: one
+    # device call; batch 8 without remat is XLA's refusal, whose figure is read); the whole
+    # default set (270M, 1B, 4B) is ~20 compiles: `python -m bench.memory_fit` there by hand.
+    # --dry: the demo on the CPU
+    cmd = [sys.executable, "-m", "bench.memory_fit", "--out", str(out / "memory_fit.json")] + (
+        ["--models", "demo", "--batches", "2", "--seq", "128", "--remat", "off"] if DRY
+        else ["--models", "1b", "--batches", "2", "4", "8", "--remat", "both"])
     res = subprocess.run(cmd, check=False)
     return [_row("memory_fit", returncode=res.returncode)]
 
