@@ -1,0 +1,50 @@
+"""The TPU device script and its measures, on this machine's CPU (CI has no accelerator).
+
+``scripts/tpu_device.sh check NAME`` runs ``python -m bench.tpu_speed NAME`` on a lent chip,
+where a device call is minutes of a 30-minute budget: a measure that breaks on an argument
+must break here first. ``--dry`` runs the same code on the CPU with the demo model's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "tpu_device.sh"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("XLA_FLAGS", None)  # one CPU device, as on one chip
+    return env
+
+
+def test_the_device_script_names_its_checks_and_refuses_a_missing_bundle():
+    listed = subprocess.run(["bash", str(SCRIPT), "check", "--list"], capture_output=True, text=True,
+                            timeout=30, check=True).stdout.split()
+    assert {"jax", "flow", "tui", "speed", "first-step", "decode", "big", "memory", "bench"} <= set(listed)
+    usage = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=30)
+    assert usage.returncode == 2 and "build" in usage.stdout and "check NAME" in usage.stdout
+    # `install` with no parts received: one line, exit 1 (nothing unpacked)
+    no_parts = subprocess.run(["bash", str(SCRIPT), "install"], capture_output=True, text=True, timeout=30)
+    if not Path("/tmp/tpu-parts/COUNT").exists():
+        assert no_parts.returncode == 1
+        assert no_parts.stderr.strip() == "error: no parts in /tmp/tpu-parts (receive them first)"
+
+
+def test_the_memory_check_writes_the_estimate_beside_xlas_figure(tmp_path):
+    """``check memory``'s code path (``bench.memory_fit`` in a subprocess, ``--out``): a row a
+    shape with XLA's compiled total and the estimate within the issue's 10 %."""
+    res = subprocess.run([sys.executable, "-m", "bench.tpu_speed", "memory", "--dry", "--out", str(tmp_path)],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert '"returncode": 0' in res.stdout, res.stdout[-2000:]
+    rows = json.loads((tmp_path / "memory_fit.json").read_text())
+    assert [(r["batch"], r["seq"], r["remat"]) for r in rows] == [(2, 128, False)]
+    row = rows[0]
+    assert row["xla"]["total"] > 0 and row["estimate"]["total"] > 0
+    assert abs(row["estimate"]["total"] / row["xla"]["total"] - 1) <= 0.10, row
