@@ -182,3 +182,17 @@ def test_a_folder_of_files_skips_a_saved_dataset_inside_it_by_name(saved_dataset
     assert report.examples == 1 and [str(e.where) for e in report.errors] == [f"{tmp_path}/notes/state.json:1"]
     assert any("save_to_disk wrote; name it alone" in w.message and w.where.file == str(tmp_path / "saved")
                for w in report.warnings)
+
+
+def test_a_folder_of_saved_datasets_alone_says_which_to_name(saved_datasets, tmp_path, capsys):
+    """A tired user names the folder above their saved datasets: one line naming one to pass
+    (a DatasetDict's split folders count as that dataset, not as more of them)."""
+    shutil.copytree(saved_datasets["dict"], tmp_path / "both" / "dict")
+    shutil.copytree(saved_datasets["single"], tmp_path / "both" / "single")
+    assert main(["data", "check", str(tmp_path / "both"), *FIELDS]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert f"name one of the 2 saved datasets in it (e.g. [data] path = '{tmp_path}/both/dict')" in line
+    shutil.copytree(saved_datasets["single"], tmp_path / "one" / "single")
+    assert main(["data", "check", str(tmp_path / "one")]) == 2
+    assert f"name the saved dataset in it ([data] path = '{tmp_path}/one/single')" in _one_error_line(
+        capsys.readouterr().err)

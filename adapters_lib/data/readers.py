@@ -90,12 +90,14 @@ def read_path(path: str | Path) -> ReadResult:
                              "file", where="[data] path",
                              hint="read it with adapters_lib.data.sources.read_for (files and datasets)")
     p = Path(path).expanduser()
-    hint = "pass a .jsonl/.json/.csv/.parquet/.txt file or a folder of them"
+    hint = ("pass a .jsonl/.json/.csv/.parquet/.txt file, a folder of them, or a folder that "
+            "datasets' save_to_disk wrote")
     if not paths.exists(p, where="[data] path", hint=hint):
         raise WorkbenchError(f"data path {str(p)!r} not found", where="[data] path", hint=hint)
     result = ReadResult()
     if p.is_dir():
         saved = sorted(d for d in p.rglob("*") if saved_dataset_folder(d))
+        saved = [d for d in saved if not any(o in d.parents for o in saved)]  # a DatasetDict's splits: its own
         for d in saved:
             result.issues.append(DataIssue(Where(str(d)), "skipped: a folder that datasets' "
                                            "save_to_disk wrote; name it alone to read it "
@@ -110,8 +112,11 @@ def read_path(path: str | Path) -> ReadResult:
                 continue
             _read_file(f, result)
         if not result.files:
+            inside = (f"; or name the saved dataset in it ([data] path = {str(saved[0])!r})" if len(saved) == 1
+                      else f"; or name one of the {len(saved)} saved datasets in it (e.g. [data] path = "
+                           f"{str(saved[0])!r})" if saved else "")
             raise WorkbenchError(f"folder {str(p)!r} holds no data files", where="[data] path",
-                                 hint=f"put {' / '.join(EXTENSIONS)} files in it")
+                                 hint=f"put {' / '.join(EXTENSIONS)} files in it{inside}")
         return result
     if p.suffix.lower() not in EXTENSIONS:
         raise WorkbenchError(f"{p.name}: unknown data file type {p.suffix or '(none)'!r}", where=str(p),
