@@ -346,14 +346,15 @@ def big(out: Path) -> list[dict]:
     model = shape_model("4b")
     base = random_params(model)
     seq = 128 if DRY else 2048
-    limit = int((jax.devices()[0].memory_stats() or {}).get("bytes_limit") or 0)
+    dev = jax.devices()[0]
+    limit = int((dev.memory_stats() or {}).get("bytes_limit") or 0)
     rows = []
     tried = []
     for batch, remat in ((4, True), (2, True), (1, True)) if not DRY else ((2, False),):
         cfg = _config(batch, seq, remat=remat)
         est = memory_lib.estimate_run(cfg, model.config, device_count=1, device_bytes=limit,
-                                      seq_len=seq, platform=jax.devices()[0].platform,
-                                      ce_chunk_bytes=_ce_budget(jax.devices()[0], {}))
+                                      seq_len=seq, platform=dev.platform,
+                                      ce_chunk_bytes=_ce_budget(dev, {}))
         tried.append((batch, remat, est.verdict if not callable(est.verdict) else est.verdict()))
         if limit and tried[-1][2] == "exceeds":
             continue

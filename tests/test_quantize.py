@@ -160,7 +160,7 @@ def test_train_estimate_json_counts_the_quantized_base_as_the_device_holds_it(ca
     out = {}
     for mode in ("none", "int4"):
         cfg = load_config(None, ["mesh.devices=1", f"model.quantize={mode}"])
-        args = argparse.Namespace(in_process=True, json=True)
+        args = argparse.Namespace(in_process=True, json=True, device=None)  # as the parser gives
         assert print_estimate(args, cfg, cfg.to_toml(), []) == 0
         out[mode] = json.loads(capsys.readouterr().out)
     q = out["int4"]

@@ -112,9 +112,12 @@ def read_path(path: str | Path) -> ReadResult:
                 continue
             _read_file(f, result)
         if not result.files:
-            inside = (f"; or name the saved dataset in it ([data] path = {str(saved[0])!r})" if len(saved) == 1
-                      else f"; or name one of the {len(saved)} saved datasets in it (e.g. [data] path = "
-                           f"{str(saved[0])!r})" if saved else "")
+            inside = ""
+            if len(saved) == 1:
+                inside = f"; or name the saved dataset in it ([data] path = {str(saved[0])!r})"
+            elif saved:
+                inside = (f"; or name one of the {len(saved)} saved datasets in it "
+                          f"(e.g. [data] path = {str(saved[0])!r})")
             raise WorkbenchError(f"folder {str(p)!r} holds no data files", where="[data] path",
                                  hint=f"put {' / '.join(EXTENSIONS)} files in it{inside}")
         return result

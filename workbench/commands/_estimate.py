@@ -36,7 +36,7 @@ def print_estimate(args: argparse.Namespace, cfg: Any, text: str, overrides: lis
     from workbench.commands._generation_args import engine_client
 
     with engine_client(args) as client:
-        reply = client.estimate(config_toml=text, overrides=overrides, device=getattr(args, "device", None) or "")
+        reply = client.estimate(config_toml=text, overrides=overrides, device=args.device or "")
     out = as_json(reply, cfg)
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")
