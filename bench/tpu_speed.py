@@ -9,7 +9,10 @@
   batch, the two alternating; ``TPU_VARIANTS`` (comma-separated: ``blocked``, ``ce64``,
   ``barrier``, ``remat``, ``b8``) adds rows for the settings the defaults replaced;
 - ``first-step``: seconds from a new process to the first step's loss at that shape, twice:
-  cold (empty compile cache and program store), then warm (what the first left);
+  cold (empty compile cache and program store), then warm (what the first left); the warm
+  process then launches twice more with its weights held, as the engine does: its kept
+  programs, then the program store read back (``relaunch_kept_s``, ``relaunch_store_s``);
+- ``ratio``: ours against the reference route at seq 2048 (``TPU_RATIO``, default ``2x2048``);
 - ``big``: the Gemma-3-4B shape trained with LoRA on one chip (the largest batch the estimate
   fits at seq 2048);
 - ``decode``: A/B decode at the 1B shape (base and tuned side by side, our batched sampler)
@@ -227,8 +230,8 @@ def speed(out: Path) -> list[dict]:
     return rows
 
 
-def ours_vs_reference(model: Any, base: Any) -> list[dict]:
-    """Ours and the reference route at the same batch (2 × 1024), the two alternating."""
+def ours_vs_reference(model: Any, base: Any, batch: int = 2, seq: int = 1024) -> list[dict]:
+    """Ours and the reference route at the same ``batch × seq``, the two alternating."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -236,7 +239,7 @@ def ours_vs_reference(model: Any, base: Any) -> list[dict]:
     from bench.mfu import lora_step_flops
     from bench.refs import RefGemmaTrainer
 
-    b, seq, reps, steps = (2, 128, 2, 2) if DRY else (2, 1024, 5, 5)
+    b, seq, reps, steps = (2, 128, 2, 2) if DRY else (batch, seq, 5, 5)
     rng = np.random.default_rng(0)
     tokens = rng.integers(4, model.config.num_embed, size=(b, seq), dtype=np.int32)
     mask = np.ones((b, seq), np.int32)
@@ -291,6 +294,25 @@ def ours_vs_reference(model: Any, base: Any) -> list[dict]:
                  ref_first_step_s=ref_first, reference="gm.nn.LoRA(rank=16) + optax.adamw + jax.jit, full logits")]
 
 
+def ratio(out: Path) -> list[dict]:
+    """Ours against the reference route at the 1B shape's own sequence length, 2048: the
+    shapes in ``TPU_RATIO`` (default ``2x2048``: the reference's full f32 logits, 4.3 GB, still
+    compile into the chip, 15.6 GB by XLA's deviceless analysis); a shape the reference cannot
+    run is a row with its error, and the next shape is tried."""
+    model = shape_model("1b")
+    base = random_params(model)
+    rows = []
+    for shape in os.environ.get("TPU_RATIO", "2x2048").split(","):
+        b, seq = (int(x) for x in shape.lower().split("x"))
+        try:
+            rows += ours_vs_reference(model, base, b, seq)
+        except Exception as e:  # noqa: BLE001 - an OOM of either side is a result
+            rows.append(_row("ours vs reference route, same batch", batch=b, seq=seq,
+                             error=f"{type(e).__name__}: {e}"[:600]))
+    _dump(out, "ratio", rows)
+    return rows
+
+
 def first_step(out: Path) -> list[dict]:
     """Cold and warm seconds to the first step, each in a new process (the engine's caches on)."""
     import shutil
@@ -331,10 +353,18 @@ def first_step_once() -> None:
     b, seq = (2, 128) if DRY else (4, 2048)
     p = train_point(model, base, batch=b, seq=seq, steps=1, memory=False)
     from adapters_lib import program_store
+    from adapters_lib.train import step_programs
 
-    print(json.dumps({"jax_ready_s": t_jax, "weights_s": t_weights - t_jax, "build_to_first_loss_s": p["first_step_s"],
-                      "from_process_start_s": time.perf_counter() - t_start, "program_store": program_store.stats,
-                      "batch": b, "seq": seq}), flush=True)
+    first = {"jax_ready_s": t_jax, "weights_s": t_weights - t_jax, "build_to_first_loss_s": p["first_step_s"],
+             "from_process_start_s": time.perf_counter() - t_start, "program_store": dict(program_store.stats)}
+    # a launch in the running engine, weights held: the programs this process keeps (the
+    # engine's next run of these shapes), then the program store read back (the first run of
+    # these shapes in an engine that ran them before a restart)
+    kept = train_point(model, base, batch=b, seq=seq, steps=1, memory=False)["first_step_s"]
+    step_programs.forget()
+    stored = train_point(model, base, batch=b, seq=seq, steps=1, memory=False)["first_step_s"]
+    print(json.dumps({**first, "relaunch_kept_s": kept, "relaunch_store_s": stored,
+                      "program_store_after": program_store.stats, "batch": b, "seq": seq}), flush=True)
 
 
 def big(out: Path) -> list[dict]:
@@ -419,7 +449,7 @@ def memory(out: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     global DRY
     p = argparse.ArgumentParser(prog="python -m bench.tpu_speed", description=__doc__.split("\n\n")[0])
-    p.add_argument("name", choices=("speed", "first-step", "first-step-once", "big", "decode", "memory"))
+    p.add_argument("name", choices=("speed", "ratio", "first-step", "first-step-once", "big", "decode", "memory"))
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/tpu-out"))
     p.add_argument("--dry", action="store_true", help="the demo model's shape on this machine's CPU")
     a = p.parse_args(argv)
@@ -430,7 +460,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tf_deferred.install()
     out = Path(a.out)
-    fn = {"speed": speed, "first-step": first_step, "big": big, "decode": decode, "memory": memory}.get(a.name)
+    fn = {"speed": speed, "ratio": ratio, "first-step": first_step, "big": big, "decode": decode, "memory": memory}.get(a.name)
     if fn is None:
         first_step_once()
         return 0

@@ -49,3 +49,18 @@ def test_the_memory_check_writes_the_estimate_beside_xlas_figure(tmp_path):
     row = rows[0]
     assert row["xla"]["total"] > 0 and row["estimate"]["total"] > 0
     assert abs(row["estimate"]["total"] / row["xla"]["total"] - 1) <= 0.10, row
+
+
+def test_the_first_step_check_reads_the_program_store_back_in_a_new_process(tmp_path):
+    """``check first-step``: a cold process fills the program store, a warm one reads the train
+    step back instead of compiling it, and each then relaunches with its weights held (the
+    engine's next run): the kept programs, then the store read back."""
+    res = subprocess.run([sys.executable, "-m", "bench.tpu_speed", "first-step", "--dry", "--out", str(tmp_path)],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    cold, warm = json.loads((tmp_path / "first_step.json").read_text())["rows"]
+    assert cold["program_store"]["compiled"] >= 1 and cold["program_store"]["stored"] >= 1, cold
+    assert warm["program_store"]["loaded"] >= 1 and warm["program_store"]["compiled"] == 0, warm
+    assert warm["program_store_after"]["loaded"] > warm["program_store"]["loaded"], warm  # the forgotten relaunch
+    for row in (cold, warm):
+        assert 0 < row["relaunch_kept_s"] and 0 < row["relaunch_store_s"] < row["process_wall_s"], row
