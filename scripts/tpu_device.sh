@@ -114,7 +114,7 @@ check() {
         "$PY" -m bench.tpu_speed "$name" --out "$OUT" ;;
       flow) bash scripts/tpu_flow.sh "$WB" "$OUT" ;;
       tui) "$PY" -m bench.tui_screens --out "$OUT/tui" && tar -C "$OUT" -czf "$OUT/tui-screens.tgz" tui && rm -rf "$OUT/tui" ;;
-      bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only "${BENCH_ONLY:-ab_pair}" --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;
+      bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only ${BENCH_ONLY:-ab_pair} --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;
       *) echo "unknown check $name; one of: $CHECKS" >&2; return 2 ;;
     esac
   done
