@@ -81,7 +81,7 @@ def target_devices(target: str) -> list:
 
 
 def point(model: Any, device: Any, *, batch: int, seq: int, remat: bool, rank: int = 16,
-          grad_accum: int = 1) -> dict:
+          grad_accum: int = 1, ce_kernel: str | None = None) -> dict:
     """XLA's memory analysis of one compiled LoRA train step and the estimate's terms for it."""
     import jax
     import jax.numpy as jnp
@@ -106,7 +106,7 @@ def point(model: Any, device: Any, *, batch: int, seq: int, remat: bool, rank: i
     t = time.perf_counter()
     with _abstract_placement(device):
         steps = build_steps(model, cfg, make_optimizer(cfg.train), mesh, base, adapters, seq_len=seq,
-                            ce_chunk_bytes=ce_budget)
+                            ce_chunk_bytes=ce_budget, ce_kernel=ce_kernel)
     try:
         xla = steps.compiled_memory((batch, seq))
     except Exception as e:  # noqa: BLE001 - XLA:TPU refuses a step over the chip: read its figure
@@ -117,6 +117,7 @@ def point(model: Any, device: Any, *, batch: int, seq: int, remat: bool, rank: i
     return {"batch": batch, "seq": seq, "remat": remat, "grad_accum": grad_accum, "rank": rank,
             "platform": device.platform, "device_kind": getattr(device, "device_kind", ""),
             "device_bytes": device_bytes, "ce_chunk_bytes": ce_budget, "ce_chunk": steps.ce_chunk,
+            "ce_kernel": steps.ce_kernel,
             "compile_s": round(compile_s, 1), "xla": xla,
             "estimate": {t_: getattr(est, t_) for t_ in memory.TERMS} | {"total": est.total},
             "error": est.total / xla["total"] - 1, "verdict": est.verdict,
@@ -189,14 +190,14 @@ def line(name: str, p: dict) -> str:
             f"temp {x['temp'] / gib:.3f} alias {x['alias'] / gib:.3f} code {x['generated_code'] / 2**20:.1f} MiB) | "
             f"estimate {e['total'] / gib:.3f} GiB ({100 * p['error']:+.1f} %) [{terms}] | "
             f"chip {p['device_bytes'] / gib:.2f} GiB: estimate {p['verdict']}, XLA {p['xla_verdict']} "
-            f"| CE chunk {p['ce_chunk']} | compile {p['compile_s']} s")
+            f"| CE chunk {p['ce_chunk']} ({p.get('ce_kernel', 'xla')}) | compile {p['compile_s']} s")
 
 
 DEFAULT_SET = [("270m", (1, 2, 4, 8)), ("1b", (1, 2, 4, 8)), ("4b", (1, 2))]
 
 
 def run(models: list[str], batches: list[int] | None, seq: int, remats: list[bool], target: str,
-        out: str | None = None, grad_accum: int = 1) -> list[dict]:
+        out: str | None = None, grad_accum: int = 1, ce_kernel: str | None = None) -> list[dict]:
     device = target_devices(target)[0]
     print(f"[memory_fit] target {target}: {device.platform} {getattr(device, 'device_kind', '')}",
           file=sys.stderr, flush=True)
@@ -206,7 +207,8 @@ def run(models: list[str], batches: list[int] | None, seq: int, remats: list[boo
         for b in batches or dict(DEFAULT_SET).get(name, (1, 2, 4, 8)):
             for remat in remats:
                 try:
-                    p = point(model, device, batch=b, seq=seq, remat=remat, grad_accum=grad_accum)
+                    p = point(model, device, batch=b, seq=seq, remat=remat, grad_accum=grad_accum,
+                              ce_kernel=ce_kernel)
                 except Exception as e:  # noqa: BLE001 - one shape's failure is a row, not the end
                     print(f"{name} B{b}×{seq} remat={remat}: failed: {type(e).__name__}: {str(e)[:400]}",
                           flush=True)
@@ -258,6 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--target", default="local", help=f"local, or {', '.join(TOPOLOGIES)} (deviceless)")
     parser.add_argument("--out", default=None, help="also write the rows as JSON here")
+    parser.add_argument("--ce-kernel", choices=("xla", "splash"), default=None,
+                        help="the cross-entropy's kernel (build_steps ce_kernel; default xla)")
     args = parser.parse_args(argv)
     if args.target != "local":
         import jax
@@ -268,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     tf_deferred.install()
     remats = {"off": [False], "on": [True], "both": [False, True]}[args.remat]
     t = time.time()
-    results = run(args.models, args.batches, args.seq, remats, args.target, args.out, args.grad_accum)
+    results = run(args.models, args.batches, args.seq, remats, args.target, args.out, args.grad_accum,
+                  args.ce_kernel)
     errs = [abs(p["error"]) for p in results]
     if errs:
         print(f"[memory_fit] {len(errs)} shapes in {time.time() - t:.0f} s; |error| max "

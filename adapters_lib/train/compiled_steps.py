@@ -56,6 +56,8 @@ class Steps:
     """Compute the logits only at loss-bearing positions (``loss.gather_loss_positions``)."""
     attention_kind: str = "blocked"
     """How the training attention is computed (``attention.KINDS``)."""
+    ce_kernel: str = "xla"
+    """How the cross-entropy is computed (``loss.CE_KERNELS``): XLA's chunked matmuls or the splash kernel."""
     hparams: dict = dataclasses.field(default_factory=dict)
     """The schedule's numbers the train step is given (``optimizer.schedule_hparams``), on the mesh."""
     objective: Any = None

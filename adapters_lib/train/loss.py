@@ -7,12 +7,16 @@ Pure functions of their inputs (no params are created here):
   final hidden states and the embedding table, one sequence chunk at a time, so the
   ``[B, L, V]`` logits never exist at once (forward or backward: each chunk is
   rematerialised in the backward pass). Applies gemma's ``final_logit_softcap`` when set.
+  ``kernel="splash"``: the same sums by the Pallas splash attention kernel, no logits in
+  memory at all (``ce_splash``; TPU, opt-in), where eligible.
 - ``full_ce_sum(logits, targets, loss_mask)``: the same from materialised logits (reference).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import logging
 from typing import Any
 
 import jax
@@ -22,6 +26,12 @@ from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from adapters_lib.memory import CE_CHUNK_BYTES, ce_chunk_budget_for
 from adapters_lib.models import qarray
+from adapters_lib.train import ce_splash
+
+log = logging.getLogger(__name__)
+
+CE_KERNELS = ("xla", "splash")
+"""How ``chunked_ce_sum`` computes: XLA's chunked matmuls (``_ce_scan``), or the splash kernel."""
 
 
 def attention_mask(segment_ids: jax.Array) -> jax.Array:
@@ -130,7 +140,8 @@ def gather_loss_positions(hidden: jax.Array, targets: jax.Array, loss_mask: jax.
 
 
 def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss_mask: jax.Array,
-                   *, chunk: int, softcap: float | None = None, split_vocab: int = 1) -> jax.Array:
+                   *, chunk: int, softcap: float | None = None, split_vocab: int = 1,
+                   kernel: str = "xla", mesh: Any = None) -> jax.Array:
     """Σ CE·mask with logits = softcap(hidden · tableᵀ), ``chunk`` positions at a time.
 
     ``hidden`` [B, L, D] (compute dtype), ``table`` [V, D] (a float array, or a quantized one,
@@ -140,11 +151,31 @@ def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss
     the same pass as the loss (``_fused_ce``): two vocabulary matmuls per position (logits,
     ``∂hidden``), plus ``∂table`` only when the table is trained, and no recompute.
     ``split_vocab``: contract ``∂hidden``'s vocabulary in that many blocks (``ce_split_vocab``).
+    ``kernel``: ``CE_KERNELS``; ``"splash"`` computes the loss and ``∂hidden`` in one call of
+    the splash attention kernel (``ce_splash``: no ``[N, V]`` array in memory), with the table
+    frozen; where it is not eligible (soft-cap, quantized table, shapes, a vocabulary split over
+    ``tensor``; a trained table) the XLA path. ``mesh``: the step's (the kernel runs per device).
     """
     length = hidden.shape[1]
     if length % chunk:
         raise ValueError(f"chunk {chunk} does not divide sequence length {length}")
-    return _fused_ce(hidden, table, targets, loss_mask, chunk, softcap, split_vocab)
+    if kernel not in CE_KERNELS:
+        raise ValueError(f"cross-entropy kernel {kernel!r}: expected one of {CE_KERNELS}")
+    splash = None
+    if kernel == "splash":
+        why = ce_splash.why_not(hidden, table, softcap, mesh)
+        if why is None:
+            splash = _Splash(mesh)
+        else:
+            log.debug("cross-entropy: the splash kernel does not apply (%s); XLA's chunked path", why)
+    return _fused_ce(hidden, table, targets, loss_mask, chunk, softcap, split_vocab, splash)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Splash:
+    """``_fused_ce``'s static argument: compute by the splash kernel on ``mesh``'s devices."""
+
+    mesh: Any
 
 
 def _chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -209,8 +240,10 @@ def _ce_scan(hidden, table, targets, mask, chunk, softcap, *, want_hidden=False,
     return ce, dh, (None if dtab is None else dtab.astype(table.dtype))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _fused_ce(hidden, table, targets, mask, chunk, softcap, split_vocab):
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _fused_ce(hidden, table, targets, mask, chunk, softcap, split_vocab, splash):
+    if splash is not None:
+        return ce_splash.parts(hidden, table, targets, mask, splash.mesh)[0]
     return _ce_scan(hidden, table, targets, mask, chunk, softcap)[0]
 
 
@@ -224,15 +257,20 @@ def _primal(x: Any) -> tuple[Any, bool]:
     return value, any(p.perturbed for p in wrapped)
 
 
-def _fused_ce_fwd(hidden, table, targets, mask, chunk, softcap, split_vocab):
+def _fused_ce_fwd(hidden, table, targets, mask, chunk, softcap, split_vocab, splash):
     (table, table_perturbed), (hidden, hidden_perturbed) = _primal(table), _primal(hidden)
+    if splash is not None and not table_perturbed:  # the kernel gives no ∂table
+        ce, dh = ce_splash.parts(hidden, table, targets.value, mask.value, splash.mesh)
+        return ce, (dh if hidden_perturbed else None, None)
+    if splash is not None:
+        log.debug("cross-entropy: the table is trained; XLA's chunked path (the kernel gives no ∂table)")
     ce, dh, dtab = _ce_scan(hidden, table, targets.value, mask.value, chunk, softcap,
                             want_hidden=hidden_perturbed, want_table=table_perturbed, split_vocab=split_vocab)
     return ce, (dh, dtab)
 
 
-def _fused_ce_bwd(chunk, softcap, split_vocab, res, ct):
-    del chunk, softcap, split_vocab
+def _fused_ce_bwd(chunk, softcap, split_vocab, splash, res, ct):
+    del chunk, softcap, split_vocab, splash
     dh, dtab = res
     if isinstance(ct, SymbolicZero):
         return None, None, None, None

@@ -47,8 +47,9 @@ from flax import linen as nn
 from adapters_lib import attention, lora, trace_context
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
+from adapters_lib.models import qarray
+from adapters_lib.train import ce_splash, objectives, step_programs
 from adapters_lib.train import loss as loss_lib
-from adapters_lib.train import objectives, step_programs
 from adapters_lib.train.compiled_steps import Steps, TrainState, mask_keys
 from adapters_lib.train.variants import with_remat, with_training_attention
 
@@ -66,7 +67,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                 base_params: Any, trainable_params: Any, *, ce_chunk: int | None = None,
                 ce_chunk_bytes: int | None = None, seq_len: int | None = None,
                 gather_loss: bool = True, attention_kind: str | None = None, objective: Any = None,
-                reference_params: Any = None, weight_barrier: bool | None = None) -> Steps:
+                reference_params: Any = None, weight_barrier: bool | None = None,
+                ce_kernel: str | None = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -80,6 +82,11 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     ``attention_kind``: ``attention.KINDS``; default ``attention.default_kind`` of the platform
     (cuDNN flash attention on a GPU, block-sparse scores elsewhere).
     ``weight_barrier``: ``variants.with_training_attention``'s (default: on a CPU only).
+    ``ce_kernel``: ``loss.CE_KERNELS``, how the cross-entropy is computed (default ``"xla"``, the
+    chunked matmuls); ``"splash"``: by the Pallas splash kernel (``ce_splash``; meant for a TPU:
+    elsewhere it runs interpreted, slowly), which never writes logits to memory — for a LoRA
+    run without a soft-cap on a float table whose vocabulary is not split over ``tensor``;
+    otherwise ``"xla"`` (``Steps.ce_kernel`` says which). Per-row sums (DPO) keep ``"xla"``.
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
     (the shapes of ``trainable_params``) of the reference model for an objective that needs
     one; default the base with the adapters off.
@@ -92,6 +99,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     softcap = config.final_logit_softcap
 
     split_vocab = loss_lib.ce_split_vocab(mesh.devices.flat[0])
+    ce_kernel = _ce_kernel(ce_kernel, full_ft=full_ft, softcap=softcap, config=config, mesh=mesh,
+                           table=(base_params or {}).get("embedder", {}).get("input_embedding"))
     if attention_kind is None:
         attention_kind = attention.default_kind(mesh.devices.flat[0].platform)
     run_model = with_remat(model) if t.remat else model
@@ -163,12 +172,13 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         table = params["embedder"]["input_embedding"]
         chunk = _divisor_at_most(hidden.shape[1], ce_chunk)
 
-        def one(h, t, w):
-            return loss_lib.chunked_ce_sum(h, table, t, w, softcap=softcap, chunk=chunk, split_vocab=split_vocab)
+        def one(h, t, w, kernel="xla"):
+            return loss_lib.chunked_ce_sum(h, table, t, w, softcap=softcap, chunk=chunk, split_vocab=split_vocab,
+                                           kernel=kernel, mesh=mesh)
 
         if per_row:
             return jax.vmap(lambda h, t, w: one(h[None], t[None], w[None]))(hidden, targets, weights)
-        return one(hidden, targets, weights)
+        return one(hidden, targets, weights, ce_kernel)
 
     def loss_sum(trainable, base, ref, mb, slots):
         def policy(b, per_row=False):
@@ -255,7 +265,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     # an earlier run of the same shapes in this process left its programs: reuse them (no trace)
     key = step_programs.program_key(model, cfg, mesh, trainable_params, base_params, optimizer=optimizer,
                                     length=length, ce_chunk=ce_chunk, gather_loss=gather_loss,
-                                    attention_kind=attention_kind)
+                                    attention_kind=attention_kind, ce_kernel=ce_kernel)
     if key is not None:  # the objective's constants (DPO's beta, …) and its reference are in the program
         key += (weight_barrier, objective.name, tuple(sorted((k, repr(v)) for k, v in vars(objective).items())),
                 step_programs.tree_signature(reference_params))
@@ -265,9 +275,33 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                   trainable_shardings=trainable_shardings, base_shardings=base_shardings,
                   state_shardings=state_shardings, batch_sharding=batch_sharding, ce_chunk=ce_chunk,
                   abstract_state=abstract_state, _train=train_jit, _eval=eval_jit, _init_opt=init_opt,
-                  _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind, hparams=hparams,
+                  _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind, ce_kernel=ce_kernel,
+                  hparams=hparams,
                   objective=objective, reference_params=reference_params)
     return steps
+
+
+def _ce_kernel(kind: str | None, *, full_ft: bool, softcap: float | None, config: Any, mesh: Any,
+               table: Any = None) -> str:
+    """The cross-entropy kernel the step uses: ``kind`` (default ``"xla"``), or ``"xla"`` where
+    the splash kernel cannot serve the whole run (the shapes of each call are checked again by
+    ``loss.chunked_ce_sum``, which falls back on its own)."""
+    kind = kind or "xla"
+    if kind not in loss_lib.CE_KERNELS:
+        raise ValueError(f"ce_kernel {kind!r}: expected one of {loss_lib.CE_KERNELS}")
+    if kind != "splash":
+        return kind
+    _, _, tensor = ce_splash.mesh_rows(mesh)
+    why = ("a full fine-tune trains the table" if full_ft
+           else f"final-logit soft-cap {softcap}" if softcap is not None
+           else f"head dim {config.embed_dim} not a multiple of {ce_splash.LANE}" if config.embed_dim % ce_splash.LANE
+           else f"vocabulary split over tensor={tensor}" if tensor > 1 and config.num_embed % tensor == 0
+           else "a quantized embedding table" if table is not None and qarray.is_qarray(table)
+           else None)
+    if why:
+        log.debug("cross-entropy: the splash kernel does not apply (%s); XLA's chunked path", why)
+        return "xla"
+    return kind
 
 
 def _divisor_at_most(n: int, k: int) -> int:

@@ -11,8 +11,8 @@ executables serve it, nothing is traced or compiled.
 What is in the key: the model's class and config, the params' dtype, the LoRA spec, the
 trainable and base trees (structure, shapes, dtypes), the mesh (devices, axes, sizes), the
 batch shape (batch size, sequence length, micro-batches), the compute dtype, remat, the
-optimizer's kind (schedule shape, clipping, weight decay), the cross-entropy chunk and the
-attention kind. What is not: the learning rate, warm-up and step count (inputs of the step,
+optimizer's kind (schedule shape, clipping, weight decay), the cross-entropy chunk and kernel,
+and the attention kind. What is not: the learning rate, warm-up and step count (inputs of the step,
 ``optimizer.schedule_hparams``), the seed, the data and the run's name — so an lr-only
 change, a longer run and the next point of a sweep compile nothing.
 
@@ -64,7 +64,8 @@ def mesh_signature(mesh: Any) -> tuple:
 
 
 def program_key(model: Any, cfg: Any, mesh: Any, trainable: Any, base: Any, *, optimizer: Any,
-                length: int, ce_chunk: int, gather_loss: bool, attention_kind: str) -> tuple | None:
+                length: int, ce_chunk: int, gather_loss: bool, attention_kind: str,
+                ce_kernel: str = "xla") -> tuple | None:
     """What the four programs depend on (see the module doc); None when the optimizer is not
     ours (an arbitrary optax transformation may hold constants that no key can name)."""
     spec = getattr(optimizer, "spec", None)
@@ -77,7 +78,7 @@ def program_key(model: Any, cfg: Any, mesh: Any, trainable: Any, base: Any, *, o
         tree_signature(trainable), tree_signature(base), mesh_signature(mesh),
         int(t.batch_size), int(length), int(t.grad_accum), str(t.compute_dtype), bool(t.remat),
         str(spec.schedule), float(spec.clip_norm), float(spec.weight_decay),
-        int(ce_chunk), bool(gather_loss), str(attention_kind),
+        int(ce_chunk), bool(gather_loss), str(attention_kind), str(ce_kernel),
     )
 
 

@@ -1,0 +1,164 @@
+"""The cross-entropy and its ∂hidden by the splash attention kernel: no logits in HBM.
+
+With no final-logit soft-cap (Gemma 3/4), for hidden ``h_i`` and the embedding table ``T [V, D]``:
+``p = softmax(h_i·Tᵀ)``, ``CE_i = lse_i − h_i·T[t_i]`` and ``∂CE_i/∂h_i = Σ_v p_v T_v − T[t_i]``.
+That is single-head attention with ``q = h`` (unscaled: the kernel scales nothing), ``k = v = T``
+and a full mask: the kernel's output is ``o_i = Σ_v p_v T_v`` and the residual it saves
+(``save_residuals=True``) is ``lse_i`` (this jax's splash forward writes ``log(l) + m`` per
+query row, f32). So ``Σ m_i CE_i`` and ``∂hidden_i = m_i (o_i − T[t_i])`` come from one kernel
+call that reads the table block by block and never writes an ``[N, V]`` array
+(``jax.experimental.pallas.ops.tpu.splash_attention``; ``attention_splash`` uses it for
+attention). ``loss._fused_ce`` calls ``parts`` in its forward; the backward only scales.
+
+Eligibility (``why_not``; else ``loss``'s chunked XLA path): no soft-cap, a plain float table
+(not quantized), the table not trained (checked in ``loss._fused_ce``'s forward), the head dim
+a multiple of 128, the vocabulary a multiple of 128 and the rows × positions per device a
+multiple of 128. On a mesh of several devices the kernel runs under ``shard_map``, rows split
+on the batch axes, the table replicated; a vocabulary split over ``tensor`` is not eligible.
+Off a TPU the kernel runs in Pallas' interpreter (slow: tests only).
+
+Block sizes (``blocks``): the query block (rows of ``h``) as large as divides ``N`` and fits
+the VMEM budget — the table is streamed once per query block (twice: ``k`` and ``v`` are the
+same array read separately), so a larger query block reads it fewer times; the vocabulary block
+512 (or 256, 128) where it divides ``V``. A v5e: 1024 × 512 at D 640, 512 × 512 at D 1152,
+256 × 256 at D 2560 (``vmem_bytes``).
+
+Not yet measured on a chip: the kernel (this jax's) casts each ``v`` tile to f32 before its
+``p·v`` matmul, which an MXU may run as several bf16 passes; the profile will say whether that
+costs more than XLA's two logits passes it replaces.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+log = logging.getLogger(__name__)
+
+LANE = 128
+Q_BLOCKS = (1024, 512, 256, 128)
+KV_BLOCKS = (512, 256, 128)
+VMEM_BUDGET = 15 * 2**20
+"""Bytes of VMEM the kernel's tiles may take: XLA:TPU's scoped VMEM limit on a v5e is 16 MiB
+and the kernel sets none of its own."""
+ROW_AXES = ("data", "fsdp")
+
+
+def vmem_bytes(bq: int, bkv: int, dim: int, itemsize: int) -> int:
+    """The kernel's scoped VMEM, roughly: q, k, v and out tiles double-buffered, the f32 output
+    accumulator, the (m, l) stats and the f32 score tile. Held against v5e compiles (deviceless,
+    V = 262144, bf16): D 1152 at (512, 512) and (512, 256), D 2560 at (256, 256) and (128, 512),
+    D 640 at (1024, 512) fit; D 1152 at (1024, 512) (XLA: 18.26 MiB), (512, 1024), D 2560 at
+    (512, 512), (256, 512), D 640 at (1024, 1024), (2048, 256) do not — this estimate puts every
+    one on the right side of ``VMEM_BUDGET``."""
+    tiles = 2 * (2 * bq * dim + 2 * bkv * dim) * itemsize
+    return tiles + bq * dim * 4 + 2 * bq * LANE * 4 + bq * bkv * 4
+
+
+def blocks(n: int, vocab: int, dim: int, itemsize: int) -> tuple[int, int] | None:
+    """(query block, vocabulary block) for ``n`` query rows, or None when none fits: the largest
+    query block first (the table is read once per query block), then the largest vocabulary
+    block (fewer grid steps)."""
+    for bq in Q_BLOCKS:
+        if n % bq:
+            continue
+        for bkv in KV_BLOCKS:
+            if vocab % bkv == 0 and vmem_bytes(bq, bkv, dim, itemsize) <= VMEM_BUDGET:
+                return bq, bkv
+    return None
+
+
+def mesh_rows(mesh: Any) -> tuple[tuple[str, ...], int, int]:
+    """(the batch axes of ``mesh`` of size > 1, their product, the ``tensor`` size)."""
+    if mesh is None:
+        return (), 1, 1
+    sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
+    rows = tuple(a for a in ROW_AXES if sizes.get(a, 1) > 1)
+    split = 1
+    for a in rows:
+        split *= sizes[a]
+    return rows, split, sizes.get("tensor", 1)
+
+
+def why_not(hidden: Any, table: Any, softcap: float | None, mesh: Any = None) -> str | None:
+    """Why the kernel cannot compute this cross-entropy (None: it can)."""
+    from adapters_lib.models import qarray
+
+    if softcap is not None:
+        return f"final-logit soft-cap {softcap}"
+    if qarray.is_qarray(table) or not jnp.issubdtype(table.dtype, jnp.floating):
+        return "a quantized embedding table"
+    if hidden.ndim != 3:
+        return f"hidden of rank {hidden.ndim}"
+    b, length, dim = hidden.shape
+    vocab = table.shape[0]
+    if dim % LANE:
+        return f"head dim {dim} not a multiple of {LANE}"
+    rows, split, tensor = mesh_rows(mesh)
+    if tensor > 1 and vocab % tensor == 0:
+        return f"vocabulary split over tensor={tensor}"
+    if b % split:
+        return f"{b} rows do not split over the batch axes ({split} devices)"
+    n = b // split * length
+    if blocks(n, vocab, dim, jnp.dtype(hidden.dtype).itemsize) is None:
+        return f"no block size divides {n} rows per device × vocabulary {vocab} (head dim {dim})"
+    return None
+
+
+def _on_tpu(mesh: Any) -> bool:
+    device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
+    return device.platform == "tpu"
+
+
+@functools.cache
+def _kernel(n: int, vocab: int, bq: int, bkv: int, interpret: bool):
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as sk
+    from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as sm
+
+    sizes = sk.BlockSizes(block_q=bq, block_kv=bkv, block_kv_compute=bkv)  # forward only
+    with jax.ensure_compile_time_eval():  # its mask tables are constants, made once (not in a trace)
+        return sk.make_splash_mqa_single_device(mask=sm.MultiHeadMask([sm.FullMask((n, vocab))]),
+                                                block_sizes=sizes, save_residuals=True,
+                                                interpret=interpret)
+
+
+def parts(hidden: jax.Array, table: jax.Array, targets: jax.Array, mask: jax.Array,
+          mesh: Any = None) -> tuple[jax.Array, jax.Array]:
+    """(Σ CE·mask in f32, its ∂hidden in ``hidden.dtype``) for ``hidden [B, L, D]``,
+    ``table [V, D]``, ``targets``/``mask [B, L]`` (``why_not`` must be None)."""
+    dt = hidden.dtype
+    tab = table.astype(dt)
+    vocab, dim = tab.shape
+    interpret = not _on_tpu(mesh)
+
+    def local(h, tab, t, m):
+        b, length, _ = h.shape
+        n = b * length
+        bq, bkv = blocks(n, vocab, dim, jnp.dtype(dt).itemsize)
+        q = h.reshape(1, n, dim)
+        with jax.named_scope("ce_splash"):
+            o, (lse,) = _kernel(n, vocab, bq, bkv, interpret)(q, tab, tab)
+        at_target = jnp.take(tab, t.reshape(n), axis=0)  # [n, D]: T[t_i], a gather of n rows
+        target_logit = jnp.einsum("nd,nd->n", q[0], at_target, preferred_element_type=jnp.float32)
+        w = m.reshape(n).astype(jnp.float32)
+        ce = jnp.sum((lse[0] - target_logit) * w)
+        dh = ((o[0].astype(jnp.float32) - at_target.astype(jnp.float32)) * w[:, None]).astype(dt)
+        return ce, dh.reshape(b, length, dim)
+
+    rows, split, _ = mesh_rows(mesh)
+    if mesh is None or mesh.devices.size == 1:
+        return local(hidden, tab, targets, mask)
+
+    def sharded(h, tab, t, m):
+        ce, dh = local(h, tab, t, m)
+        return (jax.lax.psum(ce, rows) if rows else ce), dh
+
+    row_spec = P(rows or None)
+    run = jax.shard_map(sharded, mesh=mesh, in_specs=(row_spec, P(), row_spec, row_spec),
+                        out_specs=(P(), row_spec), check_vma=False)
+    return run(hidden, tab, targets, mask)
