@@ -107,6 +107,8 @@ def test_a_demo_train_step_with_the_splash_kernel_equals_the_default(demo, lora_
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
     for why in (dict(full_ft=True, softcap=None), dict(full_ft=False, softcap=30.0)):
         assert step_lib._ce_kernel("splash", config=model.config, mesh=one, **why) == "xla"
+    # unasked, the kernel is the TPU's (measured there); off a TPU the interpreter would be slow
+    assert step_lib._ce_kernel(None, config=model.config, mesh=one, full_ft=False, softcap=None) == "xla"
 
 
 def test_on_a_mesh_the_kernel_runs_per_device_on_its_rows():

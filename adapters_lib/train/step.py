@@ -82,7 +82,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     ``attention_kind``: ``attention.KINDS``; default ``attention.default_kind`` of the platform
     (cuDNN flash attention on a GPU, block-sparse scores elsewhere).
     ``weight_barrier``: ``variants.with_training_attention``'s (default: on a CPU only).
-    ``ce_kernel``: ``loss.CE_KERNELS``, how the cross-entropy is computed (default ``"xla"``, the
+    ``ce_kernel``: ``loss.CE_KERNELS``, how the cross-entropy is computed (default ``"splash"``
+    on a TPU — the Gemma-3-1B step 8 % faster on a v5e, BENCHMARKS.md — else ``"xla"``, the
     chunked matmuls); ``"splash"``: by the Pallas splash kernel (``ce_splash``; meant for a TPU:
     elsewhere it runs interpreted, slowly), which never writes logits to memory — for a LoRA
     run without a soft-cap on a float table whose vocabulary is not split over ``tensor``;
@@ -283,10 +284,12 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
 def _ce_kernel(kind: str | None, *, full_ft: bool, softcap: float | None, config: Any, mesh: Any,
                table: Any = None) -> str:
-    """The cross-entropy kernel the step uses: ``kind`` (default ``"xla"``), or ``"xla"`` where
+    """The cross-entropy kernel the step uses: ``kind`` (default ``"splash"`` on a TPU, ``"xla"``
+    elsewhere: Pallas' interpreter off a TPU is slow), or ``"xla"`` where
     the splash kernel cannot serve the whole run (the shapes of each call are checked again by
     ``loss.chunked_ce_sum``, which falls back on its own)."""
-    kind = kind or "xla"
+    if kind is None:  # measured on a v5e: the 1B step 0.372 s against XLA's 0.404 (BENCHMARKS.md)
+        kind = "splash" if mesh.devices.flat[0].platform == "tpu" else "xla"
     if kind not in loss_lib.CE_KERNELS:
         raise ValueError(f"ce_kernel {kind!r}: expected one of {loss_lib.CE_KERNELS}")
     if kind != "splash":
