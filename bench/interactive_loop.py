@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -34,7 +35,9 @@ from typing import Any
 from bench.measures import _row, measure
 from bench.report import Row
 
-EXE = str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "gemma-workbench")
+_VENV_EXE = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "gemma-workbench"
+EXE = str(_VENV_EXE) if _VENV_EXE.exists() else (shutil.which("gemma-workbench") or str(_VENV_EXE))
+"""The project's ``gemma-workbench``: its venv's, else the one on PATH (the TPU bundle's)."""
 PROMPT = "Count from one to one hundred in words, separated by commas."
 LLAMA_CPP_DIR = Path(os.environ.get("GEMMA_WORKBENCH_LLAMA_CPP",
                                     Path.home() / ".cache" / "gemma-workbench" / "llama-cpp"))
