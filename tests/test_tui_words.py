@@ -160,3 +160,11 @@ def test_a_long_folder_id_keeps_its_start_and_its_name_in_the_table():
     assert short_id("starter:gemma-3-270m") == "starter:gemma-3-270m"
     assert short_id("x" * 40).startswith("…") and len(short_id("x" * 40)) == ID_WIDTH
     assert "broken-gemma" in model_detail(entry)  # the detail pane names it whole
+
+
+def test_a_millisecond_step_reads_in_milliseconds():
+    """The demo model on a TPU steps in ~1 ms: the header said "0.00s/step" there."""
+    view = RunView("r", state=RunState.RUNNING, step=20, total_steps=40,
+                   metrics=[{"step": 10, "loss": 2.5, "step_time_s": 0.0012},
+                            {"step": 20, "loss": 2.0, "step_time_s": 0.0012}])
+    assert "1.2ms/step" in header_text(view, "r", "green")

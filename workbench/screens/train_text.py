@@ -74,7 +74,8 @@ def header_text(view: RunView, name: str, state_style: str, now: float | None = 
         parts.append(f"[b magenta]eval {evals[-1]['eval_loss']:.3f}[/]@{evals[-1].get('step')}")
     per_step = v.step_time()
     if per_step is not None:
-        parts.append(f"{per_step:.2f}s/step")
+        # a small model on an accelerator steps in milliseconds: "0.00s/step" said nothing
+        parts.append(f"{per_step:.2f}s/step" if per_step >= 0.1 else f"{per_step * 1000:.3g}ms/step")
     text = " ".join(parts)
     return text + (f" [red]{escape(v.error)}[/]" if v.error else "")
 
