@@ -7,8 +7,8 @@
   vendor peak, the compiled step's memory against the estimate; ours against the reference
   route (``bench.refs.RefGemmaTrainer``: ``gm.nn.LoRA`` + optax + ``jax.jit``) at the same
   batch, the two alternating; ``TPU_VARIANTS`` (comma-separated: ``blocked``, ``ce64``,
-  ``barrier``, ``remat``, ``b8``) adds rows for the settings the defaults replaced, and
-  ``cesplash`` one for the cross-entropy by the splash kernel (``build_steps(ce_kernel="splash")``);
+  ``barrier``, ``remat``, ``b8``, ``cexla``: XLA's chunked cross-entropy, which the splash
+  kernel replaced on a TPU) adds rows for the settings the defaults replaced;
 - ``first-step``: seconds from a new process to the first step's loss at that shape, twice:
   cold (empty compile cache and program store), then warm (what the first left); the warm
   process then launches twice more with its weights held, as the engine does: its kept
@@ -219,7 +219,7 @@ def speed(out: Path) -> list[dict]:
     for label in filter(None, os.environ.get("TPU_VARIANTS", "").split(",")):
         kw = {"blocked": {"attention_kind": "blocked"}, "barrier": {"weight_barrier": True},
               "ce64": {"ce_chunk_bytes": max(128 * 2**20, int(main.get("bytes_limit") or 0) // 64)},
-              "remat": {"remat": True}, "cesplash": {"ce_kernel": "splash"}, "b8": {}, "b16": {}}[label]
+              "remat": {"remat": True}, "cexla": {"ce_kernel": "xla"}, "b8": {}, "b16": {}}[label]
         batch = {"b8": 8, "b16": 16}.get(label, b)
         try:
             v = train_point(model, base, batch=batch, seq=seq, steps=steps, memory=label.startswith("b"), **kw)
