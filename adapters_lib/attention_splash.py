@@ -69,7 +69,8 @@ def _kernel(length: int, heads: int, window: int | None, soft_cap: float | None,
                                   q_seq_shards=1, attn_logits_soft_cap=soft_cap, interpret=interpret)
 
 
-def _on_tpu(mesh: Any) -> bool:
+def on_tpu(mesh: Any) -> bool:
+    """Whether ``mesh``'s devices (default JAX's) are TPUs: else Pallas' interpreter."""
     device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
     return device.platform == "tpu"
 
@@ -83,7 +84,7 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array, mask: j
     seg = segment_ids(mask)
     q, k, v = (jnp.swapaxes(x, 1, 2) for x in (query, key, value))  # [B, heads, T, H]
     n, kv, t = q.shape[1], k.shape[1], q.shape[2]
-    interpret = not _on_tpu(mesh)
+    interpret = not on_tpu(mesh)
     sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True)) if mesh is not None else {}
     tensor = sizes.get("tensor", 1)
     head_axis = "tensor" if tensor > 1 and n % tensor == 0 and kv % tensor == 0 else None

@@ -33,11 +33,15 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
+
+from adapters_lib import attention_splash
+from adapters_lib import mesh as mesh_lib
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +51,6 @@ KV_BLOCKS = (512, 256, 128)
 VMEM_BUDGET = 15 * 2**20
 """Bytes of VMEM the kernel's tiles may take: XLA:TPU's scoped VMEM limit on a v5e is 16 MiB
 and the kernel sets none of its own."""
-ROW_AXES = ("data", "fsdp")
 
 
 def vmem_bytes(bq: int, bkv: int, dim: int, itemsize: int) -> int:
@@ -78,42 +81,44 @@ def mesh_rows(mesh: Any) -> tuple[tuple[str, ...], int, int]:
     """(the batch axes of ``mesh`` of size > 1, their product, the ``tensor`` size)."""
     if mesh is None:
         return (), 1, 1
-    sizes = dict(zip(mesh.axis_names, mesh.devices.shape, strict=True))
-    rows = tuple(a for a in ROW_AXES if sizes.get(a, 1) > 1)
-    split = 1
-    for a in rows:
-        split *= sizes[a]
-    return rows, split, sizes.get("tensor", 1)
+    sizes = mesh_lib.mesh_sizes(mesh)
+    rows = tuple(a for a in mesh_lib.BATCH_AXES if sizes.get(a, 1) > 1)
+    return rows, math.prod(sizes[a] for a in rows), sizes.get("tensor", 1)
 
 
-def why_not(hidden: Any, table: Any, softcap: float | None, mesh: Any = None) -> str | None:
-    """Why the kernel cannot compute this cross-entropy (None: it can)."""
+def why_not_run(softcap: float | None, table: Any, dim: int, vocab: int, mesh: Any = None) -> str | None:
+    """Why the kernel cannot serve any step of a run (None: it may; each call's rows are
+    checked by ``why_not``): what the model and the mesh decide."""
     from adapters_lib.models import qarray
 
     if softcap is not None:
         return f"final-logit soft-cap {softcap}"
-    if qarray.is_qarray(table) or not jnp.issubdtype(table.dtype, jnp.floating):
+    if table is not None and (qarray.is_qarray(table) or not jnp.issubdtype(table.dtype, jnp.floating)):
         return "a quantized embedding table"
+    if dim % LANE:
+        return f"head dim {dim} not a multiple of {LANE}"
+    _, _, tensor = mesh_rows(mesh)
+    if tensor > 1 and vocab % tensor == 0:
+        return f"vocabulary split over tensor={tensor}"
+    return None
+
+
+def why_not(hidden: Any, table: Any, softcap: float | None, mesh: Any = None) -> str | None:
+    """Why the kernel cannot compute this cross-entropy (None: it can)."""
     if hidden.ndim != 3:
         return f"hidden of rank {hidden.ndim}"
     b, length, dim = hidden.shape
     vocab = table.shape[0]
-    if dim % LANE:
-        return f"head dim {dim} not a multiple of {LANE}"
-    rows, split, tensor = mesh_rows(mesh)
-    if tensor > 1 and vocab % tensor == 0:
-        return f"vocabulary split over tensor={tensor}"
+    why = why_not_run(softcap, table, dim, vocab, mesh)
+    if why:
+        return why
+    _, split, _ = mesh_rows(mesh)
     if b % split:
         return f"{b} rows do not split over the batch axes ({split} devices)"
     n = b // split * length
     if blocks(n, vocab, dim, jnp.dtype(hidden.dtype).itemsize) is None:
         return f"no block size divides {n} rows per device × vocabulary {vocab} (head dim {dim})"
     return None
-
-
-def _on_tpu(mesh: Any) -> bool:
-    device = mesh.devices.flat[0] if mesh is not None else jax.devices()[0]
-    return device.platform == "tpu"
 
 
 @functools.cache
@@ -135,7 +140,7 @@ def parts(hidden: jax.Array, table: jax.Array, targets: jax.Array, mask: jax.Arr
     dt = hidden.dtype
     tab = table.astype(dt)
     vocab, dim = tab.shape
-    interpret = not _on_tpu(mesh)
+    interpret = not attention_splash.on_tpu(mesh)
 
     def local(h, tab, t, m):
         b, length, _ = h.shape

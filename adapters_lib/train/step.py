@@ -47,7 +47,6 @@ from flax import linen as nn
 from adapters_lib import attention, lora, trace_context
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
-from adapters_lib.models import qarray
 from adapters_lib.train import ce_splash, objectives, step_programs
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train.compiled_steps import Steps, TrainState, mask_keys
@@ -294,13 +293,8 @@ def _ce_kernel(kind: str | None, *, full_ft: bool, softcap: float | None, config
         raise ValueError(f"ce_kernel {kind!r}: expected one of {loss_lib.CE_KERNELS}")
     if kind != "splash":
         return kind
-    _, _, tensor = ce_splash.mesh_rows(mesh)
-    why = ("a full fine-tune trains the table" if full_ft
-           else f"final-logit soft-cap {softcap}" if softcap is not None
-           else f"head dim {config.embed_dim} not a multiple of {ce_splash.LANE}" if config.embed_dim % ce_splash.LANE
-           else f"vocabulary split over tensor={tensor}" if tensor > 1 and config.num_embed % tensor == 0
-           else "a quantized embedding table" if table is not None and qarray.is_qarray(table)
-           else None)
+    why = "a full fine-tune trains the table" if full_ft else ce_splash.why_not_run(
+        softcap, table, config.embed_dim, config.num_embed, mesh)
     if why:
         log.debug("cross-entropy: the splash kernel does not apply (%s); XLA's chunked path", why)
         return "xla"
