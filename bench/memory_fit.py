@@ -260,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--grad-accum", type=int, default=1)
     parser.add_argument("--target", default="local", help=f"local, or {', '.join(TOPOLOGIES)} (deviceless)")
     parser.add_argument("--out", default=None, help="also write the rows as JSON here")
-    parser.add_argument("--ce-kernel", choices=("xla", "splash"), default=None,
-                        help="the cross-entropy's kernel (build_steps ce_kernel; default xla)")
+    parser.add_argument("--ce-kernel", choices=("xla", "splash", "flash"), default=None,
+                        help="the cross-entropy's kernel (build_steps ce_kernel; default the step's: "
+                             "flash on a TPU, xla elsewhere)")
     args = parser.parse_args(argv)
     if args.target != "local":
         import jax

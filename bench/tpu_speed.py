@@ -7,8 +7,13 @@
   vendor peak, the compiled step's memory against the estimate; ours against the reference
   route (``bench.refs.RefGemmaTrainer``: ``gm.nn.LoRA`` + optax + ``jax.jit``) at the same
   batch, the two alternating; ``TPU_VARIANTS`` (comma-separated: ``blocked``, ``ce64``,
-  ``barrier``, ``remat``, ``b8``, ``cexla``: XLA's chunked cross-entropy, which the splash
-  kernel replaced on a TPU) adds rows for the settings the defaults replaced;
+  ``barrier``, ``remat``, ``b8``, ``cexla``: XLA's chunked cross-entropy, ``cesplash``: the
+  cross-entropy by JAX's splash kernel, both of which the project's kernel replaced on a TPU)
+  adds rows for the settings the defaults replaced; ``TPU_SPEED_REF`` (default ``2x1024``,
+  empty: none) the shape of the rows against the reference route;
+- ``ce``: the cross-entropy and its ∂hidden alone at that step's shape (8192 rows, the 262k
+  vocabulary, D 1152): XLA's chunked path, the splash kernel, the project's kernel at each
+  block size that fits (``TPU_CE_BLOCKS``, e.g. ``2048x256,1024x1024``), ms and TFLOP/s;
 - ``first-step``: seconds from a new process to the first step's loss at that shape, twice:
   cold (empty compile cache and program store), then warm (what the first left); the warm
   process then launches twice more with its weights held, as the engine does: its kept
@@ -219,15 +224,82 @@ def speed(out: Path) -> list[dict]:
     for label in filter(None, os.environ.get("TPU_VARIANTS", "").split(",")):
         kw = {"blocked": {"attention_kind": "blocked"}, "barrier": {"weight_barrier": True},
               "ce64": {"ce_chunk_bytes": max(128 * 2**20, int(main.get("bytes_limit") or 0) // 64)},
-              "remat": {"remat": True}, "cexla": {"ce_kernel": "xla"}, "b8": {}, "b16": {}}[label]
+              "remat": {"remat": True}, "cexla": {"ce_kernel": "xla"}, "cesplash": {"ce_kernel": "splash"},
+              "b8": {}, "b16": {}}[label]
         batch = {"b8": 8, "b16": 16}.get(label, b)
         try:
             v = train_point(model, base, batch=batch, seq=seq, steps=steps, memory=label.startswith("b"), **kw)
             rows.append(_row(f"ours, variant {label}", **v))
         except Exception as e:  # noqa: BLE001 - an OOM is a result
             rows.append(_row(f"ours, variant {label}", error=f"{type(e).__name__}: {e}"[:600]))
-    rows += ours_vs_reference(model, base)
+    ref_shape = os.environ.get("TPU_SPEED_REF", "2x1024")  # empty: no reference rows (`ratio` has them)
+    if ref_shape:
+        rb, rs = (int(x) for x in ref_shape.lower().split("x"))
+        rows += ours_vs_reference(model, base, rb, rs)
     _dump(out, "speed", rows)
+    return rows
+
+
+def ce(out: Path) -> list[dict]:
+    """The cross-entropy and ∂hidden alone: each kernel at the 1B step's shape, alternating."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.train import ce_flash
+    from adapters_lib.train import loss as loss_lib
+
+    n, vocab, dim = (256, 2048, 128) if DRY else (8192, 262144, 1152)
+    k = jax.random.split(jax.random.key(0), 3)
+    h = jax.random.normal(k[0], (1, n, dim), jnp.float32).astype(jnp.bfloat16)
+    table = (jax.random.normal(k[1], (vocab, dim), jnp.float32) * 0.02).astype(jnp.bfloat16)
+    targets = jax.random.randint(k[2], (1, n), 0, vocab)
+    mask = jnp.ones((1, n), jnp.int32)
+    chunk = 128 if DRY else 256  # 256 × 262k f32 logits: the step's own budget (1/64 of the chip)
+    interpret = jax.devices()[0].platform != "tpu"
+
+    def via(kernel):
+        return jax.jit(jax.value_and_grad(lambda x: loss_lib.chunked_ce_sum(
+            x, table, targets, mask, chunk=chunk, kernel=kernel)))
+
+    def flash_at(sizes):
+        def f(x):
+            o, lse = ce_flash.softmax_mean(x[0], table, interpret=interpret, sizes=sizes)
+            return jnp.sum(lse), o
+        return jax.jit(f)
+
+    fns = {"xla": via("xla"), "splash": via("splash"), "flash (default blocks)": via("flash")}
+    default = ce_flash.blocks(n, vocab, dim, 2)
+    extra = os.environ.get("TPU_CE_BLOCKS", "" if DRY else "2048x256,2048x512,1024x1024,1024x512,512x1024,512x512,1024x2048")
+    for spec in filter(None, extra.split(",")):
+        sizes = tuple(int(x) for x in spec.lower().split("x"))
+        fns[f"flash kernel {sizes[0]}x{sizes[1]}"] = flash_at(sizes)
+    rows, times, ref = [], {}, None
+    for name, fn in list(fns.items()):
+        try:
+            t = time.perf_counter()
+            r = jax.block_until_ready(fn(h))
+            times[name] = [time.perf_counter() - t]
+            if name == "xla":
+                ref = r
+            elif ref is not None and name in ("splash", "flash (default blocks)"):
+                rows.append(_row(f"ce check {name}", loss=float(r[0]), loss_xla=float(ref[0]),
+                                 grad_max_abs_diff=float(jnp.max(jnp.abs(r[1].astype(jnp.float32) - ref[1].astype(jnp.float32)))),
+                                 grad_max_abs=float(jnp.max(jnp.abs(ref[1].astype(jnp.float32))))))
+        except Exception as e:  # noqa: BLE001 - a block size the chip refuses is a result
+            rows.append(_row(f"ce {name}", error=f"{type(e).__name__}: {e}"[:400]))
+            fns.pop(name)
+    per = {name: [] for name in fns}
+    for _ in range(2 if DRY else 5):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            jax.block_until_ready(fn(h))
+            per[name].append(time.perf_counter() - t)
+    flops = 2 * 2 * n * vocab * dim
+    for name, ts in per.items():
+        ms = statistics.median(ts) * 1e3
+        rows.append(_row(f"ce {name}", ms=ms, tflops=flops / ms / 1e9, compile_s=times[name][0],
+                         n=n, vocab=vocab, dim=dim, default_blocks=default))
+    _dump(out, "ce", rows)
     return rows
 
 
@@ -450,7 +522,7 @@ def memory(out: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     global DRY
     p = argparse.ArgumentParser(prog="python -m bench.tpu_speed", description=__doc__.split("\n\n")[0])
-    p.add_argument("name", choices=("speed", "ratio", "first-step", "first-step-once", "big", "decode", "memory"))
+    p.add_argument("name", choices=("speed", "ce", "ratio", "first-step", "first-step-once", "big", "decode", "memory"))
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/tpu-out"))
     p.add_argument("--dry", action="store_true", help="the demo model's shape on this machine's CPU")
     a = p.parse_args(argv)
@@ -461,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tf_deferred.install()
     out = Path(a.out)
-    fn = {"speed": speed, "ratio": ratio, "first-step": first_step, "big": big, "decode": decode, "memory": memory}.get(a.name)
+    fn = {"speed": speed, "ce": ce, "ratio": ratio, "first-step": first_step, "big": big, "decode": decode, "memory": memory}.get(a.name)
     if fn is None:
         first_step_once()
         return 0

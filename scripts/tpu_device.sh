@@ -97,7 +97,7 @@ load_env() {
   WB=$ROOT/bin/gemma-workbench
 }
 
-CHECKS="jax speed ratio first-step flow tui decode big memory bench"
+CHECKS="jax ce speed ratio first-step flow tui decode big memory bench"
 check() {
   [ "${1:-}" = --list ] && { echo "$CHECKS"; return; }
   load_env
@@ -110,7 +110,7 @@ check() {
         bash scripts/setup.sh --detect
         "$PY" -c 'import jax, jaxlib, sys; d = jax.devices()[0]; print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, d.device_kind, jax.device_count(), "bytes_limit", d.memory_stats().get("bytes_limit"))'
         "$PY" -c 'import importlib.metadata as m; print("libtpu", m.version("libtpu"), "gemma", m.version("gemma"), "flax", m.version("flax"))' ;;
-      speed|ratio|first-step|decode|big|memory)
+      ce|speed|ratio|first-step|decode|big|memory)
         "$PY" -m bench.tpu_speed "$name" --out "$OUT" ;;
       flow) bash scripts/tpu_flow.sh "$WB" "$OUT" ;;
       tui) "$PY" -m bench.tui_screens --out "$OUT/tui" && tar -C "$OUT" -czf "$OUT/tui-screens.tgz" tui && rm -rf "$OUT/tui" ;;

@@ -1,5 +1,6 @@
-"""The cross-entropy by the splash attention kernel (``ce_splash``, interpreted off a TPU)
-against the chunked XLA path (itself held against full-logits CE in test_step.py)."""
+"""The cross-entropy by a Pallas kernel — JAX's splash attention kernel or the project's own
+(``ce_splash``, ``ce_flash``; interpreted off a TPU) — against the chunked XLA path (itself held
+against full-logits CE in test_step.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from adapters_lib import mesh
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
-from adapters_lib.train import ce_splash
+from adapters_lib.train import ce_flash, ce_splash
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train import step as step_lib
 
@@ -42,10 +43,14 @@ def _loss_and_grad(kernel, hidden, table, targets, mask, softcap=None, wrt=0):
 TOL = {"float32": dict(loss=1e-6, grad=1e-5), "bfloat16": dict(loss=1e-5, grad=2e-2)}
 
 
+KERNELS = pytest.mark.parametrize("kernel", ce_splash.KERNELS)
+
+
+@KERNELS
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_splash_cross_entropy_and_its_hidden_gradient_equal_the_chunked_path(dtype):
+def test_kernel_cross_entropy_and_its_hidden_gradient_equal_the_chunked_path(kernel, dtype):
     hidden, table, targets, mask = _problem(2048, jnp.dtype(dtype))
-    (loss, grad), used = _loss_and_grad("splash", hidden, table, targets, mask)
+    (loss, grad), used = _loss_and_grad(kernel, hidden, table, targets, mask)
     (ref, ref_grad), ref_used = _loss_and_grad("xla", hidden, table, targets, mask)
     assert used and not ref_used
     tol = TOL[dtype]
@@ -57,13 +62,14 @@ def test_splash_cross_entropy_and_its_hidden_gradient_equal_the_chunked_path(dty
     assert not np.any(g[np.asarray(mask) == 0])  # the masked positions get no gradient
 
 
+@KERNELS
 @pytest.mark.parametrize("case", ["softcap", "vocab", "trained table"])
-def test_an_ineligible_splash_request_is_the_chunked_path(case):
+def test_an_ineligible_kernel_request_is_the_chunked_path(kernel, case):
     vocab = 1000 if case == "vocab" else 1024  # 1000: no multiple of 128
     hidden, table, targets, mask = _problem(vocab, jnp.float32, seed=1)
     softcap = 30.0 if case == "softcap" else None
     wrt = (0, 1) if case == "trained table" else 0
-    (loss, grad), used = _loss_and_grad("splash", hidden, table, targets, mask, softcap=softcap, wrt=wrt)
+    (loss, grad), used = _loss_and_grad(kernel, hidden, table, targets, mask, softcap=softcap, wrt=wrt)
     (ref, ref_grad), _ = _loss_and_grad("xla", hidden, table, targets, mask, softcap=softcap, wrt=wrt)
     assert not used  # a trained table: the forward under differentiation takes the chunked path
     np.testing.assert_allclose(float(loss), float(ref), rtol=1e-6)
@@ -83,10 +89,32 @@ def test_block_sizes_divide_and_fit_a_v5e_vmem():
         assert ce_splash.vmem_bytes(bq, bkv, dim, 2) > ce_splash.VMEM_BUDGET
 
 
+def test_flash_block_sizes_take_the_largest_row_block_a_v5e_compiles():
+    # each compiled for a v5e (deviceless) with the kernel's own VMEM limit
+    assert ce_flash.blocks(8192, 262144, 640, 2) == (2048, 512)
+    assert ce_flash.blocks(8192, 262144, 1152, 2) == (2048, 256)
+    assert ce_flash.blocks(8192, 262144, 2560, 2) == (1024, 256)
+    assert ce_flash.blocks(100, 2048, 128, 4) is None
+    # XLA:TPU refused D 2560 at (2048, 512) and D 3840 at (2048, 512): over the budget here
+    for dim, bq, bv in ((2560, 2048, 512), (3840, 2048, 512)):
+        assert ce_flash.vmem_bytes(bq, bv, dim, 2) > ce_flash.VMEM_BUDGET
+
+
+def test_the_flash_kernel_gives_lse_and_the_softmax_mean_of_the_table():
+    k = jax.random.split(jax.random.key(4), 2)
+    h = jax.random.normal(k[0], (256, DIM), jnp.float32)
+    table = jax.random.normal(k[1], (1024, DIM), jnp.float32) * 0.3
+    o, lse = ce_flash.softmax_mean(h, table, interpret=True, sizes=(128, 256))  # a 2 × 4 grid
+    s = h @ table.T
+    np.testing.assert_allclose(np.asarray(lse), np.asarray(jax.nn.logsumexp(s, -1)), rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(o), np.asarray(jax.nn.softmax(s, -1) @ table), rtol=1e-5, atol=1e-6)
+
+
 ONE = MeshSpec(data=1, fsdp=1, tensor=1, devices=1)
 
 
-def test_a_demo_train_step_with_the_splash_kernel_equals_the_default(demo, lora_params, make_batch, caplog):
+@KERNELS
+def test_a_demo_train_step_with_a_kernel_equals_the_chunked_path(kernel, demo, lora_params, make_batch, caplog):
     model, base = demo
     cfg = RunConfig(mesh=ONE, data=DataSpec(max_length=32), lora=LoraSpec(rank=4), train=TrainSpec(batch_size=8))
     one = mesh.make_mesh(ONE)
@@ -94,24 +122,25 @@ def test_a_demo_train_step_with_the_splash_kernel_equals_the_default(demo, lora_
     batch = make_batch(8, 32, seed=2)
     out = {}
     caplog.set_level(logging.DEBUG, logger="adapters_lib.train.loss")
-    for kind in ("xla", "splash"):  # every position (8 × 32 = 256 rows: a multiple of 128)
+    for kind in ("xla", kernel):  # every position (8 × 32 = 256 rows: a multiple of 128)
         steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), one, base, trainable, gather_loss=False,
                                      ce_kernel=kind)
         assert steps.ce_kernel == kind
         state, metrics = steps.train_step(steps.init_state(trainable), batch)
         out[kind] = (float(metrics["loss"]), float(metrics["grad_norm"]), state.params)
     assert not [r for r in caplog.records if "does not apply" in r.getMessage()]  # the kernel ran
-    np.testing.assert_allclose(out["splash"][0], out["xla"][0], rtol=1e-5)
-    np.testing.assert_allclose(out["splash"][1], out["xla"][1], rtol=1e-4)
-    for a, b in zip(jax.tree.leaves(out["splash"][2]), jax.tree.leaves(out["xla"][2]), strict=True):
+    np.testing.assert_allclose(out[kernel][0], out["xla"][0], rtol=1e-5)
+    np.testing.assert_allclose(out[kernel][1], out["xla"][1], rtol=1e-4)
+    for a, b in zip(jax.tree.leaves(out[kernel][2]), jax.tree.leaves(out["xla"][2]), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
     for why in (dict(full_ft=True, softcap=None), dict(full_ft=False, softcap=30.0)):
-        assert step_lib._ce_kernel("splash", config=model.config, mesh=one, **why) == "xla"
+        assert step_lib._ce_kernel(kernel, config=model.config, mesh=one, **why) == "xla"
     # unasked, the kernel is the TPU's (measured there); off a TPU the interpreter would be slow
     assert step_lib._ce_kernel(None, config=model.config, mesh=one, full_ft=False, softcap=None) == "xla"
 
 
-def test_on_a_mesh_the_kernel_runs_per_device_on_its_rows():
+@KERNELS
+def test_on_a_mesh_the_kernel_runs_per_device_on_its_rows(kernel):
     devices = np.array(jax.devices()[:4])
     if devices.size < 4:
         pytest.skip("needs 4 host devices (conftest's XLA_FLAGS)")
@@ -131,7 +160,7 @@ def test_on_a_mesh_the_kernel_runs_per_device_on_its_rows():
 
     (ref, ref_grad), _ = run("xla", (2, 2, 1))
     for grid, used in (((2, 2, 1), True), ((1, 2, 2), False)):  # tensor=2 splits the vocabulary: XLA's path
-        (loss, grad), ran = run("splash", grid)
+        (loss, grad), ran = run(kernel, grid)
         assert ran == used
         np.testing.assert_allclose(float(loss), float(ref), rtol=1e-6)
         np.testing.assert_allclose(np.asarray(grad), np.asarray(ref_grad), rtol=0, atol=1e-5)

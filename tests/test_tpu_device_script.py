@@ -26,7 +26,7 @@ def _env() -> dict[str, str]:
 def test_the_device_script_names_its_checks_and_refuses_a_missing_bundle():
     listed = subprocess.run(["bash", str(SCRIPT), "check", "--list"], capture_output=True, text=True,
                             timeout=30, check=True).stdout.split()
-    assert {"jax", "flow", "tui", "speed", "first-step", "decode", "big", "memory", "bench"} <= set(listed)
+    assert {"jax", "ce", "flow", "tui", "speed", "first-step", "decode", "big", "memory", "bench"} <= set(listed)
     usage = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=30)
     assert usage.returncode == 2 and "build" in usage.stdout and "check NAME" in usage.stdout
     if Path("/tmp/tpu-parts/COUNT").exists():  # parts received here: installing them is not a test's
@@ -64,3 +64,18 @@ def test_the_first_step_check_reads_the_program_store_back_in_a_new_process(tmp_
     assert warm["program_store_after"]["loaded"] > warm["program_store"]["loaded"], warm  # the forgotten relaunch
     for row in (cold, warm):
         assert 0 < row["relaunch_kept_s"] and 0 < row["relaunch_store_s"] < row["process_wall_s"], row
+
+
+def test_the_ce_check_times_each_kernel_and_holds_them_to_xlas_loss(tmp_path):
+    """``check ce``: the cross-entropy alone by XLA's chunked path and both Pallas kernels (in
+    the interpreter here), each kernel's loss and ∂hidden beside XLA's, then a timed row each."""
+    res = subprocess.run([sys.executable, "-m", "bench.tpu_speed", "ce", "--dry", "--out", str(tmp_path)],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = {r["measure"]: r for r in json.loads((tmp_path / "ce.json").read_text())["rows"]}
+    for kernel in ("splash", "flash (default blocks)"):
+        check = rows[f"ce check {kernel}"]
+        assert abs(check["loss"] / check["loss_xla"] - 1) < 1e-5, check
+        assert check["grad_max_abs_diff"] <= 0.02 * check["grad_max_abs"], check
+    for name in ("xla", "splash", "flash (default blocks)"):
+        assert rows[f"ce {name}"]["ms"] > 0, rows

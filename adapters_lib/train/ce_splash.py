@@ -42,6 +42,7 @@ from jax.sharding import PartitionSpec as P
 
 from adapters_lib import attention_splash
 from adapters_lib import mesh as mesh_lib
+from adapters_lib.train import ce_flash
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,9 @@ def why_not_run(softcap: float | None, table: Any, dim: int, vocab: int, mesh: A
     return None
 
 
-def why_not(hidden: Any, table: Any, softcap: float | None, mesh: Any = None) -> str | None:
-    """Why the kernel cannot compute this cross-entropy (None: it can)."""
+def why_not(hidden: Any, table: Any, softcap: float | None, mesh: Any = None,
+            kernel: str = "splash") -> str | None:
+    """Why ``kernel`` (``KERNELS``) cannot compute this cross-entropy (None: it can)."""
     if hidden.ndim != 3:
         return f"hidden of rank {hidden.ndim}"
     b, length, dim = hidden.shape
@@ -116,9 +118,20 @@ def why_not(hidden: Any, table: Any, softcap: float | None, mesh: Any = None) ->
     if b % split:
         return f"{b} rows do not split over the batch axes ({split} devices)"
     n = b // split * length
-    if blocks(n, vocab, dim, jnp.dtype(hidden.dtype).itemsize) is None:
+    if _blocks_of(kernel)(n, vocab, dim, jnp.dtype(hidden.dtype).itemsize) is None:
         return f"no block size divides {n} rows per device × vocabulary {vocab} (head dim {dim})"
     return None
+
+
+KERNELS = ("flash", "splash")
+"""The kernels that compute the loss and ∂hidden without logits: the project's own
+(``ce_flash``: the table read once a tile, a bf16 ``p·T``) and JAX's splash attention kernel."""
+
+
+def _blocks_of(kernel: str):
+    if kernel not in KERNELS:
+        raise ValueError(f"cross-entropy kernel {kernel!r}: expected one of {KERNELS}")
+    return ce_flash.blocks if kernel == "flash" else blocks
 
 
 @functools.cache
@@ -134,9 +147,10 @@ def _kernel(n: int, vocab: int, bq: int, bkv: int, interpret: bool):
 
 
 def parts(hidden: jax.Array, table: jax.Array, targets: jax.Array, mask: jax.Array,
-          mesh: Any = None) -> tuple[jax.Array, jax.Array]:
+          mesh: Any = None, kernel: str = "splash") -> tuple[jax.Array, jax.Array]:
     """(Σ CE·mask in f32, its ∂hidden in ``hidden.dtype``) for ``hidden [B, L, D]``,
-    ``table [V, D]``, ``targets``/``mask [B, L]`` (``why_not`` must be None)."""
+    ``table [V, D]``, ``targets``/``mask [B, L]`` by ``kernel`` (``KERNELS``; ``why_not``
+    must be None)."""
     dt = hidden.dtype
     tab = table.astype(dt)
     vocab, dim = tab.shape
@@ -145,15 +159,19 @@ def parts(hidden: jax.Array, table: jax.Array, targets: jax.Array, mask: jax.Arr
     def local(h, tab, t, m):
         b, length, _ = h.shape
         n = b * length
-        bq, bkv = blocks(n, vocab, dim, jnp.dtype(dt).itemsize)
-        q = h.reshape(1, n, dim)
-        with jax.named_scope("ce_splash"):
-            o, (lse,) = _kernel(n, vocab, bq, bkv, interpret)(q, tab, tab)
+        q = h.reshape(n, dim)
+        if kernel == "flash":
+            o, lse = ce_flash.softmax_mean(q, tab, interpret=interpret)
+        else:
+            bq, bkv = blocks(n, vocab, dim, jnp.dtype(dt).itemsize)
+            with jax.named_scope("ce_splash"):
+                o, (lse,) = _kernel(n, vocab, bq, bkv, interpret)(q[None], tab, tab)
+            o, lse = o[0], lse[0]
         at_target = jnp.take(tab, t.reshape(n), axis=0)  # [n, D]: T[t_i], a gather of n rows
-        target_logit = jnp.einsum("nd,nd->n", q[0], at_target, preferred_element_type=jnp.float32)
+        target_logit = jnp.einsum("nd,nd->n", q, at_target, preferred_element_type=jnp.float32)
         w = m.reshape(n).astype(jnp.float32)
-        ce = jnp.sum((lse[0] - target_logit) * w)
-        dh = ((o[0].astype(jnp.float32) - at_target.astype(jnp.float32)) * w[:, None]).astype(dt)
+        ce = jnp.sum((lse - target_logit) * w)
+        dh = ((o.astype(jnp.float32) - at_target.astype(jnp.float32)) * w[:, None]).astype(dt)
         return ce, dh.reshape(b, length, dim)
 
     rows, split, _ = mesh_rows(mesh)

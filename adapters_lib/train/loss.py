@@ -30,8 +30,9 @@ from adapters_lib.train import ce_splash
 
 log = logging.getLogger(__name__)
 
-CE_KERNELS = ("xla", "splash")
-"""How ``chunked_ce_sum`` computes: XLA's chunked matmuls (``_ce_scan``), or the splash kernel."""
+CE_KERNELS = ("xla", "splash", "flash")
+"""How ``chunked_ce_sum`` computes: XLA's chunked matmuls (``_ce_scan``), or a Pallas kernel
+with no logits in memory (``ce_splash.KERNELS``: JAX's splash kernel, the project's own)."""
 
 
 def attention_mask(segment_ids: jax.Array) -> jax.Array:
@@ -162,20 +163,22 @@ def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss
     if kernel not in CE_KERNELS:
         raise ValueError(f"cross-entropy kernel {kernel!r}: expected one of {CE_KERNELS}")
     splash = None
-    if kernel == "splash":
-        why = ce_splash.why_not(hidden, table, softcap, mesh)
+    if kernel in ce_splash.KERNELS:
+        why = ce_splash.why_not(hidden, table, softcap, mesh, kernel)
         if why is None:
-            splash = _Splash(mesh)
+            splash = _Splash(mesh, kernel)
         else:
-            log.debug("cross-entropy: the splash kernel does not apply (%s); XLA's chunked path", why)
+            log.debug("cross-entropy: the %s kernel does not apply (%s); XLA's chunked path", kernel, why)
     return _fused_ce(hidden, table, targets, loss_mask, chunk, softcap, split_vocab, splash)
 
 
 @dataclasses.dataclass(frozen=True)
 class _Splash:
-    """``_fused_ce``'s static argument: compute by the splash kernel on ``mesh``'s devices."""
+    """``_fused_ce``'s static argument: compute by ``kernel`` (``ce_splash.KERNELS``) on
+    ``mesh``'s devices."""
 
     mesh: Any
+    kernel: str = "splash"
 
 
 def _chunks(x: jax.Array, chunk: int) -> jax.Array:
@@ -243,7 +246,7 @@ def _ce_scan(hidden, table, targets, mask, chunk, softcap, *, want_hidden=False,
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
 def _fused_ce(hidden, table, targets, mask, chunk, softcap, split_vocab, splash):
     if splash is not None:
-        return ce_splash.parts(hidden, table, targets, mask, splash.mesh)[0]
+        return ce_splash.parts(hidden, table, targets, mask, splash.mesh, splash.kernel)[0]
     return _ce_scan(hidden, table, targets, mask, chunk, softcap)[0]
 
 
@@ -260,7 +263,7 @@ def _primal(x: Any) -> tuple[Any, bool]:
 def _fused_ce_fwd(hidden, table, targets, mask, chunk, softcap, split_vocab, splash):
     (table, table_perturbed), (hidden, hidden_perturbed) = _primal(table), _primal(hidden)
     if splash is not None and not table_perturbed:  # the kernel gives no ∂table
-        ce, dh = ce_splash.parts(hidden, table, targets.value, mask.value, splash.mesh)
+        ce, dh = ce_splash.parts(hidden, table, targets.value, mask.value, splash.mesh, splash.kernel)
         return ce, (dh if hidden_perturbed else None, None)
     if splash is not None:
         log.debug("cross-entropy: the table is trained; XLA's chunked path (the kernel gives no ∂table)")

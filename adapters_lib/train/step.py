@@ -81,12 +81,13 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     ``attention_kind``: ``attention.KINDS``; default ``attention.default_kind`` of the platform
     (cuDNN flash attention on a GPU, block-sparse scores elsewhere).
     ``weight_barrier``: ``variants.with_training_attention``'s (default: on a CPU only).
-    ``ce_kernel``: ``loss.CE_KERNELS``, how the cross-entropy is computed (default ``"splash"``
-    on a TPU — the Gemma-3-1B step 8 % faster on a v5e, BENCHMARKS.md — else ``"xla"``, the
-    chunked matmuls); ``"splash"``: by the Pallas splash kernel (``ce_splash``; meant for a TPU:
-    elsewhere it runs interpreted, slowly), which never writes logits to memory — for a LoRA
-    run without a soft-cap on a float table whose vocabulary is not split over ``tensor``;
-    otherwise ``"xla"`` (``Steps.ce_kernel`` says which). Per-row sums (DPO) keep ``"xla"``.
+    ``ce_kernel``: ``loss.CE_KERNELS``, how the cross-entropy is computed (default ``"flash"``
+    on a TPU, else ``"xla"``, the chunked matmuls); ``"flash"`` (the project's Pallas kernel,
+    ``ce_flash``) and ``"splash"`` (JAX's splash attention kernel) never write logits to
+    memory (``ce_splash``; meant for a TPU: elsewhere they run interpreted, slowly) — for a
+    LoRA run without a soft-cap on a float table whose vocabulary is not split over
+    ``tensor``; otherwise ``"xla"`` (``Steps.ce_kernel`` says which). Per-row sums (DPO) keep
+    ``"xla"``. BENCHMARKS.md ("Cloud TPU v5e") has the three side by side.
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
     (the shapes of ``trainable_params``) of the reference model for an objective that needs
     one; default the base with the adapters off.
@@ -283,20 +284,20 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
 def _ce_kernel(kind: str | None, *, full_ft: bool, softcap: float | None, config: Any, mesh: Any,
                table: Any = None) -> str:
-    """The cross-entropy kernel the step uses: ``kind`` (default ``"splash"`` on a TPU, ``"xla"``
-    elsewhere: Pallas' interpreter off a TPU is slow), or ``"xla"`` where
-    the splash kernel cannot serve the whole run (the shapes of each call are checked again by
+    """The cross-entropy kernel the step uses: ``kind`` (default ``"flash"`` on a TPU, ``"xla"``
+    elsewhere: Pallas' interpreter off a TPU is slow), or ``"xla"`` where the kernel cannot
+    serve the whole run (the shapes of each call are checked again by
     ``loss.chunked_ce_sum``, which falls back on its own)."""
-    if kind is None:  # measured on a v5e: the 1B step 0.372 s against XLA's 0.404 (BENCHMARKS.md)
-        kind = "splash" if mesh.devices.flat[0].platform == "tpu" else "xla"
+    if kind is None:
+        kind = "flash" if mesh.devices.flat[0].platform == "tpu" else "xla"
     if kind not in loss_lib.CE_KERNELS:
         raise ValueError(f"ce_kernel {kind!r}: expected one of {loss_lib.CE_KERNELS}")
-    if kind != "splash":
+    if kind not in ce_splash.KERNELS:
         return kind
     why = "a full fine-tune trains the table" if full_ft else ce_splash.why_not_run(
         softcap, table, config.embed_dim, config.num_embed, mesh)
     if why:
-        log.debug("cross-entropy: the splash kernel does not apply (%s); XLA's chunked path", why)
+        log.debug("cross-entropy: the %s kernel does not apply (%s); XLA's chunked path", kind, why)
         return "xla"
     return kind
 
