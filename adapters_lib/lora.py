@@ -84,6 +84,13 @@ def lora_in_out(kind: str, shape: tuple[int, ...], transpose_gating: bool = True
     return fin, fout
 
 
+SLOT_MAJOR = "->N...H"
+"""The gate/up einsum asked for slot-major (``[2, ..., F]``), as the train step's feed-forward
+does on a TPU (``train.variants.slot_major_mlp``; gemma's own output is ``...NH``,
+``[..., 2, F]``): the adapted einsum then returns the slots as a tuple ``(gate, up)``, each
+``x · W[c]`` plus its update, so no stacked array exists forward or backward."""
+
+
 class TargetedLoRAEinsum(nn.Module):
     """A gemma ``Einsum`` plus scaled low-rank updates on some slices of its output."""
 
@@ -96,11 +103,17 @@ class TargetedLoRAEinsum(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, eqn: str, x: jax.Array) -> jax.Array:
-        y = self.wrapped(eqn, x)
+    def __call__(self, eqn: str, x: jax.Array) -> jax.Array | tuple[jax.Array, ...]:
+        slot_major = self.kind == "gating_einsum" and eqn.endswith(SLOT_MAJOR)
+        w = self._float_weight() if slot_major else None
+        if w is not None:  # each slot's product on its own: [..., F] each (see SLOT_MAJOR)
+            one = eqn.replace("N", "")  # ...F,NHF->N...H → ...F,HF->...H
+            y = [jnp.einsum(one, x, w[c]) for c in range(w.shape[0])]
+        else:
+            y = self.wrapped(eqn, x)
         shape = tuple(self.wrapped.shape)
         if self.kind == "gating_einsum":
-            fin, fout = x.shape[-1], y.shape[-1]
+            fin, fout = x.shape[-1], (y[0] if isinstance(y, list) else y).shape[-1]
         else:
             fin, fout, _ = _slice_in_out(self.kind, shape)
         pairs = []
@@ -110,7 +123,24 @@ class TargetedLoRAEinsum(nn.Module):
             pairs.append((_EINSUM_TARGETS[self.kind][target], a, b))
         if self.kind == "attn_vec_einsum":  # x: [..., N, H] → [..., N·H]
             x = x.reshape(*x.shape[:-2], shape[0] * shape[1])
+        if slot_major:  # y: C × [..., F]; each adapted slot plus its own update
+            dt = x.dtype
+            deltas = lora_matmul_slots(x, jnp.concatenate([a.astype(dt) for _, a, _ in pairs], axis=1),
+                                       tuple(b.astype(dt) for _, _, b in pairs), self.scale)
+            out = list(y)
+            for (slot, _, _), d in zip(pairs, deltas, strict=True):
+                out[slot] = out[slot] + d.astype(out[slot].dtype)
+            return tuple(out)
         return self._add(y, self._delta(x, pairs))
+
+    def _float_weight(self) -> jax.Array | None:
+        """The wrapped einsum's weight where it is a plain float array (not at init, not a
+        quantized weight): then each gate/up slot is its own product."""
+        name = getattr(self.wrapped, "weight_name", None)
+        if not name or self.is_initializing() or not self.wrapped.has_variable("params", name):
+            return None
+        w = self.wrapped.get_variable("params", name)
+        return w if isinstance(w, jax.Array) and jnp.issubdtype(w.dtype, jnp.floating) else None
 
     def _delta(self, x: jax.Array, pairs: list[tuple[int | None, jax.Array, jax.Array]]) -> jax.Array:
         """Every target's update in one low-rank product: ``[..., slots·out]``.
@@ -156,6 +186,37 @@ def lora_matmul(x: jax.Array, a: jax.Array, b: jax.Array, scale: float) -> jax.A
     rank-r sides (``∂a = (∂uᵀ · x)ᵀ``, ``∂b = uᵀ · ∂y``), so no activation is copied.
     """
     return _lora_matmul_fwd(x, a, b, scale)[0]
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def lora_matmul_slots(x: jax.Array, a: jax.Array, bs: tuple[jax.Array, ...], scale: float) -> tuple[jax.Array, ...]:
+    """``lora_matmul`` for targets that share an input (gate and up): one pass over ``x``
+    (``a``: their A matrices side by side, ``in × n·r``), then each ``r`` columns of
+    ``u = scale · x @ a`` times its own ``b`` (``r × out``): one output per target, and no
+    ``[..., n·out]`` array forward or backward."""
+    return _lora_slots_fwd(x, a, bs, scale)[0]
+
+
+def _lora_slots_fwd(x, a, bs, scale):
+    u = jnp.dot(x, a) * jnp.asarray(scale, x.dtype)
+    r = a.shape[1] // len(bs)
+    return tuple(jnp.dot(u[..., i * r:(i + 1) * r], b) for i, b in enumerate(bs)), (x, a, bs, u)
+
+
+def _lora_slots_bwd(scale, res, gs):
+    x, a, bs, u = res
+    r = a.shape[1] // len(bs)
+    x2 = x.reshape(-1, x.shape[-1])
+    u2 = u.reshape(-1, u.shape[-1])
+    g2 = [g.reshape(-1, g.shape[-1]) for g in gs]
+    dbs = tuple(jnp.dot(u2[:, i * r:(i + 1) * r].T, g).astype(b.dtype) for i, (g, b) in enumerate(zip(g2, bs, strict=True)))
+    gu = jnp.concatenate([jnp.dot(g, b.T) for g, b in zip(g2, bs, strict=True)], axis=1) * jnp.asarray(scale, x.dtype)
+    da = jnp.dot(gu.T, x2).T
+    dx = jnp.dot(gu, a.T).reshape(x.shape)
+    return dx.astype(x.dtype), da.astype(a.dtype), dbs
+
+
+lora_matmul_slots.defvjp(_lora_slots_fwd, _lora_slots_bwd)
 
 
 def _lora_matmul_fwd(x, a, b, scale):

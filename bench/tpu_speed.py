@@ -8,7 +8,8 @@
   route (``bench.refs.RefGemmaTrainer``: ``gm.nn.LoRA`` + optax + ``jax.jit``) at the same
   batch, the two alternating; ``TPU_VARIANTS`` (comma-separated: ``blocked``, ``ce64``,
   ``barrier``, ``remat``, ``b8``, ``cexla``: XLA's chunked cross-entropy, ``cesplash``: the
-  cross-entropy by JAX's splash kernel, both of which the project's kernel replaced on a TPU)
+  cross-entropy by JAX's splash kernel, both of which the project's kernel replaced on a TPU;
+  ``gemmamlp``: gemma's own ``[B, T, 2, F]`` gate/up layout, ``variants.slot_major_mlp`` off)
   adds rows for the settings the defaults replaced; ``TPU_SPEED_REF`` (default ``2x1024``,
   empty: none) the shape of the rows against the reference route;
 - ``ce``: the cross-entropy and its ∂hidden alone at that step's shape (8192 rows, the 262k
@@ -225,6 +226,7 @@ def speed(out: Path) -> list[dict]:
         kw = {"blocked": {"attention_kind": "blocked"}, "barrier": {"weight_barrier": True},
               "ce64": {"ce_chunk_bytes": max(128 * 2**20, int(main.get("bytes_limit") or 0) // 64)},
               "remat": {"remat": True}, "cexla": {"ce_kernel": "xla"}, "cesplash": {"ce_kernel": "splash"},
+              "gemmamlp": {"slot_major_mlp": False},
               "b8": {}, "b16": {}}[label]
         batch = {"b8": 8, "b16": 16}.get(label, b)
         try:

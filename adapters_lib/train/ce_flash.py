@@ -30,9 +30,9 @@ import jax.numpy as jnp
 from jax import lax
 
 LANES = 128
-ROW_BLOCKS = (2048, 1024, 512, 256, 128)
-VOCAB_BLOCKS = (512, 256, 128)
-VMEM_BUDGET = 48 * 2**20
+ROW_BLOCKS = (1024, 2048, 512, 256, 128)
+VOCAB_BLOCKS = (1024, 512, 256, 128)
+VMEM_BUDGET = 64 * 2**20
 """Bytes of VMEM the tiles may take (a v5e core has 128 MiB; XLA's scoped default is 16 MiB,
 raised for this kernel by its ``vmem_limit_bytes``)."""
 NT = (((1,), (1,)), ((), ()))  # h · Tᵀ: contract both on D

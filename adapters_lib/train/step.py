@@ -67,7 +67,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                 ce_chunk_bytes: int | None = None, seq_len: int | None = None,
                 gather_loss: bool = True, attention_kind: str | None = None, objective: Any = None,
                 reference_params: Any = None, weight_barrier: bool | None = None,
-                ce_kernel: str | None = None) -> Steps:
+                ce_kernel: str | None = None, slot_major_mlp: bool | None = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -81,6 +81,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     ``attention_kind``: ``attention.KINDS``; default ``attention.default_kind`` of the platform
     (cuDNN flash attention on a GPU, block-sparse scores elsewhere).
     ``weight_barrier``: ``variants.with_training_attention``'s (default: on a CPU only).
+    ``slot_major_mlp``: its ``slot_major`` (the feed-forward's gate/up output ``[2, B, T, F]``;
+    default: on a TPU only).
     ``ce_kernel``: ``loss.CE_KERNELS``, how the cross-entropy is computed (default ``"flash"``
     on a TPU, else ``"xla"``, the chunked matmuls); ``"flash"`` (the project's Pallas kernel,
     ``ce_flash``) and ``"splash"`` (JAX's splash attention kernel) never write logits to
@@ -105,7 +107,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     if attention_kind is None:
         attention_kind = attention.default_kind(mesh.devices.flat[0].platform)
     run_model = with_remat(model) if t.remat else model
-    plain_model = with_training_attention(run_model, attention_kind, mesh, weight_barrier)
+    plain_model = with_training_attention(run_model, attention_kind, mesh, weight_barrier, slot_major_mlp)
     run_model = lora.wrap(plain_model, cfg.lora)
     if objective is None:
         objective = objectives.for_config(cfg)
@@ -268,7 +270,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                                     length=length, ce_chunk=ce_chunk, gather_loss=gather_loss,
                                     attention_kind=attention_kind, ce_kernel=ce_kernel)
     if key is not None:  # the objective's constants (DPO's beta, …) and its reference are in the program
-        key += (weight_barrier, objective.name, tuple(sorted((k, repr(v)) for k, v in vars(objective).items())),
+        key += (weight_barrier, slot_major_mlp, objective.name, tuple(sorted((k, repr(v)) for k, v in vars(objective).items())),
                 step_programs.tree_signature(reference_params))
     train_jit, eval_jit, init_opt, copy = step_programs.kept(key, make_programs)
 

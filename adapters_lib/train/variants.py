@@ -95,7 +95,8 @@ def rebuild_as(model: nn.Module, cls: type) -> nn.Module:
 
 
 @functools.cache
-def _attention_class(cls: type, kind: str, mesh: Any = None, weight_barrier: bool = True) -> type:
+def _attention_class(cls: type, kind: str, mesh: Any = None, weight_barrier: bool = True,
+                     slot_major: bool = False) -> type:
     def _apply_attention(self, inputs, cache):
         if cache is not None:  # sampling: gemma's own attention
             return super(new_cls, self)._apply_attention(inputs, cache)
@@ -103,12 +104,41 @@ def _attention_class(cls: type, kind: str, mesh: Any = None, weight_barrier: boo
             stack.enter_context(attention.training_attention(kind, mesh))
             if weight_barrier:
                 stack.enter_context(nn.intercept_methods(_weight_at_use))
+            if slot_major:
+                stack.enter_context(nn.intercept_methods(slot_major_mlp))
             return super(new_cls, self)._apply_attention(inputs, cache)
 
     suffix = {"blocked": "Blocked", "splash": "Splash"}.get(kind, f"Fused{kind.capitalize()}")
+    suffix += "SlotMajor" if slot_major else ""
     new_cls = type(f"{cls.__name__}{suffix}", (cls,), {
         "_apply_attention": _apply_attention, "__module__": cls.__module__})
     return new_cls
+
+
+def slot_major_mlp(next_fun, args, kwargs, context):
+    """gemma's (Gemma 2/3) ``FeedForward`` with gate and up as the major axis of their einsum's
+    output (``...F,NHF->N...H``: ``[2, B, T, F]``) instead of gemma's ``[B, T, 2, F]``; the same
+    weights and arithmetic. gemma's layout puts a size-2 axis among the minor dims, which
+    XLA:TPU relays out in copies (forward, LoRA's add, the backward's sum of the two slots'
+    gradients): 35 % of its cost model's time for the Gemma-3-1B step (BENCHMARKS.md, "Cloud
+    TPU v5e"). An intercepted ``__call__``, gemma's code with that one layout changed."""
+    from gemma.gm.nn import _layers, _modules
+
+    module = context.module
+    if context.method_name != "__call__" or type(module) is not _modules.FeedForward:
+        return next_fun(*args, **kwargs)
+    (x,) = args
+    if module.transpose_gating_einsum:
+        eq, shape = "...F,NHF->N...H", (2, module.hidden_dim, module.features)
+    else:
+        eq, shape = "...F,NFH->N...H", (2, module.features, module.hidden_dim)
+    gating = _layers.Einsum(shape=shape, weight_name="gating_einsum")
+    nn.share_scope(module, gating)
+    gate, up = gating(eq, x)  # an array [2, ...] (plain einsum) or a tuple (lora.SLOT_MAJOR)
+    activations = nn.gelu(gate) * up
+    linear = _layers.Einsum(shape=(module.hidden_dim, module.features), weight_name="linear")
+    nn.share_scope(module, linear)
+    return linear("...H,HF->...F", activations)
 
 
 def _weight_at_use(next_fun, args, kwargs, context):
@@ -132,7 +162,7 @@ def _weight_at_use(next_fun, args, kwargs, context):
 
 
 def with_training_attention(model: nn.Module, kind: str = "blocked", mesh: Any = None,
-                            weight_barrier: bool | None = None) -> nn.Module:
+                            weight_barrier: bool | None = None, slot_major: bool | None = None) -> nn.Module:
     """The same gemma Transformer whose training attention is ``kind`` (``attention.KINDS``):
     block-sparse scores, the splash kernel (on ``mesh``'s devices), or one fused
     ``dot_product_attention`` (xla or cudnn).
@@ -140,16 +170,20 @@ def with_training_attention(model: nn.Module, kind: str = "blocked", mesh: Any =
     ``weight_barrier``: tie each einsum's weight to its input (``_weight_at_use``); default on
     a CPU only, where XLA otherwise hoists every layer's transposed weight to the step's start.
     XLA:TPU assigns the dots' layouts itself, and the barrier would only keep it from fusing.
+    ``slot_major``: the feed-forward's gate/up output slot-major (``slot_major_mlp``); default
+    on a TPU only.
 
     A subclass, not a context around ``apply``: gemma's ``Transformer.__call__`` is an
     ``nn.jit`` keyed on the module, so an equal module would reuse a dense trace.
     """
     if not hasattr(type(model), "_apply_attention"):
         return model
+    platform = mesh.devices.flat[0].platform if mesh is not None else jax.devices()[0].platform
     if weight_barrier is None:
-        platform = mesh.devices.flat[0].platform if mesh is not None else jax.devices()[0].platform
         weight_barrier = platform == "cpu"
-    return rebuild_as(model, _attention_class(type(model), kind, mesh, weight_barrier))
+    if slot_major is None:
+        slot_major = platform == "tpu"
+    return rebuild_as(model, _attention_class(type(model), kind, mesh, weight_barrier, slot_major))
 
 
 def with_blocked_attention(model: nn.Module) -> nn.Module:
