@@ -23,7 +23,6 @@ Off a TPU it runs in Pallas' interpreter (tests).
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -90,9 +89,9 @@ def _kernel(h_ref, t_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref):
 
     @pl.when(j == pl.num_programs(1) - 1)
     def _():
-        l = l_ref[...]
-        o_ref[...] = acc_ref[...] / l[:, :1]
-        lse_ref[...] = m_ref[...] + jnp.log(l)
+        total = l_ref[...]
+        o_ref[...] = acc_ref[...] / total[:, :1]
+        lse_ref[...] = m_ref[...] + jnp.log(total)
 
 
 @functools.cache
