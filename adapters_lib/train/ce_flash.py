@@ -13,9 +13,14 @@ forward with one head and no mask — the splash kernel computes the same (``ker
 - ``p·T`` is a bf16 × bf16 matmul with an f32 accumulator, like the scores: this jax's splash
   kernel casts each value tile to f32 first (``v.astype(float32)``), and an f32 matmul is
   several passes of the MXU;
-- the row block is as large as the VMEM budget allows (``blocks``), with the kernel's own VMEM
+- large blocks (``blocks``: 1024 rows × 1024 vocabulary first) with the kernel's own VMEM
   limit (``vmem_limit``) instead of XLA's 16 MiB scoped default: the table is streamed once
-  per row block.
+  per row block, and the f32 accumulator rescaled once per vocabulary block.
+
+Measured on a v5e at the Gemma-3-1B step's shape (8192 rows, V 262,144, D 1152, bf16;
+``tpu_device.sh check ce``, docs/tpu-v5e/ce.json): 52.8 ms at 1024 × 1024 (187 TFLOP/s, 95 %
+of the chip's peak), 52.9 at 2048 × 512, 53.6 at 512 × 1024, 55.5 at 512 × 512, 60.2 at
+2048 × 256, 62.5 at 1024 × 2048; JAX's splash kernel 54.5, XLA's chunked path 106.0.
 
 Off a TPU it runs in Pallas' interpreter (tests).
 """
