@@ -58,16 +58,24 @@ def vmem_limit(bq: int, bv: int, dim: int, itemsize: int) -> int:
     return min(100 * 2**20, max(32 * 2**20, int(vmem_bytes(bq, bv, dim, itemsize) * 1.5)))
 
 
-def blocks(n: int, vocab: int, dim: int, itemsize: int) -> tuple[int, int] | None:
-    """(row block, vocabulary block) for ``n`` rows, or None when none fits: the largest row
-    block first (the table is read once per row block), then the largest vocabulary block."""
-    for bq in ROW_BLOCKS:
+def first_fit(n: int, vocab: int, row_blocks, vocab_blocks, fits) -> tuple[int, int] | None:
+    """The first (row block, vocabulary block), in the order given, that divides ``n`` and
+    ``vocab`` and ``fits(rows, vocab_block)``; None when none does."""
+    for bq in row_blocks:
         if n % bq:
             continue
-        for bv in VOCAB_BLOCKS:
-            if vocab % bv == 0 and vmem_bytes(bq, bv, dim, itemsize) <= VMEM_BUDGET:
+        for bv in vocab_blocks:
+            if vocab % bv == 0 and fits(bq, bv):
                 return bq, bv
     return None
+
+
+def blocks(n: int, vocab: int, dim: int, itemsize: int) -> tuple[int, int] | None:
+    """(row block, vocabulary block) for ``n`` rows, or None when none fits the VMEM budget:
+    ``ROW_BLOCKS`` in order (1024 first: the fastest on a v5e; larger row blocks read the
+    table fewer times), then the largest vocabulary block."""
+    return first_fit(n, vocab, ROW_BLOCKS, VOCAB_BLOCKS,
+                     lambda bq, bv: vmem_bytes(bq, bv, dim, itemsize) <= VMEM_BUDGET)
 
 
 def _kernel(h_ref, t_ref, o_ref, lse_ref, m_ref, l_ref, acc_ref):

@@ -70,13 +70,8 @@ def blocks(n: int, vocab: int, dim: int, itemsize: int) -> tuple[int, int] | Non
     """(query block, vocabulary block) for ``n`` query rows, or None when none fits: the largest
     query block first (the table is read once per query block), then the largest vocabulary
     block (fewer grid steps)."""
-    for bq in Q_BLOCKS:
-        if n % bq:
-            continue
-        for bkv in KV_BLOCKS:
-            if vocab % bkv == 0 and vmem_bytes(bq, bkv, dim, itemsize) <= VMEM_BUDGET:
-                return bq, bkv
-    return None
+    return ce_flash.first_fit(n, vocab, Q_BLOCKS, KV_BLOCKS,
+                              lambda bq, bkv: vmem_bytes(bq, bkv, dim, itemsize) <= VMEM_BUDGET)
 
 
 def mesh_rows(mesh: Any) -> tuple[tuple[str, ...], int, int]:
