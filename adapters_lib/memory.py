@@ -189,16 +189,18 @@ REMAT_LAYER = 1.0
 LOGITS_COPIES = 3.0
 LOGITS_COPIES_SCAN = 6.9
 # XLA:TPU (deviceless compile for a v5e = the chip's own figures, bench/memory_fit.py) fuses
-# most of what XLA:CPU keeps, and its splash attention keeps no scores: per token and layer it
-# keeps TPU_ACT_QKV·(N + 2K)·H + TPU_ACT_DF·(D + F) values; with remat, TPU_REMAT_INPUT·D per
-# layer (the block inputs) and TPU_REMAT_F·F once (the block recomputed); the cross-entropy
-# holds TPU_LOGITS_COPIES f32 logits chunks at the backward's start without remat,
-# TPU_LOGITS_COPIES_REMAT with it (its buffers are free again by the time a block recomputes). Fitted on Gemma 3 270M and 1B, seq 2048,
-# batches 4 and 8, bf16, LoRA r16 (docs/mesh-and-memory.md has the rows and their errors).
-TPU_ACT_QKV = 8.58
-TPU_ACT_DF = 1.386
-TPU_REMAT_INPUT = 0.618
-TPU_REMAT_F = 12.16
+# most of what XLA:CPU keeps, and its splash attention keeps no scores: per token and layer the
+# train step (gate/up slot-major, train.variants.slot_major_mlp) keeps TPU_ACT_QKV·(N + 2K)·H +
+# TPU_ACT_DF·(D + F) values; with remat, TPU_REMAT_INPUT·D per layer (the block inputs) and one
+# such layer (the block recomputed). The cross-entropy by a kernel (a LoRA run without a
+# soft-cap on a float table, its vocabulary not split over tensor: train.ce_flash) keeps no
+# logits; XLA's chunked path holds TPU_LOGITS_COPIES f32 logits chunks at the backward's start
+# without remat, TPU_LOGITS_COPIES_REMAT with it. Fitted on Gemma 3 270M and 1B, seq 2048,
+# batches 4 and 8, bf16, LoRA r16, 2026-12-06 (docs/mesh-and-memory.md has the rows and their
+# errors; the logits copies from the fit before the kernel, 2026-12-05).
+TPU_ACT_QKV = 5.886
+TPU_ACT_DF = 2.786
+TPU_REMAT_INPUT = 1.854
 TPU_LOGITS_COPIES = 3.6
 TPU_LOGITS_COPIES_REMAT = 0.56
 # A full fine-tune on an fsdp axis gathers weights (forward, backward) and gradients
@@ -303,7 +305,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     tpu = platform == "tpu"
     if tpu:  # see TPU_ACT_QKV
         per_layer = cb * tokens * (TPU_ACT_QKV * (n_loc + 2 * k_loc) * h + TPU_ACT_DF * (d * streams + f_loc))
-        activations = (cb * tokens * (TPU_REMAT_INPUT * layers * d * streams + TPU_REMAT_F * f_loc) if remat
+        activations = (cb * tokens * TPU_REMAT_INPUT * layers * d * streams + per_layer if remat
                        else layers * per_layer)
     elif remat:
         activations = layers * cb * tokens * d * streams + REMAT_LAYER * (per_layer + max(scores))
@@ -319,7 +321,10 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
                      if seq_len % c == 0 and rows * c * v_loc * 4 <= ce_chunk_bytes), default=1)
     copies = LOGITS_COPIES if chunk == seq_len else LOGITS_COPIES_SCAN
     if tpu:
-        copies = TPU_LOGITS_COPIES_REMAT if remat else TPU_LOGITS_COPIES
+        table_quantized = quantize in (*quantize_lib.QUANTIZED, "gguf") and quantize_embedding != "none"
+        kernel = (lora_enabled and _cfg(config, "final_logit_softcap") is None and not table_quantized
+                  and tensor == 1)  # train.step._ce_kernel's rule, as the estimate sees the run
+        copies = 0.0 if kernel else TPU_LOGITS_COPIES_REMAT if remat else TPU_LOGITS_COPIES
     logits = int(copies * rows * chunk * v_loc * 4)
 
     # batch: five [B, L] int32/f32 arrays (the whole step's batch) and the [b, L, L] mask
