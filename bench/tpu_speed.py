@@ -14,7 +14,8 @@
   empty: none) the shape of the rows against the reference route;
 - ``ce``: the cross-entropy and its ∂hidden alone at that step's shape (8192 rows, the 262k
   vocabulary, D 1152): XLA's chunked path, the splash kernel, the project's kernel at each
-  block size that fits (``TPU_CE_BLOCKS``, e.g. ``2048x256,1024x1024``), ms and TFLOP/s;
+  block size that fits (``TPU_CE_BLOCKS``, e.g. ``2048x256,1024x1024``), ms and TFLOP/s
+  (``compile_s``: the first call, compile and run);
 - ``first-step``: seconds from a new process to the first step's loss at that shape, twice:
   cold (empty compile cache and program store), then warm (what the first left); the warm
   process then launches twice more with its weights held, as the engine does: its kept
@@ -256,7 +257,7 @@ def ce(out: Path) -> list[dict]:
     table = (jax.random.normal(k[1], (vocab, dim), jnp.float32) * 0.02).astype(jnp.bfloat16)
     targets = jax.random.randint(k[2], (1, n), 0, vocab)
     mask = jnp.ones((1, n), jnp.int32)
-    chunk = 128 if DRY else 256  # 256 × 262k f32 logits: the step's own budget (1/64 of the chip)
+    chunk = 128 if DRY else 256  # positions of f32 logits a chunk (the 1B step's: 4 rows × 128)
     interpret = jax.devices()[0].platform != "tpu"
 
     def via(kernel):
@@ -280,7 +281,7 @@ def ce(out: Path) -> list[dict]:
         try:
             t = time.perf_counter()
             r = jax.block_until_ready(fn(h))
-            times[name] = [time.perf_counter() - t]
+            times[name] = time.perf_counter() - t
             if name == "xla":
                 ref = r
             elif ref is not None and name in ("splash", "flash (default blocks)"):
@@ -299,7 +300,7 @@ def ce(out: Path) -> list[dict]:
     flops = 2 * 2 * n * vocab * dim
     for name, ts in per.items():
         ms = statistics.median(ts) * 1e3
-        rows.append(_row(f"ce {name}", ms=ms, tflops=flops / ms / 1e9, compile_s=times[name][0],
+        rows.append(_row(f"ce {name}", ms=ms, tflops=flops / ms / 1e9, compile_s=times[name],
                          n=n, vocab=vocab, dim=dim, default_blocks=default))
     _dump(out, "ce", rows)
     return rows
