@@ -323,7 +323,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     if tpu:
         table_quantized = quantize in (*quantize_lib.QUANTIZED, "gguf") and quantize_embedding != "none"
         kernel = (lora_enabled and _cfg(config, "final_logit_softcap") is None and not table_quantized
-                  and tensor == 1)  # train.step._ce_kernel's rule, as the estimate sees the run
+                  and tensor == 1 and objective != "dpo")  # train.step's rule (DPO's per-row sums: XLA)
         copies = 0.0 if kernel else TPU_LOGITS_COPIES_REMAT if remat else TPU_LOGITS_COPIES
     logits = int(copies * rows * chunk * v_loc * 4)
 
