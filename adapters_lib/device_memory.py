@@ -1,6 +1,7 @@
 """Accelerator memory by chip: what a device of a kind holds, for when the backend does not say
 (no ``memory_stats``) and for planning a launch on a chip this machine does not have
-(``train CONFIG --estimate --device v5e``). Pure: no JAX.
+(``train CONFIG --estimate --device v5e``); and what a device or the host has
+(``device_memory_bytes``, ``host_memory_bytes``). JAX only inside ``device_memory_bytes``.
 
 ``usable_bytes`` is what JAX's ``memory_stats()["bytes_limit"]`` reports on that chip, the
 figure XLA's out-of-memory message compares against ("exceeds 15.75G" on a v5e), where a reading
@@ -13,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 GiB = 2**30
 GPU_DEFAULT_FRACTION = 0.75
@@ -105,3 +107,31 @@ def chip_for_device(device: object) -> Chip | None:
 def names() -> list[str]:
     """The short names ``--device`` takes (one per chip)."""
     return [c.aliases[0] for c in CHIPS]
+
+
+def host_memory_bytes() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
+def device_memory_bytes(device: Any = None) -> int:
+    """The memory of one device: ``memory_stats()['bytes_limit']`` where the backend
+    reports it, else the chip table's (``device_memory``, by ``device_kind``); for CPU
+    devices the host RAM shared by the local CPU devices."""
+    import jax
+
+    device = device if device is not None else jax.local_devices()[0]
+    stats = None
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 - some backends raise instead of returning None
+        stats = None
+    if stats and stats.get("bytes_limit"):
+        return int(stats["bytes_limit"])
+    if device.platform == "cpu":
+        count = max(1, len([d for d in jax.local_devices() if d.platform == "cpu"]))
+        return host_memory_bytes() // count
+    chip = chip_for_device(device)
+    return chip.usable_bytes if chip else 0

@@ -44,6 +44,7 @@ from adapters_lib.lora_fuse import (
     LORA_PREFIX,
     _is_lora_key,
 )
+from adapters_lib.lora_matmul import lora_matmul, lora_matmul_slots
 from adapters_lib.models import families
 
 
@@ -175,68 +176,6 @@ class TargetedLoRAEinsum(nn.Module):
         if self.kind == "gating_einsum":  # y: ... C F
             return y + delta.reshape(*lead, y.shape[-2], y.shape[-1]).astype(y.dtype)
         return y + delta.astype(y.dtype)  # attn_vec_einsum, linear: ... D
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def lora_matmul(x: jax.Array, a: jax.Array, b: jax.Array, scale: float) -> jax.Array:
-    """``scale · (x @ a) @ b`` over the last axis of ``x`` (``a: in × r``, ``b: r × out``).
-
-    Autodiff of ``x @ a`` computes ``∂a = xᵀ · ∂u``, and XLA then transposes the whole
-    activation ``x`` into a copy before the matmul; the backward here transposes only the
-    rank-r sides (``∂a = (∂uᵀ · x)ᵀ``, ``∂b = uᵀ · ∂y``), so no activation is copied.
-    """
-    return _lora_matmul_fwd(x, a, b, scale)[0]
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def lora_matmul_slots(x: jax.Array, a: jax.Array, bs: tuple[jax.Array, ...], scale: float) -> tuple[jax.Array, ...]:
-    """``lora_matmul`` for targets that share an input (gate and up): one pass over ``x``
-    (``a``: their A matrices side by side, ``in × n·r``), then each ``r`` columns of
-    ``u = scale · x @ a`` times its own ``b`` (``r × out``): one output per target, and no
-    ``[..., n·out]`` array forward or backward."""
-    return _lora_slots_fwd(x, a, bs, scale)[0]
-
-
-def _lora_slots_fwd(x, a, bs, scale):
-    u = jnp.dot(x, a) * jnp.asarray(scale, x.dtype)
-    r = a.shape[1] // len(bs)
-    return tuple(jnp.dot(u[..., i * r:(i + 1) * r], b) for i, b in enumerate(bs)), (x, a, bs, u)
-
-
-def _lora_slots_bwd(scale, res, gs):
-    x, a, bs, u = res
-    r = a.shape[1] // len(bs)
-    x2 = x.reshape(-1, x.shape[-1])
-    u2 = u.reshape(-1, u.shape[-1])
-    g2 = [g.reshape(-1, g.shape[-1]) for g in gs]
-    dbs = tuple(jnp.dot(u2[:, i * r:(i + 1) * r].T, g).astype(b.dtype) for i, (g, b) in enumerate(zip(g2, bs, strict=True)))
-    gu = jnp.concatenate([jnp.dot(g, b.T) for g, b in zip(g2, bs, strict=True)], axis=1) * jnp.asarray(scale, x.dtype)
-    da = jnp.dot(gu.T, x2).T
-    dx = jnp.dot(gu, a.T).reshape(x.shape)
-    return dx.astype(x.dtype), da.astype(a.dtype), dbs
-
-
-lora_matmul_slots.defvjp(_lora_slots_fwd, _lora_slots_bwd)
-
-
-def _lora_matmul_fwd(x, a, b, scale):
-    u = jnp.dot(x, a) * jnp.asarray(scale, x.dtype)  # scale the rank-r intermediate, not the output
-    return jnp.dot(u, b), (x, a, b, u)
-
-
-def _lora_matmul_bwd(scale, res, g):
-    x, a, b, u = res
-    x2 = x.reshape(-1, x.shape[-1])
-    u2 = u.reshape(-1, u.shape[-1])
-    g2 = g.reshape(-1, g.shape[-1])
-    db = jnp.dot(u2.T, g2)
-    gu = jnp.dot(g2, b.T) * jnp.asarray(scale, g.dtype)
-    da = jnp.dot(gu.T, x2).T
-    dx = jnp.dot(gu, a.T).reshape(x.shape)
-    return dx.astype(x.dtype), da.astype(a.dtype), db.astype(b.dtype)
-
-
-lora_matmul.defvjp(_lora_matmul_fwd, _lora_matmul_bwd)
 
 
 def _wrapper_name(module: nn.Module) -> str:

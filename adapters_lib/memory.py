@@ -28,12 +28,10 @@ them within 15 %. ``verdict``: ``fits`` below 80 % of the device's memory, ``tig
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from adapters_lib import device_memory
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.lora_shapes import config_field as _cfg
 from adapters_lib.lora_shapes import lora_param_shapes, num_layers
@@ -373,31 +371,3 @@ def ce_chunk_budget_for(platform: str, device_bytes: int) -> int:
     # chunk's two passes over the [V, D] table are matmuls wide enough to be compute-bound
     # (at 1/64 the Gemma-3-1B step read the table 64 times a pass); a GPU: 1/64 (H200, measured)
     return max(CE_CHUNK_BYTES, device_bytes // (16 if platform == "tpu" else 64))
-
-
-def host_memory_bytes() -> int:
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    except (ValueError, OSError, AttributeError):
-        return 0
-
-
-def device_memory_bytes(device: Any = None) -> int:
-    """The memory of one device: ``memory_stats()['bytes_limit']`` where the backend
-    reports it, else the chip table's (``device_memory``, by ``device_kind``); for CPU
-    devices the host RAM shared by the local CPU devices."""
-    import jax
-
-    device = device if device is not None else jax.local_devices()[0]
-    stats = None
-    try:
-        stats = device.memory_stats()
-    except Exception:  # noqa: BLE001 - some backends raise instead of returning None
-        stats = None
-    if stats and stats.get("bytes_limit"):
-        return int(stats["bytes_limit"])
-    if device.platform == "cpu":
-        count = max(1, len([d for d in jax.local_devices() if d.platform == "cpu"]))
-        return host_memory_bytes() // count
-    chip = device_memory.chip_for_device(device)
-    return chip.usable_bytes if chip else 0

@@ -100,7 +100,7 @@ def point(model: Any, device: Any, *, batch: int, seq: int, remat: bool, rank: i
     base = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, jnp.bfloat16), shapes)  # as load_model casts
     adapters = jax.eval_shape(lambda r: lora.init_lora(model, cfg.lora, base, r), jax.random.key(1))
     chip = device_memory.chip_for_device(device)
-    device_bytes = chip.usable_bytes if chip else memory.device_memory_bytes(device)
+    device_bytes = chip.usable_bytes if chip else device_memory.device_memory_bytes(device)
     ce_budget = memory.ce_chunk_budget_for(device.platform, device_bytes)
     mesh = mesh_lib.make_mesh(cfg.mesh.resolve(1), [device])
     t = time.perf_counter()

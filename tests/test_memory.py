@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from adapters_lib import memory
+from adapters_lib import device_memory, memory
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
 
 DEMO = {"num_embed": 1024, "embed_dim": 256, "hidden_dim": 1024, "num_heads": 4, "head_dim": 64,
@@ -68,7 +68,7 @@ def test_real_gemma3_sizes_come_from_their_configs():
 def test_device_memory_is_known_for_cpu_devices():
     import jax
 
-    assert memory.device_memory_bytes(jax.devices()[0]) > 2**28
+    assert device_memory.device_memory_bytes(jax.devices()[0]) > 2**28
 
 
 def _cfg(batch: int, length: int, *, remat=False, full=False, mesh=(1, 1, 1)) -> RunConfig:

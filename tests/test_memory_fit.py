@@ -42,7 +42,7 @@ class _DeviceWithoutStats:
 
 
 def test_device_memory_falls_back_to_the_table_where_the_backend_gives_no_limit():
-    assert memory.device_memory_bytes(_DeviceWithoutStats()) == 16_909_336_064
+    assert device_memory.device_memory_bytes(_DeviceWithoutStats()) == 16_909_336_064
 
 
 def _cfg(batch=8, seq=2048, remat=False, accum=1):

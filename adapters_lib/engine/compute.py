@@ -143,7 +143,7 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]], device: str = "") ->
         ce_bytes = memory.ce_chunk_budget_for(platform, device_bytes)
     else:
         first = jax.devices()[0]
-        device_bytes, platform = memory.device_memory_bytes(first), first.platform
+        device_bytes, platform = device_memory.device_memory_bytes(first), first.platform
         chip = device_memory.chip_for_device(first)
         device_name = chip.name if chip else (getattr(first, "device_kind", "") or platform)
         ce_bytes = ce_chunk_budget(first)

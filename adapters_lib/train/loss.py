@@ -166,14 +166,14 @@ def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss
     if kernel in ce_splash.KERNELS:
         why = ce_splash.why_not(hidden, table, softcap, mesh, kernel)
         if why is None:
-            splash = _Splash(mesh, kernel)
+            splash = _KernelCE(mesh, kernel)
         else:
             log.debug("cross-entropy: the %s kernel does not apply (%s); XLA's chunked path", kernel, why)
     return _fused_ce(hidden, table, targets, loss_mask, chunk, softcap, split_vocab, splash)
 
 
 @dataclasses.dataclass(frozen=True)
-class _Splash:
+class _KernelCE:
     """``_fused_ce``'s static argument: compute by ``kernel`` (``ce_splash.KERNELS``) on
     ``mesh``'s devices."""
 
