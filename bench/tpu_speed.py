@@ -70,24 +70,19 @@ def shape_model(name: str) -> Any:
 
 
 def random_params(model: Any, dtype: str = "bfloat16") -> Any:
-    """Random base weights in ``dtype``, made on the device by one program (each leaf drawn in
-    f32 and cast where it is made: a 4B model's f32 ``init`` would not fit one 16 GiB chip).
-    One program, not one a leaf shape: on the v5e each small compile cost a second or two, and
-    the 1B's weights took ~30 s that way."""
-    import functools
-
+    """Random base weights in ``dtype``, made leaf by leaf on the device (a 4B model's f32
+    ``init`` would not fit one 16 GiB chip): one small program a leaf shape, 26-32 s for the 1B
+    cold on the v5e, 6-9 s with the compile cache. One program making every leaf (``rbg`` keys)
+    took 194 s cold there (2026-12-06): XLA:TPU compiles ~340 RNG outputs slowly."""
     import jax
     import jax.numpy as jnp
 
     shapes = jax.eval_shape(lambda r: model.init(r, jnp.zeros((1, 8), jnp.int32))["params"], jax.random.key(0))
     leaves, tree = jax.tree.flatten(shapes)
-
-    @functools.partial(jax.jit, static_argnums=1)
-    def make(key: Any, dims: tuple) -> list:
-        return [(jax.random.normal(jax.random.fold_in(key, i), d, jnp.float32) * 0.02).astype(dtype)
-                for i, d in enumerate(dims)]
-
-    return jax.tree.unflatten(tree, make(jax.random.key(0, impl="rbg"), tuple(s.shape for s in leaves)))
+    keys = jax.random.split(jax.random.key(0), len(leaves))
+    make = jax.jit(lambda k, shape: (jax.random.normal(k, shape, jnp.float32) * 0.02).astype(dtype),
+                   static_argnums=1)
+    return jax.tree.unflatten(tree, [make(k, s.shape) for k, s in zip(keys, leaves, strict=True)])
 
 
 def _config(batch: int, seq: int, rank: int = 16, **train: Any) -> Any:
