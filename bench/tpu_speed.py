@@ -25,7 +25,8 @@
   fits at seq 2048);
 - ``decode``: A/B decode at the 1B shape (base and tuned side by side, our batched sampler)
   against two plain ``gm.text.Sampler`` loops, tokens/s a side; needs a 262k-vocabulary
-  tokenizer (``TOKENIZER``, default ``.tpu/extra/tokenizer.model``);
+  tokenizer (``TOKENIZER``: the device script's bundle carries the real 270M's, rebuilt from
+  its GGUF; default ``.tpu/extra/tokenizer.model``);
 - ``memory``: ``bench.memory_fit`` at the 1B shape (the estimate against XLA's compiled
   figures, batch 2/4/8, remat off and on).
 

@@ -43,6 +43,9 @@ build() {
   ( cd "$sp" && ls | grep -viE "$EXCLUDE" | grep -v '^__editable__\|^gemma_workbench' \
       | xargs tar -cf - --exclude='google/cloud' --exclude='google/genai' --exclude='__pycache__' ) \
     | xz -T0 -6 > "$b/site.tar.xz"
+  # the real 270M's tokenizer (262k vocabulary), rebuilt from its GGUF: `check decode` needs one
+  .venv/bin/python -c 'import shutil, sys; from adapters_lib.models import gguf_tokenizer, starter
+shutil.copy(gguf_tokenizer.tokenizer_for_gguf(starter.ensure_starter()), sys.argv[1])' "$b/tokenizer.model"
   ( cd "$b" && sha256sum ./* > SHA256SUMS )
   tar -C "$tmp" -cf - bundle | split -b "${PART_MB}M" -d -a 2 - "$out/part"
   for f in "$out"/part*; do mkdir -p "$out/c${f##*/}"; mv "$f" "$out/c${f##*/}/"; done
@@ -73,6 +76,7 @@ install() {
   tar -xJf "$ROOT/bundle/site.tar.xz" -C "$ROOT/site"
   load_env
   for w in "$ROOT"/bundle/jaxlib-*.whl "$ROOT"/bundle/libtpu-*.whl; do "$PY" -m zipfile -e "$w" "$ROOT/site"; done
+  if [ -f "$ROOT/bundle/tokenizer.model" ]; then cp "$ROOT/bundle/tokenizer.model" "$ROOT/tokenizer.model"; fi
   rm -rf "$ROOT/bundle" "$PARTS"
   echo "installed in $(( $(date +%s) - t0 )) s"
 }
@@ -83,6 +87,7 @@ load_env() {
   PY=$ROOT/py/$name/bin/python3.12
   export PYTHONPATH=$REPO:$ROOT/site   # not the machine's own JAX
   export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
+  if [ -f "$ROOT/tokenizer.model" ]; then export TOKENIZER=${TOKENIZER:-$ROOT/tokenizer.model}; fi
   local h=/tmp/tpu-home; mkdir -p $h/run && chmod 700 $h/run
   export HOME=$h XDG_RUNTIME_DIR=$h/run XDG_STATE_HOME=$h/state XDG_DATA_HOME=$h/data \
     XDG_CACHE_HOME=$h/cache XDG_CONFIG_HOME=$h/config
@@ -125,6 +130,6 @@ case ${1:-} in
   receive) shift; receive "$@" ;;
   install) install ;;
   check) shift; check "$@" ;;
-  env) load_env; echo "PY=$PY"; echo "PYTHONPATH=$PYTHONPATH"; echo "WB=$WB" ;;
+  env) load_env; echo "PY=$PY"; echo "PYTHONPATH=$PYTHONPATH"; echo "WB=$WB"; echo "TOKENIZER=${TOKENIZER:-}" ;;
   *) sed -n 2,15p "$0"; exit 2 ;;
 esac
