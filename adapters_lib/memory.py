@@ -318,10 +318,10 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
         chunk = max((c for c in range(1, seq_len + 1)
                      if seq_len % c == 0 and rows * c * v_loc * 4 <= ce_chunk_bytes), default=1)
     copies = LOGITS_COPIES if chunk == seq_len else LOGITS_COPIES_SCAN
-    if tpu:
+    if tpu:  # the step's kernel cross-entropy keeps no logits (a LoRA run; DPO's per-row sums: XLA)
         table_quantized = quantize in (*quantize_lib.QUANTIZED, "gguf") and quantize_embedding != "none"
-        kernel = (lora_enabled and _cfg(config, "final_logit_softcap") is None and not table_quantized
-                  and tensor == 1 and objective != "dpo")  # train.step's rule (DPO's per-row sums: XLA)
+        kernel = lora_enabled and objective != "dpo" and kernel_ce_why_not(
+            _cfg(config, "final_logit_softcap"), d, v, tensor, table_quantized) is None
         copies = 0.0 if kernel else TPU_LOGITS_COPIES_REMAT if remat else TPU_LOGITS_COPIES
     logits = int(copies * rows * chunk * v_loc * 4)
 
@@ -360,6 +360,25 @@ def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int 
         quantize_tile=cfg.model.quantize_tile_size, quantize_embedding=cfg.model.quantize_embedding,
         objective=cfg.train.objective,
         reference=cfg.train.reference, platform=platform)
+
+
+KERNEL_CE_LANE = 128
+
+
+def kernel_ce_why_not(softcap: float | None, dim: int, vocab: int, tensor: int,
+                      table_quantized: bool) -> str | None:
+    """Why the cross-entropy kernels (``train.ce_splash.KERNELS``) cannot serve a run's steps
+    (None: they may), from what the model and the mesh decide: the train step's rule
+    (``ce_splash.why_not_run``) and the estimate's (no logits kept), in one place."""
+    if softcap is not None:
+        return f"final-logit soft-cap {softcap}"
+    if table_quantized:
+        return "a quantized embedding table"
+    if dim % KERNEL_CE_LANE:
+        return f"head dim {dim} not a multiple of {KERNEL_CE_LANE}"
+    if tensor > 1 and vocab % tensor == 0:
+        return f"vocabulary split over tensor={tensor}"
+    return None
 
 
 def ce_chunk_budget_for(platform: str, device_bytes: int) -> int:

@@ -41,13 +41,13 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from adapters_lib import attention_splash
+from adapters_lib import attention_splash, memory
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.train import ce_flash
 
 log = logging.getLogger(__name__)
 
-LANE = 128
+LANE = memory.KERNEL_CE_LANE
 Q_BLOCKS = (1024, 512, 256, 128)
 KV_BLOCKS = (512, 256, 128)
 VMEM_BUDGET = 15 * 2**20
@@ -85,19 +85,12 @@ def mesh_rows(mesh: Any) -> tuple[tuple[str, ...], int, int]:
 
 def why_not_run(softcap: float | None, table: Any, dim: int, vocab: int, mesh: Any = None) -> str | None:
     """Why the kernel cannot serve any step of a run (None: it may; each call's rows are
-    checked by ``why_not``): what the model and the mesh decide."""
+    checked by ``why_not``): what the model and the mesh decide (``memory.kernel_ce_why_not``,
+    the estimate's rule too)."""
     from adapters_lib.models import qarray
 
-    if softcap is not None:
-        return f"final-logit soft-cap {softcap}"
-    if table is not None and (qarray.is_qarray(table) or not jnp.issubdtype(table.dtype, jnp.floating)):
-        return "a quantized embedding table"
-    if dim % LANE:
-        return f"head dim {dim} not a multiple of {LANE}"
-    _, _, tensor = mesh_rows(mesh)
-    if tensor > 1 and vocab % tensor == 0:
-        return f"vocabulary split over tensor={tensor}"
-    return None
+    quantized = table is not None and (qarray.is_qarray(table) or not jnp.issubdtype(table.dtype, jnp.floating))
+    return memory.kernel_ce_why_not(softcap, dim, vocab, mesh_rows(mesh)[2], quantized)
 
 
 def why_not(hidden: Any, table: Any, softcap: float | None, mesh: Any = None,
