@@ -102,7 +102,7 @@ load_env() {
   WB=$ROOT/bin/gemma-workbench
 }
 
-CHECKS="jax ce speed ratio first-step flow tui decode big memory bench"
+CHECKS="jax ce speed ratio first-step compile flow tui decode big memory bench"
 check() {
   [ "${1:-}" = --list ] && { echo "$CHECKS"; return; }
   load_env
@@ -117,6 +117,8 @@ check() {
         "$PY" -c 'import importlib.metadata as m; print("libtpu", m.version("libtpu"), "gemma", m.version("gemma"), "flax", m.version("flax"))' ;;
       ce|speed|ratio|first-step|decode|big|memory)
         "$PY" -m bench.tpu_speed "$name" --out "$OUT" ;;
+      compile) "$PY" -m bench.compile_time --out "$OUT/compile_time.json" \
+          --flags none "${COMPILE_FLAGS:-xla_tpu_impure_hlo_parallel_compile=true}" ;;
       flow) bash scripts/tpu_flow.sh "$WB" "$OUT" ;;
       tui) "$PY" -m bench.tui_screens --out "$OUT/tui" && tar -C "$OUT" -czf "$OUT/tui-screens.tgz" tui && rm -rf "$OUT/tui" ;;
       bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only ${BENCH_ONLY:-ab_pair} --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;

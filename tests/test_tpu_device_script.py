@@ -79,3 +79,25 @@ def test_the_ce_check_times_each_kernel_and_holds_them_to_xlas_loss(tmp_path):
         assert check["grad_max_abs_diff"] <= 0.02 * check["grad_max_abs"], check
     for name in ("xla", "splash", "flash (default blocks)"):
         assert rows[f"ce {name}"]["ms"] > 0, rows
+
+
+def test_the_compile_check_times_each_flag_set_in_its_own_process(tmp_path):
+    """``check compile`` (``bench.compile_time``): a row a flag set, each compiled in a fresh
+    process (libtpu reads its flags once) with the wall and CPU seconds and XLA's figures; the
+    flag words become LIBTPU_INIT_ARGS as written or with ``--`` added, ``none`` none."""
+    from bench.compile_time import flag_args
+
+    assert flag_args("none") == ""
+    assert flag_args("xla_a=1 --xla_b=true") == "--xla_a=1 --xla_b=true"
+    out = tmp_path / "compile_time.json"
+    env = _env()
+    env.pop("LIBTPU_INIT_ARGS", None)
+    res = subprocess.run([sys.executable, "-m", "bench.compile_time", "--model", "demo", "--batch", "2",
+                          "--seq", "64", "--flags", "none", "--out", str(out)],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert "error" not in row, row
+    assert row["device_kind"] == "cpu" and row["flags"] == ""
+    assert 0 < row["build_and_compile_s"] < row["process_s"] and row["cpu_s"] > 0, row
+    assert row["xla_total_gib"] > 0, row
