@@ -27,6 +27,11 @@
   against two plain ``gm.text.Sampler`` loops, tokens/s a side; needs a 262k-vocabulary
   tokenizer (``TOKENIZER``: the device script's bundle carries the real 270M's, rebuilt from
   its GGUF; default ``.tpu/extra/tokenizer.model``);
+- ``behind``: ``Steps.compile_behind`` at the Gemma-3-270M shape (4 × 1024): a batch whose own
+  program is not compiled yet (loss on its last quarter) runs in the compiled all-positions
+  one while its own compiles in the background; the seconds its first call took (a step, not
+  a compile), the steps run meanwhile, then its own program's step against the wide one's, and
+  the first eval's seconds with the eval step compiled behind from the start;
 - ``memory``: ``bench.memory_fit`` at the 1B shape (the estimate against XLA's compiled
   figures, batch 2/4/8, remat off and on).
 
@@ -513,6 +518,66 @@ def decode(out: Path) -> list[dict]:
     return rows
 
 
+def behind(out: Path) -> list[dict]:
+    import concurrent.futures
+
+    import jax
+    import numpy as np
+
+    from adapters_lib import lora
+    from adapters_lib import mesh as mesh_lib
+    from adapters_lib.train.optimizer import make_optimizer
+    from adapters_lib.train.step import build_steps
+    from bench.measures import _random_batch
+
+    model = shape_model("270m")
+    base = random_params(model)
+    b, seq = (2, 128) if DRY else (4, 1024)
+    cfg = _config(b, seq)
+    mesh = mesh_lib.make_mesh(cfg.mesh.resolve(1), jax.devices()[:1])
+    adapters = lora.init_lora(model, cfg.lora, base, jax.random.key(1))
+    fns = build_steps(model, cfg, make_optimizer(cfg.train), mesh, base, adapters, seq_len=seq,
+                      compile_behind=True)
+    rng = np.random.default_rng(0)
+    every = fns.put_batch(_random_batch(rng, b, seq, model.config.num_embed))
+    host = _random_batch(rng, b, seq, model.config.num_embed)
+    host["loss_mask"][:, : 3 * seq // 4] = 0  # the loss on the last quarter: a chat answer
+    few = fns.put_batch(host)
+
+    def timed(fn, *args):
+        t = time.perf_counter()
+        res = fn(*args)
+        jax.block_until_ready(res)
+        return res, time.perf_counter() - t
+
+    t0 = time.perf_counter()
+    eval_started = fns.compile_eval_behind([few])
+    state = fns.init_state(adapters)
+    (state, _), first_s = timed(fns.train_step, state, every)
+    (state, _), few_first_s = timed(fns.train_step, state, few)  # the wide program
+    pending = list(fns._train.pending.values())
+    meanwhile, wide_s = 0, []
+    while any(not f.done() for f in pending) and meanwhile < 2000:
+        (state, _), dt = timed(fns.train_step, state, few)
+        meanwhile += 1
+        wide_s.append(dt)
+    concurrent.futures.wait(pending)
+    behind_s = time.perf_counter() - t0
+    own = []
+    for _ in range(8):
+        (state, _), dt = timed(fns.train_step, state, few)
+        own.append(dt)
+    _, eval_s = timed(fns.eval_step, state.params, few)
+    row = _row("compile behind, Gemma-3-270M shape" if not DRY else "compile behind (dry)",
+               batch=b, seq=seq, slots_every=every.slots, slots_few=few.slots,
+               eval_compiles_started=len(eval_started), first_step_s=first_s, few_first_call_s=few_first_s,
+               steps_run_while_compiling=meanwhile, until_own_ready_s=behind_s,
+               wide_step_s=statistics.median(wide_s) if wide_s else None, own_step_s=statistics.median(own[2:]),
+               first_eval_s=eval_s, ran_own=("train", (b, seq), few.slots) in fns._compiled)
+    _dump(out, "behind", [row])
+    return [row]
+
+
 def memory(out: Path) -> list[dict]:
     # the 1B shape at seq 2048, batch 2/4/8, remat off and on (6 compiles of ~1-1.5 min: one
     # device call; batch 8 without remat is XLA's refusal, whose figure is read); the whole
@@ -528,7 +593,8 @@ def memory(out: Path) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     global DRY
     p = argparse.ArgumentParser(prog="python -m bench.tpu_speed", description=__doc__.split("\n\n")[0])
-    p.add_argument("name", choices=("speed", "ce", "ratio", "first-step", "first-step-once", "big", "decode", "memory"))
+    p.add_argument("name", choices=("speed", "ce", "ratio", "first-step", "first-step-once", "big", "decode", "memory",
+                                    "behind"))
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/tpu-out"))
     p.add_argument("--dry", action="store_true", help="the demo model's shape on this machine's CPU")
     a = p.parse_args(argv)
@@ -539,7 +605,8 @@ def main(argv: list[str] | None = None) -> int:
 
     tf_deferred.install()
     out = Path(a.out)
-    fn = {"speed": speed, "ce": ce, "ratio": ratio, "first-step": first_step, "big": big, "decode": decode, "memory": memory}.get(a.name)
+    fn = {"speed": speed, "ce": ce, "ratio": ratio, "first-step": first_step, "big": big, "decode": decode, "memory": memory,
+          "behind": behind}.get(a.name)
     if fn is None:
         first_step_once()
         return 0

@@ -102,7 +102,7 @@ load_env() {
   WB=$ROOT/bin/gemma-workbench
 }
 
-CHECKS="jax ce speed ratio first-step compile flow tui decode big memory bench"
+CHECKS="jax ce speed ratio first-step behind compile flow tui decode big memory bench"
 check() {
   [ "${1:-}" = --list ] && { echo "$CHECKS"; return; }
   load_env
@@ -115,7 +115,7 @@ check() {
         bash scripts/setup.sh --detect
         "$PY" -c 'import jax, jaxlib, sys; d = jax.devices()[0]; print("python", sys.version.split()[0], "jax", jax.__version__, "jaxlib", jaxlib.__version__, d.device_kind, jax.device_count(), "bytes_limit", d.memory_stats().get("bytes_limit"))'
         "$PY" -c 'import importlib.metadata as m; print("libtpu", m.version("libtpu"), "gemma", m.version("gemma"), "flax", m.version("flax"))' ;;
-      ce|speed|ratio|first-step|decode|big|memory)
+      ce|speed|ratio|first-step|behind|decode|big|memory)
         "$PY" -m bench.tpu_speed "$name" --out "$OUT" ;;
       compile) "$PY" -m bench.compile_time --out "$OUT/compile_time.json" \
           --flags none "${COMPILE_FLAGS:-xla_tpu_impure_hlo_parallel_compile=true}" ;;

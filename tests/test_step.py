@@ -343,3 +343,53 @@ def test_train_and_eval_steps_gathering_loss_positions_equal_the_full_computatio
         scale = float(np.abs(b).max()) or 1.0
         np.testing.assert_allclose(a, b, rtol=rtol, atol=(5e-2 if "bf16" in kind else 1e-5) * scale,
                                    err_msg=jax.tree_util.keystr(path))
+
+
+def test_compile_behind_runs_a_batch_in_a_wider_program_while_its_own_compiles(demo, one_mesh, lora_params,
+                                                                               make_batch):
+    """On an accelerator (``compile_behind``; forced here, off on a CPU by default): a batch
+    whose own program is not compiled yet runs in a compiled one with more loss positions —
+    the same loss and gradients — while its own compiles in the background, and the next such
+    batch runs in its own; the eval step's program compiles before the first eval."""
+    import concurrent.futures
+
+    from adapters_lib.train import step_programs
+
+    model, base = demo
+    cfg = _cfg()
+    trainable = lora_params(cfg.lora)
+    step_programs.forget()
+    try:
+        assert not step_lib.build_steps(model, cfg, optax.sgd(0.1), one_mesh, base, trainable,
+                                        ce_chunk=8).compile_behind  # the CPU's default
+        steps = step_lib.build_steps(model, cfg, optax.sgd(0.1), one_mesh, base, trainable, ce_chunk=8,
+                                     compile_behind=True)
+        every = steps.put_batch(make_batch(8, L, seed=3, packed=True))
+        few = steps.put_batch(_answer_only(make_batch(8, L, seed=12, packed=True)))
+        assert few.slots < every.slots
+        (pending,) = steps.compile_eval_behind([few])
+        pending.result(timeout=300)
+        eval_sig = steps._eval.signature({k: few[k] for k in steps.keys}, few.slots)
+        assert eval_sig in steps._eval.compiled  # compiled before any eval ran
+        assert steps.compile_eval_behind([few]) == []  # ready: nothing to start
+        ev = jax.device_get(steps.eval_step(trainable, few))
+        ev_jit = jax.device_get(steps._eval.jitted(trainable, steps.base_params, steps.reference_params,
+                                                   {k: few[k] for k in steps.keys}, few.slots))
+        np.testing.assert_allclose(ev["loss_sum"], ev_jit["loss_sum"], rtol=1e-6)
+
+        steps.train_step(steps.init_state(trainable), every)  # the wider program, compiled now
+        _, wide = steps.train_step(steps.init_state(trainable), few)
+        shape = ("train", (8, L))
+        assert (*shape, few.slots) not in steps._compiled and (*shape, every.slots) in steps._compiled  # ran wide
+        concurrent.futures.wait(list(steps._train.pending.values()), timeout=300)
+        train_sig = steps._train.signature({k: few[k] for k in steps.keys}, few.slots)
+        assert train_sig in steps._train.compiled  # its own, compiled behind
+        _, own = steps.train_step(steps.init_state(trainable), few)
+        assert (*shape, few.slots) in steps._compiled  # ran in its own
+        for program, sig in ((steps._train, train_sig), (steps._eval, eval_sig)):  # took the arguments
+            assert program.compiled[sig] is not program.jitted
+        wide, own = jax.device_get((wide, own))
+        np.testing.assert_allclose(wide["loss"], own["loss"], rtol=1e-5)
+        np.testing.assert_allclose(wide["grad_norm"], own["grad_norm"], rtol=1e-4)
+    finally:
+        step_programs.forget()

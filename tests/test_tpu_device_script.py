@@ -101,3 +101,14 @@ def test_the_compile_check_times_each_flag_set_in_its_own_process(tmp_path):
     assert row["device_kind"] == "cpu" and row["flags"] == ""
     assert 0 < row["build_and_compile_s"] < row["process_s"] and row["cpu_s"] > 0, row
     assert row["xla_total_gib"] > 0, row
+
+
+def test_the_behind_check_runs_a_narrow_batch_wide_until_its_own_program_is_compiled(tmp_path):
+    """``check behind``: the batch with few loss positions runs at once in the compiled wide
+    program (a step, not a compile), then in its own once that compiled in the background."""
+    res = subprocess.run([sys.executable, "-m", "bench.tpu_speed", "behind", "--dry", "--out", str(tmp_path)],
+                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    (row,) = json.loads((tmp_path / "behind.json").read_text())["rows"]
+    assert row["slots_few"] < row["slots_every"] and row["eval_compiles_started"] == 1, row
+    assert row["few_first_call_s"] < row["first_step_s"] and row["ran_own"], row

@@ -64,6 +64,13 @@ class Steps:
     """The training objective (``train.objectives``); its ``batch_keys`` are what ``put_batch`` places."""
     reference_params: Any = dataclasses.field(default_factory=dict)
     """A reference run's adapters on the mesh (DPO ``reference = "run:…"``); {} otherwise."""
+    compile_behind: bool = False
+    """A batch whose own program is not compiled yet runs in a compiled one with more loss
+    positions a row (the extra ones weigh 0: the same loss) while its own compiles in the
+    background, and the eval step compiles before the first eval (``compile_eval_behind``):
+    on an accelerator, where a compile is minutes (the Gemma-3-1B step ~100 s on a v5e) and
+    the host is idle while the device steps. Off on a CPU, where the compile would take the
+    cores the steps run on."""
     _compiled: set = dataclasses.field(default_factory=set)
 
     # -- state
@@ -111,23 +118,61 @@ class Steps:
     # -- steps
     def train_step(self, state: TrainState, batch: Mapping[str, Any]) -> tuple[TrainState, dict]:
         """One optimizer update; ``state`` is donated (do not reuse it)."""
-        return self._train(state, self.base_params, self.reference_params, _batch(batch, self.keys),
-                           self.hparams, self._slots(batch, "train"))
+        placed = _batch(batch, self.keys)
+        return self._train(state, self.base_params, self.reference_params, placed, self.hparams,
+                           self._slots(batch, "train", placed))
 
     def eval_step(self, trainable: Any, batch: Mapping[str, Any]) -> dict[str, jax.Array]:
         """``{"loss_sum", "n_tokens", "weight"}`` and the objective's metric sums for one batch
         (device scalars): the eval loss over batches is Σ loss_sum / Σ weight."""
-        return self._eval(trainable, self.base_params, self.reference_params, _batch(batch, self.keys),
-                          self._slots(batch, "eval"))
+        placed = _batch(batch, self.keys)
+        return self._eval(trainable, self.base_params, self.reference_params, placed,
+                          self._slots(batch, "eval", placed))
 
-    def _slots(self, batch: Mapping[str, Any], kind: str) -> int:
-        slots = self.slots_for(batch)
+    def compile_eval_behind(self, batches: list[Mapping[str, Any]]) -> list[Any]:
+        """With ``compile_behind``: the eval step's programs for ``batches`` (placed) compile in
+        the background, so the first eval does not wait for them; the futures started."""
+        if not self.compile_behind or not hasattr(self._eval, "compile_behind"):
+            return []
+        futures = []
+        for batch in batches:
+            placed = _batch(batch, self.keys)
+            f = self._eval.compile_behind(*self._abstract_args("eval", placed, self.slots_for(batch)))
+            if f is not None:
+                futures.append(f)
+        return futures
+
+    def _slots(self, batch: Mapping[str, Any], kind: str, placed: Mapping[str, Any]) -> int:
+        need = slots = self.slots_for(batch)
+        program = self._train if kind == "train" else self._eval
+        wider = None
+        if self.compile_behind and hasattr(program, "compile_behind"):
+            sig = program.signature(placed, need)
+            if not program.ready(sig):
+                wider = min((s[0] for s in (*program.compiled, *program.called)
+                             if s[1] == sig[1] and s[0] > need), default=None)
+                if wider is not None:
+                    program.compile_behind(*self._abstract_args(kind, placed, need))
+                    slots = wider
         shape = (kind, tuple(np.shape(batch[mask_keys(self.keys)[0]])), slots)
         if shape not in self._compiled:
             self._compiled.add(shape)
             log.info("%s step for batch %s: loss on %d positions per row (compiles once per value)",
                      kind, shape[1], slots)
+        if wider is not None and (kind, shape[1], -need) not in self._compiled:
+            self._compiled.add((kind, shape[1], -need))
+            log.info("%s step for batch %s: %d loss positions a row run in the compiled %d-position "
+                     "program while theirs compiles in the background", kind, shape[1], need, wider)
         return slots
+
+    def _abstract_args(self, kind: str, placed: Mapping[str, Any], slots: int) -> tuple:
+        """A step's arguments for ``lower``: the state and the batch abstract (shapes, dtypes,
+        shardings: nothing donated is held), the base and reference as they are."""
+        batch = {k: jax.ShapeDtypeStruct(np.shape(v), v.dtype, sharding=getattr(v, "sharding", None))
+                 for k, v in placed.items()}
+        if kind == "train":
+            return (self.abstract_state, self.base_params, self.reference_params, batch, self.hparams, slots)
+        return (self.abstract_state.params, self.base_params, self.reference_params, batch, slots)
 
     # -- introspection
     def compiled_memory(self, batch_shape: tuple[int, int], slots: int | None = None) -> dict[str, int]:

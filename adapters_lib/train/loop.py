@@ -142,6 +142,7 @@ class GemmaTrainer(Trainer):
         eval_host = pipeline.eval_batches(t.eval_batches)
         self.s = GemmaSetup(loaded=loaded, mesh=mesh, rng=rng, steps=steps, pipeline=pipeline,
                             eval_data=[steps.put_batch(b) for b in eval_host])
+        steps.compile_eval_behind(self.s.eval_data)  # an accelerator: ready by the first eval
         self.eval_digest = _eval_digest(eval_host)
         self.log_ = _MetricLog(self)
         self.em = _ProbeModel(cfg, loaded)

@@ -67,7 +67,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                 ce_chunk_bytes: int | None = None, seq_len: int | None = None,
                 gather_loss: bool = True, attention_kind: str | None = None, objective: Any = None,
                 reference_params: Any = None, weight_barrier: bool | None = None,
-                ce_kernel: str | None = None, slot_major_mlp: bool | None = None) -> Steps:
+                ce_kernel: str | None = None, slot_major_mlp: bool | None = None,
+                compile_behind: bool | None = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -90,6 +91,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     LoRA run without a soft-cap on a float table whose vocabulary is not split over
     ``tensor``; otherwise ``"xla"`` (``Steps.ce_kernel`` says which). Per-row sums (DPO) keep
     ``"xla"``. BENCHMARKS.md ("Cloud TPU v5e") has the three side by side.
+    ``compile_behind``: ``Steps.compile_behind`` (default: on an accelerator, one process).
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
     (the shapes of ``trainable_params``) of the reference model for an objective that needs
     one; default the base with the adapters off.
@@ -281,6 +283,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                   _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind, ce_kernel=ce_kernel,
                   hparams=hparams,
                   objective=objective, reference_params=reference_params)
+    if compile_behind is None:
+        compile_behind = mesh.devices.flat[0].platform != "cpu" and jax.process_count() == 1
+    steps.compile_behind = bool(compile_behind)
     return steps
 
 

@@ -31,6 +31,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -112,6 +113,11 @@ class StepProgram:
     ahead of the call (and stored), then kept here: the next call, the next run of the same
     key in this engine, and the next engine trace nothing. An executable whose arguments do
     not match (a layout the key missed) gives way to the jitted function, with a warning.
+
+    ``compile_behind`` compiles a program in a background thread (one at a time, this
+    process) from abstract arguments while the device runs others: ``Steps`` asks for the
+    eval step's before the first eval and, on an accelerator, for a batch's own program
+    while a wider one (more loss positions) serves it.
     """
 
     def __init__(self, jitted: Any, name: str, key: tuple | None):
@@ -119,18 +125,61 @@ class StepProgram:
         self.name = name
         self.key = key
         self.compiled: dict[tuple, Any] = {}
+        self.called: set[tuple] = set()
+        self.pending: dict[tuple, Any] = {}
         self.lower = jitted.lower
+
+    @staticmethod
+    def signature(batch: Any, slots: int) -> tuple:
+        return (int(slots), tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(batch.items())))
+
+    def ready(self, sig: tuple) -> bool:
+        """Whether a call with ``sig`` runs without compiling (kept, stored, or called before)."""
+        return sig in self.compiled or sig in self.called
+
+    def compile_behind(self, *args: Any) -> Any:
+        """Compile (or read back) the program for ``args`` (abstract ones will do; the last is
+        ``slots``) in the background; the future, or None when it is ready or under way."""
+        sig = self.signature(args[3], args[-1])
+        with _LOCK:
+            if self.ready(sig) or sig in self.pending:
+                return None
+            future = _behind().submit(self._compile, sig, args)
+            self.pending[sig] = future
+        return future
+
+    def _compile(self, sig: tuple, args: tuple) -> None:
+        from adapters_lib import program_store
+
+        t0 = time.perf_counter()
+        try:
+            if self.key is not None and program_store.folder() is not None:
+                fn = program_store.load_or_compile(self.name, (self.key, sig), lambda: self.jitted.lower(*args))
+            else:
+                fn = self.jitted.lower(*args).compile()
+            self.compiled[sig] = fn
+            log.info("%s for %d loss positions a row: compiled behind the running steps in %.1f s",
+                     self.name, sig[0], time.perf_counter() - t0)
+        except Exception as e:  # noqa: BLE001 - the call compiles it in the foreground instead
+            log.warning("%s: the background compile failed (%s: %s); the step compiles it when it "
+                        "needs it", self.name, type(e).__name__, str(e)[:300])
+        finally:
+            with _LOCK:
+                self.pending.pop(sig, None)
 
     def __call__(self, *args: Any) -> Any:
         from adapters_lib import program_store
 
-        if self.key is None or program_store.folder() is None:
-            return self.jitted(*args)
         *dynamic, slots = args
-        batch = dynamic[3]
-        sig = (int(slots), tuple((k, tuple(v.shape), str(v.dtype)) for k, v in sorted(batch.items())))
+        sig = self.signature(dynamic[3], slots)
+        future = self.pending.get(sig)
+        if future is not None:  # compiling behind: wait for it rather than compile it twice
+            future.result()
         fn = self.compiled.get(sig)
         if fn is None:
+            if self.key is None or program_store.folder() is None:
+                self.called.add(sig)
+                return self.jitted(*args)
             fn = program_store.load_or_compile(self.name, (self.key, sig), lambda: self.jitted.lower(*args))
             self.compiled[sig] = fn
         if fn is self.jitted:
@@ -141,6 +190,19 @@ class StepProgram:
             log.warning("%s: the compiled program does not take these arguments (%s): jitted", self.name, e)
             self.compiled[sig] = self.jitted
             return self.jitted(*args)
+
+
+_BEHIND: Any = None
+
+
+def _behind() -> Any:
+    """The one background thread programs compile on (XLA's compile is mostly one thread)."""
+    global _BEHIND
+    if _BEHIND is None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _BEHIND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-behind")
+    return _BEHIND
 
 
 def forget() -> None:
