@@ -393,3 +393,35 @@ def test_compile_behind_runs_a_batch_in_a_wider_program_while_its_own_compiles(d
         np.testing.assert_allclose(wide["grad_norm"], own["grad_norm"], rtol=1e-4)
     finally:
         step_programs.forget()
+
+
+def test_compile_behind_reads_and_fills_the_program_store_like_a_call(demo, one_mesh, lora_params, make_batch,
+                                                                      tmp_path):
+    """With the engine's program store on, a program compiled behind is stored under the step's
+    key like one a call compiles, and the call that needs it then compiles nothing."""
+    from adapters_lib import program_store
+    from adapters_lib.train import step_programs
+    from adapters_lib.train.optimizer import make_optimizer
+
+    model, base = demo
+    cfg = _cfg()
+    trainable = lora_params(cfg.lora)
+    step_programs.forget()
+    program_store.enable(tmp_path)
+    try:
+        steps = step_lib.build_steps(model, cfg, make_optimizer(cfg.train), one_mesh, base, trainable,
+                                     ce_chunk=8, compile_behind=True)
+        assert steps._eval.key is not None  # our optimizer: the programs have a key
+        few = steps.put_batch(_answer_only(make_batch(8, L, seed=12, packed=True)))
+        before = dict(program_store.stats)
+        (pending,) = steps.compile_eval_behind([few])
+        pending.result(timeout=300)
+        assert program_store.stats["compiled"] == before["compiled"] + 1
+        assert program_store.stats["stored"] == before["stored"] + 1
+        assert [p.suffix for p in tmp_path.rglob("*" + program_store.SUFFIX)]
+        ev = steps.eval_step(trainable, few)
+        assert program_store.stats["compiled"] == before["compiled"] + 1  # nothing compiled again
+        assert np.isfinite(float(ev["loss_sum"])) and float(ev["weight"]) > 0
+    finally:
+        program_store.disable()
+        step_programs.forget()
