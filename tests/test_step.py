@@ -425,3 +425,21 @@ def test_compile_behind_reads_and_fills_the_program_store_like_a_call(demo, one_
     finally:
         program_store.disable()
         step_programs.forget()
+
+
+def test_a_process_exits_without_waiting_for_a_compile_behind():
+    """The background compile thread is a daemon: an engine that stops does not wait minutes
+    for a program nobody needs any more."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    code = ("import time\nfrom adapters_lib.train import step_programs\n"
+            "f = step_programs._behind().submit(time.sleep, 60)\n"
+            "while not f.running():\n    time.sleep(0.01)\nprint('running')\n")
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=50,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.returncode == 0 and out.stdout.strip() == "running", out.stderr[-1000:]
+    assert time.perf_counter() - t < 30

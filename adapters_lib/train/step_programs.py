@@ -196,13 +196,42 @@ _BEHIND: Any = None
 
 
 def _behind() -> Any:
-    """The one background thread programs compile on (XLA's compile is mostly one thread)."""
+    """The one background thread programs compile on (XLA's compile is mostly one thread). A
+    daemon: an engine that stops does not wait for a compile nobody needs any more (a
+    ``ThreadPoolExecutor``'s workers are joined at exit)."""
     global _BEHIND
-    if _BEHIND is None:
-        from concurrent.futures import ThreadPoolExecutor
+    with _BEHIND_LOCK:
+        if _BEHIND is None:
+            _BEHIND = _DaemonWorker()
+        return _BEHIND
 
-        _BEHIND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compile-behind")
-    return _BEHIND
+
+_BEHIND_LOCK = threading.Lock()
+
+
+class _DaemonWorker:
+    def __init__(self) -> None:
+        import queue
+
+        self.jobs: Any = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="compile-behind", daemon=True).start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
+        from concurrent.futures import Future
+
+        future: Future = Future()
+        self.jobs.put((future, fn, args))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            future, fn, args = self.jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - the future carries it
+                future.set_exception(e)
 
 
 def forget() -> None:
