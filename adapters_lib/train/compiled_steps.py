@@ -72,6 +72,7 @@ class Steps:
     the host is idle while the device steps. Off on a CPU, where the compile would take the
     cores the steps run on."""
     _compiled: set = dataclasses.field(default_factory=set)
+    """What the log has said: (kind, batch shape, slots) run, ("behind", kind, shape, slots) waited for."""
 
     # -- state
     def init_state(self, trainable_params: Any, *, copy: bool = True) -> TrainState:
@@ -132,7 +133,7 @@ class Steps:
     def compile_eval_behind(self, batches: list[Mapping[str, Any]]) -> list[Any]:
         """With ``compile_behind``: the eval step's programs for ``batches`` (placed) compile in
         the background, so the first eval does not wait for them; the futures started."""
-        if not self.compile_behind or not hasattr(self._eval, "compile_behind"):
+        if not self.compile_behind:
             return []
         futures = []
         for batch in batches:
@@ -146,7 +147,7 @@ class Steps:
         need = slots = self.slots_for(batch)
         program = self._train if kind == "train" else self._eval
         wider = None
-        if self.compile_behind and hasattr(program, "compile_behind"):
+        if self.compile_behind:
             sig = program.signature(placed, need)
             if not program.ready(sig):
                 wider = min((s[0] for s in (*program.compiled, *program.called)
@@ -159,8 +160,8 @@ class Steps:
             self._compiled.add(shape)
             log.info("%s step for batch %s: loss on %d positions per row (compiles once per value)",
                      kind, shape[1], slots)
-        if wider is not None and (kind, shape[1], -need) not in self._compiled:
-            self._compiled.add((kind, shape[1], -need))
+        if wider is not None and ("behind", *shape[:2], need) not in self._compiled:
+            self._compiled.add(("behind", *shape[:2], need))
             log.info("%s step for batch %s: %d loss positions a row run in the compiled %d-position "
                      "program while theirs compiles in the background", kind, shape[1], need, wider)
         return slots

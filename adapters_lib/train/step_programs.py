@@ -148,16 +148,19 @@ class StepProgram:
             self.pending[sig] = future
         return future
 
-    def _compile(self, sig: tuple, args: tuple) -> None:
+    def _load_or_compile(self, sig: tuple, args: tuple) -> Any:
+        """The executable for ``args``: the program store's (read back, or compiled and stored),
+        or compiled here when the programs have no key."""
         from adapters_lib import program_store
 
+        if self.key is None:
+            return self.jitted.lower(*args).compile()
+        return program_store.load_or_compile(self.name, (self.key, sig), lambda: self.jitted.lower(*args))
+
+    def _compile(self, sig: tuple, args: tuple) -> None:
         t0 = time.perf_counter()
         try:
-            if self.key is not None and program_store.folder() is not None:
-                fn = program_store.load_or_compile(self.name, (self.key, sig), lambda: self.jitted.lower(*args))
-            else:
-                fn = self.jitted.lower(*args).compile()
-            self.compiled[sig] = fn
+            self.compiled[sig] = self._load_or_compile(sig, args)
             log.info("%s for %d loss positions a row: compiled behind the running steps in %.1f s",
                      self.name, sig[0], time.perf_counter() - t0)
         except Exception as e:  # noqa: BLE001 - the call compiles it in the foreground instead
@@ -180,8 +183,7 @@ class StepProgram:
             if self.key is None or program_store.folder() is None:
                 self.called.add(sig)
                 return self.jitted(*args)
-            fn = program_store.load_or_compile(self.name, (self.key, sig), lambda: self.jitted.lower(*args))
-            self.compiled[sig] = fn
+            fn = self.compiled[sig] = self._load_or_compile(sig, args)
         if fn is self.jitted:
             return self.jitted(*args)
         try:
