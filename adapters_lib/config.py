@@ -188,6 +188,15 @@ class TrainSpec:
     checkpoint_every: int = 50
     keep_checkpoints: int = 3
     remat: bool = False
+    programs: str = "auto"
+    """How the train step's compiled program covers LoRA tweaks (``lora_family``): "family" —
+    the adapters padded to a rank bucket, every target present (the unchosen ones masked), alpha
+    a runtime value, so a change of rank within the bucket, alpha or targets compiles nothing;
+    "exact" — the run's own rank and targets (fewest FLOPs; each change compiles); "auto" — a
+    family on an accelerator (a TPU compile is ~90 s), exact on a CPU (seconds)."""
+    rank_bucket: int = 0
+    """With a family program: the rank the adapters are padded to (0 = the rule: the next
+    multiple of 128 on a TPU, the next power of two from 16 elsewhere)."""
     param_dtype: str = "float32"
     compute_dtype: str = "float32"
     objective: str = "sft"

@@ -257,6 +257,12 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
     if t.eval_exact_match < -1:
         fail("train", "eval_exact_match", f"train.eval_exact_match is {t.eval_exact_match}",
              "use -1 (all on the demo data), 0 (off) or a positive count")
+    if t.programs not in ("auto", "family", "exact"):
+        fail("train", "programs", f"train.programs is {t.programs!r}", 'expected one of auto, family, exact')
+    if t.rank_bucket < 0 or (t.rank_bucket and lo.enabled and t.rank_bucket < lo.rank):
+        fail("train", "rank_bucket", f"train.rank_bucket is {t.rank_bucket}, below lora.rank {lo.rank}"
+             if t.rank_bucket > 0 else f"train.rank_bucket is {t.rank_bucket}",
+             f"use 0 (the rule) or a bucket of at least {lo.rank}")
     for key in ("param_dtype", "compute_dtype"):
         value = getattr(t, key)
         if value not in dtypes:

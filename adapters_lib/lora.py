@@ -383,6 +383,13 @@ def _adapter_shapes(model: nn.Module, spec: LoraSpec):
     return jax.tree_util.tree_flatten_with_path(program_store.remembered_shapes("adapter-shapes", key, make))
 
 
+def adapter_shapes(model: nn.Module, spec: LoraSpec) -> Any:
+    """The adapter tree ``init_lora`` makes for (model, spec), abstract (ShapeDtypeStructs)."""
+    leaves, tree = _adapter_shapes(model, dataclasses.replace(spec, enabled=True))
+    dtype = jnp.dtype(spec.dtype)
+    return jax.tree.unflatten(tree, [jax.ShapeDtypeStruct(tuple(x.shape), dtype) for _, x in leaves])
+
+
 def count_params(tree: Any) -> int:
     return int(sum(math.prod(x.shape) for x in jax.tree.leaves(tree)))
 

@@ -374,7 +374,7 @@ def test_compile_behind_runs_a_batch_in_a_wider_program_while_its_own_compiles(d
         assert steps.compile_eval_behind([few]) == []  # ready: nothing to start
         ev = jax.device_get(steps.eval_step(trainable, few))
         ev_jit = jax.device_get(steps._eval.jitted(trainable, steps.base_params, steps.reference_params,
-                                                   {k: few[k] for k in steps.keys}, few.slots))
+                                                   {k: few[k] for k in steps.keys}, steps.lora_runtime, few.slots))
         np.testing.assert_allclose(ev["loss_sum"], ev_jit["loss_sum"], rtol=1e-6)
 
         steps.train_step(steps.init_state(trainable), every)  # the wider program, compiled now

@@ -59,7 +59,13 @@ class Steps:
     ce_kernel: str = "xla"
     """How the cross-entropy is computed (``loss.CE_KERNELS``): XLA's chunked matmuls or the splash kernel."""
     hparams: dict = dataclasses.field(default_factory=dict)
-    """The schedule's numbers the train step is given (``optimizer.schedule_hparams``), on the mesh."""
+    """The schedule's numbers the train step is given (``optimizer.schedule_hparams``), on the
+    mesh; with a LoRA family, its runtime values under ``"lora"`` too."""
+    lora_runtime: dict = dataclasses.field(default_factory=dict)
+    """A LoRA family's runtime values (``lora_family.LoraFamily.runtime``: scale, rank mask,
+    target switches) on the mesh; {} for an exact program. The eval step's input too."""
+    family: Any = None
+    """The run's ``lora_family.LoraFamily`` (the program covers a family of LoRA specs), or None."""
     objective: Any = None
     """The training objective (``train.objectives``); its ``batch_keys`` are what ``put_batch`` places."""
     reference_params: Any = dataclasses.field(default_factory=dict)
@@ -127,7 +133,7 @@ class Steps:
         """``{"loss_sum", "n_tokens", "weight"}`` and the objective's metric sums for one batch
         (device scalars): the eval loss over batches is Σ loss_sum / Σ weight."""
         placed = _batch(batch, self.keys)
-        return self._eval(trainable, self.base_params, self.reference_params, placed,
+        return self._eval(trainable, self.base_params, self.reference_params, placed, self.lora_runtime,
                           self._slots(batch, "eval", placed))
 
     def compile_eval_behind(self, batches: list[Mapping[str, Any]]) -> list[Any]:
@@ -173,7 +179,7 @@ class Steps:
                  for k, v in placed.items()}
         if kind == "train":
             return (self.abstract_state, self.base_params, self.reference_params, batch, self.hparams, slots)
-        return (self.abstract_state.params, self.base_params, self.reference_params, batch, slots)
+        return (self.abstract_state.params, self.base_params, self.reference_params, batch, self.lora_runtime, slots)
 
     # -- introspection
     def compiled_memory(self, batch_shape: tuple[int, int], slots: int | None = None) -> dict[str, int]:

@@ -100,7 +100,7 @@ class GemmaTrainer(Trainer):
     def setup(self) -> RouteSetup:
         import jax
 
-        from adapters_lib import lora
+        from adapters_lib import lora, lora_family
         from adapters_lib import mesh as mesh_lib
         from adapters_lib.data import build_pipeline
         from adapters_lib.models.loader import load_model
@@ -128,8 +128,15 @@ class GemmaTrainer(Trainer):
         reference = _reference_adapters(cfg, trainable)
         if reference is not None:  # the policy starts as its reference (step 1: δ = 0, loss log 2)
             trainable = reference
+        family = None if reference is not None or not cfg.lora.enabled else lora_family.resolve(
+            cfg.lora, programs=t.programs, platform=devices[0].platform, bucket=t.rank_bucket)
+        self.own = None
+        if family is not None:  # the program's shapes; checkpoints keep the run's own (``self.own``)
+            self.own = _own_abstract(trainable, optimizer, mesh)
+            trainable = lora_family.fit(trainable, lora.adapter_shapes(loaded.model, family.program))
+            log.info("LoRA: %s (train.programs = %r)", family.describe(), t.programs)
         steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,
-                            reference_params=reference)
+                            reference_params=reference, family=family)
         pipeline = build_pipeline(cfg.data, loaded.tokenizer, batch_size=t.batch_size, seed=t.seed,
                                   kind=steps.objective.data)
         log.info("set-up %.1fs: %s", time.perf_counter() - t0,
@@ -145,7 +152,7 @@ class GemmaTrainer(Trainer):
         steps.compile_eval_behind(self.s.eval_data)  # an accelerator: ready by the first eval
         self.eval_digest = _eval_digest(eval_host)
         self.log_ = _MetricLog(self)
-        self.em = _ProbeModel(cfg, loaded)
+        self.em = _ProbeModel(cfg, loaded, family)
         return RouteSetup(schedule=make_schedule(t), has_eval=bool(self.s.eval_data))
 
     def restore(self, step: int) -> None:
@@ -156,7 +163,14 @@ class GemmaTrainer(Trainer):
 
         steps = self.s.steps
         abstract = steps.abstract_state
-        params, opt_state, meta = self.store.restore(step, abstract.params, abstract.opt_state)
+        if self.own is None:
+            params, opt_state, meta = self.store.restore(step, abstract.params, abstract.opt_state)
+        else:  # the checkpoint holds the run's own rank and targets: padded into the family's shapes
+            from adapters_lib.lora_family import fit
+
+            params, opt_state, meta = self.store.restore(step, self.own.params, self.own.opt_state)
+            params = jax.device_put(fit(params, abstract.params), steps.trainable_shardings)
+            opt_state = jax.device_put(fit(opt_state, abstract.opt_state), steps.state_shardings.opt_state)
         self.state = self.state._replace(step=jax.device_put(np.int32(step), steps.state_shardings.step),
                                          params=params, opt_state=opt_state)
         self.s.rng = rng_from_json(meta["rng"]) if "rng" in meta else self.s.rng
@@ -167,7 +181,7 @@ class GemmaTrainer(Trainer):
                           params=lambda: self.em.model_params(self.state.params)[1],
                           tokenizer=s.loaded.tokenizer, eval_examples=list(s.pipeline.eval_examples),
                           eval_loss=lambda: self.evaluate().get("eval_loss"),
-                          trainable_params=_count(self.state.params),
+                          trainable_params=_count(self.state.params if self.own is None else self.own.params),
                           base_fingerprint=self.base_fingerprint)
 
     def base_fingerprint(self) -> dict[str, Any] | None:
@@ -227,7 +241,12 @@ class GemmaTrainer(Trainer):
         # every loss up to ``step`` is known finite here: older checkpoints are confirmed
         self.store.prune(confirmed_below=step, pinned=self.session.pinned)
         try:
-            return bool(self.store.save(step, self.state.params, self.state.opt_state,
+            params, opt_state = self.state.params, self.state.opt_state
+            if self.own is not None:  # the run's own rank and targets, never the family's padding
+                from adapters_lib.lora_family import fit
+
+                params, opt_state = fit(params, self.own.params), fit(opt_state, self.own.opt_state)
+            return bool(self.store.save(step, params, opt_state,
                                         {"rng": rng_to_json(self.s.rng), "loss": self.result.losses.get(step),
                                          "time": time.time()}))
         except NonFiniteState:
@@ -300,6 +319,26 @@ class _MetricLog:
         return held
 
 
+@dataclass
+class _OwnShapes:
+    """The run's own trainable tree and optimizer state (abstract, replicated): what its
+    checkpoints hold when the step's program is a LoRA family's (padded) shapes."""
+
+    params: Any
+    opt_state: Any
+
+
+def _own_abstract(trainable: Any, optimizer: Any, mesh: Any) -> _OwnShapes:
+    import jax
+
+    from adapters_lib import mesh as mesh_lib
+
+    rep = mesh_lib.replicated(mesh)
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), trainable)
+    opt = jax.eval_shape(optimizer.init, params)
+    return _OwnShapes(params, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), opt))
+
+
 def _eval_digest(batches: list[Any]) -> str:
     """sha256 over the host eval batches: names, dtypes, shapes and bytes."""
     import hashlib
@@ -334,12 +373,19 @@ def _mean_eval(outs: list[dict[str, Any]], metrics: tuple[str, ...] = ()) -> dic
 
 class _ProbeModel:
     """The model the probe applies: LoRA merged into the base, one apply function for the run
-    (one compiled decoder for every greedy answer the eval hooks ask for)."""
+    (one compiled decoder for every greedy answer the eval hooks ask for). With a LoRA family,
+    the family's program spec with the run's runtime values folded into the adapters: one
+    decoder for every rank, alpha and targets of the family."""
 
-    def __init__(self, cfg: RunConfig, loaded: Any):
+    def __init__(self, cfg: RunConfig, loaded: Any, family: Any = None):
         self.cfg = cfg
         self.loaded = loaded
+        self.family = family
         self.apply_fn = None
+
+    @property
+    def spec(self) -> Any:
+        return self.family.program if self.family is not None else self.cfg.lora
 
     def model_params(self, trainable: Any) -> tuple[Any, Any]:
         """(the model to apply, its params) for the trainable tree (LoRA merged in)."""
@@ -347,14 +393,18 @@ class _ProbeModel:
 
         cfg, loaded = self.cfg, self.loaded
         if cfg.lora.enabled:
-            return lora.wrap(loaded.model, cfg.lora), lora.merge_lora(loaded.params, trainable)
+            if self.family is not None:
+                from adapters_lib.lora_family import apply_runtime
+
+                trainable = apply_runtime(trainable, self.family.runtime())
+            return lora.wrap(loaded.model, self.spec), lora.merge_lora(loaded.params, trainable)
         return loaded.model, trainable
 
     def apply(self) -> Any:
         if self.apply_fn is None:
             from adapters_lib import lora
 
-            model = lora.wrap(self.loaded.model, self.cfg.lora) if self.cfg.lora.enabled else self.loaded.model
+            model = lora.wrap(self.loaded.model, self.spec) if self.cfg.lora.enabled else self.loaded.model
             self.apply_fn = _probe_apply(model)
         return self.apply_fn
 

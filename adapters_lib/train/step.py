@@ -36,6 +36,7 @@ Batch contract: a dict of the objective's ``batch_keys`` (SFT: ``tokens``, ``tar
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -44,7 +45,7 @@ import jax.numpy as jnp
 import optax
 from flax import linen as nn
 
-from adapters_lib import attention, lora, trace_context
+from adapters_lib import attention, lora, lora_family, trace_context
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
 from adapters_lib.train import ce_splash, objectives, step_programs
@@ -68,7 +69,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                 gather_loss: bool = True, attention_kind: str | None = None, objective: Any = None,
                 reference_params: Any = None, weight_barrier: bool | None = None,
                 ce_kernel: str | None = None, slot_major_mlp: bool | None = None,
-                compile_behind: bool | None = None) -> Steps:
+                compile_behind: bool | None = None, family: Any = None) -> Steps:
     """Jitted steps for ``model`` (the unwrapped gemma Transformer) under ``cfg``.
 
     ``base_params``: the frozen base tree (ignored for a full fine-tune, where
@@ -95,6 +96,10 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
     (the shapes of ``trainable_params``) of the reference model for an objective that needs
     one; default the base with the adapters off.
+    ``family``: a ``lora_family.LoraFamily`` — the program is its ``program`` spec (the rank
+    bucket, every target, scale 1) and ``trainable_params`` have its shapes; the run's rank, alpha
+    and targets are step inputs (``Steps.lora_runtime``, ``lora_family.apply_runtime``), so the
+    next run of the family compiles nothing. None: the run's own spec (``cfg.lora``) is compiled.
     """
     t = cfg.train
     full_ft = not cfg.lora.enabled
@@ -110,7 +115,10 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
         attention_kind = attention.default_kind(mesh.devices.flat[0].platform)
     run_model = with_remat(model) if t.remat else model
     plain_model = with_training_attention(run_model, attention_kind, mesh, weight_barrier, slot_major_mlp)
-    run_model = lora.wrap(plain_model, cfg.lora)
+    if family is not None and (full_ft or reference_params is not None):
+        raise ValueError("a LoRA program family trains adapters against the base (no full fine-tune, "
+                         "no reference run)")
+    run_model = lora.wrap(plain_model, family.program if family is not None else cfg.lora)
     if objective is None:
         objective = objectives.for_config(cfg)
     keys = objective.batch_keys
@@ -160,7 +168,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     if all(isinstance(x, jax.Array) for x in jax.tree.leaves(reference_params)):
         reference_params = jax.device_put(reference_params, reference_shardings)
 
-    def params_for(trainable, base):
+    def params_for(trainable, base, lrt):
+        if family is not None:  # the run's rank, targets and scale: runtime values
+            trainable = lora_family.apply_runtime(trainable, lrt)
         trainable = _cast(trainable, compute_dtype)
         if full_ft:
             return trainable
@@ -185,9 +195,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
             return jax.vmap(lambda h, t, w: one(h[None], t[None], w[None]))(hidden, targets, weights)
         return one(hidden, targets, weights, ce_kernel)
 
-    def loss_sum(trainable, base, ref, mb, slots):
+    def loss_sum(trainable, base, ref, lrt, mb, slots):
         def policy(b, per_row=False):
-            return ce(run_model, params_for(trainable, base), b, slots, per_row)
+            return ce(run_model, params_for(trainable, base, lrt), b, slots, per_row)
 
         def reference(b):
             base_c = _cast(jax.lax.stop_gradient(base), compute_dtype)
@@ -200,9 +210,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
     grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
 
-    def grads_of(trainable, base, ref, batch, slots):
+    def grads_of(trainable, base, ref, lrt, batch, slots):
         if accum == 1:
-            return grad_fn(trainable, base, ref, batch, slots)
+            return grad_fn(trainable, base, ref, lrt, batch, slots)
         rows = batch["tokens"].shape[0]
 
         def micro(x):  # [A·b, L] → [A, b, L]; row r goes to micro-batch r % A (no data moves)
@@ -215,7 +225,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
         def body(carry, mb):
             total, aux, acc = carry
-            (value, mb_aux), g = grad_fn(trainable, base, ref, mb, slots)
+            (value, mb_aux), g = grad_fn(trainable, base, ref, lrt, mb, slots)
             acc = jax.tree.map(jnp.add, acc, g)
             acc = jax.lax.with_sharding_constraint(acc, trainable_shardings)
             return (total + value, jax.tree.map(jnp.add, aux, mb_aux), acc), None
@@ -229,12 +239,15 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     scheduled = getattr(optimizer, "at", None)
     hparams = {k: jax.device_put(jnp.float32(v), rep) for k, v in optimizer.hparams.items()} \
         if scheduled else {}
+    lora_runtime = jax.device_put(family.runtime(), rep) if family is not None else {}
 
     def train_fn(state: TrainState, base, ref, batch, hp, slots):
+        hp = dict(hp)
+        lrt = hp.pop("lora", {})  # the family's runtime values (``lora_family``), beside the schedule's
         opt = scheduled(hp) if scheduled else optimizer
         n_tokens = sum(jnp.sum(batch[k].astype(jnp.float32)) for k in mask_keys(keys))
         denom = jnp.maximum(objective.weight(batch), 1.0)
-        (total, aux), grads = grads_of(state.params, base, ref, batch, slots)
+        (total, aux), grads = grads_of(state.params, base, ref, lrt, batch, slots)
         grads = jax.tree.map(lambda g: g / denom.astype(g.dtype), grads)
         grads = jax.lax.with_sharding_constraint(grads, trainable_shardings)
         updates, opt_state = opt.update(grads, state.opt_state, state.params)
@@ -243,8 +256,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                    **{k: v / denom for k, v in aux.items()}}
         return TrainState(state.step + 1, params, opt_state), metrics
 
-    def eval_fn(trainable, base, ref, batch, slots):
-        total, aux = loss_sum(trainable, base, ref, batch, slots)
+    def eval_fn(trainable, base, ref, batch, lrt, slots):
+        total, aux = loss_sum(trainable, base, ref, lrt, batch, slots)
         return {"loss_sum": total, "n_tokens": sum(jnp.sum(batch[k].astype(jnp.float32)) for k in mask_keys(keys)),
                 "weight": objective.weight(batch), **aux}
 
@@ -255,12 +268,12 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     def make_programs():
         # ``slots`` (static): loss positions kept per row (``loss.loss_slots``), one program per value
         train_jit = jax.jit(train_fn, in_shardings=(state_shardings, base_shardings, reference_shardings,
-                                                    batch_shardings, {k: rep for k in hparams}),
+                                                    batch_shardings, jax.tree.map(lambda _: rep, step_hparams)),
                             out_shardings=(state_shardings, metric_shardings), donate_argnums=(0,),
                             static_argnums=(5,))
         eval_jit = jax.jit(eval_fn, in_shardings=(trainable_shardings, base_shardings, reference_shardings,
-                                                  batch_shardings),
-                           out_shardings=eval_shardings, static_argnums=(4,))
+                                                  batch_shardings, jax.tree.map(lambda _: rep, lora_runtime)),
+                           out_shardings=eval_shardings, static_argnums=(5,))
         init_opt = jax.jit(optimizer.init, in_shardings=(trainable_shardings,), out_shardings=opt_shardings)
         copy = jax.jit(lambda tree: jax.tree.map(lambda x: jnp.array(x, copy=True), tree),
                        in_shardings=(trainable_shardings,), out_shardings=trainable_shardings)
@@ -268,7 +281,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                 step_programs.StepProgram(eval_jit, "eval_step", key), init_opt, copy)
 
     # an earlier run of the same shapes in this process left its programs: reuse them (no trace)
-    key = step_programs.program_key(model, cfg, mesh, trainable_params, base_params, optimizer=optimizer,
+    step_hparams = {**hparams, "lora": lora_runtime} if family is not None else hparams
+    key_cfg = dataclasses.replace(cfg, lora=family.program) if family is not None else cfg
+    key = step_programs.program_key(model, key_cfg, mesh, trainable_params, base_params, optimizer=optimizer,
                                     length=length, ce_chunk=ce_chunk, gather_loss=gather_loss,
                                     attention_kind=attention_kind, ce_kernel=ce_kernel)
     if key is not None:  # the objective's constants (DPO's beta, …) and its reference are in the program
@@ -281,7 +296,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                   state_shardings=state_shardings, batch_sharding=batch_sharding, ce_chunk=ce_chunk,
                   abstract_state=abstract_state, _train=train_jit, _eval=eval_jit, _init_opt=init_opt,
                   _copy=copy, gather_loss=gather_loss, attention_kind=attention_kind, ce_kernel=ce_kernel,
-                  hparams=hparams,
+                  hparams=step_hparams, lora_runtime=lora_runtime, family=family,
                   objective=objective, reference_params=reference_params)
     if compile_behind is None:
         compile_behind = mesh.devices.flat[0].platform != "cpu" and jax.process_count() == 1

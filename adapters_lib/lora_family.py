@@ -1,0 +1,166 @@
+"""One compiled program for a family of LoRA configs: any rank up to a bucket, any alpha, any targets.
+
+A train step compiles for ~90 s on a TPU (XLA:TPU, whatever the model), and what a user tweaks
+between two runs — the rank, alpha, the targets — used to be part of the program. Here it is not:
+
+- **rank**: the adapters are padded to a bucket (``rank_bucket``: 128 on a TPU, one pass of the
+  v5e's 128-wide MXU, where a rank-8 product costs what a rank-128 one does; vLLM's TPU backend
+  pads every adapter to ``max_lora_rank`` for the same reason). The rows past the run's rank are
+  masked: ``A[:, r:]`` and ``B[r:, :]`` are multiplied by 0 in the step, so they never change the
+  output and get exactly zero gradients (AdamW and weight decay then leave them at zero).
+- **alpha**: ``alpha / rank`` is a runtime scalar that multiplies A in the step (the program's
+  modules carry scale 1), so the update is ``scale · x·A·B`` as in the exact program.
+- **targets**: the program carries every target the model has; the ones the run did not choose
+  are masked to zero the same way (their products run, on zeros: the cost is measured in
+  BENCHMARKS.md, "the program family").
+
+``LoraFamily.runtime()`` are those numbers (host arrays, step inputs); ``apply_runtime`` is the
+step's transform of the adapter tree; ``fit`` moves a tree between the run's own shapes and the
+program's (pad with zeros, or slice): checkpoints and exports always hold the run's own rank and
+targets, never the padding. ``resolve`` decides from ``train.programs`` and the platform.
+
+Importing this module is cheap (JAX only inside the functions that need it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from adapters_lib.config import LORA_TARGETS, LoraSpec
+
+log = logging.getLogger(__name__)
+
+MXU = 128
+"""A TPU MXU's width (v4, v5e, v5p: 128 × 128; v6e's 256 × 256 takes 128 in two passes): the
+rank bucket's step on a TPU."""
+PROGRAMS = ("auto", "family", "exact")
+"""``train.programs``: how the train step covers LoRA tweaks."""
+
+
+def rank_bucket(rank: int, platform: str, setting: int = 0) -> int:
+    """The rank the family's adapters are padded to: ``setting`` when set (at least ``rank``),
+    else the next multiple of the MXU's 128 on a TPU, else the next power of two from 16."""
+    if setting:
+        return max(int(setting), int(rank))
+    if platform == "tpu":
+        return -(-int(rank) // MXU) * MXU
+    return max(16, 1 << (int(rank) - 1).bit_length())
+
+
+def wants_family(setting: str, platform: str) -> bool:
+    """``train.programs``: "family", "exact", or "auto" (a family on an accelerator, where a
+    compile costs a minute or more; exact on a CPU, where it costs seconds and the padded
+    products cost real FLOPs)."""
+    if setting == "family":
+        return True
+    if setting == "exact":
+        return False
+    return platform != "cpu"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraFamily:
+    """A run's LoRA spec (``spec``) inside the program of its family (``program``)."""
+
+    spec: LoraSpec
+    """The run's own: its rank, alpha and targets (what checkpoints and exports hold)."""
+    program: LoraSpec
+    """The compiled one: the bucket's rank, every target of the family, scale 1."""
+
+    @property
+    def runtime_targets(self) -> tuple[str, ...]:
+        return self.program.targets
+
+    def runtime(self) -> dict[str, Any]:
+        """The step's inputs (host numpy): ``scale`` (alpha / rank), ``rank_mask`` ([bucket]: 1
+        up to the run's rank), ``targets`` (1 or 0 a target of the program)."""
+        import numpy as np
+
+        mask = (np.arange(self.program.rank) < self.spec.rank).astype(np.float32)
+        return {"scale": np.float32(self.spec.scale), "rank_mask": mask,
+                "targets": {t: np.float32(t in self.spec.targets) for t in self.program.targets}}
+
+    def describe(self) -> str:
+        off = [t for t in self.program.targets if t not in self.spec.targets]
+        return (f"rank {self.spec.rank} in a rank-{self.program.rank} program"
+                + (f", targets {', '.join(off)} masked" if off else "")
+                + f", scale {self.spec.scale:g} a runtime value")
+
+
+def family_targets(spec: LoraSpec) -> tuple[str, ...]:
+    """Every projection target, plus the experts when the run adapts them (an expert bank's
+    adapters are large: they join the program only when asked for)."""
+    return (*LORA_TARGETS, *(("experts",) if "experts" in spec.targets else ()))
+
+
+def resolve(spec: LoraSpec, *, programs: str, platform: str, bucket: int = 0) -> LoraFamily | None:
+    """The run's family, or None for the exact program (``train.programs``, the platform)."""
+    if not spec.enabled or not wants_family(programs, platform):
+        return None
+    r = rank_bucket(spec.rank, platform, bucket)
+    program = dataclasses.replace(spec, rank=r, alpha=float(r), targets=family_targets(spec))
+    return LoraFamily(spec=spec, program=program)
+
+
+def _target_of(name: str) -> str | None:
+    """The target an adapter leaf belongs to (``q_a`` → q, ``lora_experts_gate_b`` → experts)."""
+    if name.startswith("lora_experts_"):
+        return "experts"
+    if name.endswith(("_a", "_b")) and name[:-2] in LORA_TARGETS:
+        return name[:-2]
+    return None
+
+
+def _leaf_name(path: tuple) -> str:
+    last = path[-1] if path else None
+    return str(getattr(last, "key", getattr(last, "name", last)))
+
+
+def apply_runtime(adapters: Any, runtime: Any) -> Any:
+    """The adapter tree the program's modules see: each A times ``scale``, its target's switch
+    and the rank mask (columns), each B times the rank mask (rows). Differentiable: the masked
+    rows' gradients are exactly zero, the kept ones are the exact program's times nothing."""
+    import jax
+    import jax.numpy as jnp
+
+    def one(path, x):
+        name = _leaf_name(path)
+        target = _target_of(name)
+        if target is None:
+            return x
+        m = jnp.asarray(runtime["rank_mask"], x.dtype)
+        if name.endswith("_a"):  # [..., in, r]
+            factor = jnp.asarray(runtime["scale"], x.dtype) * jnp.asarray(runtime["targets"][target], x.dtype)
+            return x * (m * factor)
+        return x * m[:, None]  # B: [..., r, out]
+
+    return jax.tree_util.tree_map_with_path(one, adapters)
+
+
+def fit(tree: Any, like: Any) -> Any:
+    """``tree``'s values in ``like``'s shapes and structure: each leaf of ``like`` takes the leaf
+    at the same path of ``tree``, sliced or zero-padded at the end of each axis (the rank), or
+    zeros where ``tree`` has none (a masked target). Params and optimizer states alike (their
+    adapter leaves sit under the same keys)."""
+    import jax
+    import jax.numpy as jnp
+
+    have = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    paths, treedef = jax.tree_util.tree_flatten_with_path(like)
+
+    def one(path, want):
+        x = have.get(jax.tree_util.keystr(path))
+        shape, dtype = tuple(want.shape), want.dtype
+        if x is None:
+            return jnp.zeros(shape, dtype)
+        if tuple(x.shape) == shape:
+            return x
+        if len(x.shape) != len(shape):
+            raise ValueError(f"{jax.tree_util.keystr(path)}: shape {tuple(x.shape)} does not fit {shape}")
+        x = x[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))]
+        pads = [(0, b - a) for a, b in zip(x.shape, shape, strict=True)]
+        return jnp.pad(x, pads) if any(p for _, p in pads) else x
+
+    return jax.tree_util.tree_unflatten(treedef, [one(p, w) for p, w in paths])

@@ -1,0 +1,191 @@
+"""One program for a family of LoRA configs (``lora_family``): a rank inside the bucket, any alpha,
+any targets train exactly as their own program does, compile nothing new, and checkpoints hold
+the run's own rank."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+import optax
+import pytest
+
+from adapters_lib import lora, lora_family, mesh
+from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+from adapters_lib.train import step as step_lib
+from adapters_lib.train.optimizer import make_optimizer
+
+L = 32
+ONE = MeshSpec(data=1, fsdp=1, tensor=1, devices=1)
+
+
+def _cfg(spec: LoraSpec) -> RunConfig:
+    return RunConfig(mesh=ONE, data=DataSpec(max_length=L), lora=spec,
+                     train=TrainSpec(batch_size=4, learning_rate=3e-2, warmup_steps=0, weight_decay=0.01))
+
+
+@pytest.fixture(scope="module")
+def one_mesh():
+    return mesh.make_mesh(ONE)
+
+
+def _train(demo, one_mesh, batches, spec: LoraSpec, family: lora_family.LoraFamily | None, seed: int = 5,
+           optimizer=None):
+    """Losses, grad norms and the adapters (in the run's own shapes) after ``batches``."""
+    model, base = demo
+    cfg = _cfg(spec)
+    optimizer = optimizer or make_optimizer(cfg.train)
+    own = lora.init_lora(model, spec, base, jax.random.key(seed))
+    # B non-zero from the start, so every target's gradient flows both ways
+    own = jax.tree_util.tree_map_with_path(
+        lambda p, x: x + 0.01 * jax.random.normal(jax.random.key(len(str(p))), x.shape)
+        if str(p[-1].key).endswith("_b") else x, own)
+    trainable = own if family is None else lora_family.fit(own, lora.adapter_shapes(model, family.program))
+    steps = step_lib.build_steps(model, cfg, optimizer, one_mesh, base, trainable, ce_chunk=8, family=family)
+    state = steps.init_state(trainable)
+    losses, norms = [], []
+    for b in batches:
+        state, m = steps.train_step(state, steps.put_batch(b))
+        losses.append(float(m["loss"]))
+        norms.append(float(m["grad_norm"]))
+    evals = float(jax.device_get(steps.eval_step(state.params, batches[0]))["loss_sum"])
+    params = state.params if family is None else lora_family.fit(state.params, own)
+    return losses, norms, evals, jax.device_get(params), steps
+
+
+@pytest.mark.parametrize("spec", [LoraSpec(rank=4, alpha=8.0, targets=("q", "v")),
+                                  LoraSpec(rank=8, alpha=3.0, targets=("k", "o", "gate", "down"))],
+                         ids=["r4-qv", "r8-mixed"])
+def test_a_family_program_trains_as_the_exact_program(demo, one_mesh, make_batch, spec):
+    batches = [make_batch(4, L, seed=s, packed=True) for s in range(3)]
+    sgd = optax.sgd(1.0)  # each step moves the adapters by their gradient: the values compare the gradients
+    exact = _train(demo, one_mesh, batches, spec, None, optimizer=sgd)
+    family = lora_family.resolve(spec, programs="family", platform="cpu", bucket=16)
+    assert family.program.rank == 16 and family.program.targets == ("q", "k", "v", "o", "gate", "up", "down")
+    fam = _train(demo, one_mesh, batches, spec, family, optimizer=sgd)
+    np.testing.assert_allclose(fam[0], exact[0], rtol=2e-5)  # losses
+    np.testing.assert_allclose(fam[1], exact[1], rtol=2e-4)  # grad norms: the padding adds nothing
+    np.testing.assert_allclose(fam[2], exact[2], rtol=2e-5)  # eval
+    for (path, a), b in zip(jax.tree_util.tree_flatten_with_path(fam[3])[0], jax.tree.leaves(exact[3]), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5, err_msg=jax.tree_util.keystr(path))
+    assert min(exact[1]) > 0  # gradients flowed
+
+
+def test_the_padded_rows_and_masked_targets_stay_exactly_zero(demo, one_mesh, make_batch):
+    spec = LoraSpec(rank=4, alpha=8.0, targets=("q", "v"))
+    family = lora_family.resolve(spec, programs="family", platform="cpu", bucket=16)
+    *_, steps = _train(demo, one_mesh, [make_batch(4, L, seed=s, packed=True) for s in range(2)], spec, family)
+    model, base = demo
+    own = lora.init_lora(model, spec, base, jax.random.key(0))
+    state = steps.init_state(lora_family.fit(own, lora.adapter_shapes(model, family.program)))
+    for s in range(2):
+        state, _ = steps.train_step(state, steps.put_batch(make_batch(4, L, seed=10 + s, packed=True)))
+    for path, x in jax.tree_util.tree_flatten_with_path(jax.device_get(state.params))[0]:
+        name = str(path[-1].key)
+        x = np.asarray(x)
+        if name[:-2] not in spec.targets:
+            assert not x.any(), f"{jax.tree_util.keystr(path)}: a masked target moved"
+        elif name.endswith("_a"):
+            assert not x[:, spec.rank:].any() and x[:, :spec.rank].any()
+        else:
+            assert not x[spec.rank:].any() and x[:spec.rank].any()
+
+
+def test_rank_alpha_and_targets_of_a_family_reuse_its_programs(demo, one_mesh, make_batch):
+    model, base = demo
+    batch = make_batch(4, L, seed=1, packed=True)
+    made, cached = [], []
+    for spec in (LoraSpec(rank=4, alpha=8.0, targets=("q", "v")), LoraSpec(rank=12, alpha=2.0),
+                 LoraSpec(rank=8, alpha=16.0, targets=("down",))):
+        family = lora_family.resolve(spec, programs="family", platform="cpu", bucket=16)
+        trainable = lora_family.fit(lora.init_lora(model, spec, base, jax.random.key(0)),
+                                    lora.adapter_shapes(model, family.program))
+        cfg = _cfg(spec)
+        steps = step_lib.build_steps(model, cfg, make_optimizer(cfg.train), one_mesh, base, trainable,
+                                     ce_chunk=8, family=family)
+        steps.train_step(steps.init_state(trainable), steps.put_batch(batch))
+        made.append(steps._train)
+        cached.append(steps._train.jitted._cache_size())
+    assert made[0] is made[1] is made[2]  # one kept program
+    assert cached[0] == cached[1] == cached[2]  # and nothing traced or compiled again
+
+
+def test_the_bucket_rule_and_the_switch():
+    assert lora_family.rank_bucket(8, "tpu") == 128 and lora_family.rank_bucket(130, "tpu") == 256
+    assert lora_family.rank_bucket(8, "gpu") == 16 and lora_family.rank_bucket(40, "gpu") == 64
+    assert lora_family.rank_bucket(8, "cpu", 32) == 32
+    spec = LoraSpec(rank=8)
+    assert lora_family.resolve(spec, programs="auto", platform="cpu") is None
+    assert lora_family.resolve(spec, programs="auto", platform="tpu").program.rank == 128
+    assert lora_family.resolve(spec, programs="exact", platform="tpu") is None
+    assert lora_family.resolve(dataclasses.replace(spec, enabled=False), programs="family", platform="tpu") is None
+    runtime = lora_family.resolve(LoraSpec(rank=3, alpha=6.0, targets=("q",)), programs="family",
+                                  platform="tpu").runtime()
+    assert float(runtime["scale"]) == 2.0 and runtime["rank_mask"].sum() == 3
+    assert runtime["targets"]["q"] == 1 and runtime["targets"]["v"] == 0
+
+
+def test_fit_pads_and_slices_back_to_the_same_values():
+    own = {"l": {"q_a": np.arange(6.0).reshape(3, 2), "q_b": np.ones((2, 5))}}
+    like = {"l": {"q_a": jax.ShapeDtypeStruct((3, 4), np.float32), "q_b": jax.ShapeDtypeStruct((4, 5), np.float32),
+                  "v_a": jax.ShapeDtypeStruct((3, 4), np.float32)}}
+    padded = lora_family.fit(own, like)
+    assert padded["l"]["q_a"].shape == (3, 4) and not np.asarray(padded["l"]["v_a"]).any()
+    back = lora_family.fit(padded, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), own))
+    assert set(back["l"]) == {"q_a", "q_b"}
+    np.testing.assert_array_equal(back["l"]["q_a"], own["l"]["q_a"])
+
+
+@pytest.fixture(scope="module")
+def family_runs(tmp_path_factory):
+    """The same 8-step demo run (r4, q and v, alpha 8): its own program; a family's (bucket 16),
+    stopped at step 3 and resumed."""
+    from fixtures_runs import StopAt, demo_overrides, train_demo
+
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.train.loop import run_training
+
+    root = tmp_path_factory.mktemp("family")
+    settings = dict(lora__rank=4, lora__alpha=8.0, lora__targets='["q", "v"]', train__steps=8,
+                    train__checkpoint_every=4, train__eval_every=4)
+    exact, _ = train_demo(root, "exact", train__programs='"exact"', **settings)
+    cfg = load_config(None, demo_overrides(run__name='"family"', run__dir=f'"{root}"', train__programs='"family"',
+                                           train__rank_bucket=16, **settings))
+    run = runs.create_run(cfg)
+    assert run_training(cfg, run, control=StopAt(3)).state == "stopped"
+    assert run_training(cfg, run, resume=True).state == "completed"
+    return exact, run
+
+
+def test_a_family_run_stopped_and_resumed_follows_the_exact_runs_curve(family_runs):
+    exact, family = family_runs
+    want = [(m["step"], m["loss"]) for m in exact.metrics()]
+    got = [(m["step"], m["loss"]) for m in family.metrics()]
+    assert [s for s, _ in got] == [s for s, _ in want] == list(range(1, 9))
+    np.testing.assert_allclose([v for _, v in got], [v for _, v in want], rtol=1e-4)
+    evals = [(m["step"], m["eval_loss"]) for m in family.metrics() if "eval_loss" in m]
+    assert evals and np.allclose([v for _, v in evals],
+                                 [m["eval_loss"] for m in exact.metrics() if "eval_loss" in m], rtol=1e-4)
+
+
+def test_a_family_runs_checkpoints_and_adapter_export_hold_its_own_rank(family_runs, tmp_path):
+    import json
+
+    from safetensors.numpy import load_file
+
+    from adapters_lib.tuned import export_run, load_checkpoint
+
+    _, family = family_runs
+    _, _, adapters, step = load_checkpoint(family.path)
+    assert step == 8
+    shapes = {jax.tree_util.keystr(p): x.shape for p, x in jax.tree_util.tree_flatten_with_path(adapters)[0]}
+    assert shapes and all(p.endswith(("['q_a']", "['q_b']", "['v_a']", "['v_b']")) for p in shapes)
+    assert all(4 in s and 16 not in s for s in shapes.values()), shapes
+    out = export_run(family.path, "adapter", out=tmp_path / "adapter")["out"]
+    config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["lora_alpha"] == 8.0
+    tensors = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
+    assert tensors and all(4 in t.shape for t in tensors.values()), {k: t.shape for k, t in tensors.items()}
+    assert out
