@@ -13,7 +13,8 @@ stand-in whose ``Tensor`` is a placeholder class no object is an instance of; af
 stand-in is gone again, so every other library still sees no TensorFlow (etils' ``is_tf``
 checks, keras' optional TF paths, ``importlib.util.find_spec``). What those two modules hold is
 the stand-in: a use of anything else raises ``ModuleNotFoundError`` saying TensorFlow is not
-installed and what to do. What really needs TensorFlow (``tfds:`` data, the keras route's
+installed and what to do. keras-hub's six such modules (``KERAS_HUB_NAME_ONLY``) import the
+same way, so the Keras route runs without TensorFlow too. What really needs TensorFlow (``tfds:`` data, the keras route's
 TF paths, ``gm.ckpts``' kauldron trainer) fails as it would without this module.
 """
 
@@ -25,7 +26,16 @@ import threading
 import types
 
 NAME = "tensorflow"
-NAME_ONLY_IMPORTERS = frozenset({"kauldron.typing.array_types", "gemma.gm.nn.vision._image"})
+KERAS_HUB_NAME_ONLY = frozenset({
+    f"keras_hub.src.models.{m}" for m in (
+        "gemma3.gemma3_causal_lm_preprocessor", "gemma3n.gemma3n_causal_lm_preprocessor",
+        "gemma4.gemma4_causal_lm_preprocessor", "qwen3_5.qwen3_5_causal_lm_preprocessor",
+        "qwen3_5.qwen3_5_image_converter", "qwen3_5.qwen3_5_video_converter")})
+"""keras-hub 0.29's modules that ``import tensorflow`` unconditionally: ``import keras_hub`` runs
+them (``keras_hub.layers``/``keras_hub.models``), and only their preprocessing calls use ``tf``.
+The Keras route tokenizes with SentencePiece itself and never calls them; every other keras-hub
+module imports TensorFlow inside ``try``/``except ImportError`` and sees it absent."""
+NAME_ONLY_IMPORTERS = frozenset({"kauldron.typing.array_types", "gemma.gm.nn.vision._image"}) | KERAS_HUB_NAME_ONLY
 """The modules that import TensorFlow at import time and run none of it there."""
 
 _lock = threading.Lock()
