@@ -2,11 +2,12 @@
 each step (``scripts/tpu_device.sh check tui`` runs it on a TPU, where tmux cannot hold a
 server).
 
-``python -m bench.tui_screens [--out DIR] [--steps N] [--size WxH]``: the app as
+``python -m bench.tui_screens [--out DIR] [--steps N] [--size WxH] [--config TOML] [--set KEY=VALUE
+...] [--prompt TEXT]``: the app as
 ``gemma-workbench`` opens it (its own client: the engine started detached on first use, or
 the one that answers), then Models → Configure (the demo's config, the fit bar against the
-device's memory) → launch → Train (live loss) → Compare (base and tuned streaming) → Runs →
-export the adapter; each step's screen as ``DIR/NN-name.svg``, and ``DIR/tui.log`` with what
+device's memory; ``--config``/``--set``: another run, e.g. the Keras route's seed 003) →
+launch → Train (live loss) → Compare (base and tuned streaming) → Runs → export the adapter; each step's screen as ``DIR/NN-name.svg``, and ``DIR/tui.log`` with what
 each step saw and how long it waited. The engine is stopped at the end (it holds the chip).
 """
 
@@ -28,17 +29,17 @@ async def until(pilot, condition, what: str, timeout: float = 600.0) -> float:
     return time.monotonic() - t0
 
 
-async def drive(out: Path, steps: int, size: tuple[int, int]) -> list[str]:
+async def drive(out: Path, steps: int, size: tuple[int, int], config: str = "examples/demo.toml",
+                overrides: tuple[str, ...] = (), prompt_text: str = "Is 17 even or odd?") -> list[str]:
     from textual.widgets import Input
 
-    from adapters_lib.config import config_from_dict
-    from adapters_lib.config_toml import read_toml
+    from adapters_lib.model_defaults import load_with_model_defaults
     from workbench.app import WorkbenchApp
     from workbench.widgets.plot import PlotView
 
-    raw, _ = read_toml(Path("examples/demo.toml"))
-    raw["train"].update(steps=steps, eval_every=steps, checkpoint_every=steps)
-    app = WorkbenchApp(mode="models", defaults=config_from_dict(raw), remember=False)
+    sets = (*overrides, f"train.steps={steps}", f"train.eval_every={steps}", f"train.checkpoint_every={steps}")
+    defaults = load_with_model_defaults(config, sets).config
+    app = WorkbenchApp(mode="models", defaults=defaults, remember=False)
     log: list[str] = []
     n = [0]
 
@@ -56,7 +57,8 @@ async def drive(out: Path, steps: int, size: tuple[int, int]) -> list[str]:
         w = await until(pilot, lambda: getattr(app.screen, "device_count", 0) > 0
                         and not app.screen.query_one("#launch").disabled, "Configure valid")
         await pilot.pause(1.0)  # the estimate's fit bar
-        shot("configure", f"devices {app.screen.device_count}, launch enabled after {w:.1f} s")
+        shot("configure", f"devices {app.screen.device_count}, launch enabled after {w:.1f} s; "
+             f"backend {app.screen.config.model.backend if app.screen.config else '?'}")
         await pilot.press("ctrl+l")
         await until(pilot, lambda: app.current_mode == "train" and app.screen.query("#plot-loss"), "Train")
         plot = app.screen.query_one("#plot-loss", PlotView)
@@ -70,7 +72,7 @@ async def drive(out: Path, steps: int, size: tuple[int, int]) -> list[str]:
         await until(pilot, lambda: app.current_mode == "compare" and app.screen.view is not None, "Compare")
         app.screen.query_one("#compare-max-new-tokens", Input).value = "24"
         prompt = app.screen.query_one("#compare-prompt", Input)
-        prompt.value = "Is 17 even or odd?"
+        prompt.value = prompt_text
         prompt.focus()
         await pilot.press("enter")
         w = await until(pilot, lambda: app.screen.summary is not None, "the compare's end")
@@ -99,13 +101,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="/tmp/tui-screens")
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--size", default="100x30")
+    p.add_argument("--config", default="examples/demo.toml")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--prompt", default="Is 17 even or odd?", help="the Compare screen's prompt")
     a = p.parse_args(argv)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     w, h = (int(x) for x in a.size.split("x"))
     t = time.monotonic()
     try:
-        log = asyncio.run(drive(out, a.steps, (w, h)))
+        log = asyncio.run(drive(out, a.steps, (w, h), a.config, tuple(a.set), a.prompt))
         ok = True
     except Exception as e:  # noqa: BLE001 - the screens so far are kept
         log, ok = [f"FAILED: {type(e).__name__}: {e}"], False

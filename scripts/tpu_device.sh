@@ -4,29 +4,42 @@
 # Python 3.12, the cp312 wheels of jaxlib and libtpu, the site packages the engine needs, in
 # parts of at most 55 MiB; the project itself is the working tree the command runs in.
 #
-#   scripts/tpu_device.sh build [DIR]    here, after `make setup`: DIR/cpartNN/ (default .tpu),
-#                                        one folder to carry per call
+#   scripts/tpu_device.sh build [DIR] [--with-270m]
+#                                        here, after `make setup`: DIR/cpartNN/ (default .tpu),
+#                                        one folder to carry per call; --with-270m: the real
+#                                        Gemma 3 270M's GGUF chunks too (+245 MB, stored: Q4
+#                                        data does not compress), which `check keras` trains
 #   scripts/tpu_device.sh receive [DIR]  there: keep the carried part(s) in /tmp/tpu-parts
 #   scripts/tpu_device.sh install        there: check the parts, unpack (~20 s)
 #   scripts/tpu_device.sh check NAME…    there: run named checks (list: `check --list`);
 #                                        results under $OUT (or /tmp/tpu-out)
 #   scripts/tpu_device.sh env            print the environment lines the checks run with
+#   scripts/tpu_device.sh simulate       here: the same install (--with-270m) made of links into
+#                                        .venv, what the bundle leaves out (TensorFlow…) absent, so
+#                                        `TPU_WB_ROOT=… scripts/tpu_device.sh check NAME` runs the
+#                                        chip's checks on this CPU
 #
 # A real Cloud TPU VM needs none of this: `make run` installs there (README, "Cloud TPU").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 PARTS=/tmp/tpu-parts
-ROOT=/tmp/tpu-wb
+ROOT=${TPU_WB_ROOT:-/tmp/tpu-wb}
 OUT=${OUT:-/tmp/tpu-out}
 PART_MB=55
 
-# packages the engine never imports on the gemma route (TensorFlow and its kin, the Keras route,
-# notebooks and cloud clients), the jaxlib built for this machine, and the 270M's GGUF chunks
-EXCLUDE='^(tensorflow|tensorboard$|tensorboard[-_]|jaxlib|transformers|kubernetes|opencv|cv2|googleapiclient|pandas|pyarrow|clang|gemma3_270m|sklearn|scikit|matplotlib|skimage|keras|fontTools|sqlalchemy|networkx|nltk|pip|ruff|libclang|h5py|tf_keras|_pytest|pytest|xdist|syrupy|datasets|hf_xet|vertexai|agentplatform|sympy|mpmath|import_linter|grimp)'
+# packages the engine never runs (TensorFlow and its kin: the Keras route imports it by name
+# only, adapters_lib.tf_absent; notebooks and cloud clients), the jaxlib built for this machine,
+# and the 270M's GGUF chunks. keras, keras_hub and h5py travel (the Keras route: ~14 MiB of xz).
+EXCLUDE='^(tensorflow|tensorboard$|tensorboard[-_]|jaxlib|transformers|kubernetes|opencv|cv2|googleapiclient|pandas|pyarrow|clang|gemma3_270m|sklearn|scikit|matplotlib|skimage|fontTools|sqlalchemy|networkx|nltk|pip|ruff|libclang|tf_keras|_pytest|pytest|xdist|syrupy|datasets|hf_xet|vertexai|agentplatform|sympy|mpmath|import_linter|grimp)'
+
+site_dir() { .venv/bin/python -c 'import site; print(site.getsitepackages()[0])'; }
+# the site-packages entries the bundle carries (one a line)
+site_entries() { ls "$(site_dir)" | grep -viE "$EXCLUDE" | grep -v '^__editable__\|^gemma_workbench'; }
 
 build() {
-  local out=${1:-.tpu} tmp b
+  local out=.tpu with_270m=0 a tmp b
+  for a in "$@"; do case $a in --with-270m) with_270m=1 ;; -*) echo "error: unknown option $a" >&2; exit 2 ;; *) out=$a ;; esac; done
   [ -x .venv/bin/python ] || { echo "error: no .venv; run 'make setup' first" >&2; exit 1; }
   tmp=$(mktemp -d); b=$tmp/bundle; mkdir -p "$b" "$out"; rm -rf "$out"/cpart*
   local pyroot; pyroot=$(.venv/bin/python -c 'import sys; print(sys.base_prefix)')
@@ -39,10 +52,10 @@ build() {
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 -d "$b" "jaxlib==$jaxlib" "libtpu==${LIBTPU:-0.0.50.*}"
-  local sp; sp=$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')
-  ( cd "$sp" && ls | grep -viE "$EXCLUDE" | grep -v '^__editable__\|^gemma_workbench' \
-      | xargs tar -cf - --exclude='google/cloud' --exclude='google/genai' --exclude='__pycache__' ) \
+  local sp; sp=$(site_dir)
+  ( cd "$sp" && site_entries | xargs tar -cf - --exclude='google/cloud' --exclude='google/genai' --exclude='__pycache__' ) \
     | xz -T0 -6 > "$b/site.tar.xz"
+  if [ $with_270m = 1 ]; then ( cd "$sp" && ls -d gemma3_270m* | xargs tar -cf - ) > "$b/starter.tar"; fi
   # the real 270M's tokenizer (262k vocabulary), rebuilt from its GGUF: `check decode` needs one
   .venv/bin/python -c 'import shutil, sys; from adapters_lib.models import gguf_tokenizer, starter
 shutil.copy(gguf_tokenizer.tokenizer_for_gguf(starter.ensure_starter()), sys.argv[1])' "$b/tokenizer.model"
@@ -74,11 +87,22 @@ install() {
   tar -xJf "$ROOT/bundle/python.tar.xz" -C "$ROOT/py"
   cp "$ROOT/bundle/python.name" "$ROOT/python.name"
   tar -xJf "$ROOT/bundle/site.tar.xz" -C "$ROOT/site"
+  if [ -f "$ROOT/bundle/starter.tar" ]; then tar -xf "$ROOT/bundle/starter.tar" -C "$ROOT/site"; fi
   load_env
   for w in "$ROOT"/bundle/jaxlib-*.whl "$ROOT"/bundle/libtpu-*.whl; do "$PY" -m zipfile -e "$w" "$ROOT/site"; done
   if [ -f "$ROOT/bundle/tokenizer.model" ]; then cp "$ROOT/bundle/tokenizer.model" "$ROOT/tokenizer.model"; fi
   rm -rf "$ROOT/bundle" "$PARTS"
   echo "installed in $(( $(date +%s) - t0 )) s"
+}
+
+simulate() {
+  [ -x .venv/bin/python ] || { echo "error: no .venv; run 'make setup' first" >&2; exit 1; }
+  local pyroot sp e; pyroot=$(.venv/bin/python -c 'import sys; print(sys.base_prefix)'); sp=$(site_dir)
+  rm -rf "$ROOT"; mkdir -p "$ROOT/py" "$ROOT/site"
+  ln -s "$pyroot" "$ROOT/py/$(basename "$pyroot")"
+  basename "$pyroot" > "$ROOT/python.name"
+  for e in $(site_entries) $(cd "$sp" && ls -d jaxlib jaxlib-* gemma3_270m*); do ln -s "$sp/$e" "$ROOT/site/$e"; done
+  echo "simulated in $ROOT: $(ls "$ROOT/site" | wc -l) site entries (left out: $(ls "$sp" | grep -ciE "^tensorflow") tensorflow* ones)" >&2
 }
 
 load_env() {
@@ -88,7 +112,7 @@ load_env() {
   export PYTHONPATH=$REPO:$ROOT/site   # not the machine's own JAX
   export PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=3
   if [ -f "$ROOT/tokenizer.model" ]; then export TOKENIZER=${TOKENIZER:-$ROOT/tokenizer.model}; fi
-  local h=/tmp/tpu-home; mkdir -p $h/run && chmod 700 $h/run
+  local h=${TPU_WB_HOME:-/tmp/tpu-home}; mkdir -p $h/run && chmod 700 $h/run
   export HOME=$h XDG_RUNTIME_DIR=$h/run XDG_STATE_HOME=$h/state XDG_DATA_HOME=$h/data \
     XDG_CACHE_HOME=$h/cache XDG_CONFIG_HOME=$h/config
   mkdir -p "$ROOT/bin"
@@ -102,7 +126,7 @@ load_env() {
   WB=$ROOT/bin/gemma-workbench
 }
 
-CHECKS="jax ce speed ratio first-step behind compile flow tui decode big memory bench"
+CHECKS="jax ce speed ratio first-step behind compile flow tui decode big memory bench keras"
 check() {
   [ "${1:-}" = --list ] && { echo "$CHECKS"; return; }
   load_env
@@ -121,6 +145,10 @@ check() {
           --flags none "${COMPILE_FLAGS:-xla_tpu_impure_hlo_parallel_compile=true}" ;;
       flow) bash scripts/tpu_flow.sh "$WB" "$OUT" ;;
       tui) "$PY" -m bench.tui_screens --out "$OUT/tui" && tar -C "$OUT" -czf "$OUT/tui-screens.tgz" tui && rm -rf "$OUT/tui" ;;
+      # the Keras route: the v5e-8 plan, seed 003 through the CLI, both routes' speed, the TUI's
+      # screens (KERAS_PARTS: some of plan,flow,speed,tui); bench/keras_chip.py
+      keras) "$PY" -m bench.keras_chip --out "$OUT" --wb "$WB" --parts "${KERAS_PARTS:-plan,flow,speed,tui}" \
+          --speed-steps "${KERAS_SPEED_STEPS:-60}" ;;
       bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only ${BENCH_ONLY:-ab_pair} --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;
       *) echo "unknown check $name; one of: $CHECKS" >&2; return 2 ;;
     esac
@@ -132,6 +160,7 @@ case ${1:-} in
   receive) shift; receive "$@" ;;
   install) install ;;
   check) shift; check "$@" ;;
+  simulate) simulate ;;
   env) load_env; echo "PY=$PY"; echo "PYTHONPATH=$PYTHONPATH"; echo "WB=$WB"; echo "TOKENIZER=${TOKENIZER:-}" ;;
-  *) sed -n 2,15p "$0"; exit 2 ;;
+  *) sed -n 2,22p "$0"; exit 2 ;;
 esac

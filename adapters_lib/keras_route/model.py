@@ -128,12 +128,7 @@ def model_dims(cfg: RunConfig) -> ModelDims:
         from adapters_lib.models import families
 
         folder = preset_dir(cfg)
-        arch = families.from_hf_config(json.loads((folder / "config.json").read_text()))
-        return ModelDims(vocab=arch.vocab_size, hidden=arch.embed_dim, heads=arch.num_heads,
-                         kv_heads=arch.num_kv_heads, head_dim=arch.head_dim, ffw=arch.hidden_dim,
-                         layers=arch.num_layers, global_kv_heads=getattr(arch, "num_global_kv_heads", 0),
-                         experts=getattr(arch, "num_experts", 0), expert_dim=getattr(arch, "expert_dim", 0),
-                         per_layer=getattr(arch, "per_layer_input_dim", 0), per_layer_vocab=arch.vocab_size)
+        return dims_from_arch(families.from_hf_config(json.loads((folder / "config.json").read_text())))
     name, c = preset_config(src)
     if name not in BACKBONES:
         raise WorkbenchError(f"{src}/config.json is a {name or 'unknown class'}, not a keras-hub Gemma "
@@ -144,6 +139,15 @@ def model_dims(cfg: RunConfig) -> ModelDims:
     except KeyError as e:
         raise WorkbenchError(f"{src}/config.json has no {e.args[0]!r}: not a Gemma backbone ({name or 'unknown class'})",
                              where="[model] source") from None
+
+
+def dims_from_arch(arch: Any) -> ModelDims:
+    """The dimensions of a catalog architecture (``models.families``: an HF or GGUF Gemma)."""
+    return ModelDims(vocab=arch.vocab_size, hidden=arch.embed_dim, heads=arch.num_heads,
+                     kv_heads=arch.num_kv_heads, head_dim=arch.head_dim, ffw=arch.hidden_dim,
+                     layers=arch.num_layers, global_kv_heads=getattr(arch, "num_global_kv_heads", 0),
+                     experts=getattr(arch, "num_experts", 0), expert_dim=getattr(arch, "expert_dim", 0),
+                     per_layer=getattr(arch, "per_layer_input_dim", 0), per_layer_vocab=arch.vocab_size)
 
 
 def tokenizer_path(cfg: RunConfig) -> str:
