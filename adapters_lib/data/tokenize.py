@@ -17,6 +17,11 @@ text (user-defined) that is not ordinary text: its name holds ``_`` or ``|``, it
 ``[…]``, or it is one of ``<mask> <pad> <bos> <eos> <unk> <unusedN>``. Gemma's HTML pieces
 (``<table>``, ``<h1>`` …) and whitespace runs stay whole: they are text.
 
+The special ids are keras-hub's: the ids of the pieces ``<bos>``, ``<eos>`` and ``<pad>`` where
+the vocabulary has them (``special_ids``), else the SentencePiece model's own control ids (the
+demo's ``<s>``/``</s>``). Gemma's releases put them at 2, 1, 0; a vocabulary trained elsewhere
+(keras-hub's own test recipe: ``<bos>`` 1, ``<eos>`` 2) may not.
+
 Encoding goes through the SentencePiece processor in batches (C++, threaded), numpy only:
 no JAX here.
 """
@@ -74,6 +79,17 @@ def _loaded(path: str | os.PathLike, load: Any, where: str | None) -> Any:
                              where=where, hint=_TOKENIZER_HINT) from None
 
 
+def special_ids(sp: Any) -> tuple[int, int, int]:
+    """(BOS, EOS, PAD) of a SentencePiece processor by keras-hub's rule (see the module doc)."""
+    unk = sp.unk_id()
+
+    def piece(name: str, fallback: int) -> int:
+        i = sp.piece_to_id(name)
+        return int(i) if i != unk and sp.id_to_piece(i) == name else int(fallback)
+
+    return piece("<bos>", sp.bos_id()), piece("<eos>", sp.eos_id()), piece("<pad>", max(sp.pad_id(), 0))
+
+
 class TokenCodec:
     """A SentencePiece processor and the Gemma special ids: what the data pipeline needs."""
 
@@ -104,8 +120,8 @@ class TokenCodec:
             name = ""
         if isinstance(tokenizer, (str, os.PathLike)):
             sp = load_sentencepiece(tokenizer, where=where)
-            return cls(sp, bos=sp.bos_id(), eos=sp.eos_id(), pad=max(sp.pad_id(), 0),
-                       name=name or os.path.basename(str(tokenizer)))
+            bos, eos, pad = special_ids(sp)
+            return cls(sp, bos=bos, eos=eos, pad=pad, name=name or os.path.basename(str(tokenizer)))
         if hasattr(tokenizer, "special_tokens") and hasattr(type(tokenizer), "_sp"):  # gm.text.Tokenizer
             st = tokenizer.special_tokens
             path = getattr(tokenizer, "path", None)
@@ -117,8 +133,8 @@ class TokenCodec:
             return cls(sp, bos=st.BOS, eos=st.EOS, pad=st.PAD,
                        name=f"{type(tokenizer).__name__}({os.path.basename(str(tokenizer.path))})")
         if hasattr(tokenizer, "encode") and hasattr(tokenizer, "bos_id"):  # SentencePieceProcessor
-            return cls(tokenizer, bos=tokenizer.bos_id(), eos=tokenizer.eos_id(),
-                       pad=max(tokenizer.pad_id(), 0), name="sentencepiece")
+            bos, eos, pad = special_ids(tokenizer)
+            return cls(tokenizer, bos=bos, eos=eos, pad=pad, name="sentencepiece")
         raise TypeError(f"unsupported tokenizer {type(tokenizer).__name__}")
 
     def is_marker(self, piece: str) -> bool:

@@ -292,7 +292,21 @@ def model_class(arch: Arch) -> type:
 
 
 def tokenizer_for(arch_family: str, path: str) -> Any:
-    """gemma's tokenizer for the family, over a local ``tokenizer.model``."""
+    """gemma's tokenizer for the family, over a local ``tokenizer.model``. gemma's classes fix
+    BOS/EOS/PAD at 2/1/0; a vocabulary that holds ``<bos>``/``<eos>``/``<pad>`` elsewhere (one
+    trained for a keras-hub preset) gets a subclass with its own ids (``tokenize.special_ids``,
+    keras-hub's rule), so every user of ``special_tokens`` reads the ids keras-hub uses."""
     from gemma import gm
 
-    return getattr(gm.text, family(arch_family).tokenizer_class)(path=path)
+    from adapters_lib.data.tokenize import load_sentencepiece, special_ids
+
+    cls = getattr(gm.text, family(arch_family).tokenizer_class)
+    if not path or "://" in str(path):
+        return cls(path=path)
+    st = cls.special_tokens
+    bos, eos, pad = special_ids(load_sentencepiece(path))
+    if (bos, eos, pad) == (st.BOS, st.EOS, st.PAD):
+        return cls(path=path)
+    ids = {**{m.name: int(m.value) for m in st}, "BOS": bos, "EOS": eos, "PAD": pad}
+    own = gm.text.SpecialTokens(f"{st.__name__}Own", ids)
+    return type(cls.__name__, (cls,), {"special_tokens": own})(path=path)
