@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from adapters_lib.config import DataSpec, LoraSpec
+from adapters_lib.data.tokenize import TokenCodec
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.evals.eval_result import EvalResult
 
@@ -125,12 +126,26 @@ def evaluate_file(model: Any, params: Any, tokenizer: Any, path: str, *, fmt: st
                              hint="a chat file needs model turns (or use --loss-on all)")
     loss = total / count
     report = pipe.report
+    codec = TokenCodec.from_any(tokenizer)
+    text = str(report.format) == "text"
+    words = scored_words(codec.bos, codec.eos, text=text, loss_on=loss_on,
+                         windows=int(report.chunked) > 0)
     issues = [str(i) for i in report.issues][:20]
     return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), tokens=count,
                       sequences=len(pipe.train), examples=len(np.unique(pipe.train.example)),
                       dropped=int(report.dropped), format=str(report.format), loss_on=loss_on,
                       max_length=max_length, seconds=time.perf_counter() - start, data=str(path),
-                      issues=issues)
+                      issues=issues, scored=words, bos_id=codec.bos, eos_id=codec.eos, eos_scored=text)
+
+
+def scored_words(bos: int, eos: int, *, text: bool, loss_on: str = "model", windows: bool = False) -> str:
+    """One line saying which tokens ``eval`` scores, for comparing with keras-hub or llama.cpp."""
+    head = f"BOS (id {bos}) first, not scored"
+    if text:
+        tail = "; each --max-length window starts with its own BOS" if windows else ""
+        return f"{head}; every text token, then EOS (id {eos}) appended and scored{tail}"
+    what = "every token after it" if loss_on == "all" else "the model turns only (end-of-turn markers included)"
+    return f"{head}; {what}; no EOS added"
 
 
 def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: str,

@@ -79,8 +79,12 @@ def test_eval_cli_on_a_model_and_on_a_run_checkpoint(trained_demo_run, files, ca
     tuned = json.loads(capsys.readouterr().out)
     assert (tuned["step"], tuned["tokens"], tuned["model"]) == (20, base["tokens"], "demo")
     assert tuned["loss"] != pytest.approx(base["loss"], rel=1e-4)  # the adapters are applied
+    assert (base["bos_id"], base["eos_id"], base["eos_scored"]) == (2, 1, False)  # what is scored
+    assert base["scored"] == "BOS (id 2) first, not scored; the model turns only (end-of-turn markers included); no EOS added"
     assert main(["eval", "--in-process", "--data", str(files["text"]), "--model", "demo"]) == 0
-    assert "perplexity" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "perplexity" in out
+    assert "  scored: BOS (id 2) first, not scored; every text token, then EOS (id 1) appended and scored\n" in out
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -32,3 +32,10 @@ class EvalResult(Record):
     step: int | None = None
     data: str = ""
     issues: list[str] = dataclasses.field(default_factory=list)
+    scored: str = ""
+    """Which tokens count, BOS/EOS named with their ids (``perplexity.scored_words``)."""
+    bos_id: int | None = None
+    """The BOS put in front of each sequence (context, never scored)."""
+    eos_id: int | None = None
+    eos_scored: bool = False
+    """Text: an EOS is appended to each text and scored (keras-hub's BOS + text + EOS)."""

@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"{what} on {result.data}: loss {result.loss:.4f}, perplexity {result.perplexity:.2f}, "
           f"{result.tokens} tokens scored ({result.examples} examples, {result.format}, "
           f"{result.seconds:.1f} s)")
+    if result.scored:
+        print(f"  scored: {result.scored}")
     if result.dropped:
         print(f"  {result.dropped} records dropped; see `gemma-workbench data check {result.data}`")
     return 0
