@@ -77,6 +77,11 @@ class Steps:
     on an accelerator, where a compile is minutes (the Gemma-3-1B step ~100 s on a v5e) and
     the host is idle while the device steps. Off on a CPU, where the compile would take the
     cores the steps run on."""
+    run_slots: int | None = None
+    """The most loss positions a row any batch of the run needs (``train.plan.widest_slots``,
+    read from the host data before the first step), or None (unknown). With ``compile_behind``,
+    a batch that no compiled program covers compiles this many positions in the foreground (its
+    own program behind): no later batch of the run then compiles in the foreground."""
     _compiled: set = dataclasses.field(default_factory=set)
     """What the log has said: (kind, batch shape, slots) run, ("behind", kind, shape, slots) waited for."""
 
@@ -158,6 +163,8 @@ class Steps:
             if not program.ready(sig):
                 wider = min((s[0] for s in (*program.compiled, *program.called)
                              if s[1] == sig[1] and s[0] > need), default=None)
+                if wider is None and kind == "train" and (self.run_slots or 0) > need:
+                    wider = self.run_slots  # compiled now: the widest the run needs
                 if wider is not None:
                     program.compile_behind(*self._abstract_args(kind, placed, need))
                     slots = wider

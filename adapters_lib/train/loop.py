@@ -98,61 +98,35 @@ class GemmaTrainer(Trainer):
     route = "gemma"
 
     def setup(self) -> RouteSetup:
-        import jax
-
-        from adapters_lib import lora, lora_family
-        from adapters_lib import mesh as mesh_lib
-        from adapters_lib.data import build_pipeline
-        from adapters_lib.models.loader import load_model
         from adapters_lib.train.checkpoints import CheckpointStore
-        from adapters_lib.train.optimizer import make_optimizer, make_schedule
-        from adapters_lib.train.step import build_steps
+        from adapters_lib.train.optimizer import make_schedule
+        from adapters_lib.train.plan import Timeline, plan_run
 
         cfg = self.cfg
         t = cfg.train
-        t0 = time.perf_counter()
-        devices = jax.devices()
-        mesh = mesh_lib.make_mesh(cfg.mesh, devices)  # a bad device count fails here, in words
-        loaded = load_model(cfg.model_spec(), param_dtype=t.param_dtype, sharding=mesh_lib.sharding_fn(mesh))
-        mesh_lib.check(cfg.mesh, loaded.config, t.batch_size, cfg.data.max_length, len(devices),
-                       grad_accum=t.grad_accum)
-        rng = jax.random.key(t.seed)
-        init_rng, rng = jax.random.split(rng)
-        if cfg.lora.enabled:
-            trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, init_rng)
-            base_params = loaded.params
-        else:
-            trainable = loaded.params
-            base_params = None
-        optimizer = make_optimizer(t)
-        reference = _reference_adapters(cfg, trainable)
-        if reference is not None:  # the policy starts as its reference (step 1: δ = 0, loss log 2)
-            trainable = reference
-        family = None if reference is not None or not cfg.lora.enabled else lora_family.resolve(
-            cfg.lora, programs=t.programs, platform=devices[0].platform, bucket=t.rank_bucket)
-        self.own = None
-        if family is not None:  # the program's shapes; checkpoints keep the run's own (``self.own``)
-            self.own = _own_abstract(trainable, optimizer, mesh)
-            trainable = lora_family.fit(trainable, lora.adapter_shapes(loaded.model, family.program))
-            log.info("LoRA: %s (train.programs = %r)", family.describe(), t.programs)
-        steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,
-                            reference_params=reference, family=family)
-        pipeline = build_pipeline(cfg.data, loaded.tokenizer, batch_size=t.batch_size, seed=t.seed,
-                                  kind=steps.objective.data)
-        log.info("set-up %.1fs: %s", time.perf_counter() - t0,
-                 mesh_lib.describe(cfg.mesh, len(devices)))
+        plan = plan_run(cfg)
+        loaded, steps, pipeline, trainable = plan.loaded, plan.steps, plan.pipeline, plan.trainable
+        self.own = plan.own
+        clock = Timeline()
         self.state = steps.init_state(trainable)
+        plan.trainable = None
         del trainable
         if not cfg.lora.enabled:
             loaded.params = None  # the trainable tree is the model now (and is donated each step)
+        clock.mark("state")
         self.store = CheckpointStore(self.run.checkpoints_dir, keep=t.keep_checkpoints)
         eval_host = pipeline.eval_batches(t.eval_batches)
-        self.s = GemmaSetup(loaded=loaded, mesh=mesh, rng=rng, steps=steps, pipeline=pipeline,
+        self.s = GemmaSetup(loaded=loaded, mesh=plan.mesh, rng=plan.rng, steps=steps, pipeline=pipeline,
                             eval_data=[steps.put_batch(b) for b in eval_host])
         steps.compile_eval_behind(self.s.eval_data)  # an accelerator: ready by the first eval
         self.eval_digest = _eval_digest(eval_host)
         self.log_ = _MetricLog(self)
-        self.em = _ProbeModel(cfg, loaded, family)
+        self.em = _ProbeModel(cfg, loaded, plan.family)
+        clock.mark("eval batches")
+        plan.timeline.update(clock.phases)
+        log.info("set-up %.1f s (%s): %s", sum(plan.timeline.values()), plan.describe_timeline(),
+                 mesh_describe(cfg, plan.mesh))
+        self.log_.watch_compiles(steps)  # last: ``close`` stops it
         return RouteSetup(schedule=make_schedule(t), has_eval=bool(self.s.eval_data))
 
     def restore(self, step: int) -> None:
@@ -270,32 +244,34 @@ class GemmaTrainer(Trainer):
         store = getattr(self, "store", None)
         if store is not None:
             store.close(quiet=quiet)
-
-
-def _reference_adapters(cfg: RunConfig, trainable: Any) -> Any:
-    """The adapters of the reference model an objective asks for (DPO ``reference = "run:…"``:
-    that run's, which the trained adapters also start from, as TRL and LLaMA-Factory start the
-    policy from the model they take as the reference), or None: the base with the adapters off
-    (the trained adapters start at zero: the policy is the base)."""
-    ref = getattr(cfg.train, "reference", "base")
-    if not ref or ref == "base" or not cfg.lora.enabled:
-        return None
-    from adapters_lib.train.objectives.dpo import load_reference_adapters
-
-    return load_reference_adapters(cfg, ref, trainable)
+        if getattr(self, "log_", None) is not None and self.log_.watch is not None:
+            self.log_.watch.close()
 
 
 class _MetricLog:
-    """Per-step metrics held on device and fetched in groups (one host sync per group)."""
+    """Per-step metrics held on device and fetched in groups (one host sync per group).
+
+    A step that compiled in the foreground (``compile_watch``) carries ``compile_s`` in its
+    record; the other steps of its group are timed without it."""
 
     def __init__(self, trainer: GemmaTrainer):
         self.trainer = trainer
         self.pending: list[tuple[int, Any, int]] = []
         self.last_time = time.perf_counter()
         self.extra = trainer.s.steps.objective.metrics
+        self.compiles: dict[int, float] = {}
+        self.watch: Any = None
+
+    def watch_compiles(self, steps: Any) -> None:
+        from adapters_lib.train.compile_watch import CompileWatch
+
+        self.watch = CompileWatch(self.trainer.session, steps)
 
     def add(self, step: int, metrics: Any, n_tokens: int) -> None:
         self.pending.append((step, metrics, n_tokens))
+        seconds = self.watch.take() if self.watch is not None else 0.0
+        if seconds:
+            self.compiles[step] = seconds
 
     def flush(self, *, everything: bool, hold: int | None = None) -> dict[str, Any] | None:
         """Record the pending steps (all but the newest unless ``everything``); the record of
@@ -308,35 +284,25 @@ class _MetricLog:
         self.pending = self.pending[len(todo):]
         fetched = jax.device_get([m for _, m, _ in todo])
         now = time.perf_counter()
-        per_step = (now - self.last_time) / len(todo)
+        compiles = {step: self.compiles.pop(step) for step, _, _ in todo if step in self.compiles}
+        per_step = max(0.0, now - self.last_time - sum(compiles.values())) / len(todo)
         self.last_time = now
         held = None
         for (step, _, n_tokens), m in zip(todo, fetched, strict=True):
+            extra = {k: float(m[k]) for k in self.extra}
+            if step in compiles:
+                extra["compile_s"] = compiles[step]
             out = self.trainer.step_record(step, loss=float(m["loss"]), grad_norm=float(m["grad_norm"]),
-                                           n_tokens=n_tokens, seconds=per_step,
-                                           extra={k: float(m[k]) for k in self.extra}, hold=step == hold)
+                                           n_tokens=n_tokens, seconds=per_step + compiles.get(step, 0.0),
+                                           extra=extra, hold=step == hold)
             held = out if step == hold else held
         return held
 
 
-@dataclass
-class _OwnShapes:
-    """The run's own trainable tree and optimizer state (abstract, replicated): what its
-    checkpoints hold when the step's program is a LoRA family's (padded) shapes."""
-
-    params: Any
-    opt_state: Any
-
-
-def _own_abstract(trainable: Any, optimizer: Any, mesh: Any) -> _OwnShapes:
-    import jax
-
+def mesh_describe(cfg: RunConfig, mesh: Any) -> str:
     from adapters_lib import mesh as mesh_lib
 
-    rep = mesh_lib.replicated(mesh)
-    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), trainable)
-    opt = jax.eval_shape(optimizer.init, params)
-    return _OwnShapes(params, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), opt))
+    return mesh_lib.describe(cfg.mesh, mesh.devices.size)
 
 
 def _eval_digest(batches: list[Any]) -> str:

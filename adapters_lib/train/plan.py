@@ -1,0 +1,193 @@
+"""A gemma-route run before it runs: ``plan_run(cfg)`` builds what the trainer's set-up needs —
+the model on the mesh, the LoRA family (``lora_family``), the trainable tree, the optimizer, the
+jitted steps, the data — and ``compile_ahead(cfg)`` queues the programs the run's first step and
+its evals will need on the one compile thread (``step_programs``), so that a run launched later
+finds them compiled (or waits for the compile already under way instead of starting another).
+
+The set-up's time goes into ``RunPlan.timeline`` (seconds per phase), logged as one line: where
+a run's start went is then read off the engine log, not guessed.
+
+The loss positions (``loss.loss_slots``) the run's batches need are read from the host data
+before the first step (``widest_slots``, within a time budget): the first program compiled is
+the widest the run needs, so no batch later in the run compiles in the foreground.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from adapters_lib.config import RunConfig
+
+log = logging.getLogger(__name__)
+
+SLOTS_SCAN_SECONDS = 2.0
+"""How long ``widest_slots`` may read batches on the host; past it the run's slots are the
+whole length (every position: never narrower than a batch)."""
+
+
+@dataclass
+class RunPlan:
+    """What ``plan_run`` built (see the module doc)."""
+
+    loaded: Any
+    mesh: Any
+    rng: Any
+    family: Any
+    """``lora_family.LoraFamily`` or None (the exact program)."""
+    own: Any
+    """The run's own trainable tree and optimizer state, abstract (``OwnShapes``), when the
+    program is a family's: what its checkpoints hold. None otherwise."""
+    trainable: Any
+    """The trainable tree in the program's shapes (fresh adapters, a reference's, or the params)."""
+    steps: Any
+    pipeline: Any
+    timeline: dict[str, float] = field(default_factory=dict)
+
+    def describe_timeline(self) -> str:
+        return ", ".join(f"{k} {v:.1f} s" for k, v in self.timeline.items())
+
+
+@dataclass
+class OwnShapes:
+    """The run's own trainable tree and optimizer state (abstract, replicated): what its
+    checkpoints hold when the step's program is a LoRA family's (padded) shapes."""
+
+    params: Any
+    opt_state: Any
+
+
+class Timeline:
+    def __init__(self) -> None:
+        self.t = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.phases[name] = self.phases.get(name, 0.0) + now - self.t
+        self.t = now
+
+
+def plan_run(cfg: RunConfig) -> RunPlan:
+    """The run's model, family, trainable tree, steps and data (nothing trained, nothing placed
+    beyond the base params)."""
+    import jax
+
+    from adapters_lib import lora, lora_family
+    from adapters_lib import mesh as mesh_lib
+    from adapters_lib.data import build_pipeline
+    from adapters_lib.models.loader import load_model
+    from adapters_lib.train.optimizer import make_optimizer
+    from adapters_lib.train.step import build_steps
+
+    t = cfg.train
+    clock = Timeline()
+    devices = jax.devices()
+    mesh = mesh_lib.make_mesh(cfg.mesh, devices)  # a bad device count fails here, in words
+    clock.mark("devices")
+    loaded = load_model(cfg.model_spec(), param_dtype=t.param_dtype, sharding=mesh_lib.sharding_fn(mesh))
+    mesh_lib.check(cfg.mesh, loaded.config, t.batch_size, cfg.data.max_length, len(devices),
+                   grad_accum=t.grad_accum)
+    clock.mark("model")
+    rng = jax.random.key(t.seed)
+    init_rng, rng = jax.random.split(rng)
+    if cfg.lora.enabled:
+        trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, init_rng)
+        base_params = loaded.params
+    else:
+        trainable = loaded.params
+        base_params = None
+    optimizer = make_optimizer(t)
+    reference = reference_adapters(cfg, trainable)
+    if reference is not None:  # the policy starts as its reference (step 1: δ = 0, loss log 2)
+        trainable = reference
+    family = None if reference is not None or not cfg.lora.enabled else lora_family.resolve(
+        cfg.lora, programs=t.programs, platform=devices[0].platform, bucket=t.rank_bucket)
+    own = None
+    if family is not None:  # the program's shapes; checkpoints keep the run's own (``own``)
+        own = _own_abstract(trainable, optimizer, mesh)
+        trainable = lora_family.fit(trainable, lora.adapter_shapes(loaded.model, family.program))
+        log.info("LoRA: %s (train.programs = %r)", family.describe(), t.programs)
+    clock.mark("adapters")
+    steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,
+                        reference_params=reference, family=family)
+    clock.mark("steps")
+    pipeline = build_pipeline(cfg.data, loaded.tokenizer, batch_size=t.batch_size, seed=t.seed,
+                              kind=steps.objective.data)
+    clock.mark("data")
+    if steps.compile_behind:
+        steps.run_slots = widest_slots(steps, pipeline, t.steps)
+        clock.mark("loss positions")
+    return RunPlan(loaded=loaded, mesh=mesh, rng=rng, family=family, own=own, trainable=trainable,
+                   steps=steps, pipeline=pipeline, timeline=clock.phases)
+
+
+def widest_slots(steps: Any, pipeline: Any, total_steps: int, budget: float = SLOTS_SCAN_SECONDS) -> int | None:
+    """The most loss positions a row any of the run's ``total_steps`` batches needs
+    (``Steps.slots_for``), read on the host; the whole length when the scan would take longer
+    than ``budget`` seconds or the data streams (None: unknown, no data)."""
+    from adapters_lib.data.batches import Pipeline
+
+    length = int(pipeline.max_length) if hasattr(pipeline, "max_length") else None
+    if not isinstance(pipeline, Pipeline):  # a stream: its batches are read as the run goes
+        return length
+    t0 = time.perf_counter()
+    widest = 0
+    for step in range(total_steps):
+        widest = max(widest, steps.slots_for(pipeline.train_batch(step)))
+        if widest == length:
+            break
+        if time.perf_counter() - t0 > budget:
+            log.info("loss positions: %d steps read in %.1f s; the run's programs keep every position",
+                     step + 1, budget)
+            return length
+    return widest or None
+
+
+def compile_ahead(cfg: RunConfig, *, force: bool = False) -> list[Any]:
+    """Queue the compiles of ``cfg``'s first train step and its eval steps on the compile thread
+    (``StepProgram.compile_behind``); the futures started (none when each is ready or under way,
+    or on a CPU unless ``force``: there a compile takes the cores the steps need)."""
+    import jax
+
+    plan = plan_run(cfg)
+    steps = plan.steps
+    if not (steps.compile_behind or force):
+        return []
+    first = steps.put_batch(plan.pipeline.train_batch(0))
+    slots = max(first.slots, steps.run_slots or 0)
+    abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in first.items()}
+    futures = [steps._train.compile_behind(*steps._abstract_args("train", abstract, slots))]
+    eval_host = plan.pipeline.eval_batches(cfg.train.eval_batches)
+    saved, steps.compile_behind = steps.compile_behind, True
+    try:
+        futures += steps.compile_eval_behind([steps.put_batch(b) for b in eval_host])
+    finally:
+        steps.compile_behind = saved
+    return [f for f in futures if f is not None]
+
+
+def reference_adapters(cfg: RunConfig, trainable: Any) -> Any:
+    """The adapters of the reference model an objective asks for (DPO ``reference = "run:…"``:
+    that run's, which the trained adapters also start from, as TRL and LLaMA-Factory start the
+    policy from the model they take as the reference), or None: the base with the adapters off
+    (the trained adapters start at zero: the policy is the base)."""
+    ref = getattr(cfg.train, "reference", "base")
+    if not ref or ref == "base" or not cfg.lora.enabled:
+        return None
+    from adapters_lib.train.objectives.dpo import load_reference_adapters
+
+    return load_reference_adapters(cfg, ref, trainable)
+
+
+def _own_abstract(trainable: Any, optimizer: Any, mesh: Any) -> OwnShapes:
+    import jax
+
+    from adapters_lib import mesh as mesh_lib
+
+    rep = mesh_lib.replicated(mesh)
+    params = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), trainable)
+    opt = jax.eval_shape(optimizer.init, params)
+    return OwnShapes(params, jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=rep), opt))

@@ -1,0 +1,216 @@
+"""The interactive loop on an accelerator (#48): tweak, launch, compare, in ONE running engine.
+
+``python -m bench.tpu_loop --model 270m|1b|demo [--out DIR] [--steps N]`` (``scripts/tpu_device.sh
+check loop`` runs 270m then 1b on the chip). A fresh home (empty program store and compile cache),
+one engine started, then the user's loop through the engine's API (what the CLI's ``train``,
+``compare`` and ``eval`` send; each row names the CLI command it stands for):
+
+- cold launch; a repeat; lr only; rank 8 → 16 → 32 → 8; targets all → q, v → all; a
+  ``max_length`` change: seconds from the request to the run's first metrics record (step 1),
+  and the longest gap between two steps' records after it (a mid-run compile shows as a stall;
+  ``log_every`` 1, evals and checkpoints pushed past the end);
+- compare right after the last run ends (request to each side's first token), then again;
+  a change of ``max-new-tokens``; eval of the run on its eval file.
+
+Models: ``270m`` — the real Gemma 3 270M on its README config (``examples/real-270m.toml``,
+4 × 128: its batches hold 64 to 80 loss positions a row); ``1b`` — the Gemma-3-1B shape with
+random weights (an orbax checkpoint written here on the host CPU, the bundle's 262k tokenizer)
+at 4 × 2048 on text made of this repository's docs; ``demo`` — the demo model (a dry run of the
+script on a CPU). Results: ``DIR/loop-MODEL.json`` and a line a row; the engine log beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.interactive_loop import EXE, _compare, _field
+
+REPO = Path(__file__).resolve().parent.parent
+PROMPT = "Explain in one sentence why the sky is blue."
+
+
+def _log(*parts: Any) -> None:
+    print("[loop]", *parts, file=sys.stderr, flush=True)
+
+
+def _docs_text(path: Path) -> Path:
+    """A plain-text file of this repository's docs (README, docs/, CHANGELOG): long rows for the
+    1B shape's 2048-token batches."""
+    parts = [p.read_text(errors="replace") for p in sorted([REPO / "README.md", REPO / "CHANGELOG.md",
+                                                            *(REPO / "docs").rglob("*.md")])]
+    path.write_text(json.dumps({"text": "\n\n".join(parts)}) + "\n")
+    return path
+
+
+def random_1b(folder: Path) -> Path:
+    """An orbax checkpoint of the Gemma-3-1B shape with random bf16 weights, written by a CPU
+    process (the engine holds the accelerator): numpy draws, gemma's ``save_params``."""
+    ckpt = folder / "gemma3-1b-random"
+    if (ckpt / "_METADATA").exists():
+        return ckpt
+    code = f"""
+import numpy as np, ml_dtypes, jax, jax.numpy as jnp
+from gemma import gm
+model = gm.nn.Gemma3_1B()
+shapes = jax.eval_shape(lambda r: model.init(r, jnp.zeros((1, 8), jnp.int32))["params"], jax.random.key(0))
+rng = np.random.default_rng(0)
+def make(s):
+    if len(s.shape) == 1:  # norms: gemma's scale is 1 + w
+        return np.zeros(s.shape, ml_dtypes.bfloat16)
+    return (rng.standard_normal(s.shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+params = jax.tree.map(make, shapes)
+gm.ckpts.save_params(params, {str(ckpt)!r})
+"""
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=900)
+    _log(f"random 1B checkpoint written in {time.perf_counter() - t0:.0f} s: {ckpt}")
+    return ckpt
+
+
+def _overrides(model: str, work: Path, steps: int) -> list[str]:
+    common = [f"train.steps={steps}", "train.eval_every=100000", "train.checkpoint_every=100000",
+              "train.log_every=1", "mesh.devices=1", "mesh.data=1", "mesh.fsdp=1", "mesh.tensor=1"]
+    if model == "270m":
+        return ["--config", str(REPO / "examples" / "real-270m.toml"), *common]
+    if model == "demo":
+        return ['model.source="demo"', "data.max_length=64", "train.batch_size=8", *common]
+    tok = os.environ.get("TOKENIZER", "")
+    if not tok:
+        raise SystemExit("the 1B loop needs TOKENIZER (a 262k-vocabulary tokenizer.model)")
+    return [f'model.source="{random_1b(work)}"', f'model.tokenizer="{tok}"',
+            f'data.path="{_docs_text(work / "docs.jsonl")}"', 'data.format="text"', "data.max_length=2048",
+            "data.eval_fraction=0.05", "train.batch_size=4", 'train.compute_dtype="bfloat16"',
+            'train.param_dtype="bfloat16"', "train.learning_rate=1e-4", "train.warmup_steps=2",
+            "train.eval_batches=1", "train.eval_exact_match=0", "lora.rank=8", "lora.alpha=16.0",
+            'lora.targets="all"', *common]
+
+
+def _run(client: Any, cfg: list[str], extra: list[str]) -> dict[str, Any]:
+    """One launch: seconds to step 1, the longest gap between later steps' records, the run id."""
+    from adapters_lib.config import load_config
+
+    path, overrides = (cfg[1], cfg[2:]) if cfg and cfg[0] == "--config" else (None, cfg)
+    t0 = time.perf_counter()
+    # as `train CONFIG --set … --detach` sends it: the config resolved here, paths absolute
+    text = load_config(path, [*overrides, *extra]).to_toml()
+    run = client.create_run(config_toml=text, source="bench")
+    total = load_config(None, [*overrides, *extra]).train.steps if path is None else \
+        load_config(path, [*overrides, *extra]).train.steps
+    first, last, gap, steps, at = None, None, 0.0, 0, 0
+    for item in client.stream_run(run.id):
+        now = time.perf_counter()
+        if item.type == "metrics":
+            step = int(_field(item.data, "step", 0))
+            if step >= 1 and first is None:
+                first = now - t0
+            elif first is not None and last is not None and steps < step < total:  # the last step's
+                # record waits for the run's final checkpoint: not a step
+                if now - last > gap:
+                    gap, at = now - last, step
+            if step > steps:
+                steps, last = step, now
+        elif item.type == "end":
+            state = str(_field(item.data, "state", ""))
+            if state != "completed":
+                raise RuntimeError(f"run {run.id} ended {state}: {item.data}")
+            break
+    return {"run": run.id, "step1_s": first, "max_gap_s": gap, "gap_at_step": at, "steps": steps,
+            "total_s": time.perf_counter() - t0}
+
+
+TWEAKS = [
+    ("cold launch", []),
+    ("a repeat", []),
+    ("lr only", ["train.learning_rate=0.0015"]),
+    ("rank 8 → 16", ["lora.rank=16", "lora.alpha=32.0"]),
+    ("rank 16 → 32", ["lora.rank=32", "lora.alpha=64.0"]),
+    ("rank 32 → 8", ["lora.rank=8", "lora.alpha=16.0"]),
+    ("targets all → q, v", ['lora.targets=["q", "v"]']),
+    ("targets q, v → all", ['lora.targets="all"']),
+]
+
+
+def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, Any]:
+    from workbench.client import EngineClient
+
+    work = Path(tempfile.mkdtemp(prefix=f"loop-{model}-"))
+    home = work / "home"
+    os.environ["GEMMA_WORKBENCH_HOME"] = str(home)
+    cfg = [*_overrides(model, Path(os.environ.get("LOOP_WORK", work)), steps), *extra]
+    length = {"270m": 256, "1b": 1024, "demo": 32}[model]
+    rows: list[dict[str, Any]] = []
+    result: dict[str, Any] = {"model": model, "steps": steps, "rows": rows}
+    subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
+    t0 = time.perf_counter()
+    subprocess.run([EXE, "engine", "start"], check=True, capture_output=True, timeout=300)
+    try:
+        with EngineClient.connect(start=False) as client:
+            client.status(wait=True)
+            result["engine_start_s"] = time.perf_counter() - t0
+            run_id = ""
+            for label, extra in [*TWEAKS, (f"max_length → {length}", [f"data.max_length={length}"])]:
+                row = {"what": label, "cli": "gemma-workbench train CONFIG " + " ".join(f"--set '{e}'" for e in extra),
+                       **_run(client, cfg, extra)}
+                rows.append(row)
+                run_id = row["run"]
+                _log(f"{model}: {label}: step 1 at {row['step1_s']:.1f} s, longest gap {row['max_gap_s']:.2f} s "
+                     f"(step {row['gap_at_step']})")
+            for label, decoding in (("compare right after the run", {}), ("compare again", {}),
+                                    ("compare, max-new-tokens 200", {"max_new_tokens": 200})):
+                got = _compare(client, run_id, **decoding)
+                first = max(got["first"].values()) if got["first"] else None
+                rows.append({"what": label, "cli": f"gemma-workbench compare --run RUN --prompt ... "
+                             f"{'--max-new-tokens 200' if decoding else ''}".strip(),
+                             "first_token_s": first, "sides": got["first"],
+                             "tokens_per_s": got["done"].get("tokens_per_s")})
+                _log(f"{model}: {label}: first token {first:.2f} s")
+            data = _eval_data(model, work)
+            if data:
+                t = time.perf_counter()
+                ev = client.eval(data, run_id=run_id)
+                rows.append({"what": "eval --run", "cli": "gemma-workbench eval --run RUN --data FILE",
+                             "seconds": time.perf_counter() - t, "loss": getattr(ev, "loss", None)})
+                _log(f"{model}: eval: {rows[-1]['seconds']:.2f} s")
+    finally:
+        subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
+        log = home / "state" / "engine.log"
+        out.mkdir(parents=True, exist_ok=True)
+        if log.exists():
+            (out / f"engine-{model}.log").write_text(log.read_text(errors="replace"))
+        (out / f"loop-{model}.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+def _eval_data(model: str, work: Path) -> str:
+    if model == "270m":
+        return str(REPO / "examples" / "answer-format" / "eval.jsonl")
+    if model == "1b":
+        return str(work / "docs.jsonl") if (work / "docs.jsonl").exists() else ""
+    return ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", choices=("270m", "1b", "demo"), default="270m")
+    p.add_argument("--out", default="/tmp/tpu-out")
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--set", action="append", default=[], dest="extra", metavar="KEY=VALUE",
+                   help="a config override for every run (e.g. train.programs=\"family\" on a CPU)")
+    a = p.parse_args(argv)
+    res = loop(a.model, Path(a.out), a.steps, a.extra)
+    for r in res["rows"]:
+        print(json.dumps(r, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
