@@ -14,6 +14,7 @@ the widest the run needs, so no batch later in the run compiles in the foregroun
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -103,8 +104,7 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     reference = reference_adapters(cfg, trainable)
     if reference is not None:  # the policy starts as its reference (step 1: δ = 0, loss log 2)
         trainable = reference
-    family = None if reference is not None or not cfg.lora.enabled else lora_family.resolve(
-        cfg.lora, programs=t.programs, platform=devices[0].platform, bucket=t.rank_bucket)
+    family = _family(cfg, loaded.config, devices)
     own = None
     if family is not None:  # the program's shapes; checkpoints keep the run's own (``own``)
         own = _own_abstract(trainable, optimizer, mesh)
@@ -122,6 +122,31 @@ def plan_run(cfg: RunConfig) -> RunPlan:
         clock.mark("loss positions")
     return RunPlan(loaded=loaded, mesh=mesh, rng=rng, family=family, own=own, trainable=trainable,
                    steps=steps, pipeline=pipeline, timeline=clock.phases)
+
+
+def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
+    """The run's LoRA family (``memory.run_family``: the one rule), or None; with "auto", None
+    too when the family's padded adapters would not fit the device where the run's own would."""
+    from adapters_lib import memory
+    from adapters_lib.device_memory import device_memory_bytes
+
+    platform = devices[0].platform
+    family = memory.run_family(cfg, platform)
+    if family is None or cfg.train.programs != "auto":
+        return family
+    limit = device_memory_bytes(devices[0])
+    if not limit:
+        return family
+    padded = memory.estimate_run(cfg, config, device_count=len(devices), device_bytes=limit, platform=platform)
+    if padded.total <= limit * 0.9:
+        return family
+    exact = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="exact"))
+    own = memory.estimate_run(exact, config, device_count=len(devices), device_bytes=limit, platform=platform)
+    if own.total < padded.total:
+        log.info("LoRA: the exact program (a rank-%d family's adapters would need %.1f of %.1f GiB)",
+                 family.program.rank, padded.total / 2**30, limit / 2**30)
+        return None
+    return family
 
 
 def widest_slots(steps: Any, pipeline: Any, total_steps: int, budget: float = SLOTS_SCAN_SECONDS) -> int | None:
