@@ -33,7 +33,7 @@ PART_MB=55
 # and the 270M's GGUF chunks. keras, keras_hub and h5py travel (the Keras route: ~14 MiB of xz).
 EXCLUDE='^(tensorflow|tensorboard$|tensorboard[-_]|jaxlib|transformers|kubernetes|opencv|cv2|googleapiclient|pandas|pyarrow|clang|gemma3_270m|sklearn|scikit|matplotlib|skimage|fontTools|sqlalchemy|networkx|nltk|pip|ruff|libclang|tf_keras|_pytest|pytest|xdist|syrupy|datasets|hf_xet|vertexai|agentplatform|sympy|mpmath|import_linter|grimp)'
 
-site_dir() { .venv/bin/python -c 'import site; print(site.getsitepackages()[0])'; }
+site_dir() { "$REPO/.venv/bin/python" -c 'import site; print(site.getsitepackages()[0])'; }
 # the site-packages entries the bundle carries (one a line)
 site_entries() { ls "$(site_dir)" | grep -viE "$EXCLUDE" | grep -v '^__editable__\|^gemma_workbench'; }
 
@@ -52,8 +52,8 @@ build() {
   .venv/bin/python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
     --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
     --platform manylinux_2_17_x86_64 -d "$b" "jaxlib==$jaxlib" "libtpu==${LIBTPU:-0.0.50.*}"
-  local sp; sp=$(site_dir)
-  ( cd "$sp" && site_entries | xargs tar -cf - --exclude='google/cloud' --exclude='google/genai' --exclude='__pycache__' ) \
+  local sp entries; sp=$(site_dir); entries=$(site_entries)  # both read .venv: before the cd
+  ( cd "$sp" && echo "$entries" | xargs tar -cf - --exclude='google/cloud' --exclude='google/genai' --exclude='__pycache__' ) \
     | xz -T0 -6 > "$b/site.tar.xz"
   if [ $with_270m = 1 ]; then ( cd "$sp" && ls -d gemma3_270m* | xargs tar -cf - ) > "$b/starter.tar"; fi
   # the real 270M's tokenizer (262k vocabulary), rebuilt from its GGUF: `check decode` needs one
@@ -126,7 +126,7 @@ load_env() {
   WB=$ROOT/bin/gemma-workbench
 }
 
-CHECKS="jax ce speed ratio first-step behind compile flow tui decode big memory bench keras"
+CHECKS="jax ce speed ratio first-step behind compile flow tui decode big memory bench keras loop family"
 check() {
   [ "${1:-}" = --list ] && { echo "$CHECKS"; return; }
   load_env
@@ -149,6 +149,11 @@ check() {
       # screens (KERAS_PARTS: some of plan,flow,speed,tui); bench/keras_chip.py
       keras) "$PY" -m bench.keras_chip --out "$OUT" --wb "$WB" --parts "${KERAS_PARTS:-plan,flow,speed,tui}" \
           --speed-steps "${KERAS_SPEED_STEPS:-60}" ;;
+      # the interactive loop in one engine (#48): tweak, launch, compare, eval; LOOP_MODELS: some of
+      # 270m (the real 270M, README config: needs the bundle --with-270m), 1b (random weights, 4 × 2048)
+      loop) for m in ${LOOP_MODELS:-270m 1b}; do "$PY" -m bench.tpu_loop --model "$m" --out "$OUT" \
+          --steps "${LOOP_STEPS:-20}" || return 1; done ;;
+      family) "$PY" -m bench.family_cost --out "$OUT" ;;  # the family's program against the exact one
       bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only ${BENCH_ONLY:-ab_pair} --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;
       *) echo "unknown check $name; one of: $CHECKS" >&2; return 2 ;;
     esac
