@@ -57,8 +57,15 @@ async def drive(out: Path, steps: int, size: tuple[int, int], config: str = "exa
         w = await until(pilot, lambda: getattr(app.screen, "device_count", 0) > 0
                         and not app.screen.query_one("#launch").disabled, "Configure valid")
         await pilot.pause(1.0)  # the estimate's fit bar
+        backend = app.screen.config.model.backend if app.screen.config else "?"
         shot("configure", f"devices {app.screen.device_count}, launch enabled after {w:.1f} s; "
-             f"backend {app.screen.config.model.backend if app.screen.config else '?'}")
+             f"backend {backend}")
+        if backend != "gemma":  # the route is in the config's TOML (its [model] table)
+            from textual.widgets import TabbedContent
+
+            app.screen.query_one("#configure-tabs", TabbedContent).active = "tab-toml"
+            await pilot.pause(0.5)
+            shot("configure-toml", f"the TOML page: model.backend = {backend!r}")
         await pilot.press("ctrl+l")
         await until(pilot, lambda: app.current_mode == "train" and app.screen.query("#plot-loss"), "Train")
         plot = app.screen.query_one("#plot-loss", PlotView)
