@@ -22,6 +22,11 @@ plus ``slots`` and the batch's shapes, and a new engine reads them back instead 
 lowering and asking the persistent compile cache (a new engine's second launch of the real
 270M traced its train step for ~5 s and lowered it for ~1.5 s before the cache answered).
 
+Compiles behind run on the engine's one compile queue (``compile_queue``: ``_behind()``, with
+``listen``/``jobs`` here for its listeners); a step that compiles in the foreground, or waits
+for a compile under way, is announced there too (``where = "foreground"``), so that a run can
+say what it waits for.
+
 ``GEMMA_WORKBENCH_STEP_PROGRAMS``: how many keys are kept (default 8; 0 turns keeping off).
 """
 
@@ -38,7 +43,7 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 _KEPT: collections.OrderedDict[tuple, Any] = collections.OrderedDict()
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 stats = {"kept": 0, "made": 0}
 """How often a run got kept programs and how often new ones were made (tests, logs)."""
 
@@ -137,16 +142,33 @@ class StepProgram:
         """Whether a call with ``sig`` runs without compiling (kept, stored, or called before)."""
         return sig in self.compiled or sig in self.called
 
+    @property
+    def what(self) -> str:
+        """The program in words ("train step"), as the compile queue's jobs name it."""
+        return self.name.replace("_", " ")
+
     def compile_behind(self, *args: Any) -> Any:
         """Compile (or read back) the program for ``args`` (abstract ones will do; the last is
-        ``slots``) in the background; the future, or None when it is ready or under way."""
+        ``slots``) in the background; the future, or None when it is ready or under way (inside
+        ``compile_queue.for_request``, listed under that request all the same). A future
+        cancelled while it waits (a newer request, or the step itself) is forgotten here."""
         sig = self.signature(args[3], args[-1])
+        queue = _behind()
         with _LOCK:
-            if self.ready(sig) or sig in self.pending:
+            known = self.pending.get(sig)
+            if self.ready(sig) or known is not None:
+                queue.adopt(known, self.what)
                 return None
-            future = _behind().submit(self._compile, sig, args)
-            self.pending[sig] = future
+            future = queue.submit(self._compile, sig, args, what=self.what)
+            if not future.done():
+                self.pending[sig] = future
+        future.add_done_callback(lambda f: self._forget_pending(sig, f))
         return future
+
+    def _forget_pending(self, sig: tuple, future: Any) -> None:
+        with _LOCK:
+            if self.pending.get(sig) is future:
+                del self.pending[sig]
 
     def _load_or_compile(self, sig: tuple, args: tuple) -> Any:
         """The executable for ``args``: the program store's (read back, or compiled and stored),
@@ -163,12 +185,10 @@ class StepProgram:
             self.compiled[sig] = self._load_or_compile(sig, args)
             log.info("%s for %d loss positions a row: compiled behind the running steps in %.1f s",
                      self.name, sig[0], time.perf_counter() - t0)
-        except Exception as e:  # noqa: BLE001 - the call compiles it in the foreground instead
+        except Exception as e:  # the job fails; the call compiles it in the foreground instead
             log.warning("%s: the background compile failed (%s: %s); the step compiles it when it "
                         "needs it", self.name, type(e).__name__, str(e)[:300])
-        finally:
-            with _LOCK:
-                self.pending.pop(sig, None)
+            raise
 
     def __call__(self, *args: Any) -> Any:
         from adapters_lib import program_store
@@ -176,14 +196,22 @@ class StepProgram:
         *dynamic, slots = args
         sig = self.signature(dynamic[3], slots)
         future = self.pending.get(sig)
-        if future is not None:  # compiling behind: wait for it rather than compile it twice
-            future.result()
+        if future is not None and not future.cancel():  # under way: wait rather than compile twice
+            with _behind().foreground(self.what):  # (a queued one is dropped: compiled here, now)
+                try:
+                    future.result()
+                except Exception:  # noqa: BLE001 - failed or dropped behind: compiled below
+                    pass
         fn = self.compiled.get(sig)
         if fn is None:
             if self.key is None or program_store.folder() is None:
+                if sig in self.called:
+                    return self.jitted(*args)
                 self.called.add(sig)
-                return self.jitted(*args)
-            fn = self.compiled[sig] = self._load_or_compile(sig, args)
+                with _behind().foreground(self.what):  # traced, lowered, compiled by this call
+                    return self.jitted(*args)
+            with _behind().foreground(self.what):
+                fn = self.compiled[sig] = self._load_or_compile(sig, args)
         if fn is self.jitted:
             return self.jitted(*args)
         try:
@@ -195,45 +223,31 @@ class StepProgram:
 
 
 _BEHIND: Any = None
-
-
-def _behind() -> Any:
-    """The one background thread programs compile on (XLA's compile is mostly one thread). A
-    daemon: an engine that stops does not wait for a compile nobody needs any more (a
-    ``ThreadPoolExecutor``'s workers are joined at exit)."""
-    global _BEHIND
-    with _BEHIND_LOCK:
-        if _BEHIND is None:
-            _BEHIND = _DaemonWorker()
-        return _BEHIND
-
-
 _BEHIND_LOCK = threading.Lock()
 
 
-class _DaemonWorker:
-    def __init__(self) -> None:
-        import queue
+def _behind() -> Any:
+    """The one background thread programs compile on (``compile_queue.CompileQueue``: XLA's
+    compile is mostly one thread). A daemon: an engine that stops does not wait for a compile
+    nobody needs any more (a ``ThreadPoolExecutor``'s workers are joined at exit)."""
+    global _BEHIND
+    with _BEHIND_LOCK:
+        if _BEHIND is None:
+            from adapters_lib.train.compile_queue import CompileQueue
 
-        self.jobs: Any = queue.SimpleQueue()
-        threading.Thread(target=self._run, name="compile-behind", daemon=True).start()
+            _BEHIND = CompileQueue()
+        return _BEHIND
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        from concurrent.futures import Future
 
-        future: Future = Future()
-        self.jobs.put((future, fn, args))
-        return future
+def listen(callback: Callable[[dict[str, Any]], None]) -> Callable[[], None]:
+    """``callback(job)`` on every state change of a compile job (``compile_queue``); returns
+    the function that stops it."""
+    return _behind().listen(callback)
 
-    def _run(self) -> None:
-        while True:
-            future, fn, args = self.jobs.get()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                future.set_result(fn(*args))
-            except BaseException as e:  # noqa: BLE001 - the future carries it
-                future.set_exception(e)
+
+def jobs() -> list[dict[str, Any]]:
+    """The compile queue's live jobs and its most recent finished ones."""
+    return _behind().jobs()
 
 
 def forget() -> None:

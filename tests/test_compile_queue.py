@@ -1,0 +1,122 @@
+"""The one compile queue (``compile_queue``): labelled jobs with states, listeners, a newer request
+dropping an older one's queued jobs; and compiling ahead (``plan.compile_ahead``) leaves a run's
+first steps nothing to compile in the foreground (``forbid_compile``)."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import pytest
+from forbid_compile import ForegroundCompile, forbid_compiles
+
+from adapters_lib.train import compile_queue, step_programs
+
+
+def _until(condition, timeout: float = 30.0) -> None:
+    t0 = time.monotonic()
+    while not condition():
+        assert time.monotonic() - t0 < timeout, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_newer_request_drops_the_older_ones_queued_jobs_and_the_listener_sees_every_state():
+    q = compile_queue.CompileQueue()  # a queue of its own: the engine's may be busy
+    seen: list[tuple[str, str]] = []
+    stop = q.listen(lambda job: seen.append((job["what"], job["state"])))
+    gate = threading.Event()
+    first = q.request("next run", "rank 8")
+    with q.for_request(first):
+        under_way = q.submit(gate.wait, 30, what="train step")
+        waiting = q.submit(time.sleep, 0, what="eval step")
+    _until(under_way.running)
+    second = q.request("next run", "rank 16")  # Configure's edit: the older queued job goes
+    assert first.superseded and not second.superseded
+    assert waiting.cancelled() and not under_way.cancelled()  # under way: it finishes and is kept
+    with q.for_request(first):  # a late submit of the superseded request is dropped at once
+        assert q.submit(time.sleep, 0, what="late").cancelled()
+    with q.for_request(second):
+        q.adopt(under_way, "train step")  # needed again: listed under the newer request
+        fresh = q.submit(time.sleep, 0, what="eval step")
+    gate.set()
+    assert under_way.result(30) is True and fresh.result(30) is None
+    _until(lambda: [j["state"] for j in q.jobs() if j["what"] == "eval step"][-1] == "ready")
+    stop()
+    assert ("train step", "queued") in seen and ("train step", "compiling") in seen
+    assert ("train step", "ready") in seen and ("eval step", "dropped") in seen
+    jobs = {(j["what"], j["request"]): j for j in q.jobs()}
+    assert jobs[("train step", second.id)]["state"] == "ready"  # adopted
+    assert jobs[("train step", second.id)]["seconds"] >= 0
+    assert jobs[("eval step", first.id)]["state"] == "dropped"
+    assert jobs[("eval step", first.id)]["seconds"] is None  # never started
+    assert jobs[("eval step", second.id)]["about"] == "rank 16"
+    assert set(jobs[("eval step", second.id)]) >= {"id", "what", "about", "purpose", "request", "where",
+                                                   "state", "queued_at", "started_at", "ended_at",
+                                                   "seconds", "error"}
+
+
+def test_a_failed_compile_is_a_failed_job_and_the_plain_submit_still_works():
+    q = step_programs._behind()
+    future = q.submit(lambda: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        future.result(30)
+    job = next(j for j in reversed(q.jobs()) if j["id"] and j["state"] == "failed")
+    assert "ZeroDivisionError" in job["error"] and job["what"] == "compile"
+    assert q.submit(sum, [1, 2]).result(30) == 3
+
+
+def test_the_guard_catches_a_foreground_compile():
+    import jax
+    import jax.numpy as jnp
+
+    fn = jax.jit(lambda x: x * 3 + 1)
+    with pytest.raises(ForegroundCompile), forbid_compiles():
+        fn(jnp.arange(7.0))
+    fn(jnp.arange(7.0))
+    with forbid_compiles():  # compiled now: nothing to compile
+        fn(jnp.arange(7.0))
+
+
+@pytest.fixture
+def compile_behind_on_cpu(monkeypatch):
+    """The accelerator's behaviour on the CPU (``Steps.compile_behind``, as tests/test_step.py
+    forces it): the run's widest loss positions first, narrower programs behind."""
+    from adapters_lib.train import step
+
+    monkeypatch.setattr(step, "build_steps", functools.partial(step.build_steps, compile_behind=True))
+    step_programs.forget()
+    yield
+    step_programs.forget()
+
+
+def test_after_compile_ahead_the_runs_first_steps_and_eval_compile_nothing_in_the_foreground(
+        compile_behind_on_cpu):
+    import jax
+    from fixtures_runs import demo_overrides
+
+    from adapters_lib.config import load_config
+    from adapters_lib.train.plan import compile_ahead, plan_run
+
+    cfg = load_config(None, demo_overrides(train__steps=4, train__batch_size=4, lora__rank=4))
+    q = step_programs._behind()
+    req = q.request("next run", "the test's config")
+    with q.for_request(req):
+        futures = compile_ahead(cfg, force=True)
+    assert futures, "nothing was queued"
+    for f in futures:
+        f.result(300)
+    mine = [j for j in q.jobs() if j["request"] == req.id]
+    assert {j["what"] for j in mine} >= {"train step", "eval step"}
+    assert all(j["state"] == "ready" and j["where"] == "behind" for j in mine), mine
+
+    plan = plan_run(cfg)  # the run's set-up: the kept programs
+    steps = plan.steps
+    state = steps.init_state(plan.trainable)
+    evals = [steps.put_batch(b) for b in plan.pipeline.eval_batches(cfg.train.eval_batches)]
+    with forbid_compiles():
+        for step in range(cfg.train.steps):
+            state, metrics = steps.train_step(state, steps.put_batch(plan.pipeline.train_batch(step)))
+        outs = [steps.eval_step(state.params, b) for b in evals]
+        jax.device_get((metrics, outs))
+    assert float(metrics["loss"]) > 0
