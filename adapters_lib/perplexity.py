@@ -11,6 +11,13 @@ the number of scored tokens; ``loss`` is their ratio, ``perplexity = exp(loss)``
 ``evaluate_file(...)`` reads and tokenizes a file (``[data]`` rules: format detection,
 ``max_length`` windows for long texts, truncation of long chats) and scores it with a base
 model, or a base model plus a run's LoRA adapters (``lora_spec``), or a full fine-tune.
+
+What compiles: one scorer a (model, LoRA program spec) and batch shape. The batch is always
+``batch_size`` rows (missing rows are padding) of ``eval_width``: the next power of two from
+32 of the longest packed row, at most ``max_length`` (a file of packed text is ``max_length``
+wide). A run's adapters are scored in its LoRA family's program (``sample.family``, as
+``train.programs`` says), so another rank, alpha or targets compiles nothing;
+``compile_behind`` compiles a run's scorer ahead (the engine, after a run).
 """
 
 from __future__ import annotations
@@ -53,7 +60,6 @@ def _scorer(model: Any, spec: LoraSpec | None, chunk_budget: int) -> Any:
     net = lora_lib.wrap(model, spec) if spec is not None else model
     softcap = model.config.final_logit_softcap
 
-    @jax.jit
     def score(base, adapters, batch):
         params = lora_lib.merge_lora(base, adapters) if spec is not None else base
         mask = loss_lib.attention_mask(batch["segment_ids"])
@@ -67,7 +73,41 @@ def _scorer(model: Any, spec: LoraSpec | None, chunk_budget: int) -> Any:
                                         chunk=chunk, softcap=softcap)
         return total, jnp.sum(batch["loss_mask"])
 
-    return score
+    key = (type(model).__module__, type(model).__qualname__, repr(model), repr(spec), chunk_budget)
+    return _Scorer(jax.jit(score), key)
+
+
+class _Scorer:
+    """The jitted scorer, and its executables compiled ahead (``warm``: abstract arguments, the
+    compile thread) or through the program store (the engine), by argument signature."""
+
+    def __init__(self, jitted: Any, key: tuple):
+        self.jitted, self.key = jitted, key
+        self.compiled: dict[tuple, Any] = {}
+
+    def warm(self, *args: Any) -> Any:
+        from adapters_lib import program_store
+        from adapters_lib.sample.program import signature
+
+        sig = signature(args)
+        if sig not in self.compiled:
+            self.compiled[sig] = program_store.load_or_compile(
+                "eval scorer", (self.key, sig), lambda: self.jitted.lower(*args))
+        return self.compiled[sig]
+
+    def __call__(self, *args: Any) -> Any:
+        from adapters_lib import program_store
+        from adapters_lib.sample.program import signature
+
+        fn = self.compiled.get(signature(args))
+        if fn is None and program_store.folder() is not None:
+            fn = self.warm(*args)
+        if fn is not None:
+            try:
+                return fn(*args)
+            except (TypeError, ValueError):  # another layout than compiled for: the jitted one
+                self.compiled[signature(args)] = None
+        return self.jitted(*args)
 
 
 def score_tokens(model: Any, params: Any, tset: Any, *, max_length: int,
@@ -84,9 +124,8 @@ def score_tokens(model: Any, params: Any, tset: Any, *, max_length: int,
     spec = lora_spec if adapters is not None and lora_spec is not None else None
     score = _scorer(model, spec, ce_chunk_budget(jax.devices()[0]))
     rows = _rows(tset.lengths, max_length)
-    longest = max(sum(int(tset.lengths[i]) for i in row) for row in rows)
-    width = min(max_length, -(-longest // 32) * 32)  # fewer shapes, never past max_length
-    rows_per_batch = min(batch_size, len(rows))
+    width = eval_width(max(sum(int(tset.lengths[i]) for i in row) for row in rows), max_length)
+    rows_per_batch = batch_size  # one shape a file, whatever its row count
     total, count = 0.0, 0
     for start in range(0, len(rows), rows_per_batch):
         batch = assemble(tset, rows[start:start + rows_per_batch], rows_per_batch, width)
@@ -94,6 +133,39 @@ def score_tokens(model: Any, params: Any, tset: Any, *, max_length: int,
         total += float(nll)
         count += int(round(float(n)))
     return total, count
+
+
+def eval_width(longest: int, max_length: int) -> int:
+    """The scored batch's width (a compiled shape): the next power of two from 32, at most
+    ``max_length``."""
+    return min(max_length, max(32, 1 << (int(longest) - 1).bit_length()))
+
+
+def compile_behind(model: Any, params: Any, adapters: Any, cfg: Any, submit: Any,
+                   batch_size: int = DEFAULT_BATCH) -> Any:
+    """Queue the compile of ``eval --run``'s scorer for a LoRA run (its ``[data] max_length``
+    wide, ``batch_size`` rows, its family's program) through ``submit(fn) -> Future``, from
+    abstract arguments; the future, None when it is not a LoRA run."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.sample.family import serving
+    from adapters_lib.train.loss import ce_chunk_budget
+
+    if adapters is None or not cfg.lora.enabled:
+        return None
+    spec, adapters = serving(model, cfg.lora, adapters, cfg)
+    score = _scorer(model, spec, ce_chunk_budget(jax.devices()[0]))
+    width = cfg.data.max_length
+    ints = {k: jax.ShapeDtypeStruct((batch_size, width), jnp.int32)
+            for k in ("tokens", "targets", "positions", "segment_ids")}
+    batch = {**ints, "loss_mask": jax.ShapeDtypeStruct((batch_size, width), jnp.float32)}
+
+    def abstract(tree: Any) -> Any:
+        return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+    base, lora = abstract(params), abstract(adapters)
+    return submit(lambda: score.warm(base, lora, batch))
 
 
 def tokenize_file(path: str, tokenizer: Any, *, fmt: str = "auto", max_length: int,
@@ -187,9 +259,12 @@ def evaluate(*, model: str = "", run: str = "", step: int | None = None, data: s
         cfg, loaded, trainable, got = load_checkpoint(run_dir, step, quantize=quantize)
         length = max_length or cfg.data.max_length
         if cfg.lora.enabled:
+            from adapters_lib.sample.family import serving
+
+            spec, adapters = serving(loaded.model, cfg.lora, trainable, cfg)  # the family's program
             result = evaluate_file(loaded.model, loaded.params, loaded.tokenizer, data, fmt=fmt,
                                    max_length=length, loss_on=loss_on, batch_size=batch_size,
-                                   adapters=trainable, lora_spec=cfg.lora)
+                                   adapters=adapters, lora_spec=spec)
         else:
             result = evaluate_file(loaded.model, trainable, loaded.tokenizer, data, fmt=fmt,
                                    max_length=length, loss_on=loss_on, batch_size=batch_size)

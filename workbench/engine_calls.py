@@ -174,6 +174,10 @@ class EngineCalls:
                                   quantize=quantize),
                          timeout=3600)
 
+    def prepare_compare(self, run_id: str, step: int = -1) -> api.PrepareCompareReply:
+        """Compare picked ``run_id``'s checkpoint ``step``: its programs compile behind (answered at once)."""
+        return self.call(api.PrepareCompare(run_id=run_id, step=step))
+
     def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,
                format: str = "", force: bool = False, quant: str = "") -> api.ExportReply:
         """``format``: "adapter", "gemma", "hf", "gguf" or "gguf-lora" (``api.EXPORT_FORMATS``);

@@ -1,26 +1,29 @@
-"""Warm a finished run's Compare programs while the engine idles (#31).
+"""Compile a run's Compare (and eval) programs behind, after the run or when Compare picks it.
 
-The user's loop is: train, then Compare. The first Compare of a run compiles its prefill
-and decode (24 s on the real 270M at load 7, longer on a loaded machine). When a run
-completes or is stopped and nothing else waits, the engine makes an internal Compare of a
-short prompt through the real Compare's own path (``sampling.prepare`` and
-``sampling.compare_job``: the run's latest checkpoint, its LoRA spec and generation dtype,
-base and tuned in one batched program, ``api.Decoding``'s default settings, the smallest
-prompt bucket). It stops at the first token (both programs are compiled by then, and kept in
-the program store), is never saved nor shown, and its model stays in the sampling cache: the
-user's Compare right after finds everything compiled.
+The user's loop is: train, then Compare (or ``eval --run``). Their first call compiles the
+sampler's prefill and decode (23 s on the real 270M on the v5e) and the eval scorer (~16 s).
+So when a run completes or is stopped, and when Compare picks a run's checkpoint
+(``prepare_compare``), the engine queues those compiles on its one compile thread
+(``step_programs._behind()``) from abstract arguments:
 
-It never delays a user's request beyond what is already compiling:
+- a short internal device job loads the tuned model (``sampling.tuned_model``: kept in its
+  cache for the Compare that follows; the base is the model cache's) and the eval's trained
+  tree, queues the compiles and returns: no device job is held for a compile, so a run
+  launched or a request made meanwhile waits for nothing (the ~28 s before a run that
+  followed a run was this warm-up compiling on the device thread);
+- the compiles: the Compare's prefill for the prompt buckets 32 and 64 and its decode
+  (``Sampler.compile_behind``: any ``max_new_tokens`` up to the KV-cache floor and any
+  sampling settings share them), and the eval scorer for the run's ``max_length``
+  (``perplexity.compile_behind``). With ``train.programs`` a family (an accelerator), these
+  are the family's programs: a run whose rank, alpha or targets changed finds them compiled;
+- a call that needs a program still compiling waits for it rather than compiling it again;
+- a newer warm-up drops the queued compiles of the older one (``Future.cancel``: another
+  run or checkpoint picked, nobody needs them); one under way finishes and is kept.
 
-- it runs as an internal device job, only when no run trains or waits and no request waits;
-  queued, it is skipped if one arrived meanwhile (and between training steps it never runs);
-- a request or a run that arrives while it works cancels it at the next boundary (after the
-  model load, at the first token); an XLA compile already under way cannot be interrupted
-  and finishes first (then the request reuses it).
-
-``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite does, ``tests/conftest.py``).
-``status.warming`` names the run while it is queued or under way; the engine log says when it
-starts and how long it took.
+The device job is skipped when a run trains or waits, or a request waits (it would load a
+model beside the run's). ``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite
+does, ``tests/conftest.py``). ``status.warming`` names the run until its compiles end; the
+engine log says when they were queued and how long they took.
 """
 
 from __future__ import annotations
@@ -35,39 +38,63 @@ log = logging.getLogger("adapters_lib.engine")
 
 ENV = "GEMMA_WORKBENCH_WARM_COMPARE"
 PROMPT = "Hi."
-"""Short: the chat template around it stays in the smallest prompt bucket."""
 STATES = ("completed", "stopped")
+PURPOSE = "compare"
+"""The compile queue's purpose of these jobs: a newer warm-up drops the older one's."""
 
 
 def enabled() -> bool:
     return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
+def _submitter(what: str, about: str) -> Any:
+    """``submit(fn) -> Future`` on the engine's compile thread, the job named for its listeners."""
+    from adapters_lib.train.step_programs import _behind
+
+    queue = _behind()
+
+    def submit(fn: Any) -> Any:
+        try:
+            return queue.submit(fn, what=what, about=about, purpose=PURPOSE)
+        except TypeError:  # a plain worker: no job names
+            return queue.submit(fn)
+
+    return submit
+
+
 class Warmer:
-    """The engine's Compare warm-up (one at a time; the device thread runs it)."""
+    """The engine's Compare warm-up (the device thread loads, the compile thread compiles)."""
 
     def __init__(self, engine: Any):
         self.engine = engine
         self._lock = threading.Lock()
         self.current: str | None = None
-        """The run being warmed (queued or under way), for ``status``."""
+        """The run being warmed (queued, loading or compiling), for ``status``."""
         self.done = 0
-        """Warm-ups that compiled what they meant to (tests, logs)."""
+        """Warm-ups whose compiles all ended (tests, logs)."""
+        self.futures: list[Any] = []
+        """The compiles of the latest warm-up."""
 
     def after_run(self, run: Any) -> None:
-        """A run's training ended (the device thread, ``Engine.run_ended``): queue its warm-up
-        if it completed or was stopped and the engine has nothing else to do."""
-        if not enabled() or self.engine.scheduler.closing.is_set():
-            return
-        if str(run.state) not in STATES or self._other_work():
-            return
+        """A run's training ended (the device thread, ``Engine.run_ended``): warm it if it
+        completed or was stopped and the engine has nothing else to do."""
+        if str(run.state) in STATES:
+            self.warm(run)
+
+    def warm(self, run: Any, step: int = -1) -> bool:
+        """Queue the warm-up of ``run``'s checkpoint ``step`` (-1: the latest); False when
+        skipped (off, the engine closes, or other work waits)."""
+        if not enabled() or self.engine.scheduler.closing.is_set() or self._other_work():
+            return False
         with self._lock:
             self.current = run.run_id
         try:
-            self.engine.scheduler.submit(lambda: self._warm(run), label=f"warm compare {run.run_id}",
+            self.engine.scheduler.submit(lambda: self._warm(run, step), label=f"warm compare {run.run_id}",
                                          internal=True)
         except Exception:  # noqa: BLE001 - the engine is closing: no warm-up
             self._clear(run.run_id)
+            return False
+        return True
 
     def _other_work(self) -> bool:
         """A run trains or waits, a request waits, or the engine closes."""
@@ -78,32 +105,77 @@ class Warmer:
             if self.current == run_id:
                 self.current = None
 
-    def _warm(self, run: Any) -> None:
+    def _drop_older(self) -> None:
+        with self._lock:
+            older, self.futures = self.futures, []
+        dropped = sum(1 for f in older if f.cancel())
+        if dropped:
+            log.info("Compare warm-up: %d queued compile(s) of an older one dropped", dropped)
+
+    def _warm(self, run: Any, step: int) -> None:
+        """The device job: load, queue the compiles, return."""
         from adapters_lib import program_store
         from adapters_lib.engine import api, sampling
 
         t0 = time.perf_counter()
         try:
             if self._other_work():
-                log.info("run %s: Compare warm-up skipped after %.1f s (other work waits)", run.run_id,
-                         time.perf_counter() - t0)
+                log.info("run %s: Compare warm-up skipped (other work waits)", run.run_id)
+                self._clear(run.run_id)
                 return
             log.info("warming Compare for run %s", run.run_id)
             before = dict(program_store.stats)
-            cmd = api.Compare(prompt=PROMPT, run_id=str(run.path), save=False)
+            cmd = api.Compare(prompt=PROMPT, run_id=str(run.path), step=step, save=False)
             prepared = sampling.prepare(self.engine, cmd)
-            sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
-            if self._other_work():
-                log.info("run %s: Compare warm-up cancelled after %.1f s (model loaded; a request "
-                         "or a run waits)", run.run_id, time.perf_counter() - t0)
-                return
-            sampling.compare_job(self.engine, cmd, prepared, lambda *_: False)  # stop at the 1st token
-            self.done += 1
-            got = {k: program_store.stats[k] - before[k] for k in ("compiled", "loaded")}
-            log.info("run %s: Compare warmed in %.1f s (programs compiled %d, read back %d)",
-                     run.run_id, time.perf_counter() - t0, got["compiled"], got["loaded"])
+            model = sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
+            self._drop_older()
+            about = f"run {run.run_id}"
+            futures = []
+            if hasattr(model, "compile_behind"):  # the gemma route (Keras compiles its own)
+                futures += model.compile_behind(_submitter("sampler prefill + decode", about),
+                                                prepared.settings)
+            futures += self._eval_behind(run, step, _submitter("eval scorer", about))
         except Exception as e:  # noqa: BLE001 - a warm-up never fails anything: the Compare will say
             log.warning("run %s: Compare warm-up failed after %.1f s (%s: %s)", run.run_id,
                         time.perf_counter() - t0, type(e).__name__, e)
-        finally:
             self._clear(run.run_id)
+            return
+        with self._lock:
+            self.futures = list(futures)
+        log.info("run %s: Compare warm-up queued %d compile(s) behind in %.1f s (model loaded)",
+                 run.run_id, len(futures), time.perf_counter() - t0)
+        self._when_done(run.run_id, futures, t0, before)
+
+    def _eval_behind(self, run: Any, step: int, submit: Any) -> list[Any]:
+        """``eval --run``'s scorer for the run's ``max_length``, queued (gemma LoRA runs)."""
+        cfg = run.config()
+        if cfg.model.backend != "gemma" or not cfg.lora.enabled:
+            return []
+        from adapters_lib import perplexity
+        from adapters_lib.evals.selection import resolve_step
+        from adapters_lib.tuned import load_checkpoint
+
+        step = resolve_step(run, step)  # -2: the best checkpoint
+        _, loaded, trainable, _ = load_checkpoint(run, None if step is None or step < 0 else step)
+        future = perplexity.compile_behind(loaded.model, loaded.params, trainable, cfg, submit)
+        return [future] if future is not None else []
+
+    def _when_done(self, run_id: str, futures: list[Any], t0: float, before: dict[str, int]) -> None:
+        from concurrent.futures import wait
+
+        from adapters_lib import program_store
+
+        def report() -> None:
+            wait(futures)
+            if all(not f.cancelled() and f.exception() is None for f in futures):
+                self.done += 1
+                got = {k: program_store.stats[k] - before[k] for k in ("compiled", "loaded")}
+                log.info("run %s: Compare warmed in %.1f s (programs compiled %d, read back %d)",
+                         run_id, time.perf_counter() - t0, got["compiled"], got["loaded"])
+            else:
+                bad = next((f.exception() for f in futures if not f.cancelled() and f.exception()), None)
+                log.info("run %s: Compare warm-up ended in %.1f s, not all compiled (%s)", run_id,
+                         time.perf_counter() - t0, "dropped" if bad is None else f"{type(bad).__name__}: {bad}")
+            self._clear(run_id)
+
+        threading.Thread(target=report, name="warm-compare-report", daemon=True).start()

@@ -6,6 +6,16 @@ an A/B pair costs little more than one stream. Prompts are either shared by ever
 (``tokens [B, L]``: one prompt set, several models) or given per variant (``tokens [V, B, L]``:
 each side of a multi-turn A/B has its own history); the shapes pick the mode at trace time,
 and the shared mode is the program as it always was.
+
+What compiles: one prefill a (prompt bucket, rows, variants, KV-cache length) and one decode
+a (rows, variants, KV-cache length); nothing else is a shape. The sampling settings
+(temperature, top-k, top-p, greedy or not) and ``max_new_tokens`` are runtime values: the
+decode loop stops on device when ``step + 1 == max_new`` (a host-side limit in an int32), and
+greedy or sampled is a ``lax.cond`` inside the one program. The buckets themselves are the
+sampler's (``sampler.cache_length``). ``compile_ahead`` compiles a prefill and its decode
+from abstract arguments (on the engine's compile thread): a call that needs them then waits
+for that compile instead of starting its own, and one whose compile was dropped (its future
+cancelled) compiles as it always did.
 """
 
 from __future__ import annotations
@@ -46,12 +56,14 @@ class Program:
         # (``program_store``, on in the engine), which spares a new engine their tracing
         self.store_key = (type(model).__module__, type(model).__qualname__, repr(model), repr(spec),
                           end_tokens, forbidden, cache_dtype, decodable)
-        self.prefill = _Stored(jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants", "greedy")),
+        self.prefill = _Stored(jax.jit(self._prefill_impl, static_argnames=("cache_len", "variants")),
                                "prefill", self.store_key)
-        self.decode = jax.jit(self._decode_impl, static_argnames=("chunk", "greedy"), donate_argnums=(2,))
+        self.decode = jax.jit(self._decode_impl, static_argnames=("chunk",), donate_argnums=(2,))
         self._decoders: dict[tuple, Any] = {}
+        self._pending: dict[tuple, Any] = {}
+        """Decode programs compiling ahead (``compile_ahead``): their futures."""
 
-    def decoder(self, base, lora, state, max_new, temperature, top_k, top_p, *, chunk, greedy):
+    def decoder(self, base, lora, state, max_new, temperature, top_k, top_p, *, chunk):
         """The decode program compiled for these shapes (ahead of its first call, once per
         length bucket): the sampler compiles it while the prefill runs, so the first token's
         wait holds every compile and the decode rate none."""
@@ -59,13 +71,50 @@ class Program:
         from adapters_lib import program_store
 
         args = (base, lora, state, max_new, temperature, top_k, top_p)
-        key = (signature(args), chunk, greedy)
+        key = (signature(args), chunk)
+        _wait(self._pending.get(key))
         compiled = self._decoders.get(key)
         if compiled is None:
             compiled = program_store.load_or_compile(
-                "decode", (self.store_key, key), lambda: self.decode.lower(*args, chunk=chunk, greedy=greedy))
+                "decode", (self.store_key, key), lambda: self.decode.lower(*args, chunk=chunk))
             self._decoders[key] = compiled
         return compiled
+
+    def compile_ahead(self, submit: Any, prefill_args: tuple, decode_scalars: tuple, *, cache_len: int,
+                      variants: int, chunk: int) -> Any:
+        """Compile the prefill for ``prefill_args`` (abstract params and adapters will do:
+        ``jax.ShapeDtypeStruct`` with their shardings) and the decode for its output state,
+        through ``submit(fn) -> Future`` (the engine's compile thread). Returns the future, or
+        None when both are compiled already. ``decode_scalars``: (max_new, temperature, top_k,
+        top_p) as the sampler passes them."""
+        statics = {"cache_len": cache_len, "variants": variants}
+        psig = self.prefill.key_of(prefill_args, statics)
+        base, lora = prefill_args[:2]
+        done = self.prefill.compiled.get(psig)
+        if psig in self.prefill.pending or (done is not None and hasattr(done, "out_info") and (
+                signature((base, lora, done.out_info, *decode_scalars)), chunk) in self._decoders):
+            return None
+
+        def work() -> None:
+            import jax
+
+            from adapters_lib import program_store
+
+            prefill = self.prefill.ahead(prefill_args, statics)
+            state = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                                 prefill.out_info)  # the placement, not a fixed layout
+            args = (base, lora, state, *decode_scalars)
+            dkey = (signature(args), chunk)
+            if dkey not in self._decoders:
+                self._decoders[dkey] = program_store.load_or_compile(
+                    "decode", (self.store_key, dkey), lambda: self.decode.lower(*args, chunk=chunk))
+
+        future = submit(work)
+        self.prefill.pending[psig] = future
+        future.add_done_callback(lambda _f: self.prefill.pending.pop(psig, None))
+        if future.done():  # done before it was noted
+            self.prefill.pending.pop(psig, None)
+        return future
 
     def _forward(self, base, lora, tokens, positions, mask, cache, last_only):
         from adapters_lib import lora as lora_lib
@@ -118,7 +167,9 @@ class Program:
         logits, out = jax.lax.map(body, jnp.arange(variants))
         return logits, {n: {**layer, "end_index": layer["end_index"][0]} for n, layer in out.items()}
 
-    def _choose(self, logits, keys, temperature, top_k, top_p, greedy):
+    def _choose(self, logits, keys, temperature, top_k, top_p):
+        """The next tokens: greedy when ``temperature`` is 0 (a runtime ``lax.cond``: one program
+        serves both), else sampled with top-k and top-p."""
         import jax
         import jax.numpy as jnp
 
@@ -128,7 +179,8 @@ class Program:
         if self.decodable:
             ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
             logits = jnp.where(ids < self.decodable, logits, -jnp.inf)
-        if greedy:  # the first index of the max: two plain reductions (XLA:CPU's argmax
+
+        def greedy(logits):  # the first index of the max: two plain reductions (XLA:CPU's argmax
             # reduces (value, index) pairs, ~6× slower over a 262,144 vocabulary)
             ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
             top = jnp.max(logits, axis=-1, keepdims=True)
@@ -136,7 +188,7 @@ class Program:
             return (first % logits.shape[-1]).astype(jnp.int32)  # NaN logits: id 0, never out of range
 
         def one(row_logits, key):
-            x = row_logits / temperature
+            x = row_logits / jnp.maximum(temperature, 1e-6)
             desc = -jnp.sort(-x)
             k = jnp.where(top_k > 0, jnp.minimum(top_k, x.shape[-1]), x.shape[-1])
             desc = jnp.where(jnp.arange(x.shape[-1]) < k, desc, -jnp.inf)
@@ -146,11 +198,13 @@ class Program:
             x = jnp.where(x >= threshold, x, -jnp.inf)
             return jax.random.categorical(key, x).astype(jnp.int32)
 
-        # logits: [V, B, vocab]; the same key for every variant of a prompt (same seed for A/B)
-        return jax.vmap(lambda lv: jax.vmap(one)(lv, keys))(logits)
+        def sampled(logits):  # [V, B, vocab]; the same key for every variant of a prompt (A/B)
+            return jax.vmap(lambda lv: jax.vmap(one)(lv, keys))(logits)
+
+        return jax.lax.cond(temperature <= 0, greedy, sampled, logits)
 
     def _prefill_impl(self, base, lora, tokens, lengths, live, keys, temperature, top_k, top_p, *,
-                      cache_len, variants, greedy):
+                      cache_len, variants):
         """``tokens`` [B, L] (shared) or [V, B, L] (per variant), ``lengths`` [B] or [V, B]."""
         import jax
         import jax.numpy as jnp
@@ -179,7 +233,7 @@ class Program:
 
         cache = {name: grow(layer) for name, layer in cache.items()}
         step_keys = jax.vmap(lambda k: jax.random.fold_in(k, 0))(keys)
-        first = self._choose(logits, step_keys, temperature, top_k, top_p, greedy)
+        first = self._choose(logits, step_keys, temperature, top_k, top_p)
         slots = jnp.arange(cache_len)
         valid = (slots < lengths[..., None]) | (slots >= lp)  # [(V,) B, cache_len]
         done = jnp.isin(first, jnp.asarray(self.end_tokens)) | ~live[None, :]  # padding rows: done
@@ -188,7 +242,7 @@ class Program:
             "valid": valid, "lengths": lengths, "keys": keys, "start": jnp.asarray(lp, jnp.int32),
         }
 
-    def _decode_impl(self, base, lora, state, max_new, temperature, top_k, top_p, *, chunk, greedy):
+    def _decode_impl(self, base, lora, state, max_new, temperature, top_k, top_p, *, chunk):
         """Up to ``chunk`` decode steps; returns the new state and the tokens [chunk, V, B]."""
         import jax
         import jax.numpy as jnp
@@ -215,7 +269,7 @@ class Program:
                                                               "mask": v_axis, "cache": 0},
                                            last_only=True)
             keys = jax.vmap(lambda k: jax.random.fold_in(k, st["step"] + 1))(st["keys"])
-            nxt = self._choose(logits, keys, temperature, top_k, top_p, greedy)
+            nxt = self._choose(logits, keys, temperature, top_k, top_p)
             nxt = jnp.where(st["done"], 0, nxt)
             out = out.at[i].set(nxt)
             new = dict(st, cache=cache, last=nxt, step=st["step"] + 1,
@@ -238,28 +292,54 @@ def signature(args: Any) -> tuple:
                         for x in leaves))
 
 
+def _wait(future: Any) -> None:
+    """Wait for a compile ahead that a call needs (a dropped or failed one: the call compiles)."""
+    if future is not None:
+        try:
+            future.result()
+        except BaseException:  # noqa: BLE001 - cancelled or failed: compiled in the call
+            pass
+
+
 class _Stored:
     """A jitted function called through the program store when it is on (the engine): its
     executable per argument signature read back or compiled ahead (and kept), so a new
-    engine traces nothing; otherwise, and where the arguments do not fit, the jitted call."""
+    engine traces nothing; otherwise, and where the arguments do not fit, the jitted call.
+    One compiled ahead (``ahead``, on the compile thread) serves a call either way."""
 
     def __init__(self, jitted: Any, name: str, key: tuple):
         self.jitted = jitted
         self.name = name
         self.key = key
         self.compiled: dict[tuple, Any] = {}
+        self.pending: dict[tuple, Any] = {}
+
+    @staticmethod
+    def key_of(args: tuple, static: dict[str, Any]) -> tuple:
+        return (signature(args), tuple(sorted(static.items())))
+
+    def ahead(self, args: tuple, static: dict[str, Any]) -> Any:
+        """The executable for ``args`` (abstract ones will do), read back or compiled, kept."""
+        from adapters_lib import program_store
+
+        sig = self.key_of(args, static)
+        fn = self.compiled.get(sig)
+        if fn is None or fn is self.jitted:
+            fn = program_store.load_or_compile(self.name, (self.key, sig),
+                                               lambda: self.jitted.lower(*args, **static))
+            self.compiled[sig] = fn
+        return fn
 
     def __call__(self, *args: Any, **static: Any) -> Any:
         from adapters_lib import program_store
 
-        if program_store.folder() is None:
-            return self.jitted(*args, **static)
-        sig = (signature(args), tuple(sorted(static.items())))
+        sig = self.key_of(args, static)
+        _wait(self.pending.get(sig))
         fn = self.compiled.get(sig)
         if fn is None:
-            fn = program_store.load_or_compile(self.name, (self.key, sig),
-                                               lambda: self.jitted.lower(*args, **static))
-            self.compiled[sig] = fn
+            if program_store.folder() is None:
+                return self.jitted(*args, **static)
+            fn = self.ahead(args, static)
         if fn is not self.jitted:
             try:
                 return fn(*args)

@@ -9,9 +9,20 @@ exactly zero, so the base row is bit-for-bit the base model. Each variant may al
 prompts of its own (``variant_prompts``): the two sides of a multi-turn A/B, each with its
 own history, still decode in one computation.
 
-Shapes are bucketed so that compilation happens once per bucket: the prompt is padded to
-32/64/128/…, the KV cache to the next power of two ≥ prompt bucket + max new tokens, the
-batch to a power of two. Decoding runs ``chunk`` tokens per device call (a
+Shapes are bucketed so that compilation happens once per bucket, never per setting:
+
+- the prompt is padded to 32/64/128/… tokens (``PROMPT_BUCKETS``), the batch (prompts) to a
+  power of two;
+- the KV cache holds ``cache_length(prompt bucket, max_new_tokens)``: the next power of two
+  ≥ prompt bucket + max new tokens, and at least ``CACHE_MIN`` (512) slots. So every
+  ``max_new_tokens`` up to 512 − prompt bucket (480 for a short prompt) shares one prefill
+  and one decode program: the decode length is a runtime value (the device loop stops at
+  ``max_new``, an int32), the cache length the only shape it touches;
+- temperature, top-k, top-p and the seed are runtime values (greedy is a ``lax.cond`` in the
+  program: changing them compiles nothing).
+
+``compile_behind`` compiles the programs of one prompt bucket from abstract arguments on the
+engine's compile thread (after a run, when Compare picks a checkpoint). Decoding runs ``chunk`` tokens per device call (a
 ``lax.while_loop``) and streams text pieces between calls; incremental decoding holds back
 a piece until the bytes of a multi-byte character (SentencePiece byte fallback) are
 complete.
@@ -38,6 +49,10 @@ from adapters_lib.sample.settings import Piece, SamplingSettings
 from adapters_lib.sample.text_stream import TextStream
 
 PROMPT_BUCKETS = (32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+CACHE_MIN = 512
+"""The fewest KV-cache slots a program has: ``max_new_tokens`` up to 512 − prompt bucket
+compiles nothing new (a decode step reads the cache: 512 slots of the 270M's one KV head
+are ~3 % of its weights' bytes)."""
 DEFAULT_SETTINGS = SamplingSettings()
 DECODE_CHUNK = 8  # tokens per device call, streaming or not (8-64 measured alike on CPU; see docs)
 
@@ -47,6 +62,19 @@ def bucket(n: int, buckets: Sequence[int] = PROMPT_BUCKETS) -> int:
         if n <= b:
             return b
     return 1 << (n - 1).bit_length()
+
+
+def cache_length(prompt_bucket: int, max_new_tokens: int) -> int:
+    """The KV-cache length (a compiled shape) for a prompt bucket and a decode length."""
+    return max(CACHE_MIN, _pow2(prompt_bucket + max_new_tokens))
+
+
+def _abstract(tree: Any) -> Any:
+    """``tree``'s arrays as ``jax.ShapeDtypeStruct`` with their placement (a compile's input)."""
+    import jax
+
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+                        if hasattr(x, "sharding") else x, tree)
 
 
 def _with_fallback(compiled: Any, jitted: Any) -> Any:
@@ -68,6 +96,36 @@ def _with_fallback(compiled: Any, jitted: Any) -> Any:
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
+
+
+def _inputs(ids: list[list[list[int]]], settings: SamplingSettings, per_variant: bool
+            ) -> tuple[tuple, tuple, int]:
+    """The prefill's device inputs for token ids ``[variant][prompt]`` (``tokens, lengths,
+    live, keys``), the runtime scalars ``(max_new, temperature, top_k, top_p)`` and the KV-cache
+    length: the buckets (module doc) in one place, for a call and a compile ahead alike."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    n = len(ids[0])
+    lp = bucket(max(len(x) for s in ids for x in s))
+    rows = _pow2(n)
+    tokens = np.zeros((len(ids), rows, lp), np.int32)
+    lengths = np.ones((len(ids), rows), np.int32)
+    live = np.arange(rows) < n
+    tokens[:, :, 0] = ids[0][0][0]  # padding rows: a lone BOS
+    for v, s in enumerate(ids):
+        for r, x in enumerate(s):
+            tokens[v, r, : len(x)] = x
+            lengths[v, r] = len(x)
+    if not per_variant:
+        tokens, lengths = tokens[0], lengths[0]
+    base_key = jax.random.key(settings.seed)
+    keys = jax.vmap(lambda i: jax.random.fold_in(base_key, i))(jnp.arange(rows))
+    scalars = (jnp.int32(settings.max_new_tokens), jnp.float32(settings.temperature),
+               jnp.int32(settings.top_k), jnp.float32(settings.top_p))
+    inputs = (jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(live), keys)
+    return inputs, scalars, cache_length(lp, settings.max_new_tokens)
 
 
 class Sampler:
@@ -150,8 +208,6 @@ class Sampler:
         each variant its own list (all of the same length). Yields ``Piece`` events; the last
         event of each stream has ``done=True`` and its ``stop_reason``.
         """
-        import jax
-        import jax.numpy as jnp
         import numpy as np
 
         per_variant = variant_prompts is not None
@@ -162,33 +218,15 @@ class Sampler:
             raise WorkbenchError("no prompts given", where="--prompt", hint="give at least one prompt")
         ids = [[self.encode(p, chat) for p in s] for s in sets]
         n = len(sets[0])
-        lp = bucket(max(len(x) for s in ids for x in s))
-        rows = _pow2(n)
-        cache_len = _pow2(lp + settings.max_new_tokens)
-        tokens = np.zeros((len(sets), rows, lp), np.int32)
-        lengths = np.ones((len(sets), rows), np.int32)
-        live = np.arange(rows) < n
-        tokens[:, :, 0] = ids[0][0][0]  # padding rows: a lone BOS
-        for v, s in enumerate(ids):
-            for r, x in enumerate(s):
-                tokens[v, r, : len(x)] = x
-                lengths[v, r] = len(x)
-        if not per_variant:
-            tokens, lengths = tokens[0], lengths[0]
         lora, variants = self._stack(adapters)
-        base_key = jax.random.key(settings.seed)
-        keys = jax.vmap(lambda i: jax.random.fold_in(base_key, i))(jnp.arange(rows))
-        temp = jnp.float32(max(settings.temperature, 1e-6))
-        top_k, top_p = jnp.int32(settings.top_k), jnp.float32(settings.top_p)
-        state = self._prefill(self.params, lora, jnp.asarray(tokens), jnp.asarray(lengths), jnp.asarray(live),
-                              keys, temp, top_k, top_p, cache_len=cache_len, variants=variants,
-                              greedy=settings.greedy)
+        inputs, scalars, cache_len = _inputs(ids, settings, per_variant)
+        max_new, temp, top_k, top_p = scalars
+        state = self._prefill(self.params, lora, *inputs, temp, top_k, top_p, cache_len=cache_len,
+                              variants=variants)
         step_chunk = chunk or DECODE_CHUNK
-        max_new = jnp.int32(settings.max_new_tokens)
         decode = self._decode
         if settings.max_new_tokens > 1:  # compiled now, while the prefill runs on the device
-            compiled = self._program.decoder(self.params, lora, state, max_new, temp, top_k, top_p,
-                                             chunk=step_chunk, greedy=settings.greedy)
+            compiled = self._program.decoder(self.params, lora, state, *scalars, chunk=step_chunk)
             decode = _with_fallback(compiled, self._decode)
         streams = {(v, r): TextStream(self.tokenizer) for v in range(variants) for r in range(n)}
         finished: set[tuple[int, int]] = set()
@@ -214,8 +252,7 @@ class Sampler:
         produced = 1
         while produced < settings.max_new_tokens and len(finished) < variants * n:
             began = time.perf_counter()
-            state, out = decode(self.params, lora, state, max_new, temp, top_k, top_p,
-                                chunk=step_chunk, greedy=settings.greedy)
+            state, out = decode(self.params, lora, state, max_new, temp, top_k, top_p, chunk=step_chunk)
             out = np.asarray(out)
             steps = int((out.max(axis=(1, 2)) >= 0).sum()) or 1
             per_step = (time.perf_counter() - began) / steps
@@ -232,6 +269,33 @@ class Sampler:
             for r in range(n):
                 if (v, r) not in finished:
                     yield Piece(v, r, streams[v, r].flush(), None, done=True, stop_reason="length")
+
+    def compile_behind(self, submit: Any, adapters: Sequence[Any] = (None,),
+                       settings: SamplingSettings = DEFAULT_SETTINGS, *, prompt_bucket: int = PROMPT_BUCKETS[0],
+                       rows: int = 1, chunk: int | None = None) -> Any:
+        """Compile the prefill and decode that ``stream_grid`` would run for ``rows`` prompts of
+        one bucket over these variants (``adapters``: None, or a tree of the tuned side's
+        shapes), from abstract params and adapters, through ``submit(fn) -> Future`` (the
+        engine's compile thread): no device work here, no weights read. Returns the future,
+        or None when they are compiled (or compiling) already. Any ``max_new_tokens`` and
+        sampling settings share these programs (``cache_length``)."""
+        import jax
+
+        from adapters_lib.program_store import placement
+
+        if any(not placement(x).startswith("replicated:") or "," in placement(x)
+               for x in jax.tree.leaves([self.params, *[a for a in adapters if a is not None]])):
+            return None  # placed over several devices: the call compiles (its placement is its own)
+        lora = jax.eval_shape(lambda a: self._stack(a)[0], list(adapters))
+        device = next(iter(jax.tree.leaves(self.params)[0].devices()))
+        one = jax.sharding.SingleDeviceSharding(device)
+        lora = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), lora)
+        bos = int(self.tokenizer.special_tokens.BOS)
+        ids = [[[bos] * prompt_bucket] * rows]
+        inputs, scalars, cache_len = _inputs(ids, settings, False)
+        args = (_abstract(self.params), lora, *inputs, *scalars[1:])
+        return self._program.compile_ahead(submit, args, scalars, cache_len=cache_len,
+                                           variants=max(1, len(adapters)), chunk=chunk or DECODE_CHUNK)
 
     def generate_grid(self, prompts: Sequence[Prompt], adapters: Sequence[Any] = (None,),
                       settings: SamplingSettings = DEFAULT_SETTINGS, *, chunk: int | None = None,
@@ -274,4 +338,4 @@ class Sampler:
                  "settings": settings.to_dict()} for i, p in enumerate(prompts)]
 
 
-__all__ = ["Sampler", "bucket", "check_prompt", "PROMPT_BUCKETS", "DECODE_CHUNK"]
+__all__ = ["CACHE_MIN", "DECODE_CHUNK", "PROMPT_BUCKETS", "Sampler", "bucket", "cache_length", "check_prompt"]

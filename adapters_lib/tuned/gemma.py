@@ -38,7 +38,12 @@ class GemmaTuned(TunedModel):
         self.run_path = Path(run.path) if run is not None else None
         self.run_id = run.run_id if run is not None else ""
         self.source = source or (cfg.model.source if cfg is not None else "")
-        self.sampler = Sampler.from_loaded(loaded, self.lora)
+        # the sampler's program serves the run's LoRA family where ``train.programs`` asks
+        # (``sample.family``): the tuned side's adapters padded, scale and masks folded in
+        from adapters_lib.sample.family import serving
+
+        self.serving_spec, self.serving_adapters = serving(loaded.model, self.lora, self.adapters, cfg)
+        self.sampler = Sampler.from_loaded(loaded, self.serving_spec)
         self._tuned_sampler: Any = None
         self._apply: dict[str, Any] = {}
 
@@ -122,12 +127,28 @@ class GemmaTuned(TunedModel):
                     piece.variant, piece.side = i, side
                     yield piece
             return
-        adapters = [self.adapters if side == "tuned" else None for side in sides]
+        adapters = [self.serving_adapters if side == "tuned" else None for side in sides]
         shared = all(rows == lists[0] for rows in lists)
         for piece in self.sampler.stream_grid(lists[0], adapters, settings, chat=chat,
                                               variant_prompts=None if shared else lists):
             piece.side = sides[piece.variant]
             yield piece
+
+    def compile_behind(self, submit: Any, settings: SamplingSettings,
+                       prompt_buckets: Sequence[int] = (32, 64)) -> list[Any]:
+        """Queue the compiles of a Compare (base and tuned in one program, one prompt) for
+        each prompt bucket through ``submit(fn) -> Future`` (the engine's compile thread);
+        the futures of those that were not compiled yet."""
+        if self.tuned_params is not None or not self.has_tuned:
+            variants: list[Any] = [None]  # the sides run one after the other, each alone
+        else:
+            variants = [None, self.serving_adapters]
+        futures = [self.sampler.compile_behind(submit, variants, settings, prompt_bucket=b)
+                   for b in prompt_buckets]
+        if self.tuned_params is not None:
+            futures += [self.tuned_sampler.compile_behind(submit, [None], settings, prompt_bucket=b)
+                        for b in prompt_buckets]
+        return [f for f in futures if f is not None]
 
     # ---------------------------------------------------------------- evaluation
 
@@ -140,9 +161,9 @@ class GemmaTuned(TunedModel):
         self.check_sides([side])
         if side not in self._apply:
             if side == "tuned" and self.adapters is not None:
-                net = lora_lib.wrap(self.loaded.model, self.lora)
+                net = lora_lib.wrap(self.loaded.model, self.serving_spec)
                 self._apply[side] = (evaluate.model_apply_fn(net),
-                                     lora_lib.merge_lora(self.loaded.params, self.adapters))
+                                     lora_lib.merge_lora(self.loaded.params, self.serving_adapters))
             else:
                 params = self.tuned_params if side == "tuned" else self.loaded.params
                 self._apply[side] = (evaluate.model_apply_fn(self.loaded.model), params)

@@ -11,7 +11,7 @@ starts or ends a conversation (multi-turn A/B, ``compare_turns``).
 
 from __future__ import annotations
 
-from contextlib import closing
+from contextlib import closing, suppress
 from typing import Any
 
 from rich.markup import escape
@@ -180,6 +180,8 @@ class CompareScreen(WorkbenchScreen):
         record = self.engine(self.client.get_run, run_id, metrics=False, events=False)
         if record is None:
             return
+        with suppress(Exception):  # its programs compile behind (a checkpoint of a run
+            self.client.prepare_compare(run_id)  # shares them); failing, the Compare compiles them
         view = RunView(run_id)
         view.apply_record(record)
         listed = self.engine(self.client.compares, run_id)  # read where the run is (--remote too)

@@ -27,7 +27,8 @@ from adapters_lib.evals.eval_result import EvalResult
 from adapters_lib.jsontypes import Record, record
 
 __all__ = ["Decoding", "DECODING", "GENERATION_DTYPES", "Sample", "Compare", "CompareSet",
-           "CompareSetDone", "COMPARE_SET_ITEMS", "CompareList", "ListCompares", "Eval", "EvalResult"]
+           "CompareSetDone", "COMPARE_SET_ITEMS", "CompareList", "ListCompares", "Eval", "EvalResult",
+           "PrepareCompare", "PrepareCompareReply"]
 
 GENERATION_DTYPES = ("", "float32", "bfloat16")
 """``generation_dtype``: "" = the run's ``[model] generation_dtype`` (else the weights as
@@ -217,5 +218,26 @@ class Eval(Command):
     batch_size: int = 4
 
 
-COMMANDS.update({c.name: c for c in (Sample, Compare, CompareSet, ListCompares, Eval)})
+@record
+class PrepareCompareReply(Record):
+    queued: bool = False
+    """Whether the run's Compare programs are being made ready (false: see ``message``)."""
+    message: str = ""
+
+
+@record
+class PrepareCompare(Command):
+    """Compare picked a run's checkpoint: load it and compile its Compare (and eval) programs
+    behind, on the compile thread (``engine.warm_compare``), so the first answer waits for
+    none. Answered at once; skipped while a run trains or a request waits."""
+
+    name = "prepare_compare"
+    route = Route("POST", "/compare/prepare")
+    reply = PrepareCompareReply
+    run_id: str = ""
+    step: int = -1
+    """-1: the latest checkpoint; -2: the best."""
+
+
+COMMANDS.update({c.name: c for c in (Sample, Compare, CompareSet, ListCompares, Eval, PrepareCompare)})
 LIMITS.update({"messages": 512, "entries": 4096, "system": 64 * 1024})

@@ -40,6 +40,22 @@ def list_compares(engine: Engine, cmd: api.ListCompares) -> api.CompareList:
     return api.CompareList(compares=saved_compares(run.path, limit=max(0, cmd.limit)))
 
 
+@handles(api.PrepareCompare)
+def prepare_compare(engine: Engine, cmd: api.PrepareCompare) -> api.PrepareCompareReply:
+    """Compile the picked run's Compare programs behind (``warm_compare``); answered at once."""
+    from adapters_lib.engine import warm_compare
+    from adapters_lib.engine.sampling import run_dir_of
+
+    run = run_dir_of(engine, cmd.run_id)  # a 404 for an unknown run
+    if not run.checkpoints():
+        return api.PrepareCompareReply(message=f"run {run.run_id} has no checkpoint yet")
+    if not warm_compare.enabled():
+        return api.PrepareCompareReply(message=f"off ({warm_compare.ENV}=0)")
+    if not engine.warmer.warm(run, cmd.step):
+        return api.PrepareCompareReply(message="the engine is busy: the Compare compiles what it needs")
+    return api.PrepareCompareReply(queued=True, message=f"compiling run {run.run_id}'s Compare programs behind")
+
+
 @handles(api.Export)
 def export(engine: Engine, cmd: api.Export) -> concurrent.futures.Future:
     from adapters_lib.engine import checkpoint_jobs

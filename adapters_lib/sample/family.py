@@ -1,0 +1,66 @@
+"""A tuned model's adapters in its LoRA family's programs, for sampling and evaluation.
+
+The train step compiles one program for a family of LoRA configs (``lora_family``: the rank
+padded to a bucket, every target present, alpha a runtime value). Generation and ``eval``
+take the same route, but have no step inputs to carry the runtime values: here they are
+folded into the adapters once, when a checkpoint loads. The tree is padded to the family's
+shapes (``lora_family.fit``: zeros past the run's rank, zeros for the targets it did not
+choose) and ``lora_family.apply_runtime`` multiplies each A by ``alpha / rank`` and the masks;
+the program is built for ``family.program``, whose modules have scale 1. So
+``scale · x·A·B == x·(scale·A)·B`` is computed, and a new rank (within the bucket), alpha or
+targets between two runs reuses the compiled prefill, decode and eval programs (vLLM folds
+alpha / rank into B at load the same way).
+
+``train.programs`` decides, as for the step (``lora_family.resolve``): on a CPU "auto" keeps
+the exact program (a compile costs seconds there, the padded products real FLOPs).
+Importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adapters_lib.config import LoraSpec
+
+
+def family_of(spec: LoraSpec | None, cfg: Any = None, platform: str = "") -> Any:
+    """The ``lora_family.LoraFamily`` a run's (or an adapter folder's) adapters are served in,
+    or None for the exact program. ``cfg``: the run's config (its ``train.programs`` and
+    ``train.rank_bucket``); None (an adapter folder): the defaults."""
+    from adapters_lib import lora_family
+    from adapters_lib.config import TrainSpec
+
+    if spec is None or not spec.enabled:
+        return None
+    train = cfg.train if cfg is not None else TrainSpec()
+    if not platform:
+        import jax
+
+        platform = jax.default_backend()
+    return lora_family.resolve(spec, programs=train.programs, platform=platform, bucket=train.rank_bucket)
+
+
+def in_family(model: Any, family: Any, adapters: Any) -> Any:
+    """``adapters`` (the run's own shapes) as the family's program takes them: padded to the
+    bucket and every target, scale and masks folded in, in the adapters' own float dtype."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import lora, lora_family
+
+    dtype = next((x.dtype for x in jax.tree.leaves(adapters) if jnp.issubdtype(x.dtype, jnp.floating)),
+                 jnp.dtype(family.program.dtype))
+    like = lora.adapter_shapes(model, family.program)
+    padded = lora_family.fit(adapters, like)
+    folded = lora_family.apply_runtime(padded, family.runtime())
+    return jax.tree.map(lambda x: x.astype(dtype), folded)
+
+
+def serving(model: Any, spec: LoraSpec | None, adapters: Any, cfg: Any = None,
+            platform: str = "") -> tuple[LoraSpec | None, Any]:
+    """``(spec, adapters)`` to build the sampler (or the scorer) with: the family's program
+    spec and the folded adapters, or the run's own two where the exact program serves."""
+    family = family_of(spec, cfg, platform) if adapters is not None else None
+    if family is None:
+        return spec, adapters
+    return family.program, in_family(model, family, adapters)

@@ -1,0 +1,59 @@
+"""In one engine: a run, a Compare, a run with another rank, alpha and targets (a LoRA family:
+``train.programs = "family"``), a Compare — the second Compare compiles no sampler program
+(#48), and a run that follows a warm-up starts at once (the warm-up compiles behind)."""
+
+from __future__ import annotations
+
+import time
+
+from fixtures_engine import demo_run_config
+
+
+def _compare(client, run_id: str) -> dict:
+    done = {}
+    for item in client.compare("What is the capital of France?", run_id, max_new_tokens=6):
+        assert item.type != "error", item.data
+        if item.type == "done":
+            done = item.data.to_json()
+    assert done["complete"] and done["tokens"]["tuned"] >= 1
+    return done
+
+
+def _programs(log: str) -> list[str]:
+    """The sampler programs an engine compiled or read back (the program store's log lines)."""
+    return [line for line in log.splitlines() if "prefill: " in line or "decode: " in line]
+
+
+def test_a_run_with_another_rank_compiles_no_sampler_program(engine_factory):
+    proc = engine_factory(env={"GEMMA_WORKBENCH_WARM_COMPARE": "0"})
+    client = proc.client
+    first = demo_run_config(steps=2, checkpoint_every=2, programs="family")
+    run = client.create_run(first, source="<test>")
+    assert client.wait_run(run.id, timeout=600).state == "completed"
+    _compare(client, run.id)
+    assert _programs(proc.log_text())  # the first Compare compiled them
+    second = {**first, "lora": {"rank": 8, "alpha": 3.0, "targets": ["q", "v"]}}
+    other = client.create_run(second, source="<test>")
+    assert client.wait_run(other.id, timeout=600).state == "completed"
+    mark = len(proc.log_text())
+    _compare(client, other.id)
+    assert _programs(proc.log_text()[mark:]) == []
+
+
+def test_a_run_after_a_warm_up_starts_while_its_programs_compile_behind(engine_factory):
+    proc = engine_factory(env={"GEMMA_WORKBENCH_WARM_COMPARE": "1"})
+    client = proc.client
+    cfg = demo_run_config(steps=2, checkpoint_every=2, programs="family")
+    run = client.create_run(cfg, source="<test>")
+    assert client.wait_run(run.id, timeout=600).state == "completed"
+    log = proc.log_text()
+    t0 = time.monotonic()
+    while f"run {run.id}: Compare warm-up queued" not in log and "Compare warm-up skipped" not in log:
+        assert time.monotonic() - t0 < 120, log[-3000:]
+        time.sleep(0.1)
+        log = proc.log_text()
+    assert client.prepare_compare(run.id).queued in (True, False)  # answered at once either way
+    started = time.monotonic()
+    second = client.create_run(cfg, source="<test>")
+    assert client.wait_run(second.id, timeout=600).state == "completed"
+    assert time.monotonic() - started < 60
