@@ -67,7 +67,7 @@ def make(s):
         return np.zeros(s.shape, ml_dtypes.bfloat16)
     return (rng.standard_normal(s.shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
 params = jax.tree.map(make, shapes)
-gm.ckpts.save_params(params, {str(ckpt)!r})
+gm.ckpts.save_params(params, {str(ckpt)!r}, wait_until_finished=True)
 """
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     t0 = time.perf_counter()
