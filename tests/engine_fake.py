@@ -60,7 +60,8 @@ class EngineFake(EngineCalls):
             api.CreateRun: self._create_run, api.ListRuns: self._list_runs, api.GetRun: self._get_run,
             api.StopRun: self._stop_run, api.ResumeRun: self._resume_run,
             api.DeleteRun: self._delete_run, api.Export: self._export,
-            api.ListCompares: self._list_compares}
+            api.ListCompares: self._list_compares, api.CompileAhead: self._compile_ahead,
+            api.ListCompileJobs: self._compile_jobs}
         self._streams: dict[type[api.Command], Callable[[Any], list[dict[str, Any]]]] = {
             api.StreamRun: self._stream_run, api.Sample: self._sample, api.Compare: self._compare}
 
@@ -189,6 +190,18 @@ class EngineFake(EngineCalls):
         if reply.id not in self._runs:
             self._new[reply.id] = reply
         return reply
+
+    def _compile_ahead(self, cmd: api.CompileAhead) -> api.CompileAheadReply:
+        """The recorded engine is a CPU one: it compiles nothing ahead (``engine.compile_ahead``)."""
+        from adapters_lib.engine.compile_ahead import CPU_MESSAGE
+
+        self._check_config(cmd.config, cmd.config_toml, cmd.source)
+        return api.CompileAheadReply(ahead=False, backend="cpu", message=CPU_MESSAGE)
+
+    def _compile_jobs(self, cmd: api.ListCompileJobs) -> api.CompileJobs:
+        from adapters_lib.engine.compile_ahead import CPU_MESSAGE
+
+        return api.CompileJobs(ahead=False, backend="cpu", message=CPU_MESSAGE)
 
     def _list_runs(self, cmd: api.ListRuns) -> api.RunList:
         listed = [api.RunSummary.from_json(r) for r in self.data["list_runs"]]

@@ -18,6 +18,7 @@ import pytest
 
 from adapters_lib.config import RunConfig
 from adapters_lib.engine import api
+from adapters_lib.engine.compile_ahead import CPU_MESSAGE
 from workbench.engine_calls import EngineCalls
 
 
@@ -77,6 +78,8 @@ class StaticClient(EngineCalls):
                   api.DeleteRun: lambda c: {"id": c.run_id, "deleted": True},
                   api.Export: lambda c: {"run_id": c.run_id, "out": f"/tmp/{c.run_id}/adapter"},
                   api.ListCompares: lambda c: {"compares": self.saved_compares(c.run_id)},
+                  api.CompileAhead: lambda c: {"ahead": False, "backend": "cpu", "message": CPU_MESSAGE},
+                  api.ListCompileJobs: lambda c: {"ahead": False, "backend": "cpu", "message": CPU_MESSAGE},
                   }[type(cmd)]
         return cmd.reply.from_json(answer(cmd), where=f"{cmd.name} reply")
 

@@ -24,8 +24,8 @@ from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
 from workbench import __version__
 
-COMMANDS = ("doctor", "train", "data", "models", "sample", "compare", "export", "engine", "runs",
-            "web", "eval", "sweep")
+COMMANDS = ("doctor", "train", "prepare", "data", "models", "sample", "compare", "export", "engine",
+            "runs", "web", "eval", "sweep")
 # commands that compute in this process (JAX, gemma): their native start-up lines are silenced
 COMPUTING = ("train", "sample", "compare", "export", "doctor", "eval")
 # under --remote: commands about the engine machine's own files and processes run there
@@ -100,7 +100,7 @@ def remote_route(args: argparse.Namespace) -> str:
         raise WorkbenchError("--in-process computes on this machine, --remote on the engine's",
                              where="--in-process", hint="drop one of the two")
     command = args.command
-    if command in (None, "runs", "web", "sweep"):  # web: each tab's TUI inherits the remote
+    if command in (None, "runs", "web", "sweep", "prepare"):  # web: each tab's TUI inherits the remote
         return "tunnel"
     if command in REMOTE_RELAYED:
         return "relay"

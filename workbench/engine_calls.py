@@ -63,6 +63,19 @@ class EngineCalls:
                            device=device)
         return self.call(cmd, timeout=600)
 
+    def compile_ahead(self, config: dict | None = None, *, config_toml: str = "",
+                      overrides: list[str] | tuple[str, ...] = (), source: str = "",
+                      force: bool = False) -> api.CompileAheadReply:
+        """Compile the config's programs ahead on the engine's compile thread (``ahead``
+        false: a CPU engine, nothing compiles ahead; ``force``: there too); answered at once."""
+        return self.call(api.CompileAhead(config=config, config_toml=config_toml,
+                                          overrides=tuple(overrides), source=source, force=force),
+                         timeout=300)
+
+    def compile_jobs(self, request: int = 0) -> api.CompileJobs:
+        """The compile queue's jobs (``request``: one compile-ahead's) and the latest request."""
+        return self.call(api.ListCompileJobs(request=request))
+
     # ----------------------------------------------------------------- runs
 
     def create_run(self, config: dict | None = None, *, config_toml: str = "",
@@ -161,6 +174,10 @@ class EngineCalls:
         return self.stream(api.CompareSet(run_id=run_id, adapter=adapter, model=model, step=step,
                                           entries=items, save=save, **decoding))
 
+    def prepare_compare(self, run_id: str, step: int = -1) -> api.PrepareCompareReply:
+        """Compare picked ``run_id``'s checkpoint ``step``: its programs compile behind (answered at once)."""
+        return self.call(api.PrepareCompare(run_id=run_id, step=step))
+
     def compares(self, run_id: str, *, limit: int = 200) -> api.CompareList:
         """A run's earlier compares (``compares``: newest first), read by the engine."""
         return self.call(api.ListCompares(run_id=run_id, limit=limit))
@@ -173,10 +190,6 @@ class EngineCalls:
                                   loss_on=loss_on, max_length=max_length, batch_size=batch_size,
                                   quantize=quantize),
                          timeout=3600)
-
-    def prepare_compare(self, run_id: str, step: int = -1) -> api.PrepareCompareReply:
-        """Compare picked ``run_id``'s checkpoint ``step``: its programs compile behind (answered at once)."""
-        return self.call(api.PrepareCompare(run_id=run_id, step=step))
 
     def export(self, run_id: str, *, kind: str = "", out: str = "", step: int = -1,
                format: str = "", force: bool = False, quant: str = "") -> api.ExportReply:

@@ -32,6 +32,7 @@ from adapters_lib import runs
 from adapters_lib.config import RunConfig, config_from_dict
 from adapters_lib.config_toml import parse_toml
 from adapters_lib.engine import api, compute, training
+from adapters_lib.engine.compile_ahead import AheadCompiler
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.hub import Hub
 from adapters_lib.engine.run_queue import QueuedRun, RunQueue
@@ -68,6 +69,8 @@ class Engine:
         """This engine's handler table (a subclass may replace entries)."""
         self.warmer = Warmer(self)
         """A finished run's Compare programs compiled while idle (``warm_compare``)."""
+        self.ahead = AheadCompiler(self)
+        """The next run's programs compiled ahead (``compile_ahead``)."""
         self.started = time.time()
         self.listen: dict[str, Any] = {}
         self.open_streams = 0
@@ -81,6 +84,7 @@ class Engine:
                         run.run_id)
         self.runtime.start()
         self.scheduler.start()
+        self.ahead.at_start()  # the last launched config's programs, on an accelerator
         if self.runtime.warm:
             threading.Thread(target=self._scan_catalog, name="catalog-scan", daemon=True).start()
 
@@ -133,6 +137,7 @@ class Engine:
         log.info("run %s: %s", run.run_id, run.state)
         if not queued_again:  # before the stream's end: a client then sees status.warming
             self.warmer.after_run(run)
+            self.ahead.after_run()
         self.publish_status(run, end=not queued_again)
 
     def ensure_jax(self) -> None:

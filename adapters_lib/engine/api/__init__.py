@@ -31,6 +31,8 @@ from adapters_lib.engine.api.chat import *  # noqa: F403
 from adapters_lib.engine.api.chat import __all__ as _chat
 from adapters_lib.engine.api.commands import *  # noqa: F403
 from adapters_lib.engine.api.commands import __all__ as _commands
+from adapters_lib.engine.api.compiles import *  # noqa: F403  (the compile queue: registers its routes)
+from adapters_lib.engine.api.compiles import __all__ as _compile
 from adapters_lib.engine.api.evals import *  # noqa: F403  (evals: registers the sweep routes)
 from adapters_lib.engine.api.evals import __all__ as _evals
 from adapters_lib.engine.api.generation import *  # noqa: F403  (gen: registers CompareSet)
@@ -41,4 +43,5 @@ from adapters_lib.engine.api.streams import *  # noqa: F403
 from adapters_lib.engine.api.streams import __all__ as _streams
 from adapters_lib.jsontypes import Record, to_jsonable
 
-__all__ = [*_replies, *_streams, *_commands, *_chat, *_generation, *_evals, "Record", "to_jsonable"]
+__all__ = [*_replies, *_streams, *_commands, *_chat, *_generation, *_evals, *_compile, "Record",
+           "to_jsonable"]

@@ -49,6 +49,7 @@ def create_run(engine: Engine, cmd: api.CreateRun) -> api.RunSummary:
     _check_model(cfg)
     _open(engine)
     run = engine.run_queue.create(cfg)
+    engine.ahead.remember(cfg)  # compiled ahead at the engine's next start
     engine.publish_status(run)
     log.info("run %s queued", run.run_id)
     return engine.summary(run)

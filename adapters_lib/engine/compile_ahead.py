@@ -1,0 +1,221 @@
+"""Compile the next run's programs while the user is still deciding (#48).
+
+``AheadCompiler.request(cfg)`` (the ``compile_ahead`` command: Configure's edits, a model
+picked, ``gemma-workbench prepare``) makes a compile-ahead request on the one compile queue
+(``train.compile_queue``, purpose ``"next run"``): the queued jobs of the previous request are
+dropped at once (a compile already under way finishes and is kept). Then a device job
+(``Engine.on_device``, internal) runs ``train.plan.compile_ahead(cfg)``: the run's set-up
+(model on the devices, data, steps), then its first train step and eval steps queued on the
+compile thread. The reply comes at once; ``compile_jobs`` says how the jobs go.
+
+**While a run trains or waits**, a request is deferred, not run between the run's steps: its
+set-up would place a second copy of a model on the devices the run uses, and steal host
+time from its steps. It starts when the run ends (``after_run``); a newer request replaces it.
+
+**On a CPU engine** nothing compiles ahead (the compile takes the cores the steps need): the
+reply says so (``ahead`` false), and the programs compile at launch. ``force`` (``prepare
+--force``, the tests) compiles ahead there too.
+
+**At start**, on an accelerator, the engine compiles ahead for the last launched config
+(``last-config.toml`` in the engine's folder, written at each ``create_run``).
+
+``GEMMA_WORKBENCH_COMPILE_AHEAD``: ``auto`` (the default: on an accelerator), ``on`` (a CPU
+too, the engine's start included) or ``off``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from adapters_lib.engine import api, locations
+from adapters_lib.errors import WorkbenchError
+
+log = logging.getLogger("adapters_lib.engine")
+
+ENV = "GEMMA_WORKBENCH_COMPILE_AHEAD"
+PURPOSE = "next run"
+LAST_CONFIG = "last-config.toml"
+CPU_MESSAGE = "the programs compile at launch (a CPU engine compiles nothing ahead)"
+
+
+def mode() -> str:
+    value = os.environ.get(ENV, "auto").strip().lower()
+    if value in ("0", "off", "false", "no"):
+        return "off"
+    if value in ("1", "on", "true", "yes", "force"):
+        return "on"
+    return "auto"
+
+
+def last_config_path() -> Path:
+    return locations.engine_dir() / LAST_CONFIG
+
+
+def describe(cfg: Any) -> str:
+    """A config in a few words: the model, the adapter, the batch (the jobs' ``about``)."""
+    lora = f"LoRA r{cfg.lora.rank}" if cfg.lora.enabled else "full"
+    return f"{cfg.model.source} · {lora} · {cfg.train.batch_size}×{cfg.data.max_length}"
+
+
+class AheadCompiler:
+    """The engine's compile-ahead requests (see the module doc)."""
+
+    def __init__(self, engine: Any):
+        self.engine = engine
+        self._lock = threading.Lock()
+        self.latest: api.CompileRequestInfo | None = None
+        self._deferred: tuple[Any, Any, bool] | None = None
+
+    # ----------------------------------------------------------------- policy
+
+    def allowed(self, force: bool = False) -> tuple[bool, str]:
+        """Whether this engine compiles ahead now, and why not."""
+        if mode() == "off":
+            return False, f"compiling ahead is off ({ENV}=off)"
+        runtime = self.engine.runtime
+        if runtime.error:
+            return False, f"JAX did not start: {runtime.error}"
+        backend = runtime.backend
+        if backend is None:
+            return False, "the engine is starting (its devices are not known yet)"
+        if backend == "cpu" and not (force or mode() == "on"):
+            return False, CPU_MESSAGE
+        return True, ""
+
+    # ----------------------------------------------------------------- requests
+
+    def request(self, cfg: Any, *, force: bool = False) -> api.CompileAheadReply:
+        """Queue ``cfg``'s programs (or defer them while a run trains); the reply at once."""
+        from adapters_lib.train import step_programs
+
+        self.engine.runtime.wait_devices()
+        ok, why = self.allowed(force)
+        backend = self.engine.runtime.backend or ""
+        if not ok:
+            return api.CompileAheadReply(ahead=False, backend=backend, message=why)
+        req = step_programs._behind().request(PURPOSE, describe(cfg))
+        if self._busy():
+            info = self._set(req, "deferred", "a run trains: these programs compile when it ends")
+            with self._lock:
+                self._deferred = (cfg, req, force)
+        else:
+            info = self._set(req, "planning")
+            self._submit(cfg, req, force)
+        return api.CompileAheadReply(ahead=True, backend=backend, request=info)
+
+    def after_run(self) -> None:
+        """A run ended (the device thread): a deferred request starts, unless another run waits."""
+        with self._lock:
+            deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        cfg, req, force = deferred
+        if req.superseded:
+            return
+        if self.engine.run_queue.has_queued():
+            with self._lock:
+                self._deferred = deferred
+            return
+        self._set(req, "planning")
+        self._submit(cfg, req, force)
+
+    def at_start(self) -> None:
+        """Compile ahead for the last launched config once the devices are known (in a thread;
+        on an accelerator, or anywhere with ``GEMMA_WORKBENCH_COMPILE_AHEAD=on``)."""
+        if mode() == "off" or not last_config_path().is_file():
+            return
+        threading.Thread(target=self._start_up, name="compile-ahead-start", daemon=True).start()
+
+    def remember(self, cfg: Any) -> None:
+        """The config of a launched run: the one compiled ahead at the engine's next start."""
+        path = last_config_path()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            tmp.write_text(cfg.to_toml(), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as e:  # never fails a launch
+            log.warning("the last launched config was not remembered (%s)", e)
+
+    def jobs(self, request: int = 0) -> api.CompileJobs:
+        from adapters_lib.train import step_programs
+
+        ok, why = self.allowed() if self.engine.runtime.devices_known.is_set() else (False, "")
+        jobs = [api.CompileJobInfo.from_json(j) for j in step_programs.jobs()
+                if not request or j["request"] == request]
+        return api.CompileJobs(ahead=ok, backend=self.engine.runtime.backend or "", message=why,
+                               latest=self.latest, jobs=jobs)
+
+    # ----------------------------------------------------------------- inside
+
+    def _busy(self) -> bool:
+        runs = self.engine.run_queue
+        return runs.training() is not None or runs.has_queued()
+
+    def _set(self, req: Any, state: str, message: str = "") -> api.CompileRequestInfo:
+        info = api.CompileRequestInfo(request=req.id, state=state, about=req.about, message=message,
+                                      since=time.time())
+        with self._lock:
+            if self.latest is None or self.latest.request <= req.id:
+                self.latest = info
+        return info
+
+    def _submit(self, cfg: Any, req: Any, force: bool) -> None:
+        self.engine.on_device(lambda: self._plan(cfg, req, force), label=f"compile ahead {req.about}",
+                              internal=True)
+
+    def _plan(self, cfg: Any, req: Any, force: bool) -> None:
+        """(The device thread.) The run's set-up, then its programs queued under ``req``."""
+        from adapters_lib.train import step_programs
+        from adapters_lib.train.plan import compile_ahead
+
+        if req.superseded:
+            self._set(req, "superseded")
+            return
+        if self.engine.run_queue.training() is not None:  # served between a run's steps: later
+            self._set(req, "deferred", "a run trains: these programs compile when it ends")
+            with self._lock:
+                self._deferred = (cfg, req, force)
+            return
+        t0 = time.perf_counter()
+        try:
+            with step_programs._behind().for_request(req):
+                futures = compile_ahead(cfg, force=force or mode() == "on")
+        except WorkbenchError as e:
+            self._set(req, "failed", str(e))
+            log.info("compile ahead of %s: %s", req.about, e)
+            return
+        except Exception as e:  # noqa: BLE001 - a compile ahead never fails anything else
+            self._set(req, "failed", f"{type(e).__name__}: {e}")
+            log.warning("compile ahead of %s failed", req.about, exc_info=True)
+            return
+        self._set(req, "superseded" if req.superseded else "planned")
+        log.info("compile ahead of %s: set up in %.1f s, %d program(s) queued", req.about,
+                 time.perf_counter() - t0, len(futures))
+
+    def _start_up(self) -> None:
+        from adapters_lib.config import config_from_dict
+        from adapters_lib.config_toml import parse_toml
+
+        self.engine.runtime.wait_devices()
+        ok, why = self.allowed()
+        if not ok:
+            log.info("no compile ahead at start: %s", why)
+            return
+        path = last_config_path()
+        try:
+            text = path.read_text(encoding="utf-8")
+            cfg = config_from_dict(parse_toml(text, str(path)), source=str(path), text=text)
+        except (OSError, WorkbenchError) as e:
+            log.warning("no compile ahead at start: the last config does not load (%s)", e)
+            return
+        log.info("compiling ahead for the last launched config (%s)", describe(cfg))
+        try:
+            self.request(cfg)
+        except Exception:  # noqa: BLE001 - the engine serves on without it
+            log.warning("compile ahead at start failed", exc_info=True)
