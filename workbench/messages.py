@@ -110,3 +110,12 @@ class RunActionDone(Message):
     name: str
     run_id: str
     reply: object | None
+
+
+@dataclass
+class CompileJobsRead(Message):
+    """The next run's programs, compiled ahead (#48): the engine's compile jobs, or why none
+    (``message``: the request failed or the engine does not know the command)."""
+
+    jobs: api.CompileJobs | None
+    message: str = ""

@@ -44,6 +44,7 @@ from adapters_lib.errors import WorkbenchError
 from adapters_lib.model_defaults import with_model_defaults
 from workbench.messages import EngineDevices, EstimateDone, RunLaunched
 from workbench.screens.base import WorkbenchScreen, error_text
+from workbench.screens.configure_ahead import ConfigAheadMixin
 from workbench.screens.configure_data import ConfigDataMixin
 from workbench.screens.configure_files import ConfigFilesMixin
 from workbench.screens.configure_form import (
@@ -60,12 +61,14 @@ from workbench.widgets.device_grid import DeviceGrid
 from workbench.widgets.lora_form import LoraForm, parse_number, trainable_count
 from workbench.widgets.memory_fit import MemoryFitBar, fits_from_estimate
 from workbench.widgets.nav import NavBar
+from workbench.widgets.readiness import ProgramReadiness
 from workbench.widgets.waits import Wait
 
 DEBOUNCE_S = 0.3
 
 
-class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, WorkbenchScreen):
+class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, ConfigAheadMixin,
+                      WorkbenchScreen):
     AUTO_FOCUS = "Tabs"
     """Arriving (with nothing focused) puts the focus on the page tabs, at once: a deferred
     focus would pull it back from a field the user already tabbed into."""
@@ -121,7 +124,9 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, Wor
         with Vertical(id="configure-bottom"):
             yield MemoryFitBar(id="memory-fit")
             with Horizontal(classes="launch-row"):
-                yield Static("", id="config-status")
+                with Vertical(id="launch-info"):
+                    yield Static("", id="config-status")
+                    yield ProgramReadiness("", id="ahead-status")
                 yield Button("Launch (ctrl+l)", id="launch", variant="primary", compact=True)
         yield Footer()
 
@@ -134,6 +139,7 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, Wor
         self.load_devices()
         self.revalidate()
         self.set_interval(0.25, self.tick_waits)
+        self.start_ahead()
 
     def tick_waits(self) -> None:
         """The waits of this screen tick: the engine's devices, a data check."""
@@ -250,6 +256,7 @@ class ConfigureScreen(ModelDefaultsMixin, ConfigFilesMixin, ConfigDataMixin, Wor
         self.query_one("#toml-side", Static).update(toml)
         self.show_trainable()
         self.estimate(self.config)
+        self.ahead_changed(self.config)  # its programs compile ahead (a second after the last change)
 
     def show_trainable(self) -> None:
         """The adapter size from the catalog's architecture (instant; the estimate refines)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from adapters_lib.engine import api
@@ -117,12 +118,32 @@ class RunView:
                if m.get(key) is not None and m.get("step") is not None]
         return tuple(p[0] for p in pts), tuple(p[1] for p in pts)
 
+    def compiling(self) -> tuple[str, float | None] | None:
+        """The program the run compiles in the foreground now, and since when (epoch seconds):
+        the newest ``compile`` event of a program, when it says "compiling"; else None."""
+        last: dict[str, dict[str, Any]] = {}
+        for e in self.events:
+            if e.get("kind") == "compile":
+                last[str(e.get("program", ""))] = e
+        if not self.active:
+            return None
+        for program, e in last.items():
+            if e.get("state") == "compiling":
+                return program, epoch(e.get("time"))
+        return None
+
+    def speed_series(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        """Tokens/s by step, without the steps that compiled (``compile_s``): a compile is not a speed."""
+        pts = [(m["step"], m["tokens_per_s"]) for m in self.metrics
+               if m.get("tokens_per_s") is not None and m.get("step") is not None and not m.get("compile_s")]
+        return tuple(p[0] for p in pts), tuple(p[1] for p in pts)
+
     def step_time(self) -> float | None:
-        """Seconds a step takes now: the median of the last 20 steps, without step 1 (it
-        compiles: 130 s against 2 s; until step 2 there is no figure)."""
+        """Seconds a step takes now: the median of the last 20 steps, without step 1 and the
+        steps that compiled (``compile_s``: 130 s against 2 s; until then there is no figure)."""
         times = sorted([float(m["step_time_s"]) for m in self.metrics[-21:]
                         if isinstance(m.get("step_time_s"), (int, float)) and m["step_time_s"] > 0
-                        and m.get("step") != 1][-20:])
+                        and m.get("step") != 1 and not m.get("compile_s")][-20:])
         if not times:
             return None
         mid = len(times) // 2
@@ -133,6 +154,16 @@ class RunView:
         if per_step is None or not self.total_steps or not self.active:
             return None
         return max(0.0, (self.total_steps - self.step) * per_step)
+
+
+def epoch(t: Any) -> float | None:
+    """An event time (epoch seconds or an ISO string) as epoch seconds."""
+    if isinstance(t, (int, float)):
+        return float(t)
+    try:
+        return datetime.fromisoformat(str(t).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def fmt_duration(seconds: float | None) -> str:

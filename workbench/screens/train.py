@@ -28,7 +28,7 @@ from adapters_lib.runs.state import RunState
 from workbench.messages import EngineStatusRead, RunChosen, RunRecord, RunStatusRead, RunStreamed
 from workbench.screens.base import WorkbenchScreen
 from workbench.screens.runstate import RunView, event_line
-from workbench.screens.train_text import checkpoints_text, header_text, memory_text
+from workbench.screens.train_text import checkpoints_text, compiling_text, header_text, memory_text
 from workbench.widgets.nav import NavBar
 from workbench.widgets.plot import PlotView, Series
 
@@ -83,7 +83,8 @@ class TrainScreen(WorkbenchScreen):
 
     def tick_wait(self) -> None:
         """While the run waits for its first step, the header's elapsed time must move."""
-        if self.view is not None and self.view.active and not self.view.metrics:
+        if self.view is not None and self.view.active and (not self.view.metrics
+                                                           or self.view.compiling() is not None):
             self._dirty = True
 
     def on_screen_resume(self) -> None:
@@ -191,7 +192,7 @@ class TrainScreen(WorkbenchScreen):
         self._dirty = False
         v = self.view
         loss, eval_loss = v.series("loss"), v.series("eval_loss")
-        lr, grad, tps = v.series("lr"), v.series("grad_norm"), v.series("tokens_per_s")
+        lr, grad, tps = v.series("lr"), v.series("grad_norm"), v.speed_series()
         reward, eval_reward = v.series("reward_accuracy"), v.series("eval_reward_accuracy")
         new_events = v.events[self._shown_events:]
         self._shown_events = len(v.events)
@@ -211,7 +212,10 @@ class TrainScreen(WorkbenchScreen):
             rates.title = "learning rate"
             rates.set_series([Series("lr", *lr)])
         self.query_one("#plot-grad", PlotView).set_series([Series("grad norm", *grad)])
-        self.query_one("#plot-tps", PlotView).set_series([Series("tok/s", *tps)])
+        speed = self.query_one("#plot-tps", PlotView)
+        compiling = v.compiling()
+        speed.title = f"tokens/s · {compiling_text(compiling)}" if compiling else "tokens/s"
+        speed.set_series([Series("tok/s", *tps)])
         self.query_one("#train-title", Static).update(head)
         self.query_one("#train-memory", Static).update(memory)
         self.query_one("#train-ckpts", Static).update(ckpts)

@@ -7,28 +7,16 @@ Pure functions of a ``RunView`` and an engine ``status`` reply (``api.EngineStat
 from __future__ import annotations
 
 import time
-from datetime import datetime
-from typing import Any
 
 from rich.markup import escape
 
 from adapters_lib.engine import api
 from adapters_lib.runs.state import RunState
-from workbench.screens.runstate import RunView, fmt_duration
+from workbench.screens.runstate import RunView, epoch, fmt_duration
 from workbench.widgets.memory_fit import gib
 
 BAR_W = 10
 SHOWN_CKPTS = 5
-
-
-def epoch(t: Any) -> float | None:
-    """An event time (epoch seconds or an ISO string) as epoch seconds."""
-    if isinstance(t, (int, float)):
-        return float(t)
-    try:
-        return datetime.fromisoformat(str(t).replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
 
 
 def waiting_for(view: RunView, now: float | None = None) -> str:
@@ -44,6 +32,8 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
         what = "queued for the device"
     elif view.state == RunState.STOPPING:
         what = "stopping: writing a checkpoint"
+    elif view.compiling() is not None:
+        what = f"compiling the {view.compiling()[0]}"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("set-up")
              for e in view.events):
         what = "compiling the first step"
@@ -61,9 +51,12 @@ def header_text(view: RunView, name: str, state_style: str, now: float | None = 
     step, what it waits for or its ETA, then the losses and the step time."""
     v = view
     parts = [f"[b]{escape(name)}[/b] [{state_style}]{v.state or 'unknown'}[/] {v.step}/{v.total_steps or '?'}"]
+    compiling = v.compiling() if v.metrics else None
     if v.active and (not v.metrics or v.state == RunState.STOPPING):
         parts.append(f"[yellow]{escape(waiting_for(v, now))}[/]")
-    eta = v.eta_seconds()
+    elif compiling is not None:  # mid-run: what the run waits for, not a speed
+        parts.append(f"[yellow]{escape(compiling_text(compiling, now))}[/]")
+    eta = None if compiling is not None else v.eta_seconds()
     if eta is not None:
         parts.append(f"ETA {fmt_duration(eta)}")
     last = v.metrics[-1] if v.metrics else {}
@@ -72,12 +65,20 @@ def header_text(view: RunView, name: str, state_style: str, now: float | None = 
     evals = [m for m in v.metrics if isinstance(m.get("eval_loss"), (int, float))]
     if evals:
         parts.append(f"[b magenta]eval {evals[-1]['eval_loss']:.3f}[/]@{evals[-1].get('step')}")
-    per_step = v.step_time()
+    per_step = None if compiling is not None else v.step_time()
     if per_step is not None:
         # a small model on an accelerator steps in milliseconds: "0.00s/step" said nothing
         parts.append(f"{per_step:.2f}s/step" if per_step >= 0.1 else f"{per_step * 1000:.3g}ms/step")
     text = " ".join(parts)
     return text + (f" [red]{escape(v.error)}[/]" if v.error else "")
+
+
+def compiling_text(compiling: tuple[str, float | None], now: float | None = None) -> str:
+    """``compiling the train step (12 s)`` (``RunView.compiling``)."""
+    program, since = compiling
+    now = time.time() if now is None else now
+    took = f" ({max(0.0, now - since):.0f} s)" if since is not None else ""
+    return f"compiling the {program}{took}"
 
 
 def bar(fraction: float, width: int = BAR_W) -> str:
