@@ -62,6 +62,13 @@ def describe(cfg: Any) -> str:
     return f"{cfg.model.source} · {lora} · {cfg.train.batch_size}×{cfg.data.max_length}"
 
 
+def _processes() -> int:
+    import sys
+
+    jax = sys.modules.get("jax")
+    return int(jax.process_count()) if jax is not None else 1
+
+
 class AheadCompiler:
     """The engine's compile-ahead requests (see the module doc)."""
 
@@ -85,6 +92,8 @@ class AheadCompiler:
             return False, "the engine is starting (its devices are not known yet)"
         if backend == "cpu" and not (force or mode() == "on"):
             return False, CPU_MESSAGE
+        if _processes() > 1:  # every host would have to set up the same run: at launch only
+            return False, "the programs compile at launch (a multi-host engine compiles nothing ahead)"
         return True, ""
 
     # ----------------------------------------------------------------- requests
