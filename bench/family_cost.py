@@ -60,7 +60,7 @@ def measure(*, dry: bool, rounds: int, steps_per_round: int) -> dict[str, Any]:
 
     tpu_speed.DRY = dry
     batch, seq = (4, 64) if dry else (4, 2048)
-    model = shape_model("gemma3-1b")
+    model = shape_model("1b")
     base = random_params(model)
     mesh = _one_mesh()
     data_host = _random_batch(np.random.default_rng(0), batch, seq, model.config.num_embed)
