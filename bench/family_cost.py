@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)
     a = p.parse_args(argv)
+    from adapters_lib import tf_deferred
+
+    tf_deferred.install()  # gemma's import chain names TensorFlow (absent on the chip: tf_absent)
     res = measure(dry=a.dry, rounds=a.rounds, steps_per_round=a.steps)
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / "family_cost.json").write_text(json.dumps(res, indent=1))
