@@ -189,3 +189,69 @@ def test_a_family_runs_checkpoints_and_adapter_export_hold_its_own_rank(family_r
     tensors = load_file(str(tmp_path / "adapter" / "adapter_model.safetensors"))
     assert tensors and all(4 in t.shape for t in tensors.values()), {k: t.shape for k, t in tensors.items()}
     assert out
+
+
+class _WaitForCompiles:
+    """A TrainControl that, after ``step`` updates, waits until the compile queue is idle (so a
+    program compiling behind is ready before the next step) and records the metrics."""
+
+    def __init__(self, step: int):
+        self.step, self.seen, self.metrics = step, 0, []
+
+    def should_stop(self) -> bool:
+        return False
+
+    def on_metrics(self, record: dict) -> None:
+        self.metrics.append(record)
+
+    def on_event(self, record: dict) -> None:
+        pass
+
+    def between_steps(self) -> None:
+        import time
+
+        from adapters_lib.train import step_programs
+
+        self.seen += 1
+        if self.seen == self.step:
+            t0 = time.monotonic()
+            while any(j["state"] in ("queued", "compiling") for j in step_programs.jobs()):
+                assert time.monotonic() - t0 < 300, step_programs.jobs()
+                time.sleep(0.1)
+
+
+def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_takes_over(tmp_path, monkeypatch, caplog):
+    """The accelerator's path (compile behind forced on this CPU): a cold run compiles its own
+    program and the family's behind; a rank/alpha/targets tweak then starts in the family's
+    (nothing compiled in the foreground) while its own compiles behind and takes over — the loss
+    curve that of its own program from start to end."""
+    import logging
+
+    from fixtures_runs import demo_overrides, train_demo
+
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.train import step_programs
+    from adapters_lib.train.loop import run_training
+
+    monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "1")
+    step_programs.forget()
+    settings = dict(train__steps=10, train__checkpoint_every=10, train__eval_every=10, train__programs='"family"',
+                    train__rank_bucket=16)
+    try:
+        with caplog.at_level(logging.INFO, logger="adapters_lib"):
+            train_demo(tmp_path, "cold", lora__rank=4, lora__targets='["q", "v"]', **settings)
+            assert "the family's compiles behind for the next rank" in caplog.text
+            caplog.clear()
+            tweak = dict(lora__rank=8, lora__alpha=4.0, lora__targets='["k", "o", "down"]')
+            cfg = load_config(None, demo_overrides(run__name='"tweak"', run__dir=f'"{tmp_path}"', **settings, **tweak))
+            control = _WaitForCompiles(3)
+            assert run_training(cfg, runs.create_run(cfg), control=control).state == "completed"
+            assert "the family's compiled program serves the run" in caplog.text
+            assert "the run's own program took over at step 3" in caplog.text
+        monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "0")
+        exact, _ = train_demo(tmp_path, "exact", **{**settings, "train__programs": '"exact"'}, **tweak)
+        np.testing.assert_allclose([m["loss"] for m in control.metrics if "loss" in m],
+                                   [m["loss"] for m in exact.metrics()], rtol=1e-4)
+    finally:
+        step_programs.forget()

@@ -122,6 +122,11 @@ class GemmaTrainer(Trainer):
         self.eval_digest = _eval_digest(eval_host)
         self.log_ = _MetricLog(self)
         self.em = _ProbeModel(cfg, loaded, plan.family)
+        self.takeover = None
+        for program, args in plan.behind:  # after the evals: the run's own, or the next tweak's
+            program.compile_behind(*args)
+        if plan.own_steps is not None:  # the family's program serves until the run's own is compiled
+            self.takeover = (plan.own_steps, plan.behind[0][1], plan.own_steps.compile_eval_behind(self.s.eval_data))
         clock.mark("eval batches")
         plan.timeline.update(clock.phases)
         log.info("set-up %.1f s (%s): %s", sum(plan.timeline.values()), plan.describe_timeline(),
@@ -186,6 +191,8 @@ class GemmaTrainer(Trainer):
 
         s, t = self.s, self.cfg.train
         for step in range(start + 1, stop + 1):
+            if self.takeover is not None:
+                self._take_over()
             batch = s.pipeline.train_batch(step - 1)
             n_tokens = sum(int(np.count_nonzero(v)) for k, v in batch.items() if k.endswith("segment_ids"))
             self.state, metrics = s.steps.train_step(self.state, s.steps.put_batch(batch))
@@ -199,6 +206,27 @@ class GemmaTrainer(Trainer):
                 self.log_.flush(everything=True)
                 return None
         return self.log_.flush(everything=True, hold=stop)
+
+    def _take_over(self) -> None:
+        """The run's own (exact) program takes over from the family's once compiled: the state
+        moves to the run's own shapes (the same values: the family's padding is zeros)."""
+        import jax
+
+        from adapters_lib.lora_family import fit
+        from adapters_lib.train.compiled_steps import TrainState
+        from adapters_lib.train.plan import takeover_ready
+
+        own_steps, args, evals = self.takeover
+        if not takeover_ready(own_steps, args) or not all(f.done() for f in evals):
+            return
+        params = jax.device_put(fit(self.state.params, self.own.params), own_steps.trainable_shardings)
+        opt = jax.device_put(fit(self.state.opt_state, self.own.opt_state), own_steps.state_shardings.opt_state)
+        self.state = TrainState(self.state.step, params, opt)
+        self.s.steps = own_steps
+        self.own, self.takeover = None, None
+        self.em = _ProbeModel(self.cfg, self.s.loaded, None)
+        log.info("LoRA: the run's own program took over at step %d (the family's served until it compiled)",
+                 self.reached)
 
     def evaluate(self) -> dict[str, float]:
         import jax

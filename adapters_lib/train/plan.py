@@ -46,6 +46,13 @@ class RunPlan:
     steps: Any
     pipeline: Any
     timeline: dict[str, float] = field(default_factory=dict)
+    own_steps: Any = None
+    """With a family's program serving the run (``family`` set): the run's own (exact) steps,
+    whose programs compile behind and take over once ready (``takeover_ready``): the steady
+    state is the exact program's speed, the family's only serves the first ~minute."""
+    behind: list[tuple[Any, tuple]] = field(default_factory=list)
+    """(program, abstract arguments) to compile behind after the run's own evals: the run's own
+    train step (a family serves meanwhile), or the family's for the next tweak."""
 
     def describe_timeline(self) -> str:
         return ", ".join(f"{k} {v:.1f} s" for k, v in self.timeline.items())
@@ -120,8 +127,63 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     if steps.compile_behind:
         steps.run_slots = widest_slots(steps, pipeline, t.steps)
         clock.mark("loss positions")
-    return RunPlan(loaded=loaded, mesh=mesh, rng=rng, family=family, own=own, trainable=trainable,
+    plan = RunPlan(loaded=loaded, mesh=mesh, rng=rng, family=family, own=own, trainable=trainable,
                    steps=steps, pipeline=pipeline, timeline=clock.phases)
+    if family is not None and steps.compile_behind:
+        _choose_program(plan, cfg, optimizer, base_params, reference)
+        clock.mark("programs")
+    return plan
+
+
+def first_args(steps: Any, batch: Any) -> tuple:
+    """The train step's abstract arguments for the run's first batch (at the run's widest loss
+    positions): what ``compile_behind`` takes and the signature ``ready`` asks about."""
+    import jax
+    import numpy as np
+
+    abstract = {k: jax.ShapeDtypeStruct(np.shape(batch[k]), np.asarray(batch[k]).dtype, sharding=steps.batch_sharding)
+                for k in steps.keys}
+    slots = max(steps.slots_for(batch), steps.run_slots or 0)
+    return steps._abstract_args("train", abstract, slots)
+
+
+def _ready(steps: Any, args: tuple) -> bool:
+    program = steps._train
+    return program.ready(program.signature(args[3], args[-1]))
+
+
+def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: Any, reference: Any) -> None:
+    """Which program serves a family run first (an accelerator): the run's own when compiled (an
+    earlier run of this config); else the family's when compiled (a tweak: no wait), the run's own
+    compiling behind to take over; else (nothing compiled) the run's own, the family's behind for
+    the next tweak. The family's costs a step 7.6 % (r16 on every target) to 39 % (r8 on q, v) at
+    the Gemma-3-1B shape on a v5e (BENCHMARKS.md): it serves the wait, not the run."""
+    from adapters_lib import lora_family
+    from adapters_lib.train.step import build_steps
+
+    fam = plan.steps
+    own = build_steps(plan.loaded.model, cfg, optimizer, plan.mesh, base_params, plan.own.params,
+                      reference_params=reference)
+    own.run_slots = fam.run_slots
+    first = plan.pipeline.train_batch(0)
+    own_args, fam_args = first_args(own, first), first_args(fam, first)
+    if _ready(own, own_args) or not _ready(fam, fam_args):
+        if not _ready(own, own_args):  # cold: the family's compiles behind, for the next tweak
+            plan.behind.append((fam._train, fam_args))
+        plan.trainable = lora_family.fit(plan.trainable, plan.own.params)
+        plan.steps, plan.family, plan.own = own, None, None
+        log.info("LoRA: the run's own program (%s)", "compiled before" if not plan.behind else
+                 "compiles now; the family's compiles behind for the next rank, alpha or targets")
+        return
+    plan.own_steps = own
+    plan.behind.append((own._train, own_args))
+    log.info("LoRA: the family's compiled program serves the run while its own compiles behind")
+
+
+def takeover_ready(own_steps: Any, args: tuple) -> bool:
+    """Whether the run's own train program (``RunPlan.own_steps``) is compiled: a background
+    compile done without error."""
+    return _ready(own_steps, args)
 
 
 def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
@@ -175,22 +237,18 @@ def compile_ahead(cfg: RunConfig, *, force: bool = False) -> list[Any]:
     """Queue the compiles of ``cfg``'s first train step and its eval steps on the compile thread
     (``StepProgram.compile_behind``); the futures started (none when each is ready or under way,
     or on a CPU unless ``force``: there a compile takes the cores the steps need)."""
-    import jax
-
     plan = plan_run(cfg)
     steps = plan.steps
     if not (steps.compile_behind or force):
         return []
-    first = steps.put_batch(plan.pipeline.train_batch(0))
-    slots = max(first.slots, steps.run_slots or 0)
-    abstract = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=v.sharding) for k, v in first.items()}
-    futures = [steps._train.compile_behind(*steps._abstract_args("train", abstract, slots))]
+    futures = [steps._train.compile_behind(*first_args(steps, plan.pipeline.train_batch(0)))]
     eval_host = plan.pipeline.eval_batches(cfg.train.eval_batches)
     saved, steps.compile_behind = steps.compile_behind, True
     try:
         futures += steps.compile_eval_behind([steps.put_batch(b) for b in eval_host])
     finally:
         steps.compile_behind = saved
+    futures += [program.compile_behind(*args) for program, args in plan.behind]
     return [f for f in futures if f is not None]
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any
 
 import jax
@@ -92,7 +93,8 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     LoRA run without a soft-cap on a float table whose vocabulary is not split over
     ``tensor``; otherwise ``"xla"`` (``Steps.ce_kernel`` says which). Per-row sums (DPO) keep
     ``"xla"``. BENCHMARKS.md ("Cloud TPU v5e") has the three side by side.
-    ``compile_behind``: ``Steps.compile_behind`` (default: on an accelerator, one process).
+    ``compile_behind``: ``Steps.compile_behind`` (default: on an accelerator, one process;
+    ``GEMMA_WORKBENCH_COMPILE_BEHIND=1``/``0`` forces it, e.g. a CPU test of the accelerator path).
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
     (the shapes of ``trainable_params``) of the reference model for an objective that needs
     one; default the base with the adapters off.
@@ -299,7 +301,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
                   hparams=step_hparams, lora_runtime=lora_runtime, family=family,
                   objective=objective, reference_params=reference_params)
     if compile_behind is None:
-        compile_behind = mesh.devices.flat[0].platform != "cpu" and jax.process_count() == 1
+        forced = os.environ.get("GEMMA_WORKBENCH_COMPILE_BEHIND", "").strip().lower()
+        compile_behind = forced in ("1", "on", "true") if forced else \
+            mesh.devices.flat[0].platform != "cpu" and jax.process_count() == 1
     steps.compile_behind = bool(compile_behind)
     return steps
 
