@@ -126,7 +126,10 @@ class GemmaTrainer(Trainer):
         for program, args in plan.behind:  # after the evals: the run's own, or the next tweak's
             program.compile_behind(*args)
         if plan.own_steps is not None:  # the family's program serves until the run's own is compiled
-            self.takeover = (plan.own_steps, plan.behind[0][1], plan.own_steps.compile_eval_behind(self.s.eval_data))
+            from adapters_lib.train.plan import compile_takeover
+
+            evals = plan.own_steps.compile_eval_behind(self.s.eval_data)
+            self.takeover = (plan.own_steps, plan.behind[0][1], [*evals, compile_takeover(steps, plan.own)])
         clock.mark("eval batches")
         plan.timeline.update(clock.phases)
         log.info("set-up %.1f s (%s): %s", sum(plan.timeline.values()), plan.describe_timeline(),
@@ -212,15 +215,21 @@ class GemmaTrainer(Trainer):
         moves to the run's own shapes (the same values: the family's padding is zeros)."""
         import jax
 
-        from adapters_lib.lora_family import fit
         from adapters_lib.train.compiled_steps import TrainState
         from adapters_lib.train.plan import takeover_ready
 
-        own_steps, args, evals = self.takeover
-        if not takeover_ready(own_steps, args) or not all(f.done() for f in evals):
+        own_steps, args, futures = self.takeover
+        if not takeover_ready(own_steps, args) or not all(f.done() for f in futures):
             return
-        params = jax.device_put(fit(self.state.params, self.own.params), own_steps.trainable_shardings)
-        opt = jax.device_put(fit(self.state.opt_state, self.own.opt_state), own_steps.state_shardings.opt_state)
+        try:
+            move = futures[-1].result()  # the compiled move (``plan.compile_takeover``)
+        except Exception as e:  # noqa: BLE001 - the family's program keeps serving
+            log.warning("LoRA: the takeover program failed to compile (%s); the family's program serves on", e)
+            self.takeover = None
+            return
+        params, opt = move(self.state.params, self.state.opt_state)
+        params = jax.device_put(params, own_steps.trainable_shardings)
+        opt = jax.device_put(opt, own_steps.state_shardings.opt_state)
         self.state = TrainState(self.state.step, params, opt)
         self.s.steps = own_steps
         self.own, self.takeover = None, None

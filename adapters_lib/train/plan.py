@@ -102,7 +102,11 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     rng = jax.random.key(t.seed)
     init_rng, rng = jax.random.split(rng)
     if cfg.lora.enabled:
-        trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, init_rng)
+        # on the host: a new rank's few small init programs compile in milliseconds there (an
+        # accelerator took 4-5 s for a rank tweak's); init_state places the tree on the mesh
+        cpu = jax.devices("cpu")[0]
+        with jax.default_device(cpu):
+            trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, jax.device_put(init_rng, cpu))
         base_params = loaded.params
     else:
         trainable = loaded.params
@@ -115,7 +119,8 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     own = None
     if family is not None:  # the program's shapes; checkpoints keep the run's own (``own``)
         own = _own_abstract(trainable, optimizer, mesh)
-        trainable = lora_family.fit(trainable, lora.adapter_shapes(loaded.model, family.program))
+        with jax.default_device(jax.devices("cpu")[0]):
+            trainable = lora_family.fit(trainable, lora.adapter_shapes(loaded.model, family.program))
         log.info("LoRA: %s (train.programs = %r)", family.describe(), t.programs)
     clock.mark("adapters")
     steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,
@@ -166,6 +171,8 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     the next tweak (a family compiling behind already counts as compiled: the first step waits
     for it). The family's costs a step 7.6 % (r16 on every target) to 39 % (r8 on q, v) at
     the Gemma-3-1B shape on a v5e (BENCHMARKS.md): it serves the wait, not the run."""
+    import jax
+
     from adapters_lib import lora_family
     from adapters_lib.train.step import build_steps
 
@@ -178,7 +185,8 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     if _ready(own, own_args) or not _coming(fam, fam_args):
         if not _ready(own, own_args):  # cold: the family's compiles behind, for the next tweak
             plan.behind.append((fam._train, fam_args))
-        plan.trainable = lora_family.fit(plan.trainable, plan.own.params)
+        with jax.default_device(jax.devices("cpu")[0]):
+            plan.trainable = lora_family.fit(plan.trainable, plan.own.params)
         plan.steps, plan.family, plan.own = own, None, None
         log.info("LoRA: the run's own program (%s)", "compiled before" if not plan.behind else
                  "compiles now; the family's compiles behind for the next rank, alpha or targets")
@@ -192,6 +200,26 @@ def takeover_ready(own_steps: Any, args: tuple) -> bool:
     """Whether the run's own train program (``RunPlan.own_steps``) is compiled: a background
     compile done without error."""
     return _ready(own_steps, args)
+
+
+def compile_takeover(steps: Any, own: OwnShapes) -> Any:
+    """The future of one compiled program that moves the family's state to the run's own shapes
+    (``lora_family.fit`` of the params and the optimizer state, on the device), compiled on the
+    compile thread: the takeover then runs one program, no per-shape eager op compiles mid-run."""
+    import jax
+
+    from adapters_lib import lora_family
+    from adapters_lib.train import step_programs
+
+    state = steps.abstract_state
+
+    def move(params, opt_state):
+        return lora_family.fit(params, own.params), lora_family.fit(opt_state, own.opt_state)
+
+    fn = jax.jit(move, out_shardings=(jax.tree.map(lambda x: x.sharding, own.params),
+                                      jax.tree.map(lambda x: x.sharding, own.opt_state)))
+    return step_programs._behind().submit(lambda: fn.lower(state.params, state.opt_state).compile(),
+                                          what="takeover (family → own shapes)")
 
 
 def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
