@@ -34,7 +34,6 @@ see the same records (``TrainHook.on_step``/``on_eval``/``on_checkpoint``/``shou
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections.abc import Iterable
@@ -45,6 +44,7 @@ from typing import Any
 from adapters_lib.config import RunConfig
 from adapters_lib.runs import RunDir
 from adapters_lib.train.hooks import TrainHook
+from adapters_lib.train.probe_model import ProbeModel
 from adapters_lib.train.session import (
     ModelProbe,
     TrainResult,
@@ -121,7 +121,7 @@ class GemmaTrainer(Trainer):
         steps.compile_eval_behind(self.s.eval_data)  # an accelerator: ready by the first eval
         self.eval_digest = _eval_digest(eval_host)
         self.log_ = _MetricLog(self)
-        self.em = _ProbeModel(cfg, loaded, plan.family)
+        self.em = ProbeModel(cfg, loaded, plan.family)
         self.takeover = None
         for program, args in plan.behind:  # after the evals: the run's own, or the next tweak's
             program.compile_behind(*args)
@@ -233,7 +233,7 @@ class GemmaTrainer(Trainer):
         self.state = TrainState(self.state.step, params, opt)
         self.s.steps = own_steps
         self.own, self.takeover = None, None
-        self.em = _ProbeModel(self.cfg, self.s.loaded, None)
+        self.em = ProbeModel(self.cfg, self.s.loaded, None)
         log.info("LoRA: the run's own program took over at step %d (the family's served until it compiled)",
                  self.reached)
 
@@ -372,51 +372,3 @@ def _mean_eval(outs: list[dict[str, Any]], metrics: tuple[str, ...] = ()) -> dic
     for k in metrics:
         out[f"eval_{k}"] = sum(float(o[k]) for o in outs) / count
     return out
-
-
-class _ProbeModel:
-    """The model the probe applies: LoRA merged into the base, one apply function for the run
-    (one compiled decoder for every greedy answer the eval hooks ask for). With a LoRA family,
-    the family's program spec with the run's runtime values folded into the adapters: one
-    decoder for every rank, alpha and targets of the family."""
-
-    def __init__(self, cfg: RunConfig, loaded: Any, family: Any = None):
-        self.cfg = cfg
-        self.loaded = loaded
-        self.family = family
-        self.apply_fn = None
-
-    @property
-    def spec(self) -> Any:
-        return self.family.program if self.family is not None else self.cfg.lora
-
-    def model_params(self, trainable: Any) -> tuple[Any, Any]:
-        """(the model to apply, its params) for the trainable tree (LoRA merged in)."""
-        from adapters_lib import lora
-
-        cfg, loaded = self.cfg, self.loaded
-        if cfg.lora.enabled:
-            if self.family is not None:
-                from adapters_lib.lora_family import apply_runtime
-
-                trainable = apply_runtime(trainable, self.family.runtime())
-            return lora.wrap(loaded.model, self.spec), lora.merge_lora(loaded.params, trainable)
-        return loaded.model, trainable
-
-    def apply(self) -> Any:
-        if self.apply_fn is None:
-            from adapters_lib import lora
-
-            model = lora.wrap(self.loaded.model, self.spec) if self.cfg.lora.enabled else self.loaded.model
-            self.apply_fn = _probe_apply(model)
-        return self.apply_fn
-
-
-@functools.lru_cache(maxsize=8)
-def _probe_apply(model: Any) -> Any:
-    """One apply function per model (LoRA-wrapped or not) in this process: the greedy decoder
-    it carries (``greedy_cache``) is compiled once for every run of that model and spec, so a
-    second run's exact match traces nothing either."""
-    from adapters_lib import evaluate
-
-    return evaluate.model_apply_fn(model)

@@ -14,9 +14,11 @@ the widest the run needs, so no batch later in the run compiles in the foregroun
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,9 +106,9 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     if cfg.lora.enabled:
         # on the host: a new rank's few small init programs compile in milliseconds there (an
         # accelerator took 4-5 s for a rank tweak's); init_state places the tree on the mesh
-        cpu = jax.devices("cpu")[0]
-        with jax.default_device(cpu):
-            trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, jax.device_put(init_rng, cpu))
+        with on_host() as cpu:
+            key = jax.device_put(init_rng, cpu) if cpu is not None else init_rng
+            trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, key)
         base_params = loaded.params
     else:
         trainable = loaded.params
@@ -119,7 +121,7 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     own = None
     if family is not None:  # the program's shapes; checkpoints keep the run's own (``own``)
         own = _own_abstract(trainable, optimizer, mesh)
-        with jax.default_device(jax.devices("cpu")[0]):
+        with on_host():
             trainable = lora_family.fit(trainable, lora.adapter_shapes(loaded.model, family.program))
         log.info("LoRA: %s (train.programs = %r)", family.describe(), t.programs)
     clock.mark("adapters")
@@ -138,6 +140,21 @@ def plan_run(cfg: RunConfig) -> RunPlan:
         _choose_program(plan, cfg, optimizer, base_params, reference)
         clock.mark("programs")
     return plan
+
+
+@contextlib.contextmanager
+def on_host() -> Iterator[Any]:
+    """JAX's default device is the host CPU inside (its device; None where JAX_PLATFORMS left
+    the CPU out: then the default device as it is)."""
+    import jax
+
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:
+        yield None
+        return
+    with jax.default_device(cpu):
+        yield cpu
 
 
 def first_args(steps: Any, batch: Any) -> tuple:
@@ -171,8 +188,6 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     the next tweak (a family compiling behind already counts as compiled: the first step waits
     for it). The family's costs a step 7.6 % (r16 on every target) to 39 % (r8 on q, v) at
     the Gemma-3-1B shape on a v5e (BENCHMARKS.md): it serves the wait, not the run."""
-    import jax
-
     from adapters_lib import lora_family
     from adapters_lib.train.step import build_steps
 
@@ -185,7 +200,7 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     if _ready(own, own_args) or not _coming(fam, fam_args):
         if not _ready(own, own_args):  # cold: the family's compiles behind, for the next tweak
             plan.behind.append((fam._train, fam_args))
-        with jax.default_device(jax.devices("cpu")[0]):
+        with on_host():
             plan.trainable = lora_family.fit(plan.trainable, plan.own.params)
         plan.steps, plan.family, plan.own = own, None, None
         log.info("LoRA: the run's own program (%s)", "compiled before" if not plan.behind else
