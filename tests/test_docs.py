@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 EXAMPLES = sorted(p.relative_to(REPO) for p in (REPO / "examples").rglob("*.toml"))
 # lines about other programs, whose flags are theirs (gcloud, tensorboard, ssh, pip, bench, …)
-OTHER_PROGRAMS = re.compile(r"\b(gcloud|tensorboard|ssh|pip|pytest|python|llama[\w-]*|ollama|make|vllm|tfds)\b")
+OTHER_PROGRAMS = re.compile(r"\b(gcloud|tensorboard|ssh|pip|pytest|python|llama[\w-]*|ollama|make|vllm|tfds|tpu_device\.sh)\b")
 OTHER_FLAGS = {"--xla_force_host_platform_device_count", "--data_dir"}  # XLA, tfds build
 
 
