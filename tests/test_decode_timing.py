@@ -43,14 +43,15 @@ def _weight_copies(compiled, loaded) -> int:
     import re
 
     import jax
-    import numpy as np
 
-    sizes = {int(np.prod(x.shape)) for path, x in jax.tree_util.tree_leaves_with_path(loaded.params)
-             if "einsum" in jax.tree_util.keystr(path) and x.ndim >= 2}
+    # a weight's shape, its dims in any order: not merely its size (a 512-slot KV cache has the
+    # kv projection's)
+    shapes = {tuple(sorted(x.shape)) for path, x in jax.tree_util.tree_leaves_with_path(loaded.params)
+              if "einsum" in jax.tree_util.keystr(path) and x.ndim >= 2}
     found = 0
     for m in re.finditer(r"%copy\S* = \w+\[([\d,]*)\]", compiled.as_text()):
         dims = [int(d) for d in m.group(1).split(",") if d]
-        found += int(np.prod(dims)) in sizes if dims else 0
+        found += tuple(sorted(dims)) in shapes if dims else 0
     return found
 
 
