@@ -144,13 +144,16 @@ def plan_run(cfg: RunConfig) -> RunPlan:
 
 @contextlib.contextmanager
 def on_host() -> Iterator[Any]:
-    """JAX's default device is the host CPU inside (its device; None where JAX_PLATFORMS left
-    the CPU out: then the default device as it is)."""
+    """JAX's default device is this host's CPU inside (its device; None, and the default device
+    as it is, where JAX_PLATFORMS left the CPU out or the job spans processes: there every
+    process makes the same values where the old path did)."""
     import jax
 
     try:
-        cpu = jax.devices("cpu")[0]
+        cpu = jax.local_devices(backend="cpu")[0] if jax.process_count() == 1 else None
     except RuntimeError:
+        cpu = None
+    if cpu is None:
         yield None
         return
     with jax.default_device(cpu):
