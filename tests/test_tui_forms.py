@@ -49,6 +49,7 @@ async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
         await settle(pilot, app)
         launch = app.screen.query_one("#launch", Button)
         assert "config valid" in status(app) and not launch.disabled
+        assert "gemma route" in status(app)  # which route trains it (model.backend)
 
         await set_field(pilot, app, "#f-mesh-tensor", "3")  # 1×1×3 on 8 devices
         assert launch.disabled

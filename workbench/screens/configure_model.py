@@ -117,7 +117,15 @@ class ModelDefaultsMixin:
                 "[b green]✓[/] config valid" + self.suggestion_text())
 
     def suggestion_text(self) -> str:
+        """What follows "config valid": the route that trains it, and an example to open."""
+        route = ROUTES.get(self.config.model.backend, self.config.model.backend) if self.config is not None else ""
+        text = f" · [b]{escape(route)}[/]" if route else ""
         if self.suggestion is None:
-            return ""
-        return f" · [yellow]its example: ctrl+o enter → {escape(shown_path(self.suggestion))}[/]"
+            return text
+        return text + f" · [yellow]its example: ctrl+o enter → {escape(shown_path(self.suggestion))}[/]"
+
+
+ROUTES = {"gemma": "gemma route (the gemma library)",
+          "keras": "Keras route (keras-hub GemmaCausalLM, enable_lora, LayoutMap)"}
+"""Configure's words for ``model.backend``: which route trains the config."""
 
