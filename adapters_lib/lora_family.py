@@ -104,6 +104,16 @@ def resolve(spec: LoraSpec, *, programs: str, platform: str, bucket: int = 0) ->
     return LoraFamily(spec=spec, program=program)
 
 
+def run_family(cfg: Any, platform: str) -> Any:
+    """The run's LoRA program family (``lora_family.resolve``), or None: a full fine-tune, the
+    Keras route, a DPO reference run, ``train.programs = "exact"``, or "auto" on a CPU."""
+    t = cfg.train
+    if not cfg.lora.enabled or cfg.model.backend != "gemma" or getattr(t, "reference", "base") not in ("", "base"):
+        return None
+    return resolve(cfg.lora, programs=getattr(t, "programs", "auto"), platform=platform,
+                               bucket=getattr(t, "rank_bucket", 0))
+
+
 def _target_of(name: str) -> str | None:
     """The target an adapter leaf belongs to (``q_a`` → q, ``lora_experts_gate_b`` → experts)."""
     if name.startswith("lora_experts_"):

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from adapters_lib import mesh as mesh_lib
+from adapters_lib.lora_family import run_family
 from adapters_lib.lora_shapes import config_field as _cfg
 from adapters_lib.lora_shapes import lora_param_shapes, num_layers
 from adapters_lib.models import families
@@ -241,8 +242,8 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
              ce_chunk_bytes: int = CE_CHUNK_BYTES, device_bytes: int = 0,
              quantize: str = "none", quantize_tile: int = 64, quantize_embedding: str = "auto",
              objective: str = "sft",
-             reference: str = "base", platform: str = "cpu",
-             lora_program: tuple[int, tuple[str, ...]] | None = None) -> MemoryEstimate:
+             reference: str = "base", platform: str = "cpu", lora_program: tuple[int, tuple] | None = None,
+             ) -> MemoryEstimate:
     """Bytes per device of one train step of ``config`` (see the module docstring).
 
     ``batch_size`` is the global batch of one optimizer step; ``grad_accum`` splits it;
@@ -250,9 +251,8 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     pairs, two rows each (chosen, rejected), and the reference's forward (no activations
     kept; its weights are the base's with the adapters off, or a reference run's adapters).
     ``platform``: whose compiler the coefficients fit: ``cpu`` (also a GPU's) or ``tpu``.
-    ``lora_program``: (rank, targets) of the compiled program when it is a LoRA family's
-    (``lora_family``: padded rank, every target): the device holds those adapters, their
-    gradients and optimizer state; the trainable count stays the run's own.
+    ``lora_program``: (rank, targets) of a LoRA family's program (``lora_family``): the device
+    holds those adapters, gradients and optimizer state; the trainable count stays the run's.
     """
     pair_rows = 2 if objective == "dpo" else 1
     data, fsdp, tensor = mesh_shape
@@ -273,9 +273,8 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
         lora_total, lora_dev = _sharded_elems(_lora_shapes(config, lora_rank, tuple(lora_targets)),
                                               sizes, transpose, heads)
         if lora_program is not None:  # the family's padded adapters are what the device holds
-            _, lora_dev = _sharded_elems(_lora_shapes(config, lora_program[0], tuple(lora_program[1])),
-                                         sizes, transpose, heads)
             lora_targets = tuple(lora_program[1])
+            _, lora_dev = _sharded_elems(_lora_shapes(config, lora_program[0], lora_targets), sizes, transpose, heads)
         adapters = lora_dev * lb
         trainable, trainable_dev, tb = lora_total, lora_dev, lb
         if cb != lb:
@@ -370,18 +369,6 @@ def estimate_run(cfg: Any, config: Any, *, device_count: int, device_bytes: int 
         objective=cfg.train.objective,
         reference=cfg.train.reference, platform=platform,
         lora_program=(family.program.rank, family.program.targets) if family is not None else None)
-
-
-def run_family(cfg: Any, platform: str) -> Any:
-    """The run's LoRA program family (``lora_family.resolve``), or None: a full fine-tune, the
-    Keras route, a DPO reference run, ``train.programs = "exact"``, or "auto" on a CPU."""
-    from adapters_lib import lora_family
-
-    t = cfg.train
-    if not cfg.lora.enabled or cfg.model.backend != "gemma" or getattr(t, "reference", "base") not in ("", "base"):
-        return None
-    return lora_family.resolve(cfg.lora, programs=getattr(t, "programs", "auto"), platform=platform,
-                               bucket=getattr(t, "rank_bucket", 0))
 
 
 KERNEL_CE_LANE = 128

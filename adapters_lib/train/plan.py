@@ -241,13 +241,13 @@ def compile_takeover(steps: Any, own: OwnShapes) -> Any:
 
 
 def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
-    """The run's LoRA family (``memory.run_family``: the one rule), or None; with "auto", None
+    """The run's LoRA family (``lora_family.run_family``: the one rule), or None; with "auto", None
     too when the family's padded adapters would not fit the device where the run's own would."""
-    from adapters_lib import memory
+    from adapters_lib import lora_family, memory
     from adapters_lib.device_memory import device_memory_bytes
 
     platform = devices[0].platform
-    family = memory.run_family(cfg, platform)
+    family = lora_family.run_family(cfg, platform)
     if family is None or cfg.train.programs != "auto":
         return family
     limit = device_memory_bytes(devices[0])
