@@ -142,10 +142,11 @@ def eval_width(longest: int, max_length: int) -> int:
 
 
 def compile_behind(model: Any, params: Any, adapters: Any, cfg: Any, submit: Any,
-                   batch_size: int = DEFAULT_BATCH) -> Any:
-    """Queue the compile of ``eval --run``'s scorer for a LoRA run (its ``[data] max_length``
-    wide, ``batch_size`` rows, its family's program) through ``submit(fn) -> Future``, from
-    abstract arguments; the future, None when it is not a LoRA run."""
+                   batch_size: int = DEFAULT_BATCH, tokenizer: Any = None) -> Any:
+    """Queue the compiles of ``eval --run``'s scorer for a LoRA run (``batch_size`` rows, its
+    family's program) through ``submit(fn) -> Future``, from abstract arguments: ``[data]
+    max_length`` wide, and as wide as the run's eval file scores (``eval_widths``, with the
+    ``tokenizer``); the future, None when it is not a LoRA run."""
     import jax
     import jax.numpy as jnp
 
@@ -156,16 +157,34 @@ def compile_behind(model: Any, params: Any, adapters: Any, cfg: Any, submit: Any
         return None
     spec, adapters = serving(model, cfg.lora, adapters, cfg)
     score = _scorer(model, spec, ce_chunk_budget(jax.devices()[0]))
-    width = cfg.data.max_length
-    ints = {k: jax.ShapeDtypeStruct((batch_size, width), jnp.int32)
-            for k in ("tokens", "targets", "positions", "segment_ids")}
-    batch = {**ints, "loss_mask": jax.ShapeDtypeStruct((batch_size, width), jnp.float32)}
+    widths = eval_widths(cfg, tokenizer) if tokenizer is not None else [cfg.data.max_length]
+
+    def batch(width: int) -> dict[str, Any]:
+        ints = {k: jax.ShapeDtypeStruct((batch_size, width), jnp.int32)
+                for k in ("tokens", "targets", "positions", "segment_ids")}
+        return {**ints, "loss_mask": jax.ShapeDtypeStruct((batch_size, width), jnp.float32)}
 
     def abstract(tree: Any) -> Any:
         return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
     base, lora = abstract(params), abstract(adapters)
-    return submit(lambda: score.warm(base, lora, batch))
+    return submit(lambda: [score.warm(base, lora, batch(w)) for w in widths])
+
+
+def eval_widths(cfg: Any, tokenizer: Any) -> list[int]:
+    """The scored widths of ``eval --run`` for a run (``eval_width``): the run's ``[data]
+    eval_path`` as its eval would read it (when set and readable), and ``max_length``."""
+    widths = [cfg.data.max_length]
+    if cfg.data.eval_path:
+        try:
+            tset = tokenize_file(cfg.data.eval_path, tokenizer, max_length=cfg.data.max_length,
+                                 field_map=cfg.data.field_map).train
+            rows = _rows(tset.lengths, cfg.data.max_length)
+            longest = max(sum(int(tset.lengths[i]) for i in row) for row in rows)
+            widths.insert(0, eval_width(longest, cfg.data.max_length))
+        except Exception as e:  # noqa: BLE001 - a warm-up guess: eval compiles it when asked
+            log.info("eval scorer ahead: the run's eval file not read (%s)", e)
+    return sorted(set(widths))
 
 
 def tokenize_file(path: str, tokenizer: Any, *, fmt: str = "auto", max_length: int,

@@ -13,8 +13,8 @@ So when a run completes or is stopped, and when Compare picks a run's checkpoint
   followed a run was this warm-up compiling on the device thread);
 - the compiles: the Compare's prefill for the prompt buckets 32 and 64 and its decode
   (``Sampler.compile_behind``: any ``max_new_tokens`` up to the KV-cache floor and any
-  sampling settings share them), and the eval scorer for the run's ``max_length``
-  (``perplexity.compile_behind``). With ``train.programs`` a family (an accelerator), these
+  sampling settings share them), and the eval scorer for the run's ``max_length`` and its
+  eval file's width (``perplexity.compile_behind``). With ``train.programs`` a family (an accelerator), these
   are the family's programs: a run whose rank, alpha or targets changed finds them compiled;
 - a call that needs a program still compiling waits for it rather than compiling it again;
 - a newer warm-up drops the queued compiles of the older one (``Future.cancel``: another
@@ -157,7 +157,8 @@ class Warmer:
 
         step = resolve_step(run, step)  # -2: the best checkpoint
         _, loaded, trainable, _ = load_checkpoint(run, None if step is None or step < 0 else step)
-        future = perplexity.compile_behind(loaded.model, loaded.params, trainable, cfg, submit)
+        future = perplexity.compile_behind(loaded.model, loaded.params, trainable, cfg, submit,
+                                           tokenizer=loaded.tokenizer)
         return [future] if future is not None else []
 
     def _when_done(self, run_id: str, futures: list[Any], t0: float, before: dict[str, int]) -> None:
