@@ -35,6 +35,8 @@ SCHEDULES = ("constant", "linear", "cosine")
 DTYPES = ("float32", "bfloat16")
 BACKENDS = ("gemma", "keras")
 QUANTIZE_MODES = ("none", "int8", "int4", "nf4", "gguf")
+PROGRAMS = ("auto", "family", "exact")
+"""``train.programs``: how the train step covers LoRA tweaks (``lora_family``)."""
 """``[model] quantize`` (contract): how the frozen base is held (``models.quantize``)."""
 QUANTIZE_METHODS = ("rtn", "gptq")
 """``[model] quantize_method`` (contract): round to nearest, or GPTQ (``models.quantize_gptq``)."""
@@ -345,7 +347,7 @@ def config_from_dict(
         sections[name] = checks.build_section(SECTIONS[name], name, value, where)
     cfg = checks.check_values(RunConfig(**sections), where, lora_targets=ALL_LORA_TARGETS,
                               schedules=SCHEDULES, dtypes=DTYPES, backends=BACKENDS,
-                              quantize_modes=QUANTIZE_MODES,
+                              quantize_modes=QUANTIZE_MODES, programs=PROGRAMS,
                               data_formats=DATA_FORMATS, eval_metrics=EVAL_METRICS)
     cfg = check_sweep(cfg, where, SECTIONS, eval_metrics=EVAL_METRICS)
     cfg = resolve_paths(cfg, where, base_dir=Path(base_dir) if base_dir else None,

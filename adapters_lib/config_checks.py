@@ -133,7 +133,8 @@ EVAL_MAX_NEW_TOKENS = 4096
 
 def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], schedules: tuple[str, ...],
                  dtypes: tuple[str, ...], backends: tuple[str, ...], data_formats: tuple[str, ...],
-                 eval_metrics: tuple[str, ...] = (), quantize_modes: tuple[str, ...] = ("none",)) -> Any:
+                 eval_metrics: tuple[str, ...] = (), quantize_modes: tuple[str, ...] = ("none",),
+                 programs: tuple[str, ...] = ("auto",)) -> Any:
     """Every value in range; returns ``cfg`` with ``lora.targets = "all"`` expanded."""
     def fail(section: str, key: str, message: str, hint: str | None = None) -> None:
         raise WorkbenchError(message, where=where(section, key), hint=hint)
@@ -257,8 +258,8 @@ def check_values(cfg: Any, where: Where, *, lora_targets: tuple[str, ...], sched
     if t.eval_exact_match < -1:
         fail("train", "eval_exact_match", f"train.eval_exact_match is {t.eval_exact_match}",
              "use -1 (all on the demo data), 0 (off) or a positive count")
-    if t.programs not in ("auto", "family", "exact"):
-        fail("train", "programs", f"train.programs is {t.programs!r}", 'expected one of auto, family, exact')
+    if t.programs not in programs:
+        fail("train", "programs", f"train.programs is {t.programs!r}", f"expected one of {', '.join(programs)}")
     if t.rank_bucket < 0 or (t.rank_bucket and lo.enabled and t.rank_bucket < lo.rank):
         fail("train", "rank_bucket", f"train.rank_bucket is {t.rank_bucket}, below lora.rank {lo.rank}"
              if t.rank_bucket > 0 else f"train.rank_bucket is {t.rank_bucket}",

@@ -28,15 +28,13 @@ import dataclasses
 import logging
 from typing import Any
 
-from adapters_lib.config import LORA_TARGETS, LoraSpec
+from adapters_lib.config import LORA_TARGETS, PROGRAMS, LoraSpec
 
 log = logging.getLogger(__name__)
 
 MXU = 128
 """A TPU MXU's width (v4, v5e, v5p: 128 × 128; v6e's 256 × 256 takes 128 in two passes): the
 rank bucket's step on a TPU."""
-PROGRAMS = ("auto", "family", "exact")
-"""``train.programs``: how the train step covers LoRA tweaks."""
 
 
 def rank_bucket(rank: int, platform: str, setting: int = 0) -> int:
@@ -53,6 +51,8 @@ def wants_family(setting: str, platform: str) -> bool:
     """``train.programs``: "family", "exact", or "auto" (a family on an accelerator, where a
     compile costs a minute or more; exact on a CPU, where it costs seconds and the padded
     products cost real FLOPs)."""
+    if setting not in PROGRAMS:
+        raise ValueError(f"train.programs {setting!r}: expected one of {PROGRAMS}")
     if setting == "family":
         return True
     if setting == "exact":
@@ -68,10 +68,6 @@ class LoraFamily:
     """The run's own: its rank, alpha and targets (what checkpoints and exports hold)."""
     program: LoraSpec
     """The compiled one: the bucket's rank, every target of the family, scale 1."""
-
-    @property
-    def runtime_targets(self) -> tuple[str, ...]:
-        return self.program.targets
 
     def runtime(self) -> dict[str, Any]:
         """The step's inputs (host numpy): ``scale`` (alpha / rank), ``rank_mask`` ([bucket]: 1

@@ -216,10 +216,10 @@ class GemmaTrainer(Trainer):
         import jax
 
         from adapters_lib.train.compiled_steps import TrainState
-        from adapters_lib.train.plan import takeover_ready
+        from adapters_lib.train.plan import ready
 
         own_steps, args, futures = self.takeover
-        if not takeover_ready(own_steps, args) or not all(f.done() for f in futures):
+        if not ready(own_steps, args) or not all(f.done() for f in futures):
             return
         try:
             move = futures[-1].result()  # the compiled move (``plan.compile_takeover``)

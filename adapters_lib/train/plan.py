@@ -50,7 +50,7 @@ class RunPlan:
     timeline: dict[str, float] = field(default_factory=dict)
     own_steps: Any = None
     """With a family's program serving the run (``family`` set): the run's own (exact) steps,
-    whose programs compile behind and take over once ready (``takeover_ready``): the steady
+    whose programs compile behind and take over once ready (``ready``): the steady
     state is the exact program's speed, the family's only serves the first ~minute."""
     behind: list[tuple[Any, tuple]] = field(default_factory=list)
     """(program, abstract arguments) to compile behind after the run's own evals: the run's own
@@ -172,7 +172,9 @@ def first_args(steps: Any, batch: Any) -> tuple:
     return steps._abstract_args("train", abstract, slots)
 
 
-def _ready(steps: Any, args: tuple) -> bool:
+def ready(steps: Any, args: tuple) -> bool:
+    """Whether ``steps``' train program for ``args`` (``first_args``) runs without compiling:
+    compiled here, read back, or a background compile done without error."""
     program = steps._train
     return program.ready(program.signature(args[3], args[-1]))
 
@@ -200,8 +202,8 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     own.run_slots = fam.run_slots
     first = plan.pipeline.train_batch(0)
     own_args, fam_args = first_args(own, first), first_args(fam, first)
-    if _ready(own, own_args) or not _coming(fam, fam_args):
-        if not _ready(own, own_args):  # cold: the family's compiles behind, for the next tweak
+    if ready(own, own_args) or not _coming(fam, fam_args):
+        if not ready(own, own_args):  # cold: the family's compiles behind, for the next tweak
             plan.behind.append((fam._train, fam_args))
         with on_host():
             plan.trainable = lora_family.fit(plan.trainable, plan.own.params)
@@ -212,12 +214,6 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     plan.own_steps = own
     plan.behind.append((own._train, own_args))
     log.info("LoRA: the family's compiled program serves the run while its own compiles behind")
-
-
-def takeover_ready(own_steps: Any, args: tuple) -> bool:
-    """Whether the run's own train program (``RunPlan.own_steps``) is compiled: a background
-    compile done without error."""
-    return _ready(own_steps, args)
 
 
 def compile_takeover(steps: Any, own: OwnShapes) -> Any:
