@@ -145,14 +145,22 @@ def apply_runtime(adapters: Any, runtime: Any) -> Any:
     return jax.tree_util.tree_map_with_path(one, adapters)
 
 
-def fit(tree: Any, like: Any) -> Any:
+def fit(tree: Any, like: Any, *, host: bool = False) -> Any:
     """``tree``'s values in ``like``'s shapes and structure: each leaf of ``like`` takes the leaf
     at the same path of ``tree``, sliced or zero-padded at the end of each axis (the rank), or
     zeros where ``tree`` has none (a masked target). Params and optimizer states alike (their
-    adapter leaves sit under the same keys)."""
+    adapter leaves sit under the same keys).
+
+    ``host``: fetch ``tree`` once and fit it in numpy (a family run's checkpoint: on a TPU each
+    leaf's slice op compiled apart, seconds for every new rank at the end of a run; one process
+    only, where every value is addressable here)."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
+    if host:
+        tree = jax.device_get(tree)
+    xp = np if host else jnp
     have = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
     paths, treedef = jax.tree_util.tree_flatten_with_path(like)
 
@@ -160,13 +168,13 @@ def fit(tree: Any, like: Any) -> Any:
         x = have.get(jax.tree_util.keystr(path))
         shape, dtype = tuple(want.shape), want.dtype
         if x is None:
-            return jnp.zeros(shape, dtype)
-        if tuple(x.shape) == shape:
+            return xp.zeros(shape, dtype)
+        if tuple(np.shape(x)) == shape:
             return x
-        if len(x.shape) != len(shape):
-            raise ValueError(f"{jax.tree_util.keystr(path)}: shape {tuple(x.shape)} does not fit {shape}")
-        x = x[tuple(slice(0, min(a, b)) for a, b in zip(x.shape, shape, strict=True))]
-        pads = [(0, b - a) for a, b in zip(x.shape, shape, strict=True)]
-        return jnp.pad(x, pads) if any(p for _, p in pads) else x
+        if len(np.shape(x)) != len(shape):
+            raise ValueError(f"{jax.tree_util.keystr(path)}: shape {tuple(np.shape(x))} does not fit {shape}")
+        x = x[tuple(slice(0, min(a, b)) for a, b in zip(np.shape(x), shape, strict=True))]
+        pads = [(0, b - a) for a, b in zip(np.shape(x), shape, strict=True)]
+        return xp.pad(x, pads) if any(p for _, p in pads) else x
 
     return jax.tree_util.tree_unflatten(treedef, [one(p, w) for p, w in paths])

@@ -8,7 +8,10 @@ one engine started, then the user's loop through the engine's API (what the CLI'
 - cold launch; a repeat; lr only; rank 8 → 16 → 32 → 8; targets all → q, v → all; a
   ``max_length`` change: seconds from the request to the run's first metrics record (step 1),
   and the longest gap between two steps' records after it (a mid-run compile shows as a stall;
-  ``log_every`` 1, evals and checkpoints pushed past the end);
+  ``log_every`` 1, evals and checkpoints pushed past the end); ``end_s``: from the last step's
+  record to the run's end (its final checkpoint written: what the user waits before Compare);
+- a second ``max_length``, compiled ahead first as Configure does on an edit (``prepare``):
+  seconds until its programs are ready (the thinking time it needs), then the launch;
 - compare right after the last run ends (request to each side's first token), then again;
   a change of ``max-new-tokens``; eval of the run on its eval file.
 
@@ -105,10 +108,12 @@ def _run(client: Any, cfg: list[str], extra: list[str]) -> dict[str, Any]:
     run = client.create_run(config_toml=text, source="bench")
     total = load_config(None, [*overrides, *extra]).train.steps if path is None else \
         load_config(path, [*overrides, *extra]).train.steps
-    first, last, gap, steps, at = None, None, 0.0, 0, 0
+    first, last, gap, steps, at, final = None, None, 0.0, 0, 0, None
     for item in client.stream_run(run.id):
         now = time.perf_counter()
         if item.type == "metrics":
+            if int(_field(item.data, "step", 0)) >= total and final is None:
+                final = now
             step = int(_field(item.data, "step", 0))
             if step >= 1 and first is None:
                 first = now - t0
@@ -123,8 +128,33 @@ def _run(client: Any, cfg: list[str], extra: list[str]) -> dict[str, Any]:
             if state != "completed":
                 raise RuntimeError(f"run {run.id} ended {state}: {item.data}")
             break
+    end = time.perf_counter()
     return {"run": run.id, "step1_s": first, "max_gap_s": gap, "gap_at_step": at, "steps": steps,
-            "total_s": time.perf_counter() - t0}
+            "total_s": end - t0, "end_s": None if final is None else end - final}
+
+
+def _prepare(client: Any, cfg: list[str], extra: list[str], budget: float = 300.0) -> dict[str, Any]:
+    """Configure's compile-ahead of a config (``prepare CONFIG --set …``): seconds until every
+    job of the request is ready (the user's thinking time it needs), or the budget."""
+    from adapters_lib.config import load_config
+
+    path, overrides = (cfg[1], cfg[2:]) if cfg and cfg[0] == "--config" else (None, cfg)
+    t0 = time.perf_counter()
+    reply = client.compile_ahead(config_toml=load_config(path, [*overrides, *extra]).to_toml(),
+                                 source="bench", force=True)
+    request = reply.request.request if reply.request is not None else 0
+    states: dict[str, str] = {}
+    while time.perf_counter() - t0 < budget:
+        got = client.compile_jobs(request)
+        latest = got.latest
+        states = {f"{j.id} {j.what}": j.state for j in got.jobs if j.request == request}
+        planned = latest is not None and latest.request == request and latest.state in ("planned", "failed")
+        if planned and states and all(v in ("ready", "failed", "dropped") for v in states.values()):
+            break
+        if latest is not None and latest.request == request and latest.state == "failed":
+            break
+        time.sleep(0.5)
+    return {"request": request, "ready_s": time.perf_counter() - t0, "jobs": states}
 
 
 TWEAKS = [
@@ -147,6 +177,7 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
     os.environ["GEMMA_WORKBENCH_HOME"] = str(home)
     cfg = [*_overrides(model, Path(os.environ.get("LOOP_WORK", work)), steps), *extra]
     length = {"270m": 256, "1b": 1024, "demo": 32}[model]
+    ahead = {"270m": 192, "1b": 1536, "demo": 48}[model]
     rows: list[dict[str, Any]] = []
     result: dict[str, Any] = {"model": model, "steps": steps, "rows": rows}
     subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
@@ -157,13 +188,20 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
             client.status(wait=True)
             result["engine_start_s"] = time.perf_counter() - t0
             run_id = ""
-            for label, extra in [*TWEAKS, (f"max_length → {length}", [f"data.max_length={length}"])]:
-                row = {"what": label, "cli": "gemma-workbench train CONFIG " + " ".join(f"--set '{e}'" for e in extra),
-                       **_run(client, cfg, extra)}
+            lengths = [f"data.max_length={length}"], [f"data.max_length={ahead}"]
+            for label, extra in [*TWEAKS, (f"max_length → {length}", lengths[0]),
+                                 (f"max_length → {ahead}, prepared first", lengths[1])]:
+                row: dict[str, Any] = {"what": label, "cli": "gemma-workbench train CONFIG " +
+                                       " ".join(f"--set '{e}'" for e in extra)}
+                if "prepared" in label:  # the user edits in Configure (or `prepare`), then launches
+                    row["prepare"] = _prepare(client, cfg, extra)
+                    _log(f"{model}: {label}: compiled ahead in {row['prepare']['ready_s']:.1f} s "
+                         f"({row['prepare']['jobs']})")
+                row.update(_run(client, cfg, extra))
                 rows.append(row)
                 run_id = row["run"]
                 _log(f"{model}: {label}: step 1 at {row['step1_s']:.1f} s, longest gap {row['max_gap_s']:.2f} s "
-                     f"(step {row['gap_at_step']})")
+                     f"(step {row['gap_at_step']}), run end {row['end_s'] or 0:.1f} s after the last step")
             for label, decoding in (("compare right after the run", {}), ("compare again", {}),
                                     ("compare, max-new-tokens 200", {"max_new_tokens": 200})):
                 got = _compare(client, run_id, **decoding)

@@ -21,7 +21,8 @@ So when a run completes or is stopped, and when Compare picks a run's checkpoint
   run or checkpoint picked, nobody needs them); one under way finishes and is kept.
 
 The device job is skipped when a run trains or waits, or a request waits (it would load a
-model beside the run's). ``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite
+model beside the run's); one that comes while the model loads goes first after it (the eval
+tree is not read then: its scorer compiles on first use). ``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite
 does, ``tests/conftest.py``). ``status.warming`` names the run until its compiles end; the
 engine log says when they were queued and how long they took.
 """
@@ -128,13 +129,18 @@ class Warmer:
             cmd = api.Compare(prompt=PROMPT, run_id=str(run.path), step=step, save=False)
             prepared = sampling.prepare(self.engine, cmd)
             model = sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
+            loaded_s = time.perf_counter() - t0
             self._drop_older()
             about = f"run {run.run_id}"
             futures = []
             if hasattr(model, "compile_behind"):  # the gemma route (Keras compiles its own)
                 futures += model.compile_behind(_submitter("sampler prefill + decode", about),
                                                 prepared.settings)
-            futures += self._eval_behind(run, step, _submitter("eval scorer", about))
+            if self._other_work():  # a run or a request came meanwhile: it goes first
+                log.info("run %s: Compare warm-up gives way after the model (%.1f s); eval's "
+                         "scorer compiles on first use", run.run_id, loaded_s)
+            else:
+                futures += self._eval_behind(run, step, _submitter("eval scorer", about))
         except Exception as e:  # noqa: BLE001 - a warm-up never fails anything: the Compare will say
             log.warning("run %s: Compare warm-up failed after %.1f s (%s: %s)", run.run_id,
                         time.perf_counter() - t0, type(e).__name__, e)
@@ -142,8 +148,8 @@ class Warmer:
             return
         with self._lock:
             self.futures = list(futures)
-        log.info("run %s: Compare warm-up queued %d compile(s) behind in %.1f s (model loaded)",
-                 run.run_id, len(futures), time.perf_counter() - t0)
+        log.info("run %s: Compare warm-up queued %d compile(s) behind in %.1f s (model loaded in %.1f s)",
+                 run.run_id, len(futures), time.perf_counter() - t0, loaded_s)
         self._when_done(run.run_id, futures, t0, before)
 
     def _eval_behind(self, run: Any, step: int, submit: Any) -> list[Any]:

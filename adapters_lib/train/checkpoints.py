@@ -60,7 +60,11 @@ def _all_finite(tree: Any) -> jax.Array:
 
 
 def all_finite(tree: Any) -> bool:
-    """Whether every floating value of ``tree`` is finite (one small device fetch)."""
+    """Whether every floating value of ``tree`` is finite (one small device fetch; numpy on the
+    host for a tree fetched already, ``lora_family.fit(host=True)``: no program compiled)."""
+    leaves = jax.tree.leaves(tree)
+    if leaves and all(isinstance(x, np.ndarray | np.generic) for x in leaves):
+        return all(bool(np.isfinite(x).all()) for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact))
     return bool(jax.device_get(_all_finite(tree)))
 
 

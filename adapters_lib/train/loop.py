@@ -254,9 +254,12 @@ class GemmaTrainer(Trainer):
         try:
             params, opt_state = self.state.params, self.state.opt_state
             if self.own is not None:  # the run's own rank and targets, never the family's padding
+                import jax
+
                 from adapters_lib.lora_family import fit
 
-                params, opt_state = fit(params, self.own.params), fit(opt_state, self.own.opt_state)
+                host = jax.process_count() == 1  # numpy: no slice op compiled a leaf on the chip
+                params, opt_state = fit((params, opt_state), (self.own.params, self.own.opt_state), host=host)
             return bool(self.store.save(step, params, opt_state,
                                         {"rng": rng_to_json(self.s.rng), "loss": self.result.losses.get(step),
                                          "time": time.time()}))

@@ -87,6 +87,10 @@ class Trainer(abc.ABC):
                                   total_steps=self.cfg.train.steps)
         self.route_setup: RouteSetup | None = None
         self._last_status = 0.0
+        self.ending: dict[str, float] = {}
+        """The completed run's end, seconds per phase (metrics, checkpoint, written, state;
+        ``run_trainer`` adds the hooks' and logs the line): what a user waits for after the
+        last step."""
 
     # ---------------------------------------------------------------- route methods
     @abc.abstractmethod
@@ -195,21 +199,31 @@ class Trainer(abc.ABC):
                     self.checkpoint(step)
                 if step < t.steps:
                     self.poll()
+            end = self.ending
+            end.clear()
+            t0 = time.perf_counter()
             self.flush()
+            end["metrics"] = time.perf_counter() - t0
             result.step = step
             if self.stopping and step < t.steps:
                 session.state("stopping", session.stop_reason, step=step)
                 self.checkpoint(step)
                 self.finish(done=False)
                 return session.end_early(step, result)
+            t0 = time.perf_counter()
             self.checkpoint(step)
+            end["checkpoint"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
             self.finish(done=True)
+            end["written"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
             result.exact_match_tuned = final.get("eval_exact_match")
             if result.exact_match_base is None:
                 result.exact_match_base = final.get("base_exact_match")
             result.state = "completed"
             session.settle("completed", f"{step} steps", step=step, final_loss=result.final_loss,
                            final_eval_loss=result.final_eval_loss)
+            end["state"] = time.perf_counter() - t0
             return result
         except TrainingDiverged as err:
             # checkpoint k holds the params after k updates, which gave the loss of step k+1:
@@ -288,9 +302,15 @@ def run_trainer(trainer_cls: type[Trainer], cfg: Any, run_dir: str | Path | RunD
             status["step"] = 0
         session.state("running", "resuming" if resume else "starting",
                       step=status.get("step", 0), total_steps=cfg.train.steps, pid=os.getpid())
-        result = trainer_cls(session).train(resume)
+        trainer = trainer_cls(session)
+        result = trainer.train(resume)
+        t0 = time.perf_counter()
         for hook in session.hooks:
             hook.on_end(result)
+        if trainer.ending:
+            trainer.ending["hooks"] = time.perf_counter() - t0
+            log.info("run end %.1f s after the last step (%s)", sum(trainer.ending.values()),
+                     ", ".join(f"{k} {v:.1f} s" for k, v in trainer.ending.items()))
         return result
     except KeyboardInterrupt:
         if run.state in ACTIVE_STATES:
