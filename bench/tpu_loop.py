@@ -181,6 +181,14 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
     rows: list[dict[str, Any]] = []
     result: dict[str, Any] = {"model": model, "steps": steps, "rows": rows}
     subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every row: a call cut short by its time limit keeps what it measured
+        log = home / "state" / "engine.log"
+        if log.exists():
+            (out / f"engine-{model}.log").write_text(log.read_text(errors="replace"))
+        (out / f"loop-{model}.json").write_text(json.dumps(result, indent=1, default=str))
+
     t0 = time.perf_counter()
     subprocess.run([EXE, "engine", "start"], check=True, capture_output=True, timeout=300)
     try:
@@ -199,6 +207,7 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                          f"({row['prepare']['jobs']})")
                 row.update(_run(client, cfg, extra))
                 rows.append(row)
+                save()
                 run_id = row["run"]
                 _log(f"{model}: {label}: step 1 at {row['step1_s']:.1f} s, longest gap {row['max_gap_s']:.2f} s "
                      f"(step {row['gap_at_step']}), run end {row['end_s'] or 0:.1f} s after the last step")
@@ -211,6 +220,7 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                              "first_token_s": first, "sides": got["first"],
                              "tokens_per_s": got["done"].get("tokens_per_s")})
                 _log(f"{model}: {label}: first token {first:.2f} s")
+                save()
             data = _eval_data(model, work)
             if data:
                 t = time.perf_counter()
@@ -220,11 +230,7 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                 _log(f"{model}: eval: {rows[-1]['seconds']:.2f} s")
     finally:
         subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
-        log = home / "state" / "engine.log"
-        out.mkdir(parents=True, exist_ok=True)
-        if log.exists():
-            (out / f"engine-{model}.log").write_text(log.read_text(errors="replace"))
-        (out / f"loop-{model}.json").write_text(json.dumps(result, indent=1, default=str))
+        save()
     return result
 
 
