@@ -17,7 +17,7 @@ one engine started, then the user's loop through the engine's API (what the CLI'
 
 Models: ``270m`` — the real Gemma 3 270M on its README config (``examples/real-270m.toml``,
 4 × 128: its batches hold 64 to 80 loss positions a row); ``1b`` — the Gemma-3-1B shape with
-random weights (an orbax checkpoint written here on the host CPU, the bundle's 262k tokenizer)
+random weights (an HF safetensors folder written here on the host CPU, the bundle's 262k tokenizer)
 at 4 × 2048 on text made of this repository's docs; ``demo`` — the demo model (a dry run of the
 script on a CPU). Results: ``DIR/loop-MODEL.json`` and a line a row; the engine log beside it.
 """
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -54,27 +55,37 @@ def _docs_text(path: Path) -> Path:
 
 
 def random_1b(folder: Path) -> Path:
-    """An orbax checkpoint of the Gemma-3-1B shape with random bf16 weights, written by a CPU
-    process (the engine holds the accelerator): numpy draws, gemma's ``save_params``."""
+    """A Hugging Face folder (``model.safetensors``, ``config.json``, the tokenizer) of the
+    Gemma-3-1B shape with random bf16 weights, written by a CPU process (the engine holds the
+    accelerator): numpy draws in gemma's layout, ``hf_convert.gemma_to_hf``. Not an orbax
+    checkpoint: gemma reads those through ``gm.ckpts``, whose import needs TensorFlow (absent
+    on the chip); the loader reads safetensors tensor by tensor without it."""
     ckpt = folder / "gemma3-1b-random"
-    if (ckpt / "_METADATA").exists():
+    if (ckpt / "config.json").exists():
         return ckpt
     code = f"""
-import numpy as np, ml_dtypes, jax, jax.numpy as jnp
-from gemma import gm
-model = gm.nn.Gemma3_1B()
-shapes = jax.eval_shape(lambda r: model.init(r, jnp.zeros((1, 8), jnp.int32))["params"], jax.random.key(0))
+import numpy as np, ml_dtypes
+from adapters_lib.models import families, hf_convert
+name, arch = families.KNOWN[("gemma3", "1b")]
 rng = np.random.default_rng(0)
-def make(s):
-    if len(s.shape) == 1:  # norms: gemma's scale is 1 + w
-        return np.zeros(s.shape, ml_dtypes.bfloat16)
-    return (rng.standard_normal(s.shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
-params = jax.tree.map(make, shapes)
-gm.ckpts.save_params(params, {str(ckpt)!r}, wait_until_finished=True)
+params = {{}}
+for path, shape in hf_convert.gemma_shapes(arch).items():
+    leaf = params
+    for k in path[:-1]:
+        leaf = leaf.setdefault(k, {{}})
+    if len(shape) == 1:  # norms: gemma's scale is 1 + w
+        leaf[path[-1]] = np.zeros(shape, ml_dtypes.bfloat16)
+    else:
+        leaf[path[-1]] = (rng.standard_normal(shape, dtype=np.float32) * 0.02).astype(ml_dtypes.bfloat16)
+tensors = hf_convert.gemma_to_hf(params, arch=arch)
+hf_convert.save_hf(__import__("pathlib").Path({str(ckpt)!r}), tensors, families.hf_config_for(arch, dtype="bfloat16"))
 """
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=900)
+    tok = os.environ.get("TOKENIZER", "")
+    if tok:
+        shutil.copy(tok, ckpt / "tokenizer.model")
     _log(f"random 1B checkpoint written in {time.perf_counter() - t0:.0f} s: {ckpt}")
     return ckpt
 
