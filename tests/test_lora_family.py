@@ -255,3 +255,22 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
                                    [m["loss"] for m in exact.metrics()], rtol=1e-4)
     finally:
         step_programs.forget()
+
+
+def test_a_checkpoints_finiteness_is_checked_alike_on_the_host_and_on_the_device():
+    """``checkpoints.all_finite``: a small state (adapters) is fetched and checked in numpy, a
+    large one by a program on the device; both see one NaN or inf anywhere, ints ignored."""
+    import jax.numpy as jnp
+
+    from adapters_lib.train import checkpoints
+
+    good = {"a": jnp.ones((4, 8)), "b": [jnp.zeros(3, jnp.bfloat16), jnp.arange(5)]}
+    for bad_value in (jnp.nan, jnp.inf):
+        bad = {**good, "b": [good["b"][0].at[1].set(bad_value), good["b"][1]]}
+        for host_bytes in (checkpoints.HOST_CHECK_BYTES, 0):  # the host's check, then the device's
+            old, checkpoints.HOST_CHECK_BYTES = checkpoints.HOST_CHECK_BYTES, host_bytes
+            try:
+                assert checkpoints.all_finite(good) and not checkpoints.all_finite(bad)
+            finally:
+                checkpoints.HOST_CHECK_BYTES = old
+    assert not checkpoints.all_finite(jax.device_get(bad))  # numpy leaves (a host fit)

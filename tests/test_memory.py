@@ -93,3 +93,38 @@ def test_estimate_is_within_15_percent_of_the_compiled_step(demo, cfg):
     compiled = steps.compiled_memory((cfg.train.batch_size, cfg.data.max_length))
     est = memory.estimate_run(cfg, model.config, device_count=cfg.mesh.devices)
     assert est.total == pytest.approx(compiled["total"], rel=0.15), (est.summary(), compiled)
+
+
+def _gemma3_1b_run(**lora) -> tuple[RunConfig, object]:
+    from adapters_lib.models import families
+
+    _, arch = families.KNOWN[("gemma3", "1b")]
+    cfg = RunConfig(data=DataSpec(max_length=2048),
+                    train=TrainSpec(batch_size=4, compute_dtype="bfloat16", param_dtype="bfloat16"),
+                    lora=LoraSpec(**{"rank": 8, "targets": ("q", "k", "v", "o", "gate", "up", "down"), **lora}),
+                    mesh=MeshSpec(devices=1))
+    return cfg, arch.transformer_config()
+
+
+V5E_BYTES = 16_909_336_064  # a v5e chip's bytes_limit, as JAX reports it
+
+
+def test_auto_takes_the_largest_rank_bucket_that_fits_the_device():
+    """The Gemma-3-1B shape at 4 × 2048 on a 16 GiB v5e: a rank-128 family's adapters do not fit
+    (XLA asked 15.99 of 15.75 GiB on the chip), so "auto" halves the bucket until one does
+    instead of compiling every rank on its own; the estimate is of that program."""
+    cfg, config = _gemma3_1b_run()
+    family = memory.run_program(cfg, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
+    assert family is not None and family.program.rank == 32 and family.spec.rank == 8
+    full = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="family"))
+    padded = memory.estimate_run(full, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
+    chosen = memory.estimate_run(cfg, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
+    assert padded.total > V5E_BYTES * memory.FITS >= chosen.total > 0
+    # a rank above every bucket that fits: the exact program (it is the smaller)
+    big, _ = _gemma3_1b_run(rank=64)
+    assert memory.run_program(big, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu") is None
+    # room to spare (a v5p's 95 GiB): the platform's bucket; "family" and "exact" are taken as set
+    assert memory.run_program(cfg, config, device_count=1, device_bytes=95 << 30, platform="tpu").program.rank == 128
+    assert memory.run_program(full, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu").program.rank == 128
+    exact = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="exact"))
+    assert memory.run_program(exact, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu") is None

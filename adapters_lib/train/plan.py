@@ -237,8 +237,8 @@ def compile_takeover(steps: Any, own: OwnShapes) -> Any:
 
 
 def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
-    """The run's LoRA family (``lora_family.run_family``: the one rule), or None; with "auto", None
-    too when the family's padded adapters would not fit the device where the run's own would."""
+    """The run's LoRA family (``memory.run_program``: with "auto", the largest rank bucket whose
+    padded adapters fit the device), or None for the exact program."""
     from adapters_lib import lora_family, memory
     from adapters_lib.device_memory import device_memory_bytes
 
@@ -249,16 +249,15 @@ def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
     limit = device_memory_bytes(devices[0])
     if not limit:
         return family
-    padded = memory.estimate_run(cfg, config, device_count=len(devices), device_bytes=limit, platform=platform)
-    if padded.total <= limit * 0.9:
-        return family
-    exact = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="exact"))
-    own = memory.estimate_run(exact, config, device_count=len(devices), device_bytes=limit, platform=platform)
-    if own.total < padded.total:
-        log.info("LoRA: the exact program (a rank-%d family's adapters would need %.1f of %.1f GiB)",
+    got = memory.run_program(cfg, config, device_count=len(devices), device_bytes=limit, platform=platform)
+    if got is None or got.program.rank != family.program.rank:
+        full = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="family"))
+        padded = memory.estimate_run(full, config, device_count=len(devices), device_bytes=limit,
+                                     platform=platform)
+        log.info("LoRA: %s (a rank-%d family's adapters would need %.1f of %.1f GiB)",
+                 "the exact program" if got is None else f"a rank-{got.program.rank} family",
                  family.program.rank, padded.total / 2**30, limit / 2**30)
-        return None
-    return family
+    return got
 
 
 def widest_slots(steps: Any, pipeline: Any, total_steps: int, budget: float = SLOTS_SCAN_SECONDS) -> int | None:
