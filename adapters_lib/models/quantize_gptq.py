@@ -300,9 +300,9 @@ def _model_files(source: str) -> list[Any] | None:
 
     if source == "demo":
         return None
-    from adapters_lib.models import weights
+    from adapters_lib.catalog import resolve
 
-    entry = weights.resolve(source)
+    entry = resolve(source)
     where = entry.checkpoint or entry.path
     if not where:
         return None
