@@ -39,7 +39,7 @@ PROGRAMS = ("auto", "family", "exact")
 """``train.programs``: how the train step covers LoRA tweaks (``lora_family``)."""
 """``[model] quantize`` (contract): how the frozen base is held (``models.quantize``)."""
 QUANTIZE_METHODS = ("rtn", "gptq")
-"""``[model] quantize_method`` (contract): round to nearest, or GPTQ (``models.quantize_gptq``)."""
+"""``[model] quantize_method`` (contract): round to nearest, or GPTQ (``models.quantize.quantize_gptq``)."""
 DATA_FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 EVAL_METRICS = ("loss", "perplexity", "exact_match", "contains", "rouge_l", "numeric_match")
 """The task metrics (contract names; ``adapters_lib.evals.metrics`` computes them)."""
@@ -63,7 +63,7 @@ class ModelSpec:
     a GGUF's own blocks for "gguf"), "none" (the param dtype), "int8", "int4" or "nf4"."""
     quantize_method: str = "rtn"
     """How the projections are rounded under ``quantize`` (contract): "rtn" (to nearest, per
-    tile) or "gptq" (GPTQ on calibration text: ``models.quantize_gptq``)."""
+    tile) or "gptq" (GPTQ on calibration text: ``models.quantize.quantize_gptq``)."""
     quantize_calibration: str = ""
     """GPTQ's calibration text: any ``[data] path`` value; "" = the run's own ``[data] path``."""
     generation_dtype: str = ""

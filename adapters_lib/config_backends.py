@@ -11,7 +11,7 @@ Gemma-only (refused with ``backend = "keras"``):
 - ``train.param_dtype = "bfloat16"`` with ``compute_dtype = "float32"``: no Keras dtype policy does that;
 - ``model.quantize`` other than "none"/"int8": the Keras route uses Keras' own ``quantize("int8")``.
 A Keras preset folder (config.json + model.weights.h5 or its shards) is a ``model.source`` of
-either backend: the gemma route reads its weights (``models.keras_weights``).
+either backend: the gemma route reads its weights (``models.hf.keras_weights``).
 Accepted but different: ``data.packing`` — the Keras backbones take a padding mask, not
 segment ids, so the Keras route always trains one example per row (unpacked).
 """

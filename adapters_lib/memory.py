@@ -37,7 +37,7 @@ from adapters_lib.lora_family import resolve, run_family
 from adapters_lib.lora_shapes import config_field as _cfg
 from adapters_lib.lora_shapes import lora_param_shapes, num_layers
 from adapters_lib.models import families
-from adapters_lib.models import quantize_layout as quantize_lib
+from adapters_lib.models.quantize import quantize_layout as quantize_lib
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1}
 FIT_FRACTION = 0.8

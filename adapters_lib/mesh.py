@@ -25,7 +25,7 @@ from typing import Any
 from adapters_lib.config import MeshSpec
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.models import families
-from adapters_lib.models.quantize_layout import QARRAY_FIELDS
+from adapters_lib.models.quantize import QARRAY_FIELDS
 
 log = logging.getLogger(__name__)
 

@@ -263,7 +263,8 @@ def _llama_nll(gguf_path: str, windows: list[list[int]]) -> tuple[float, int] | 
 @measure("quantized_270m_ppl", quick=False)
 def quantized_270m_ppl(quick: bool = False) -> list[Row]:
     """Base perplexity on held-out text per mode vs f32, and vs llama.cpp on the same GGUF."""
-    from adapters_lib.models import quantize_gptq, starter
+    from adapters_lib.models import starter
+    from adapters_lib.models.quantize import quantize_gptq
 
     f32 = _load("float32")
     windows = _heldout_windows(f32.tokenizer)

@@ -65,7 +65,8 @@ def random_1b(folder: Path) -> Path:
         return ckpt
     code = f"""
 import numpy as np, ml_dtypes
-from adapters_lib.models import families, hf_convert
+from adapters_lib.models import families
+from adapters_lib.models.hf import hf_convert
 name, arch = families.KNOWN[("gemma3", "1b")]
 rng = np.random.default_rng(0)
 params = {{}}

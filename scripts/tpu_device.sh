@@ -57,7 +57,7 @@ build() {
     | xz -T0 -6 > "$b/site.tar.xz"
   if [ $with_270m = 1 ]; then ( cd "$sp" && ls -d gemma3_270m* | xargs tar -cf - ) > "$b/starter.tar"; fi
   # the real 270M's tokenizer (262k vocabulary), rebuilt from its GGUF: `check decode` needs one
-  .venv/bin/python -c 'import shutil, sys; from adapters_lib.models import gguf_tokenizer, starter
+  .venv/bin/python -c 'import shutil, sys; from adapters_lib.models import starter; from adapters_lib.models.gguf import gguf_tokenizer
 shutil.copy(gguf_tokenizer.tokenizer_for_gguf(starter.ensure_starter()), sys.argv[1])' "$b/tokenizer.model"
   ( cd "$b" && sha256sum ./* > SHA256SUMS )
   tar -C "$tmp" -cf - bundle | split -b "${PART_MB}M" -d -a 2 - "$out/part"

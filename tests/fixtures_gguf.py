@@ -28,7 +28,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters_lib.models import families, gguf_arch, hf_convert
+from adapters_lib.models import families
+from adapters_lib.models.gguf import gguf_arch
+from adapters_lib.models.hf import hf_convert
 
 
 def sp_vocab(tokenizer: Path) -> dict[str, Any]:

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters_lib.models import families, hf_convert
+from adapters_lib.models import families
+from adapters_lib.models.hf import hf_convert
 
 
 def _gguf_of(hf: str, own) -> tuple[str, int | None]:

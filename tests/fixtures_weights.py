@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from adapters_lib.models import families, hf_convert
+from adapters_lib.models import families
+from adapters_lib.models.hf import hf_convert
 
 DEMO_ARCH = families.KNOWN[("gemma3", "custom")][1]
 TINY_GEMMA2 = families.Arch(

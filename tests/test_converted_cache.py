@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from adapters_lib.config import ModelSpec
-from adapters_lib.models import converted_cache, gguf_weights
+from adapters_lib.models import converted_cache
+from adapters_lib.models.gguf import gguf_weights
 from adapters_lib.models.loader import load_model
 
 

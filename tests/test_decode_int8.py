@@ -30,7 +30,8 @@ def test_an_int8_rows_einsum_keeps_the_base_tiles_and_stays_near_the_float_einsu
     import jax.numpy as jnp
     import numpy as np
 
-    from adapters_lib.models import decode_layout, qarray, quantize
+    from adapters_lib.models import decode_layout, quantize
+    from adapters_lib.models.quantize import qarray
 
     kx, kw = jax.random.split(jax.random.key(0))
     x = jax.random.normal(kx, x_shape, jnp.float32)

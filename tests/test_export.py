@@ -60,7 +60,8 @@ def test_peft_tensors_are_the_update_hf_applies_to_its_weights(demo_lora):
     """W_hf + (alpha/r)·lora_B @ lora_A, converted back to gemma, is our fused tree."""
     from adapters_lib import lora
     from adapters_lib.export import adapter_config, adapter_tensors, merged_params
-    from adapters_lib.models import families, hf_convert
+    from adapters_lib.models import families
+    from adapters_lib.models.hf import hf_convert
 
     loaded, spec, adapters = demo_lora
     peft = adapter_tensors(adapters)
@@ -166,7 +167,8 @@ def test_hf_export_writes_safetensors_and_a_config_that_convert_back(tuned_run, 
     import jax
 
     from adapters_lib.export import merged_params
-    from adapters_lib.models import families, hf_convert, safetensors_io
+    from adapters_lib.models import families
+    from adapters_lib.models.hf import hf_convert, safetensors_io
 
     cfg, loaded, trainable, _ = tuned_run
     config = json.loads((exports["hf"] / "config.json").read_text())
@@ -197,7 +199,7 @@ def test_a_missing_checkpoint_names_the_steps_there_are(trained_demo_run, capsys
 
 
 def test_an_adapter_for_another_base_model_names_the_tensor_and_both_shapes(exports, capsys, tmp_path):
-    from adapters_lib.models import safetensors_io
+    from adapters_lib.models.hf import safetensors_io
 
     src = exports["adapter"] / "adapter_model.safetensors"
     header = safetensors_io.read_header(src)

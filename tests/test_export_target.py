@@ -164,7 +164,7 @@ def test_a_forced_hf_reexport_leaves_no_stale_shard_or_index(trained_demo_run, t
     """A sharded export, then a single-file one in the same folder: only the new files remain,
     and a reload reads the new weights (the old index would point a loader at the old shards)."""
     from adapters_lib.export import merged
-    from adapters_lib.models import safetensors_io
+    from adapters_lib.models.hf import safetensors_io
 
     out = tmp_path / "hf"
     monkeypatch.setattr(merged, "HF_SHARD_BYTES", 1 << 20)

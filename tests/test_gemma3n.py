@@ -46,7 +46,7 @@ def test_known_sizes_mirror_the_library_configs():
 
 
 def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma3n_tiny, tmp_path):
-    from adapters_lib.models import hf_convert, hf_layout, safetensors_io
+    from adapters_lib.models.hf import hf_convert, hf_layout, safetensors_io
 
     arch, model, params = gemma3n_tiny
     assert gemma3n.arch_from_config(model.config) == arch
@@ -71,7 +71,8 @@ def test_multimodal_hf_folder_loads_the_text_tower(gemma3n_tiny, tmp_path):
     lists the family and its towers, the loader gives the library's logits."""
     import jax.numpy as jnp
 
-    from adapters_lib.models import hf_convert, weights
+    from adapters_lib.models import weights
+    from adapters_lib.models.hf import hf_convert
 
     arch, model, params = gemma3n_tiny
     tensors = {}

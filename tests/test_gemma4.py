@@ -59,7 +59,7 @@ def test_kv_shared_layers_read_the_same_layers_as_in_transformers_and_gemma():
 
 @pytest.mark.parametrize("kind", ["dense", "moe", "e"])
 def test_family_shapes_and_hf_round_trip_are_the_librarys(gemma4_tiny, kind, tmp_path):
-    from adapters_lib.models import hf_convert, hf_layout, safetensors_io
+    from adapters_lib.models.hf import hf_convert, hf_layout, safetensors_io
 
     arch, model, params = gemma4_tiny[kind]
     assert gemma4.arch_from_config(model.config) == arch  # what an export reads back
@@ -83,7 +83,8 @@ def test_multimodal_hf_folder_loads_the_text_tower_and_fills_dropped_kv(gemma4_t
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import hf_convert, weights
+    from adapters_lib.models import weights
+    from adapters_lib.models.hf import hf_convert
 
     arch, model, params = gemma4_tiny["e"]
     hf = hf_convert.gemma_to_hf(params, arch=arch)

@@ -54,7 +54,7 @@ def _peft_merge(hf: dict, tensors: dict, config: dict) -> dict:
 def test_the_peft_adapter_merges_by_peft_formulas_into_our_fused_weights(moe_run, tmp_path):
     from adapters_lib import lora, lora_fuse
     from adapters_lib.export import peft
-    from adapters_lib.models import hf_convert, hf_layout, safetensors_io
+    from adapters_lib.models.hf import hf_convert, hf_layout, safetensors_io
 
     arch, model, params, spec, adapters = moe_run
     peft.save_adapter(tmp_path, adapters, spec, "google/gemma-4-26b-a4b")

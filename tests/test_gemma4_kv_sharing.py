@@ -113,9 +113,9 @@ def test_hf_and_gguf_forms_read_the_same_layers(keras_presets, tmp_path):
     from fixtures_gguf_e import write_gguf_e
 
     from adapters_lib.catalog import resolve
-    from adapters_lib.models import families, gguf_arch, hf_convert, weights
-    from adapters_lib.models.gguf_file import read_info
-    from adapters_lib.models.gguf_weights import load_gguf_params
+    from adapters_lib.models import families, weights
+    from adapters_lib.models.gguf import gguf_arch, load_gguf_params, read_info
+    from adapters_lib.models.hf import hf_convert
 
     entry = resolve(str(keras_presets("gemma4-e-window3")))
     arch, loaded = entry.arch, weights.load_entry(entry)

@@ -15,7 +15,8 @@ def test_a_moe_run_trains_the_experts_and_exports_them(gemma4_tiny, gemma4_token
     from adapters_lib import runs
     from adapters_lib.config import load_config
     from adapters_lib.evals.hooks import default_hooks
-    from adapters_lib.models import families, hf_convert, safetensors_io
+    from adapters_lib.models import families
+    from adapters_lib.models.hf import hf_convert, safetensors_io
     from adapters_lib.train.loop import run_training
     from adapters_lib.tuned import export_run
 

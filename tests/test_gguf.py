@@ -63,8 +63,7 @@ def test_broken_gguf_files_say_why_in_one_line(gguf_stores):
 def test_a_file_cut_inside_its_vocabulary_is_incomplete_and_the_count_is_kept(gguf_env, tmp_path):
     """The catalog walks past the vocabulary's strings without keeping them (tui2: the 270M's
     header in ~0.1 s); a cut inside them still says so in one line."""
-    from adapters_lib.models.gguf_file import read_info
-    from adapters_lib.models.gguf_info import GGUFError
+    from adapters_lib.models.gguf import GGUFError, read_info
 
     full = gguf_env.files["f32"].read_bytes()
     start = full.index(b"tokenizer.ggml.tokens")

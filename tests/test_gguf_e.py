@@ -27,9 +27,7 @@ def shapes(gemma4_tiny, gemma3n_tiny):
 def test_the_architecture_comes_from_the_metadata_and_the_weights_load_exactly(shapes, kind, variant, tmp_path):
     """MoE: the experts as llama.cpp's older converter split them; E-style: the KV-shared layers'
     k/v dropped (transformers' save does, llama.cpp allows it)."""
-    from adapters_lib.models import gguf_arch
-    from adapters_lib.models.gguf_file import read_info
-    from adapters_lib.models.gguf_weights import load_gguf_params
+    from adapters_lib.models.gguf import gguf_arch, load_gguf_params, read_info
 
     arch, _, params = shapes[kind]
     info = read_info(write_gguf_e(tmp_path / f"{kind}.gguf", params, arch, **variant))
@@ -51,7 +49,7 @@ def test_listed_with_family_params_and_a_tokenizer_that_encodes_alike(shapes, ge
 
     from adapters_lib import catalog
     from adapters_lib.models import demo
-    from adapters_lib.models.gguf_tokenizer import tokenizer_for_gguf
+    from adapters_lib.models.gguf import tokenizer_for_gguf
 
     e_arch, _, e_params = shapes["moe"]
     n_arch, _, n_params = shapes["3n"]
@@ -121,9 +119,8 @@ def test_llama_cpp_reads_the_same_gemma4_gguf_to_the_same_logits(llama_cpp, shap
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import families, gguf_arch
-    from adapters_lib.models.gguf_file import read_info
-    from adapters_lib.models.gguf_weights import load_gguf_params
+    from adapters_lib.models import families
+    from adapters_lib.models.gguf import gguf_arch, load_gguf_params, read_info
 
     arch, _, params = shapes[kind]
     path = write_gguf_e(tmp_path / f"{kind}.gguf", params, arch, tokenizer=gemma4_tokenizer, **variant)

@@ -258,8 +258,9 @@ def test_an_hf_gemma3n_on_the_keras_route_is_refused_in_one_line(gemma3n_tiny, t
 
     from adapters_lib.errors import WorkbenchError
     from adapters_lib.keras_route.model import model_dims
-    from adapters_lib.models import families, hf_convert
+    from adapters_lib.models import families
     from adapters_lib.models.demo import ensure_demo_tokenizer
+    from adapters_lib.models.hf import hf_convert
 
     arch, _, params = gemma3n_tiny
     hf_convert.save_hf(tmp_path, hf_convert.gemma_to_hf(params, arch=arch), families.hf_config_for(arch))

@@ -59,7 +59,8 @@ def test_keras_hubs_converter_and_ours_read_a_gemma4_checkpoint_alike(gemma4_tin
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import families, hf_convert, weights
+    from adapters_lib.models import families, weights
+    from adapters_lib.models.hf import hf_convert
 
     arch, model, params = gemma4_tiny[kind]
     hf_convert.save_hf(tmp_path, hf_convert.gemma_to_hf(params, arch=arch), families.hf_config_for(arch))
@@ -120,7 +121,8 @@ def test_keras_hubs_converter_and_ours_read_a_gemma3n_checkpoint_alike(gemma3n_t
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import families, hf_convert, weights
+    from adapters_lib.models import families, weights
+    from adapters_lib.models.hf import hf_convert
 
     arch, model, params = gemma3n_tiny
     text = families.hf_config_for(arch)

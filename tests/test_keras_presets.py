@@ -62,7 +62,7 @@ def test_sharded_bfloat16_preset_reads_the_same_tensors(keras_presets, tmp_path)
 
     from adapters_lib.catalog import resolve
     from adapters_lib.keras_route.model import import_keras
-    from adapters_lib.models.keras_weights import KerasPresetTensors
+    from adapters_lib.models.hf import KerasPresetTensors
 
     import_keras()
     import keras_hub
@@ -123,8 +123,7 @@ def test_a_preset_written_as_hf_by_the_reader_is_keras_hubs_model_again(keras_pr
     from adapters_lib.config import config_from_dict
     from adapters_lib.keras_route.backbones import model_inputs
     from adapters_lib.keras_route.model import build_model
-    from adapters_lib.models import hf_convert
-    from adapters_lib.models.keras_weights import KerasPresetTensors, hf_config, read_preset_config
+    from adapters_lib.models.hf import KerasPresetTensors, hf_config, hf_convert, read_preset_config
 
     preset = keras_presets(kind)
     with KerasPresetTensors(preset) as tensors:

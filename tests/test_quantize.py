@@ -65,8 +65,8 @@ def test_a_gguf_base_keeps_its_own_blocks_and_computes_the_f32_loads_numbers(ggu
     import numpy as np
     import qwix
 
-    from adapters_lib.models import quantize
     from adapters_lib.models.loader import load_model
+    from adapters_lib.models.quantize import quantized_base as quantize
 
     monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", str(tmp_path / "converted"))
     source = str(gguf_env.files["mixed"])
@@ -122,8 +122,9 @@ def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, b
     import numpy as np
     import qwix
 
-    from adapters_lib.models import qarray, quantize
     from adapters_lib.models.loader import load_model
+    from adapters_lib.models.quantize import qarray
+    from adapters_lib.models.quantize import quantized_base as quantize
 
     q = load_model(ModelSpec(quantize=mode))
     leaves = jax.tree.leaves(q.params, is_leaf=lambda x: isinstance(x, qwix.QArray))
@@ -153,8 +154,8 @@ def test_train_estimate_json_counts_the_quantized_base_as_the_device_holds_it(ca
     import json
 
     from adapters_lib.memory import TERMS
-    from adapters_lib.models import quantize
     from adapters_lib.models.loader import load_model
+    from adapters_lib.models.quantize import quantized_base as quantize
     from workbench.commands._estimate import print_estimate
 
     out = {}
@@ -180,7 +181,7 @@ def test_a_sharded_int4_step_over_4_devices_equals_the_one_device_step(demo, lor
 
     from adapters_lib import mesh
     from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
-    from adapters_lib.models import quantize
+    from adapters_lib.models.quantize import quantized_base as quantize
     from adapters_lib.train import step as step_lib
 
     model, base = demo
@@ -219,7 +220,7 @@ def test_a_gemma4_base_reads_its_quantized_weights(gemma4_tiny, kind):
     import numpy as np
     import qwix
 
-    from adapters_lib.models import quantize
+    from adapters_lib.models.quantize import quantized_base as quantize
 
     _, model, params = gemma4_tiny[kind]
     q = quantize.quantize_params(jax.tree.map(jnp.asarray, params), "int4", tile=8,
@@ -252,7 +253,7 @@ def test_lora_on_quantized_expert_banks_trains_the_expert_adapters(gemma4_tiny):
 
     from adapters_lib import lora
     from adapters_lib.config import LoraSpec
-    from adapters_lib.models import quantize
+    from adapters_lib.models.quantize import quantized_base as quantize
 
     _, model, params = gemma4_tiny["moe"]
     spec = LoraSpec(rank=2, targets=("q", "experts"))
@@ -280,7 +281,7 @@ def test_the_cross_entropy_reads_a_quantized_table_a_block_at_a_time(monkeypatch
     import numpy as np
     import qwix
 
-    from adapters_lib.models import qarray, quantize_layout
+    from adapters_lib.models.quantize import qarray, quantize_layout
     from adapters_lib.train import loss as loss_lib
 
     monkeypatch.setattr(quantize_layout, "TABLE_BLOCK_BYTES", 256 * 32 * 4)
@@ -310,7 +311,7 @@ def test_generation_on_a_quantized_base_is_generation_on_its_numbers(demo_float)
     numbers dequantized — prefill and decode loop both."""
     import jax.numpy as jnp
 
-    from adapters_lib.models import quantize
+    from adapters_lib.models.quantize import quantized_base as quantize
     from adapters_lib.sample.sampler import Sampler
     from adapters_lib.sample.settings import SamplingSettings
 
@@ -336,7 +337,7 @@ def test_a_4bit_table_is_read_as_4_bits_and_its_logits_differentiate_block_by_bl
     import numpy as np
     import qwix
 
-    from adapters_lib.models import qarray, quantize_layout
+    from adapters_lib.models.quantize import qarray, quantize_layout
 
     monkeypatch.setattr(quantize_layout, "TABLE_BLOCK_BYTES", 1 << 20)  # blocks of 1 MiB in f32
     vocab, dim = 65536, 256
@@ -387,7 +388,7 @@ def test_a_layer_weight_is_dequantized_or_transposed_when_its_layer_runs():
     from flax import linen as nn
     from gemma.gm.nn import _layers
 
-    from adapters_lib.models import quantize
+    from adapters_lib.models.quantize import quantized_base as quantize
     from adapters_lib.train import variants
 
     n, d, f = 8, 1024, 1024

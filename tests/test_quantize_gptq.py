@@ -1,4 +1,4 @@
-"""GPTQ for the quantized base (``[model] quantize_method = "gptq"``, ``models.quantize_gptq``):
+"""GPTQ for the quantized base (``[model] quantize_method = "gptq"``, ``models.quantize.quantize_gptq``):
 equal to qwix's own GPTQ, closer to each projection's outputs than round-to-nearest, the same
 layout, deterministic (a run's compare and resume load the base it trained on), and its
 one-line refusals."""
@@ -24,8 +24,8 @@ def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, monkeypatch):
     from qwix._src.core import qarray as qa
     from qwix.contrib import gptq_core
 
-    from adapters_lib.models import quantize_gptq
     from adapters_lib.models.gemma_layers import qtype as to_qtype
+    from adapters_lib.models.quantize import quantize_gptq
 
     k = jax.random.split(jax.random.PRNGKey(0), 2)
     w = jax.random.normal(k[0], (12, 128))
@@ -57,8 +57,8 @@ def test_act_order_rounds_the_most_used_inputs_first_and_searched_scales_round_f
     import numpy as np
     from qwix._src.core import qarray as qa
 
-    from adapters_lib.models import quantize_gptq
     from adapters_lib.models.gemma_layers import qtype
+    from adapters_lib.models.quantize import quantize_gptq
 
     k = jax.random.split(jax.random.PRNGKey(1), 2)
     w = jax.random.normal(k[0], (64, 256))
@@ -102,7 +102,7 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import qarray, quantize_gptq
+    from adapters_lib.models.quantize import qarray, quantize_gptq
 
     f32, rtn, gptq, _ = demo_bases
     hessians = quantize_gptq.hessians(f32, quantize_gptq.calibration_rows("demo", f32.tokenizer))
@@ -196,8 +196,8 @@ def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(demo_bases):
 
     from adapters_lib import mesh as mesh_lib
     from adapters_lib.config import MeshSpec
-    from adapters_lib.models import qarray
     from adapters_lib.models.loader import load_model
+    from adapters_lib.models.quantize import qarray
 
     one = demo_bases[2]
     mesh = mesh_lib.make_mesh(MeshSpec(1, 2, 2, devices=4))
@@ -225,8 +225,9 @@ def test_a_second_load_reads_the_gptq_base_back_from_the_weights_cache(tmp_path,
     from fixtures_gguf import write_gguf
     from fixtures_weights import DEMO_ARCH, tiny_params
 
-    from adapters_lib.models import demo, quantize_gptq
+    from adapters_lib.models import demo
     from adapters_lib.models.loader import load_model
+    from adapters_lib.models.quantize import quantize_gptq
 
     monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", str(tmp_path / "cache"))
     path = write_gguf(tmp_path / "gemma3-demo-f32.gguf", tiny_params(DEMO_ARCH, seed=3), DEMO_ARCH,
@@ -283,7 +284,7 @@ def test_calibration_reads_a_dataset_only_where_its_rows_start(dataset_env, tmp_
 
     from adapters_lib.data.sources import source as source_mod
     from adapters_lib.models.demo import demo_tokenizer
-    from adapters_lib.models.quantize_calibration import calibration_rows
+    from adapters_lib.models.quantize import calibration_rows
 
     tok = demo_tokenizer()
     texts = [r["text"] for r in imdb_like().reviews(40, 0)]  # the cache's hf:imdb train split

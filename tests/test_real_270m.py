@@ -121,7 +121,7 @@ def test_tokenizer_invariants_and_the_transformers_oracle(real_270m):
     )
 
     from adapters_lib.models import starter
-    from adapters_lib.models.gguf_file import open_reader
+    from adapters_lib.models.gguf import open_reader
 
     tok = real_270m.tokenizer
     assert tok.encode("The capital of France is") == [818, 5279, 529, 7001, 563]
@@ -182,9 +182,8 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
 
 def test_hf_export_of_the_dequantized_model_reloads_to_the_same_logits(real_270m, tmp_path):
     from adapters_lib.config import ModelSpec
-    from adapters_lib.models import gguf_arch, starter
-    from adapters_lib.models.gguf_file import read_info
-    from adapters_lib.models.gguf_weights import export_hf_from_gguf
+    from adapters_lib.models import starter
+    from adapters_lib.models.gguf import export_hf_from_gguf, gguf_arch, read_info
     from adapters_lib.models.loader import load_model
 
     info = read_info(starter.ensure_starter())

@@ -63,7 +63,7 @@ def test_before_the_first_step_the_header_says_what_the_run_waits_for():
     view = RunView("r", state=RunState.RUNNING)
     view.add_event({"time": 1000.0, "kind": "state", "state": "running"})
     assert "12s setting up" in header_text(view, "r", "green", now=1012.0)
-    from adapters_lib.models.quantize_gptq import PROGRESS
+    from adapters_lib.models.quantize import PROGRESS
 
     view.add_event({"time": 1020.0, "kind": "log", "message": f"{PROGRESS} nf4 of starter: calibrating"})
     assert "25s GPTQ: rounding the base" in header_text(view, "r", "green", now=1025.0)

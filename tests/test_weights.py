@@ -15,7 +15,8 @@ from fixtures_weights import DEMO_ARCH, TINY_GEMMA2, tiny_params
 from adapters_lib import catalog
 from adapters_lib.config import LoraSpec, ModelSpec
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.models import families, hf_convert, hf_layout, safetensors_io
+from adapters_lib.models import families
+from adapters_lib.models.hf import hf_convert, hf_layout, safetensors_io
 from adapters_lib.models.loader import load_model
 
 TOKENS = jnp.array([[2, 105, 40, 41, 42, 43, 44, 106, 7, 8]], jnp.int32)

@@ -162,8 +162,7 @@ def tree_bytes(folder: Path) -> int:
 
 
 def _inspect_hf(entry: ModelEntry, folder: Path) -> None:
-    from adapters_lib.models.hf_layout import check_hf_shapes
-    from adapters_lib.models.safetensors_io import SafetensorsDir, SafetensorsError
+    from adapters_lib.models.hf import SafetensorsDir, SafetensorsError, check_hf_shapes
 
     entry.tokenizer = find_tokenizer(folder)
     try:
@@ -201,7 +200,7 @@ def _inspect_orbax(entry: ModelEntry, folder: Path, ckpt: Path) -> None:
                             if (p / "config.json").is_file()), None)
         if config_file is not None:
             arch = families.from_hf_config(read_json(config_file, "config.json"))
-            from adapters_lib.models.hf_convert import gemma_shapes
+            from adapters_lib.models.hf import gemma_shapes
 
             shapes_n = {tuple(k.split("/")): v for k, v in shapes.items()}
             for path, shape in gemma_shapes(arch).items():

@@ -1,7 +1,7 @@
 """A GGUF file → a catalog entry, from its header alone (no tensor data is read).
 
 Family, size, variant, quant type, bytes, params and status all come from the metadata
-and the tensor table (``models.gguf_file``, ``models.gguf_arch``); the file name is never
+and the tensor table (``models.gguf.gguf_file``, ``models.gguf.gguf_arch``); the file name is never
 trusted for the architecture. A truncated file, a shard missing from a split file, a
 file without a vocabulary or of another architecture is listed with its one-line reason.
 Headers are remembered by (path, size, mtime), per process and on disk
@@ -65,7 +65,7 @@ def gguf_entry(path: Path, *, entry_id: str, source: str, name: str = "",
     ``logical_size``: ``path`` is the first part of a file that size (the starter chunks);
     ``shown_path``: the path to list (default ``path``).
     """
-    from adapters_lib.models.gguf_info import GGUFError
+    from adapters_lib.models.gguf import GGUFError
 
     shown = shown_path or path
     entry = ModelEntry(id=entry_id, format="gguf", path=str(shown), source=source,
@@ -89,7 +89,7 @@ def gguf_entry(path: Path, *, entry_id: str, source: str, name: str = "",
 
 
 def _fill(entry: ModelEntry, info, name_hint: str) -> None:
-    from adapters_lib.models import gguf_arch
+    from adapters_lib.models.gguf import gguf_arch
 
     entry.bytes = info.bytes
     entry.quant = info.quant
@@ -135,7 +135,7 @@ def _fill(entry: ModelEntry, info, name_hint: str) -> None:
 
 def cached_tokenizer(path: Path) -> Path | None:
     """The rebuilt tokenizer of a GGUF if it exists and the file's hash comes free."""
-    from adapters_lib.models import gguf_tokenizer
+    from adapters_lib.models.gguf import gguf_tokenizer
 
     sha = gguf_tokenizer.known_sha256(path)
     if sha is None:
@@ -149,7 +149,7 @@ def ensure_tokenizer(entry: ModelEntry) -> ModelEntry:
     if entry.format != "gguf" or entry.status != "ok" or entry.tokenizer:
         return entry
     from adapters_lib.models import starter
-    from adapters_lib.models.gguf_tokenizer import tokenizer_for_gguf
+    from adapters_lib.models.gguf import tokenizer_for_gguf
 
     path = starter.ensure_starter() if entry.source == "starter" else Path(entry.path)
     entry.tokenizer = str(tokenizer_for_gguf(path))

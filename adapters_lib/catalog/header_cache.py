@@ -3,7 +3,7 @@
 Reading a header needs numpy and the ``gguf`` package (~0.6 s to import on 2 cores) and a
 walk over the metadata (~0.1-0.5 s a file); a listing that finds every header here imports
 neither. ``<data dir>/catalog/gguf-headers.json`` maps ``realpath|size|mtime_ns|logical_size``
-to the ``GGUFInfo`` read (``models.gguf_info.info_to_json``) or to the ``GGUFError`` it
+to the ``GGUFInfo`` read (``models.gguf.gguf_info.info_to_json``) or to the ``GGUFError`` it
 raised: a file that changes (a download that finishes, a re-quantized file) has a new key
 and is read again, as is a split file when one of its other shards changed. Entries of files that are gone are dropped when the cache is written;
 an unreadable or foreign cache file is ignored and rewritten. ``VERSION`` changes when
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib import paths
-from adapters_lib.models.gguf_info import GGUFError, GGUFInfo, info_from_json, info_to_json
+from adapters_lib.models.gguf import GGUFError, GGUFInfo, info_from_json, info_to_json
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def read_header(real: str, st: os.stat_result, logical_size: int | None) -> GGUF
                 return info_from_json(hit)
         except (KeyError, TypeError, IndexError, ValueError):
             log.debug("ignoring a damaged cached header of %s", real)
-    from adapters_lib.models.gguf_file import read_info
+    from adapters_lib.models.gguf import read_info
 
     try:
         info = read_info(real, logical_size=logical_size)

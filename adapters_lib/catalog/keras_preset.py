@@ -1,6 +1,6 @@
 """Keras presets (``config.json`` + ``model.weights.h5`` or its shards + ``assets/tokenizer``).
 
-A Gemma 2, 3, 3n or 4 preset is read by the gemma route (``models.keras_weights``: its tensors
+A Gemma 2, 3, 3n or 4 preset is read by the gemma route (``models.hf.keras_weights``: its tensors
 under Hugging Face names) and by the Keras route (``backend = "keras"``). ``ok`` means the gemma
 route loads it: the architecture comes from the backbone config and
 every weight the gemma modules need is in the file with the shape the config implies.
@@ -21,7 +21,7 @@ def has_keras_weights(folder: Path) -> bool:
 
 
 def inspect_keras(entry: ModelEntry, folder: Path) -> None:
-    from adapters_lib.models.keras_weights import KerasPresetTensors, hf_config, preset_family
+    from adapters_lib.models.hf import KerasPresetTensors, hf_config, preset_family
 
     tok = folder / "assets" / "tokenizer" / "vocabulary.spm"
     entry.tokenizer = str(tok) if tok.is_file() else None
@@ -48,7 +48,7 @@ def inspect_keras(entry: ModelEntry, folder: Path) -> None:
         arch = families.from_hf_config(hf_config(cls, body))
         set_arch(entry, arch)
         entry.params = entry.params or arch.param_count()
-        from adapters_lib.models.hf_layout import check_hf_shapes
+        from adapters_lib.models.hf import check_hf_shapes
 
         try:
             with KerasPresetTensors(folder) as tensors:

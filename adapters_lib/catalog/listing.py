@@ -118,7 +118,7 @@ def _by_path(path: Path) -> ModelEntry:
                 if entry.path and os.path.realpath(entry.path) == real:
                     return entry
     if path.is_file():
-        from adapters_lib.models.gguf_file import is_gguf
+        from adapters_lib.models.gguf import is_gguf
 
         if is_gguf(path):
             return gguf_entry(path, entry_id=f"local:{path.resolve()}", source="folder")

@@ -3,7 +3,7 @@
 Written with the ``gguf`` package's ``GGUFWriter`` (llama.cpp's own writer) the way
 ``convert_hf_to_gguf.py`` writes a Gemma 2/3: the fused gemma tree goes through the project's
 gemma → HF map (``hf_convert.gemma_to_hf``), HF names become llama.cpp's
-(``models.gguf_arch.gguf_names``), every RMSNorm weight is stored as ``1 + w``
+(``models.gguf.gguf_arch.gguf_names``), every RMSNorm weight is stored as ``1 + w``
 (``gguf_arch.norm_offset``; gemma and HF multiply by ``1 + w``, llama.cpp by the weight), and
 the metadata is ``gguf_meta``'s. Tensor types follow the converter: vectors and norms F32,
 matrices in the chosen type (``--quant``), F16 where a row does not fill the type's blocks.
@@ -68,8 +68,8 @@ def add_tensor(writer: Any, name: str, value: np.ndarray, kind: str) -> str:
 
 def gguf_tensors(params: Mapping[str, Any], arch: Arch) -> dict[str, np.ndarray]:
     """GGUF name → f32 tensor (HF layout, llama.cpp's ``1 + w`` norms applied)."""
-    from adapters_lib.models import hf_convert
-    from adapters_lib.models.gguf_arch import gguf_names, norm_offset
+    from adapters_lib.models.gguf import gguf_names, norm_offset
+    from adapters_lib.models.hf import hf_convert
 
     names = gguf_names(arch)
     out: dict[str, np.ndarray] = {}
@@ -147,8 +147,7 @@ def write_gguf(path: str | Path, params: Mapping[str, Any], arch: Arch, *, quant
 
 
 def _base_reader(path: str | Path) -> Any:
-    from adapters_lib.models.gguf_file import open_reader
-    from adapters_lib.models.gguf_info import GGUFError
+    from adapters_lib.models.gguf import GGUFError, open_reader
 
     try:
         return open_reader(path)

@@ -35,7 +35,7 @@ _PEFT = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(.+)\.lora_([AB])
 def lora_name(peft_name: str) -> str:
     """``base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight`` →
     ``blk.3.attn_q.weight.lora_a``."""
-    from adapters_lib.models.gguf_arch import hf_name
+    from adapters_lib.models.gguf import hf_name
 
     m = _PEFT.match(peft_name)
     if m is None:

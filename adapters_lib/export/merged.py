@@ -1,7 +1,7 @@
 """Merged full weights: base + adapters fused, as a gemma orbax checkpoint or HF safetensors.
 
 ``gemma``: the fused tree (``lora_fuse.fuse_lora``) saved with ``gm.ckpts.save_params`` (loads with
-``gm.ckpts.load_params``). ``hf``: the same tree through ``models.hf_convert.gemma_to_hf`` as
+``gm.ckpts.load_params``). ``hf``: the same tree through ``models.hf.hf_convert.gemma_to_hf`` as
 ``model.safetensors`` (sharded over ``HF_SHARD_BYTES``) + ``config.json``. The tokenizer is
 copied beside the weights.
 """
@@ -74,7 +74,8 @@ def save_gemma(out: str | Path, params: Mapping[str, Any]) -> Path:
 
 def save_hf(out: str | Path, params: Mapping[str, Any], loaded: Any) -> Path:
     """HF ``model.safetensors`` + ``config.json`` (``Gemma{2,3,3n,4}ForCausalLM``: the text model)."""
-    from adapters_lib.models import families, hf_convert
+    from adapters_lib.models import families
+    from adapters_lib.models.hf import hf_convert
 
     out = Path(out)
     try:

@@ -101,7 +101,7 @@ def save_adapter(out: str | Path, lora_tree: Mapping[str, Any], spec: LoraSpec, 
                  *, extra: Mapping[str, Any] | None = None, multimodal: bool = False) -> Path:
     """Write ``out/adapter_model.safetensors`` + ``out/adapter_config.json`` (``multimodal``: the
     base checkpoint has media towers, its text layers sit under ``model.language_model``)."""
-    from adapters_lib.models.safetensors_io import write_safetensors
+    from adapters_lib.models.hf import write_safetensors
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -181,7 +181,7 @@ def load_adapter(directory: str | Path, model: Any, spec: LoraSpec | None = None
     """
     import jax.numpy as jnp
 
-    from adapters_lib.models.safetensors_io import SafetensorsError, read_header, read_tensor
+    from adapters_lib.models.hf import SafetensorsError, read_header, read_tensor
 
     directory = Path(directory)
     if spec is None:

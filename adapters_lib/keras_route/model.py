@@ -97,10 +97,8 @@ def _gguf_as_hf(entry: Any, dtype: str) -> Path:
     import shutil
 
     from adapters_lib import paths
-    from adapters_lib.models import gguf_arch, starter
-    from adapters_lib.models.gguf_file import read_info
-    from adapters_lib.models.gguf_tokenizer import file_sha256
-    from adapters_lib.models.gguf_weights import export_hf_from_gguf
+    from adapters_lib.models import starter
+    from adapters_lib.models.gguf import export_hf_from_gguf, file_sha256, gguf_arch, read_info
 
     path = starter.ensure_starter() if entry.source == "starter" else Path(entry.path)
     folder = paths.data_dir() / "keras-hf" / f"{file_sha256(path)[:32]}-{dtype}"

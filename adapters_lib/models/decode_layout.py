@@ -212,7 +212,7 @@ def to_int8_rows(w: Any, contract: tuple[int, ...], float_dtype: Any, block: int
 
     import jax.numpy as jnp
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     dense = qarray.dequantize(w, jnp.float32) if qarray.is_qarray(w) else jnp.asarray(w, jnp.float32)
     free = tuple(a for a in range(dense.ndim) if a not in contract)
@@ -252,7 +252,7 @@ def int8_rows(params: Any, config: Any, family: str, float_dtype: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     if family not in FAMILIES:
         return params

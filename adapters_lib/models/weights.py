@@ -72,7 +72,7 @@ def check_quantize(entry: ModelEntry, mode: str, tile: int = 64, table: str = "a
     tile that does not divide a Gemma 2/3 weight. Raised as the load raises it, so that a
     launch (``engine.handlers.run_commands``) and the estimate refuse before a run exists
     (here, not in ``quantize_layout``: the TUI reads that one, and ``families`` is engine-side)."""
-    from adapters_lib.models.quantize_layout import WHERE, arch_shapes, check
+    from adapters_lib.models.quantize.quantize_layout import WHERE, arch_shapes, check
 
     if mode == "none":
         return
@@ -159,7 +159,7 @@ def abstract_params(arch: families.Arch, param_dtype: str, sharding: Any = None)
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models.hf_convert import gemma_shapes
+    from adapters_lib.models.hf import gemma_shapes
 
     dtype = jnp.dtype(param_dtype)
     tree: dict[str, Any] = {}
@@ -179,7 +179,7 @@ def abstract_params(arch: families.Arch, param_dtype: str, sharding: Any = None)
 def gguf_info(entry: ModelEntry) -> Any:
     """The ``GGUFInfo`` of a GGUF entry (the starter model is assembled here, once)."""
     from adapters_lib.models import starter
-    from adapters_lib.models.gguf_file import read_info
+    from adapters_lib.models.gguf import read_info
 
     path = starter.ensure_starter() if entry.source == "starter" else Path(entry.path)
     return read_info(path)
@@ -189,12 +189,11 @@ def load_gguf(entry: ModelEntry, arch: families.Arch, param_dtype: str, sharding
               blocks: bool = False) -> Any:
     """Dequantize a GGUF tensor by tensor straight onto the shardings (``gguf_weights``), or
     with ``blocks`` keep its block tensors as they are (``quantize_gguf``)."""
-    from adapters_lib.models.gguf_info import GGUFError
-    from adapters_lib.models.gguf_weights import load_gguf_params
+    from adapters_lib.models.gguf import GGUFError, load_gguf_params
 
     try:
         if blocks:
-            from adapters_lib.models.quantize_gguf import load_gguf_blocks
+            from adapters_lib.models.quantize import load_gguf_blocks
 
             return load_gguf_blocks(gguf_info(entry), arch, param_dtype, _sharding_fn(sharding))
         return load_gguf_params(gguf_info(entry), arch, param_dtype, _sharding_fn(sharding))
@@ -228,8 +227,7 @@ def gemma_ckpts(where: str) -> Any:
 
 def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
     """Read HF safetensors tensor by tensor, convert, cast and place each gemma leaf."""
-    from adapters_lib.models.hf_layout import hf_prefix
-    from adapters_lib.models.safetensors_io import SafetensorsDir, SafetensorsError
+    from adapters_lib.models.hf import SafetensorsDir, SafetensorsError, hf_prefix
 
     try:
         tensors = SafetensorsDir(folder)
@@ -242,8 +240,7 @@ def load_hf_params(folder: Path, arch: families.Arch, param_dtype: str, sharding
 def load_keras_params(folder: Path, arch: families.Arch, param_dtype: str, sharding: Any) -> Any:
     """A Keras preset's weights (``model.weights.h5`` or its shards), read tensor by tensor under
     their Hugging Face names (``keras_weights``) and placed as the safetensors are."""
-    from adapters_lib.models.hf_layout import hf_prefix
-    from adapters_lib.models.keras_weights import KerasPresetTensors
+    from adapters_lib.models.hf import KerasPresetTensors, hf_prefix
 
     with KerasPresetTensors(folder) as tensors:
         return place_named_tensors(tensors.where, tensors.get, hf_prefix(tensors.where), arch,
@@ -257,8 +254,8 @@ def place_named_tensors(where: Any, get: Any, prefix: str, arch: families.Arch, 
     import jax
     import numpy as np
 
-    from adapters_lib.models.gguf_weights import aligned
-    from adapters_lib.models.hf_convert import leaf_plan, omitted
+    from adapters_lib.models.gguf import aligned
+    from adapters_lib.models.hf import leaf_plan, omitted
 
     fn = _sharding_fn(sharding)
     dtype = np.dtype(jax.numpy.dtype(param_dtype))

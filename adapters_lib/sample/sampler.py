@@ -135,7 +135,7 @@ class Sampler:
     """
 
     def __init__(self, model: Any, params: Any, tokenizer: Any, spec: LoraSpec | None = None):
-        from adapters_lib.models import qarray
+        from adapters_lib.models.quantize import qarray
 
         self.model = model
         self.params = params

@@ -87,7 +87,7 @@ def why_not_run(softcap: float | None, table: Any, dim: int, vocab: int, mesh: A
     """Why the kernel cannot serve any step of a run (None: it may; each call's rows are
     checked by ``why_not``): what the model and the mesh decide (``memory.kernel_ce_why_not``,
     the estimate's rule too)."""
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     quantized = table is not None and (qarray.is_qarray(table) or not jnp.issubdtype(table.dtype, jnp.floating))
     return memory.kernel_ce_why_not(softcap, dim, vocab, mesh_rows(mesh)[2], quantized)

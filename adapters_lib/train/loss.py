@@ -25,7 +25,7 @@ import numpy as np
 from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from adapters_lib.memory import CE_CHUNK_BYTES, ce_chunk_budget_for
-from adapters_lib.models import qarray
+from adapters_lib.models.quantize import qarray
 from adapters_lib.train import ce_splash
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def chunked_ce_sum(hidden: jax.Array, table: jax.Array, targets: jax.Array, loss
     """Σ CE·mask with logits = softcap(hidden · tableᵀ), ``chunk`` positions at a time.
 
     ``hidden`` [B, L, D] (compute dtype), ``table`` [V, D] (a float array, or a quantized one,
-    ``[model] quantize``: read a block of rows at a time, ``models.qarray``, and never trained);
+    ``[model] quantize``: read a block of rows at a time, ``models.quantize.qarray``, and never trained);
     logits accumulate in f32 and the
     ``[B, L, V]`` logits never exist at once. Under differentiation the gradient is computed in
     the same pass as the loss (``_fused_ce``): two vocabulary matmuls per position (logits,

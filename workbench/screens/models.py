@@ -117,7 +117,7 @@ def model_detail(m: api.ModelInfo) -> str:
 
 def held_sizes(arch: Mapping[str, Any]) -> str:
     """``bf16 536 MB · int8 … · int4/nf4 …``: the weights as ``[model] quantize`` holds them."""
-    from adapters_lib.models.quantize_layout import held_bytes
+    from adapters_lib.models.quantize.quantize_layout import held_bytes
 
     try:
         sizes = {m: held_bytes(dict(arch), m) for m in ("none", "int8", "int4")}

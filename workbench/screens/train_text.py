@@ -38,7 +38,7 @@ def waiting_for(view: RunView, now: float | None = None) -> str:
              for e in view.events):
         what = "compiling the first step"
     elif any(e.get("kind") == "log" and str(e.get("message", "")).startswith("GPTQ")
-             for e in view.events):  # models.quantize_gptq.PROGRESS (no engine import here)
+             for e in view.events):  # models.quantize.quantize_gptq.PROGRESS (no engine import here)
         what = "GPTQ: rounding the base"
     else:
         what = "setting up model, data, mesh"

@@ -1,7 +1,7 @@
 """What a GGUF file says about itself (``GGUFInfo``, ``TensorInfo``) and why one is unusable
 (``GGUFError``): plain data, without numpy or the ``gguf`` package, so that a header the
 catalog cached (``catalog.header_cache``) comes back without importing either.
-``models.gguf_file`` reads these from a file.
+``models.gguf.gguf_file`` reads these from a file.
 """
 
 from __future__ import annotations

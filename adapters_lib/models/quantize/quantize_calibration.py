@@ -1,4 +1,4 @@
-"""GPTQ's calibration (``models.quantize_gptq``): the rows of calibration text, the einsum
+"""GPTQ's calibration (``models.quantize.quantize_gptq``): the rows of calibration text, the einsum
 views GPTQ works in (a weight as rows × contracted columns, an input as positions × the same
 columns), and every projection's ``H = XᵀX`` from one forward pass of the float base a row.
 

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib import paths
-from adapters_lib.models.gguf_info import GGUFError
+from adapters_lib.models.gguf.gguf_info import GGUFError
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +228,7 @@ def tokenizer_for_gguf(path: str | os.PathLike[str]) -> Path:
     target = tokenizer_path_for(file_sha256(p))
     if target.is_file() and target.stat().st_size > 0:
         return target
-    from adapters_lib.models.gguf_file import open_reader
+    from adapters_lib.models.gguf.gguf_file import open_reader
 
     blob = build_model_proto(open_reader(p), where=p.name)
     _atomic_write(target, blob)

@@ -154,7 +154,7 @@ def take_rows(table: Any, ids: jax.Array) -> jax.Array:
 def table_blocks(vocab: int, dim: int, budget: int | None = None) -> int:
     """How many row blocks a quantized ``[vocab, dim]`` table is read in: the fewest that
     divide ``vocab`` with at most ``budget`` (``TABLE_BLOCK_BYTES``) bytes of f32 each."""
-    from adapters_lib.models import quantize_layout
+    from adapters_lib.models.quantize import quantize_layout
 
     budget = quantize_layout.TABLE_BLOCK_BYTES if budget is None else budget
     least = max(1, -(-vocab * dim * 4 // budget))

@@ -43,8 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from adapters_lib.models import quantize_layout
-from adapters_lib.models.gguf_info import GGUFError
+from adapters_lib.models.gguf import GGUFError
+from adapters_lib.models.quantize import quantize_layout
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +199,8 @@ def gemma_leaves(info: Any, arch: Any, param_dtype: str
                  ) -> Iterator[tuple[tuple[str, ...], Any]]:
     """(gemma path, numpy leaf) one at a time: a ``dict`` of q/scale/bias/qtype/tile/axis for
     a leaf kept in blocks, a float array for the rest (read as the float load reads it)."""
-    from adapters_lib.models.gguf_weights import TensorSource, _dtype, aligned
-    from adapters_lib.models.hf_convert import leaf_plan
+    from adapters_lib.models.gguf.gguf_weights import TensorSource, _dtype, aligned
+    from adapters_lib.models.hf import leaf_plan
 
     source = TensorSource(info, arch)
     source.check_rope()
@@ -292,7 +292,7 @@ def load_gguf_blocks(info: Any, arch: Any, param_dtype: str, sharding: Callable[
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     tree: dict[str, Any] = {}
     for path, value in cached_leaves(info, arch, param_dtype):

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters_lib.models.gguf_info import GGUFError, GGUFInfo, TensorInfo
+from adapters_lib.models.gguf.gguf_info import GGUFError, GGUFInfo, TensorInfo
 
 MAGIC = b"GGUF"
 _BIG_ARRAY = 64  # metadata arrays longer than this are kept as counts in GGUFInfo.metadata

@@ -27,7 +27,7 @@ from typing import Any
 
 from adapters_lib.models import families
 from adapters_lib.models.families import Arch, ArchError
-from adapters_lib.models.gguf_info import GGUFInfo
+from adapters_lib.models.gguf.gguf_info import GGUFInfo
 
 
 def _get(info: GGUFInfo, key: str, fam: str, default: Any = None) -> Any:
@@ -158,7 +158,7 @@ def split_parts(own: Any, name: str) -> tuple[str, ...]:
 
 def check_tensors(arch: Arch, info: GGUFInfo) -> str | None:
     """None when the file holds what ``arch`` needs (a tensor the family may omit aside); else one line."""
-    from adapters_lib.models.hf_layout import hf_shapes
+    from adapters_lib.models.hf import hf_shapes
 
     own = families.hf_map(arch)
     want = hf_shapes(arch)

@@ -25,7 +25,7 @@ from typing import Any
 
 from adapters_lib.models import families
 from adapters_lib.models.families import Arch, ArchError
-from adapters_lib.models.gguf_info import GGUFInfo
+from adapters_lib.models.gguf.gguf_info import GGUFInfo
 
 SUPPORTED = ("gemma2", "gemma3", "gemma3n", "gemma4")  # GGUF arches this build maps
 
@@ -54,7 +54,7 @@ def gguf_names(arch: Arch) -> dict[str, str]:
     """HF name → GGUF name for every tensor ``arch`` needs (Gemma 4/3n: ``gguf_arch_e.gguf_plan``,
     where a row of a stacked tensor names the whole tensor)."""
     if families.hf_map(arch) is not None:
-        from adapters_lib.models.gguf_arch_e import gguf_plan
+        from adapters_lib.models.gguf.gguf_arch_e import gguf_plan
 
         return {hf: name for hf, (name, _) in gguf_plan(arch).items()}
     fam = families.family(arch.family)
@@ -123,7 +123,7 @@ def arch_from_gguf(info: GGUFInfo) -> Arch:
         raise ArchError(f"{describe(info)}: this build loads Gemma 2, 3, 3n and 4 GGUFs only",
                         "unsupported", fam)
     if fam in ("gemma3n", "gemma4"):
-        from adapters_lib.models import gguf_arch_e
+        from adapters_lib.models.gguf import gguf_arch_e
 
         arch = gguf_arch_e.FROM_GGUF[fam](info)
         problem = gguf_arch_e.check_tensors(arch, info)
@@ -187,7 +187,7 @@ def _pattern(info: GGUFInfo, layers: int, every: int) -> tuple[str, ...]:
 
 def check_tensors(arch: Arch, info: GGUFInfo) -> str | None:
     """None when the file's tensors are exactly what ``arch`` needs; else one line."""
-    from adapters_lib.models.hf_layout import hf_shapes
+    from adapters_lib.models.hf import hf_shapes
 
     want = hf_shapes(arch)
     for hf, name in gguf_names(arch).items():

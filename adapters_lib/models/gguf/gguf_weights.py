@@ -25,10 +25,10 @@ import numpy as np
 
 from adapters_lib.models import families
 from adapters_lib.models.families import Arch
-from adapters_lib.models.gguf_arch import gguf_names, norm_offset
-from adapters_lib.models.gguf_arch_e import gguf_plan, rope_proportion, split_parts
-from adapters_lib.models.gguf_file import open_reader
-from adapters_lib.models.gguf_info import GGUFError, GGUFInfo
+from adapters_lib.models.gguf.gguf_arch import gguf_names, norm_offset
+from adapters_lib.models.gguf.gguf_arch_e import gguf_plan, rope_proportion, split_parts
+from adapters_lib.models.gguf.gguf_file import open_reader
+from adapters_lib.models.gguf.gguf_info import GGUFError, GGUFInfo
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def _dtype(param_dtype: str) -> np.dtype:
 def gemma_leaves(info: GGUFInfo, arch: Arch, param_dtype: str
                  ) -> Iterator[tuple[tuple[str, ...], np.ndarray]]:
     """(gemma path, numpy value) for each leaf, one at a time (see the module doc)."""
-    from adapters_lib.models.hf_convert import leaf_plan
+    from adapters_lib.models.hf import leaf_plan
 
     source = TensorSource(info, arch)
     source.check_rope()
@@ -174,8 +174,7 @@ def export_hf_from_gguf(info: GGUFInfo, arch: Arch, out: Path, *, dtype: str = "
     import shutil
 
     from adapters_lib.models.families import hf_config_for
-    from adapters_lib.models.hf_convert import save_hf
-    from adapters_lib.models.hf_layout import hf_shapes
+    from adapters_lib.models.hf import hf_shapes, save_hf
 
     source = TensorSource(info, arch)
     np_dtype = _dtype(dtype)

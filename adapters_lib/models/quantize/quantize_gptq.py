@@ -10,7 +10,7 @@ model, the LoRA step, sampling and export read it unchanged.
 
 - Calibration: ``CALIBRATION_ROWS`` rows of ``CALIBRATION_LENGTH`` tokens (BOS first) from
   ``[model] quantize_calibration`` (any ``[data] path``; "" = the run's own ``[data] path``),
-  ``models.quantize_calibration``: each row consecutive records' text from one of as many
+  ``models.quantize.quantize_calibration``: each row consecutive records' text from one of as many
   places spread over the source; one forward pass of the float base a row collects every
   projection's ``H`` (``nn.intercept_methods`` + ``sow``).
 - The weights GPTQ takes: gemma's ``Einsum`` projections (q/k/v/o, gate/up, down) whose tiled
@@ -36,7 +36,7 @@ import time
 from typing import Any
 
 from adapters_lib.config import QUANTIZE_METHODS as METHODS
-from adapters_lib.models.quantize_calibration import (
+from adapters_lib.models.quantize.quantize_calibration import (
     CALIBRATION_LENGTH,
     CALIBRATION_ROWS,
     TABLE_EQN,
@@ -260,7 +260,7 @@ def _compute(loaded: Any, spec: Any, rows: list[list[int]]):
     import jax
     import numpy as np
 
-    from adapters_lib.models.quantize_layout import QUANTIZED, _names, mode_of, tiled_axes
+    from adapters_lib.models.quantize.quantize_layout import QUANTIZED, _names, mode_of, tiled_axes
 
     t0 = time.perf_counter()
     log.info("%s %s of %s: calibrating on %d rows of %d tokens (once: the weights cache keeps it)",

@@ -38,8 +38,8 @@ import numpy as np
 
 from adapters_lib.models import families
 from adapters_lib.models.families import Arch, hf_config_for
-from adapters_lib.models.hf_layout import _NORMS, hf_prefix
-from adapters_lib.models.safetensors_io import (
+from adapters_lib.models.hf.hf_layout import _NORMS, hf_prefix
+from adapters_lib.models.hf.safetensors_io import (
     _CODES,
     SafetensorsError,
     _np_dtype,

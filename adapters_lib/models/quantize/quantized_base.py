@@ -53,7 +53,7 @@ from adapters_lib.models.gemma_layers import (
     embedder_classes,
     qtype,
 )
-from adapters_lib.models.quantize_layout import (
+from adapters_lib.models.quantize.quantize_layout import (
     BITS,
     DEFAULT_TILE,
     QUANTIZED,
@@ -86,7 +86,7 @@ def _packer(out_sharding: Any):
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     if out_sharding is None:
         return jax.jit(qarray.pack)
@@ -104,7 +104,7 @@ def qarray_sharding(weight_sharding: Any, shape: tuple[int, ...], axes: dict[int
 
     if not isinstance(weight_sharding, NamedSharding):
         return None
-    from adapters_lib.models.qarray import scale_sharding
+    from adapters_lib.models.quantize.qarray import scale_sharding
 
     return qwix.QArray(qvalue=weight_sharding, scale=scale_sharding(weight_sharding, shape, axes),
                        zero_point=None, qtype=qtype(mode))
@@ -124,7 +124,7 @@ def quantize_params(params: Any, mode: str, tile: int = DEFAULT_TILE, *, config:
     """
     import jax
 
-    from adapters_lib.models import quantize_gptq
+    from adapters_lib.models.quantize import quantize_gptq
 
     if mode not in QUANTIZED:
         return params
@@ -166,7 +166,7 @@ def _delete(x: Any) -> None:
 def is_quantized(params: Any) -> bool:
     import jax
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     return any(qarray.is_qarray(x) for x in jax.tree.leaves(params, is_leaf=qarray.is_qarray))
 
@@ -175,7 +175,7 @@ def dequantize_params(params: Any, dtype: Any = None) -> Any:
     """Every quantized leaf back to a float array (``dtype``, default the one it stands for)."""
     import jax
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     return jax.tree.map(lambda x: qarray.dequantize(x, dtype) if qarray.is_qarray(x) else x,
                         params, is_leaf=qarray.is_qarray)
@@ -200,7 +200,7 @@ def _frozen_einsum(eqn: str, x: Any, w: Any, w_scale: float | None = None) -> An
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     def run(x, w):
         # tied to the activation: XLA may not dequantize before the layer's input exists (it
@@ -222,7 +222,7 @@ def _embedder_call(module: Any, method: str, args: tuple, kwargs: dict) -> Any:
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     if method in ("encode", "decode"):
         table = _param(module, "input_embedding")
@@ -255,7 +255,7 @@ def _embedder_setup(module: Any, next_fun, args: tuple, kwargs: dict) -> Any:
     """The Embedder's ``setup`` with its 4-bit tables held as bytes (``qarray.PackedQArray``):
     ``self.param`` of such a table returns it as it is. flax checks an existing param's shape
     against the initializer's by its first leaf, here ``[V, D/2]`` bytes for ``[V, D]``."""
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     packed = {n for n in ("input_embedding", "per_layer_embeddings")
               if isinstance(_param(module, n), qarray.PackedQArray)}
@@ -274,7 +274,7 @@ def _embedder_setup(module: Any, next_fun, args: tuple, kwargs: dict) -> Any:
 
 
 def _interceptor(next_fun, args, kwargs, context):
-    from adapters_lib.models import qarray
+    from adapters_lib.models.quantize import qarray
 
     module, method = context.module, context.method_name
     if method == "__call__" and isinstance(module, einsum_classes()):
@@ -327,7 +327,7 @@ def quantize_loaded(loaded: Any, spec: Any) -> Any:
 
     gptq = None
     if spec.quantize_method == "gptq":  # from the float base, before it is quantized
-        from adapters_lib.models import quantize_gptq
+        from adapters_lib.models.quantize import quantize_gptq
 
         gptq = quantize_gptq.held_leaves(loaded, spec)
     params = quantize_params(loaded.params, mode, spec.quantize_tile_size, config=loaded.config,
