@@ -8,7 +8,7 @@ which loads the model once per process).
 from __future__ import annotations
 
 from bench.measures import SHARED_DATA, _gsm8k_examples, _row
-from bench.real_270m import _ref_runner, _runner, _steps, _train_cfg
+from bench.real_270m_steps import _ref_runner, _runner, _steps, _train_cfg
 from bench.report import Row, median_alternating
 
 

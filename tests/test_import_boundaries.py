@@ -73,7 +73,7 @@ def _import_circles() -> list[list[str]]:
     ``TYPE_CHECKING`` ones, and imports of a package's ``__init__``)."""
     import grimp
 
-    graph = grimp.build_graph("adapters_lib", "workbench", "themes", cache_dir=None,
+    graph = grimp.build_graph("adapters_lib", "workbench", "themes", "bench", cache_dir=None,
                               exclude_type_checking_imports=False)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
