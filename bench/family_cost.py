@@ -54,11 +54,10 @@ def measure(*, dry: bool, rounds: int, steps_per_round: int, batch: int = 4) -> 
     import jax
     import numpy as np
 
-    from bench import tpu_speed
     from bench.measures import _random_batch
-    from bench.tpu_speed import random_params, shape_model
+    from bench.tpu_speed import random_params, shape_model, shapes
 
-    tpu_speed.DRY = dry
+    shapes.DRY = dry
     seq = 64 if dry else 2048
     model = shape_model("1b")
     base = random_params(model)
