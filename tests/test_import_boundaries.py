@@ -114,3 +114,23 @@ def _import_circles() -> list[list[str]]:
 def test_no_file_imports_itself_through_others():
     """No import circle between files anywhere in the house (#27)."""
     assert _import_circles() == []
+
+
+def test_the_models_packages_load_a_face_on_first_use():
+    """models.gguf, models.quantize and models.hf: importing one loads none of its modules (a
+    cached GGUF header comes back without numpy, the quantized layout without JAX), and each
+    name its ``__init__`` lists is its module's own object."""
+    import importlib
+
+    from adapters_lib.models.lazy_face import faces
+
+    packages = ("adapters_lib.models.gguf", "adapters_lib.models.quantize", "adapters_lib.models.hf")
+    loaded = _modules_after("import " + ", ".join(packages))
+    assert [m for m in loaded if m.startswith(tuple(p + "." for p in packages))] == []
+    assert not {"numpy", "gguf", *HEAVY} & {m.split(".")[0] for m in loaded}
+    for package in packages:
+        face = importlib.import_module(package)
+        table = faces(package)
+        assert table and set(table) <= set(dir(face))
+        for name, (module, attribute) in table.items():
+            assert getattr(face, name) is getattr(importlib.import_module(f"{package}.{module}"), attribute)
