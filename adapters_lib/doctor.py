@@ -1,4 +1,4 @@
-"""What is installed, what hardware is there (``adapters_lib.hardware``), and whether the two
+"""What is installed, what hardware is there (``adapters_lib.memory.hardware``), and whether the two
 agree.
 
 Probes are plain functions whose inputs can be given (a fake ``/dev``, ``/proc``, an env
@@ -24,7 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib import paths
-from adapters_lib.hardware import LIBTPU_LOCKFILE, TPU_PRESENCE_VARS, Hardware, probe_hardware
+from adapters_lib.memory.hardware import (
+    LIBTPU_LOCKFILE,
+    TPU_PRESENCE_VARS,
+    Hardware,
+    probe_hardware,
+)
 
 DISTRIBUTIONS = {
     "jax": "jax", "jaxlib": "jaxlib", "gemma": "gemma", "textual": "textual", "keras": "keras",

@@ -1,5 +1,5 @@
 """JSON and TOML values checked against type hints: the one coercer, and the base of typed
-replies (``adapters_lib.config_checks`` uses it for the run config).
+replies (``adapters_lib.config.checks`` uses it for the run config).
 
 ``coerce(value, type, key=, where=)`` checks one JSON value against a type hint (``bool``,
 ``int``, ``float``, ``str``, ``X | None``, ``list[X]``, ``tuple[X, ...]``, ``dict[str, X]``,

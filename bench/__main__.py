@@ -35,7 +35,7 @@ def machine() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from adapters_lib import tf_deferred
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()  # as the engine does (both sides of every row share it)
     if os.environ.get("BENCH_STUB_MISSING") == "1":

@@ -36,7 +36,7 @@ def once(model: str, batch: int, seq: int, remat: bool, target: str) -> dict:
 
     if target != "local":
         jax.config.update("jax_platforms", "cpu")
-    from adapters_lib import tf_deferred
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()
     from bench import memory_fit

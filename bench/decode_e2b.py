@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt", type=int, default=32, help="prompt tokens (default 32)")
     a = p.parse_args(argv)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from adapters_lib import tf_deferred, trace_context
+    from adapters_lib.import_shields import tf_deferred, trace_context
 
     tf_deferred.install()
     trace_context.complete()

@@ -133,7 +133,7 @@ def _side(cells: list[dict], logps: dict[str, list[float]]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from adapters_lib import tf_deferred
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()
     parser = argparse.ArgumentParser(prog="python -m bench.dpo_270m", description=__doc__,

@@ -4,7 +4,7 @@ side by side in one process on one device.
 ``python -m bench.family_cost [--out DIR] [--dry] [--steps N]``: at the Gemma-3-1B shape (random
 bf16 weights and tokens, 4 × 2048, LoRA f32 adapters, bf16 compute; ``--dry``: the demo model,
 short rows, on any device), for each run spec — r16 on every target, and r8 on q and v — the exact
-program (``train.programs = "exact"``) and the family's (``lora_family``: the rank padded to the
+program (``train.programs = "exact"``) and the family's (``lora.family``: the rank padded to the
 bucket, 128 on a TPU, every target present with the unchosen ones masked, alpha a runtime value).
 The four programs compile in parallel threads (XLA's compile releases the GIL), then their steps
 alternate; seconds a step are medians over rounds. Results: ``DIR/family_cost.json``.
@@ -32,7 +32,8 @@ def _log(*parts: Any) -> None:
 def _steps(model: Any, base: Any, spec: dict, programs: str, batch: int, seq: int, mesh: Any) -> tuple[Any, Any]:
     import jax
 
-    from adapters_lib import lora, lora_family
+    from adapters_lib import lora
+    from adapters_lib.lora import family as lora_family
     from adapters_lib.train.optimizer import make_optimizer
     from adapters_lib.train.step import build_steps
     from bench.measures import _cfg
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=2, help="rows of 2048 (4 × 2048 without remat does not fit "
                    "16 GiB with the family's rank-128 adapters on every target: XLA's HBM check refused it)")
     a = p.parse_args(argv)
-    from adapters_lib import tf_deferred
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()  # gemma's import chain names TensorFlow (absent on the chip: tf_absent)
     res = measure(dry=a.dry, rounds=a.rounds, steps_per_round=a.steps, batch=a.batch)

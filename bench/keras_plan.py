@@ -111,9 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show", default="2x1,1x2", help="the meshes whose plans are listed in full")
     p.add_argument("--out", help="also write the markdown here")
     a = p.parse_args(argv)
-    from adapters_lib import tf_deferred
+    from adapters_lib.config.model_defaults import load_with_model_defaults
     from adapters_lib.errors import WorkbenchError
-    from adapters_lib.model_defaults import load_with_model_defaults
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()  # as every computing process: gemma's model code imports TF by name
     try:

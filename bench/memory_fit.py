@@ -86,8 +86,9 @@ def point(model: Any, device: Any, *, batch: int, seq: int, remat: bool, rank: i
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib import device_memory, lora, memory
+    from adapters_lib import lora, memory
     from adapters_lib import mesh as mesh_lib
+    from adapters_lib.memory import device as device_memory
     from adapters_lib.train.optimizer import make_optimizer
     from adapters_lib.train.step import build_steps
 
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         import jax
 
         jax.config.update("jax_platforms", "cpu")  # the TPU is a compile target, not a device
-    from adapters_lib import tf_deferred
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()
     remats = {"off": [False], "on": [True], "both": [False, True]}[args.remat]

@@ -143,7 +143,7 @@ def gpu_mfu(quick: bool = False) -> list[Row]:
     import jax.numpy as jnp
     from gemma import gm
 
-    from adapters_lib.memory import CE_CHUNK_BYTES
+    from adapters_lib.memory.estimate import CE_CHUNK_BYTES
 
     name = "LoRA MFU, Gemma-3-1B shape, seq 2048, bf16 (GPU)"
     dev = jax.devices()[0]

@@ -28,7 +28,7 @@ def plan_rows(*, rank: int = 16, seq_len: int = 2048, remat: bool = True) -> lis
     ``fsdp`` over every chip of the job (``memory.estimate``, the estimator the engine uses)."""
     from gemma import gm
 
-    from adapters_lib import memory
+    from adapters_lib.memory import estimate as memory
 
     rows = []
     for name in PLAN_MODELS:

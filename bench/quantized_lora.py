@@ -74,8 +74,9 @@ def _run(label: str, quantize: str, tile: int, table: str, method: str, seed: in
          task: tuple[list[str], Path] = ANSWER_FORMAT) -> dict:
     """The run on ``quantize`` (``task``: overrides of ``EXAMPLE`` and the eval file): its
     eval loss and first/last train loss."""
-    from adapters_lib import perplexity, runs
+    from adapters_lib import runs
     from adapters_lib.config import load_config
+    from adapters_lib.evals import perplexity
     from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 

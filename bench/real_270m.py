@@ -191,7 +191,7 @@ def _attention_rows(loaded, quick: bool) -> list[Row]:
     import jax.numpy as jnp
     from gemma.gm.nn import _modules
 
-    from adapters_lib import attention
+    from adapters_lib.train import attention
     from adapters_lib.train import loss as loss_lib
 
     c = loaded.config

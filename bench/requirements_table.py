@@ -24,7 +24,7 @@ DEVICES = (("v5e chip 16 GB", 16), ("24 GB GPU", 24), ("v6e chip 32 GB", 32), ("
 def rows(*, rank: int = 16, seq_len: int = 1024) -> list[tuple[str, str, float]]:
     from gemma import gm
 
-    from adapters_lib import memory
+    from adapters_lib.memory import estimate as memory
 
     out = []
     for name in MODELS:

@@ -120,9 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=int, default=5, help="steps left out of the timing (compile, warm-up)")
     p.add_argument("--out", default="/tmp/route-speed")
     a = p.parse_args(argv)
-    from adapters_lib import tf_deferred
+    from adapters_lib.config.model_defaults import load_with_model_defaults
     from adapters_lib.errors import WorkbenchError
-    from adapters_lib.model_defaults import load_with_model_defaults
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.preimport_quietly()
     out = Path(a.out)

@@ -33,7 +33,7 @@ async def drive(out: Path, steps: int, size: tuple[int, int], config: str = "exa
                 overrides: tuple[str, ...] = (), prompt_text: str = "Is 17 even or odd?") -> list[str]:
     from textual.widgets import Input
 
-    from adapters_lib.model_defaults import load_with_model_defaults
+    from adapters_lib.config.model_defaults import load_with_model_defaults
     from workbench.app import WorkbenchApp
     from workbench.widgets.plot import PlotView
 

@@ -29,7 +29,7 @@ OUT=${OUT:-/tmp/tpu-out}
 PART_MB=55
 
 # packages the engine never runs (TensorFlow and its kin: the Keras route imports it by name
-# only, adapters_lib.tf_absent; notebooks and cloud clients), the jaxlib built for this machine,
+# only, adapters_lib.import_shields.tf_absent; notebooks and cloud clients), the jaxlib built for this machine,
 # and the 270M's GGUF chunks. keras, keras_hub and h5py travel (the Keras route: ~14 MiB of xz).
 EXCLUDE='^(tensorflow|tensorboard$|tensorboard[-_]|jaxlib|transformers|kubernetes|opencv|cv2|googleapiclient|pandas|pyarrow|clang|gemma3_270m|sklearn|scikit|matplotlib|skimage|fontTools|sqlalchemy|networkx|nltk|pip|ruff|libclang|tf_keras|_pytest|pytest|xdist|syrupy|datasets|hf_xet|vertexai|agentplatform|sympy|mpmath|import_linter|grimp)'
 

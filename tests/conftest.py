@@ -5,7 +5,7 @@
 - JAX sees 8 simulated CPU devices (set before jax is imported anywhere); code that wants
   one device says so (``[mesh] devices = 1`` or ``jax.devices()[:1]``). XLA:CPU compiles
   without its expensive LLVM passes (the suite is mostly compiles of small programs).
-- TensorFlow is imported on first use, as in the engine (``adapters_lib.tf_deferred``).
+- TensorFlow is imported on first use, as in the engine (``adapters_lib.import_shields.tf_deferred``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # tests/test_warm_compare.py turns it on in its engines
 os.environ.setdefault("GEMMA_WORKBENCH_WARM_COMPARE", "0")
 
-from adapters_lib import tf_deferred  # noqa: E402 - after the environment above
+from adapters_lib.import_shields import tf_deferred  # noqa: E402 - after the environment above
 
 tf_deferred.install()  # as the engine's processes do: TensorFlow only on first use
 

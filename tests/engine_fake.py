@@ -99,8 +99,7 @@ class EngineFake(EngineCalls):
     def _check_config(config: dict[str, Any] | None, toml_text: str, source: str) -> None:
         """The real config check (``adapters_lib.config``, no JAX): a bad config is refused
         as the engine refuses it (400, where, hint)."""
-        from adapters_lib.config import config_from_dict
-        from adapters_lib.config_toml import parse_toml
+        from adapters_lib.config import config_from_dict, parse_toml
         from adapters_lib.errors import WorkbenchError
 
         source = source or "<run config>"

@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 from gemma.gm.nn import _modules
 
-from adapters_lib import attention, attention_splash, memory
+from adapters_lib import memory
+from adapters_lib.kernels import attention_splash
 from adapters_lib.models import demo
+from adapters_lib.train import attention, variants
 from adapters_lib.train import loss as loss_lib
-from adapters_lib.train import variants
 
 LAYOUTS = {"mqa": 1, "gqa": 2, "mha": 4}  # num_kv_heads with 4 query heads (mha: one qkv einsum)
 

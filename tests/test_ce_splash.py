@@ -14,7 +14,7 @@ import pytest
 
 from adapters_lib import mesh
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
-from adapters_lib.train import ce_flash, ce_splash
+from adapters_lib.kernels import ce_flash, ce_splash
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train import step as step_lib
 

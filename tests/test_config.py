@@ -207,7 +207,7 @@ def test_train_gives_a_real_model_its_defaults_where_the_config_is_silent_and_sa
     """#34: the CLI applies the model's defaults as Configure does (``model_defaults``): a real
     model without lr/rank/steps gets a real model's, a key the file or --set names keeps its
     value, the demo keeps its own; --print-config says each value's origin and loads back."""
-    from adapters_lib.model_defaults import REAL
+    from adapters_lib.config.model_defaults import REAL
     from workbench.cli import main
 
     src = _write(tmp_path, """

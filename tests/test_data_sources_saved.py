@@ -144,7 +144,7 @@ def test_dpo_pairs_read_from_a_saved_folder(saved_datasets, codec):
 
 
 def test_eval_takes_a_saved_split_as_its_data(saved_datasets, codec):
-    from adapters_lib import perplexity
+    from adapters_lib.evals import perplexity
 
     data = f"{saved_datasets['dict']}@test[:4]"
     pipe = perplexity.tokenize_file(data, codec, max_length=128, field_map=QA)  # what eval --data scores

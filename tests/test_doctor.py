@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from adapters_lib import doctor, hardware
+from adapters_lib import doctor
 from adapters_lib.doctor import JaxProbe
-from adapters_lib.hardware import Hardware
+from adapters_lib.memory import Hardware, hardware
 
 REPO = Path(__file__).resolve().parent.parent
 CPU_VERSIONS = {"jax": "0.12.0.1", "jaxlib": "0.12.0.1", "libtpu": None, "jax_cuda12_plugin": None}

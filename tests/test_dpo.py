@@ -432,7 +432,7 @@ def test_dpo_on_the_real_270m_raises_reward_accuracy_on_held_out_pairs(shared_re
 
 
 def test_the_memory_estimate_shows_no_second_copy_of_the_base_for_the_reference(demo):
-    from adapters_lib import memory
+    from adapters_lib.memory import estimate as memory
 
     config = demo[0].config
     sft = memory.estimate(config, batch_size=4, seq_len=64)

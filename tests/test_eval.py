@@ -10,8 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from adapters_lib import perplexity
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.evals import perplexity
 from workbench.cli import main
 
 CHATS = [

@@ -15,7 +15,7 @@ def test_eval_of_a_run_on_its_eval_file_uses_the_scorer_compiled_ahead(tmp_path)
     import jax
     from fixtures_runs import train_demo
 
-    from adapters_lib import perplexity
+    from adapters_lib.evals import perplexity
     from adapters_lib.sample.family import serving
     from adapters_lib.train.loss import ce_chunk_budget
     from adapters_lib.tuned import load_checkpoint

@@ -103,8 +103,9 @@ def test_lora_targets_the_real_modules_and_lowers_the_loss(gemma3n_tiny):
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib import lora, lora_fuse
+    from adapters_lib import lora
     from adapters_lib.config import LoraSpec
+    from adapters_lib.lora import fuse as lora_fuse
 
     arch, model, params = gemma3n_tiny
     spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "v", "o", "gate", "up", "down"))

@@ -52,8 +52,9 @@ def _peft_merge(hf: dict, tensors: dict, config: dict) -> dict:
 
 
 def test_the_peft_adapter_merges_by_peft_formulas_into_our_fused_weights(moe_run, tmp_path):
-    from adapters_lib import lora, lora_fuse
+    from adapters_lib import lora
     from adapters_lib.export import peft
+    from adapters_lib.lora import fuse as lora_fuse
     from adapters_lib.models.hf import hf_convert, hf_layout, safetensors_io
 
     arch, model, params, spec, adapters = moe_run

@@ -41,8 +41,8 @@ def test_seed_003_reviews_are_the_tfds_builds_rows(tmp_path):
 
 
 def test_v5e_8_plan_table_names_each_mesh_and_the_one_that_cannot_be_made():
-    from adapters_lib import tf_deferred
     from adapters_lib.config import config_from_dict
+    from adapters_lib.import_shields import tf_deferred
     from bench.keras_plan import markdown, parse_meshes, plan_rows
 
     tf_deferred.install()

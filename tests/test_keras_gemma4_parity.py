@@ -153,7 +153,7 @@ def _assert_logits_close(ours: np.ndarray, theirs: np.ndarray) -> None:
 
 def _pipeline_tokens(path, tokenizer) -> np.ndarray:
     """The token ids ``eval``'s data pipeline makes of the text file (one sequence)."""
-    from adapters_lib import perplexity
+    from adapters_lib.evals import perplexity
 
     tset = perplexity.tokenize_file(str(path), tokenizer, max_length=512).train
     assert len(tset) == 1
@@ -164,8 +164,8 @@ def _pipeline_tokens(path, tokenizer) -> np.ndarray:
 def test_the_gemma_route_scores_a_keras_hub_preset_as_keras_hub(presets, text_file, case):
     import jax.numpy as jnp
 
-    from adapters_lib import perplexity
     from adapters_lib.catalog import resolve
+    from adapters_lib.evals import perplexity
     from adapters_lib.models import weights
 
     folder, lm, theirs_tokens = presets(case)
@@ -184,9 +184,9 @@ def test_the_gemma_route_scores_a_keras_hub_preset_as_keras_hub(presets, text_fi
 
 @pytest.mark.parametrize("case", SWEEP[:3] + SWEEP[3::2], ids=[c[0] for c in SWEEP[:3] + SWEEP[3::2]])
 def test_the_keras_route_scores_a_keras_hub_preset_as_keras_hub(presets, text_file, case):
-    from adapters_lib import perplexity
     from adapters_lib.config import config_from_dict
     from adapters_lib.data.packing import assemble
+    from adapters_lib.evals import perplexity
     from adapters_lib.keras_route.backbones import model_inputs
     from adapters_lib.keras_route.model import build_model
 

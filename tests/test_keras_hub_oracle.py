@@ -28,7 +28,7 @@ def eval_perplexity(model, params, tokens: np.ndarray) -> float:
     states through the chunked, soft-capped cross-entropy), every next token scored."""
     import math
 
-    from adapters_lib import perplexity
+    from adapters_lib.evals import perplexity
     from adapters_lib.train.loss import ce_chunk_budget
 
     rows, length = tokens.shape

@@ -38,8 +38,7 @@ def test_a_keras_preset_loads_on_the_gemma_route_with_keras_hubs_logits(keras_pr
     import jax.numpy as jnp
 
     from adapters_lib.catalog import resolve
-    from adapters_lib.config import config_from_dict
-    from adapters_lib.config_backends import check_backend_options
+    from adapters_lib.config import check_backend_options, config_from_dict
     from adapters_lib.models import weights
 
     folder = keras_presets(kind)

@@ -8,8 +8,7 @@ import math
 import pytest
 from fixtures_keras import KERAS_DEMO, StopOnceLogged
 
-from adapters_lib.config import config_from_dict
-from adapters_lib.config_backends import check_backend_options
+from adapters_lib.config import check_backend_options, config_from_dict
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.keras_route.layout import (
     EMBEDDING,

@@ -27,7 +27,7 @@ class Hidden(importlib.machinery.PathFinder):  # TensorFlow as if not installed
         return super().find_spec(fullname, path, target)
 
 sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = Hidden
-from adapters_lib import tf_deferred
+from adapters_lib.import_shields import tf_deferred
 tf_deferred.install()
 from adapters_lib.config import config_from_dict
 from adapters_lib.keras_route import run_keras_training

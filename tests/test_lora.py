@@ -7,8 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from adapters_lib import lora, lora_fuse
 from adapters_lib.config import LORA_TARGETS, LoraSpec
+from adapters_lib.lora import fuse as lora_fuse
+from adapters_lib.lora import targeted as lora
 from adapters_lib.models import demo
 
 TARGET_SETS = [(t,) for t in LORA_TARGETS] + [("q", "v"), ("gate", "up", "down"), LORA_TARGETS]

@@ -1,4 +1,4 @@
-"""One program for a family of LoRA configs (``lora_family``): a rank inside the bucket, any alpha,
+"""One program for a family of LoRA configs (``lora.family``): a rank inside the bucket, any alpha,
 any targets train exactly as their own program does, compile nothing new, and checkpoints hold
 the run's own rank."""
 
@@ -11,8 +11,9 @@ import numpy as np
 import optax
 import pytest
 
-from adapters_lib import lora, lora_family, mesh
+from adapters_lib import lora, mesh
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+from adapters_lib.lora import family as lora_family
 from adapters_lib.train import step as step_lib
 from adapters_lib.train.optimizer import make_optimizer
 

@@ -6,8 +6,9 @@ import dataclasses
 
 import pytest
 
-from adapters_lib import device_memory, memory
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+from adapters_lib.memory import device as device_memory
+from adapters_lib.memory import estimate as memory
 
 DEMO = {"num_embed": 1024, "embed_dim": 256, "hidden_dim": 1024, "num_heads": 4, "head_dim": 64,
         "num_kv_heads": 1, "attention_types": [0, 1, 0, 1], "use_qk_norm": True,
@@ -83,7 +84,8 @@ def test_estimate_is_within_15_percent_of_the_compiled_step(demo, cfg):
     import jax
     import optax
 
-    from adapters_lib import lora, mesh
+    from adapters_lib import mesh
+    from adapters_lib.lora import targeted as lora
     from adapters_lib.train.step import build_steps
 
     model, base = demo

@@ -8,8 +8,10 @@ import re
 
 import pytest
 
-from adapters_lib import device_memory, memory, memory_advice
+from adapters_lib import memory
 from adapters_lib.config import config_from_dict
+from adapters_lib.memory import advice as memory_advice
+from adapters_lib.memory import device as device_memory
 
 
 @pytest.mark.parametrize("name, chip", [

@@ -156,7 +156,7 @@ def test_two_processes_match_one_and_survive_a_lost_host(tmp_path):
 
 
 def test_per_host_line_counts_hosts_and_bytes():
-    from adapters_lib import memory
+    from adapters_lib.memory import estimate as memory
     from adapters_lib.models import demo
 
     est = memory.estimate(demo.demo_transformer_config(), batch_size=16, seq_len=64,

@@ -3,7 +3,7 @@ checkpoints), sample and compare, in a process where ``tensorflow`` cannot be im
 
 On a TPU with a lean install (no TensorFlow) the engine's ``/v1/estimate`` failed with "No
 module named 'tensorflow'": gemma's model code imports ``kauldron.typing``, which imports
-TensorFlow to read ``tf.Tensor`` (``adapters_lib.tf_absent`` lets it import). Here TensorFlow
+TensorFlow to read ``tf.Tensor`` (``adapters_lib.import_shields.tf_absent`` lets it import). Here TensorFlow
 and its family are hidden from the import system (``find_spec`` answers None, as where they are
 not installed), and the CLI's own commands run with ``--in-process``: the engine's handlers, in
 the one process the story checks.

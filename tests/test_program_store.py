@@ -25,7 +25,7 @@ def _child(code: str, cwd: Path, env: dict[str, str] | None = None) -> str:
 TRAIN_CHILD = """
     import sys, pathlib
     sys.path.insert(0, {tests!r})
-    from adapters_lib import tf_deferred
+    from adapters_lib.import_shields import tf_deferred
     tf_deferred.install()
     import jax
     from jax import monitoring
@@ -192,8 +192,9 @@ def test_a_restarted_engine_reads_its_steps_and_its_compare_programs_back(engine
 def test_the_adapters_shapes_are_read_back_equal_without_tracing_the_model(tmp_path):
     from jax import monitoring
 
-    from adapters_lib import lora, program_store
+    from adapters_lib import program_store
     from adapters_lib.config import LoraSpec
+    from adapters_lib.lora import targeted as lora
     from adapters_lib.models import demo
 
     model = demo.demo_model()

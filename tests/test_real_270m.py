@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from adapters_lib import catalog, perplexity
+from adapters_lib import catalog
+from adapters_lib.evals import perplexity
 
 pytestmark = pytest.mark.slow
 

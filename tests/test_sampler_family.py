@@ -14,7 +14,7 @@ PROMPTS = ["Is 5 even or odd?", "Reverse the words: apple river stone"]
 
 
 def _family(spec, bucket: int = 16):
-    from adapters_lib import lora_family
+    from adapters_lib.lora import family as lora_family
 
     return lora_family.resolve(spec, programs="family", platform="cpu", bucket=bucket)
 

@@ -92,7 +92,7 @@ def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(t
     child = textwrap.dedent("""
         import logging, sys
         sys.path.insert(0, sys.argv[4])
-        from adapters_lib import tf_deferred
+        from adapters_lib.import_shields import tf_deferred
         tf_deferred.install()
         import jax
         from adapters_lib.engine import devices

@@ -12,8 +12,9 @@ import numpy as np
 import optax
 import pytest
 
-from adapters_lib import lora, mesh
+from adapters_lib import mesh
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+from adapters_lib.lora import targeted as lora
 from adapters_lib.models import demo as demo_lib
 from adapters_lib.train import step as step_lib
 from adapters_lib.train.variants import with_training_attention

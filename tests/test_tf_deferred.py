@@ -1,5 +1,5 @@
 """TensorFlow is imported on first use, not when gemma's model code is imported
-(``adapters_lib.tf_deferred``): training on the gemma route, orbax checkpoints included, the
+(``adapters_lib.import_shields.tf_deferred``): training on the gemma route, orbax checkpoints included, the
 engine's estimate, and decoding text (gemma's ``Tokenizer.decode`` asks etils' ``is_array``,
 which reads TensorFlow's tensor types once ``tensorflow`` is in ``sys.modules``) never load it.
 Where TensorFlow is not installed at all: tests/test_no_tensorflow.py."""
@@ -14,7 +14,7 @@ from pathlib import Path
 STORY = r"""
 import json, sys
 from pathlib import Path
-from adapters_lib import tf_deferred
+from adapters_lib.import_shields import tf_deferred
 
 def tf_mapped():
     maps = Path("/proc/self/maps").read_text()
@@ -22,7 +22,7 @@ def tf_mapped():
 
 out = {"installed": tf_deferred.install(), "again": tf_deferred.install()}
 from gemma import gm
-from adapters_lib import lora  # gemma's layers and peft, kauldron's typing under them
+from adapters_lib.lora import targeted as lora  # gemma's layers and peft, kauldron's typing under them
 from adapters_lib.models import demo
 gm.nn.Transformer, gm.text.Gemma3Tokenizer
 demo.demo_tokenizer()
@@ -78,7 +78,7 @@ def test_gemma_imports_and_training_leave_tensorflow_unloaded_until_its_first_us
 
 
 def test_install_is_a_no_op_when_tensorflow_is_imported_already():
-    code = ("import tensorflow, sys\nfrom adapters_lib import tf_deferred\n"
+    code = ("import tensorflow, sys\nfrom adapters_lib.import_shields import tf_deferred\n"
             "print(tf_deferred.install(), tf_deferred.is_deferred(), type(sys.modules['tensorflow']).__name__)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         if (args.command in COMPUTING and not getattr(args, "detach", False)
                 and getattr(args, "in_process", True)  # through the engine: no JAX here
                 and not getattr(args, "print_config", False)):  # printing a config needs no JAX
-            from adapters_lib.tf_deferred import preimport_quietly
+            from adapters_lib.import_shields.tf_deferred import preimport_quietly
 
             preimport_quietly()
         return int(args.handler(args) or 0)

@@ -48,8 +48,8 @@ def export_job(engine: Any, cmd: Any, run: Any, fmt: str) -> dict[str, Any]:
 
 
 def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
-    """``eval`` in the engine: the evaluation area's computation (``adapters_lib.perplexity``)."""
-    from adapters_lib import perplexity
+    """``eval`` in the engine: the evaluation area's computation (``adapters_lib.evals.perplexity``)."""
+    from adapters_lib.evals import perplexity
 
     where = "eval request"
     if not cmd.data or not Path(cmd.data).is_absolute():

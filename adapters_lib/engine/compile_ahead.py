@@ -208,8 +208,7 @@ class AheadCompiler:
                  time.perf_counter() - t0, len(futures))
 
     def _start_up(self) -> None:
-        from adapters_lib.config import config_from_dict
-        from adapters_lib.config_toml import parse_toml
+        from adapters_lib.config import config_from_dict, parse_toml
 
         self.engine.runtime.wait_devices()
         ok, why = self.allowed()

@@ -121,13 +121,16 @@ def quantize_problems(cfg: RunConfig, entry: Any) -> list[dict[str, Any]]:
 def estimate(cfg: RunConfig, devices: list[dict[str, Any]], device: str = "") -> dict[str, Any]:
     """Memory per device, mesh problems in words, trainable params (``devices``: status rows).
 
-    ``device``: plan for a chip by name (``device_memory.find_chip``: ``v5e``, ``h100``) instead
+    ``device``: plan for a chip by name (``memory.device.find_chip``: ``v5e``, ``h100``) instead
     of this engine's devices; ``[mesh] devices`` of them (default: the mesh's product, else 1).
     A step whose estimate exceeds the device is an error problem, with what would fit instead
-    (``memory_advice``)."""
+    (``memory.advice``)."""
     import jax
 
-    from adapters_lib import catalog, device_memory, memory, memory_advice, mesh
+    from adapters_lib import catalog, mesh
+    from adapters_lib.memory import advice as memory_advice
+    from adapters_lib.memory import device as device_memory
+    from adapters_lib.memory import estimate as memory
     from adapters_lib.train.loss import ce_chunk_budget
 
     entry = catalog.resolve(cfg.model.source)  # once: the config and the quantize check read it

@@ -30,9 +30,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from adapters_lib import __version__, paths, tf_deferred
+from adapters_lib import __version__, paths
 from adapters_lib.engine import locations
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.import_shields import tf_deferred
 
 if TYPE_CHECKING:
     from adapters_lib.engine.service import Engine

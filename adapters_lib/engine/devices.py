@@ -17,8 +17,8 @@ from adapters_lib import paths
 log = logging.getLogger("adapters_lib.engine")
 
 HEAVY_MODULES = (
-    "gemma.gm", "adapters_lib.models.loader", "adapters_lib.models.demo", "adapters_lib.lora",
-    "adapters_lib.catalog", "adapters_lib.data", "adapters_lib.memory", "adapters_lib.mesh",
+    "gemma.gm", "adapters_lib.models.loader", "adapters_lib.models.demo", "adapters_lib.lora.targeted",
+    "adapters_lib.catalog", "adapters_lib.data", "adapters_lib.memory.estimate", "adapters_lib.mesh",
     "adapters_lib.train.loop", "adapters_lib.train.checkpoints", "adapters_lib.sample",
     "adapters_lib.export", "adapters_lib.engine.sampling",
     # a run's own first imports (~0.7 s and ~0.6 s on 2 busy cores): done while the engine idles
@@ -27,7 +27,7 @@ HEAVY_MODULES = (
 
 
 def import_heavy() -> None:
-    from adapters_lib import trace_context
+    from adapters_lib.import_shields import trace_context
 
     trace_context.complete()  # before any program is traced
     for name in HEAVY_MODULES:

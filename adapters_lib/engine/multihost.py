@@ -40,7 +40,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from adapters_lib import multihost, paths, runs, tf_deferred
+from adapters_lib import multihost, paths, runs
 from adapters_lib.engine import api
 from adapters_lib.engine.errors import EngineError
 from adapters_lib.engine.handlers import then
@@ -48,6 +48,7 @@ from adapters_lib.engine.run_queue import QueuedRun
 from adapters_lib.engine.service import Engine
 from adapters_lib.engine.training import RunControl
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.import_shields import tf_deferred
 from adapters_lib.multihost import messages
 
 log = logging.getLogger("adapters_lib.engine")
@@ -97,7 +98,7 @@ class LeaderEngine(Engine):
         out["mesh_problems"] = out["mesh_problems"] + problems
         out["ok"] = out["ok"] and not any(p["level"] == "error" for p in problems)
         if out.get("estimate"):
-            from adapters_lib import memory
+            from adapters_lib.memory import estimate as memory
 
             est = memory.MemoryEstimate(**{k: v for k, v in out["estimate"].items()
                                            if k not in ("total", "fraction", "verdict")})

@@ -38,7 +38,7 @@ from adapters_lib.engine import devices as devices_mod
 log = logging.getLogger("adapters_lib.engine")
 
 METADATA_MODULES = (
-    "adapters_lib.config", "adapters_lib.runs", "adapters_lib.catalog",
+    "adapters_lib.config.run_config", "adapters_lib.runs", "adapters_lib.catalog",
     "adapters_lib.models.demo", "adapters_lib.data", "adapters_lib.engine.compute",
     "adapters_lib.sweeps.results",
     "numpy", "sentencepiece", "huggingface_hub", "gguf", "tensorstore",

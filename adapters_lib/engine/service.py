@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib import runs
-from adapters_lib.config import RunConfig, config_from_dict
-from adapters_lib.config_toml import parse_toml
+from adapters_lib.config import RunConfig, config_from_dict, parse_toml
 from adapters_lib.engine import api, compute, training
 from adapters_lib.engine.compile_ahead import AheadCompiler
 from adapters_lib.engine.errors import EngineError

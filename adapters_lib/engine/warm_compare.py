@@ -157,7 +157,7 @@ class Warmer:
         cfg = run.config()
         if cfg.model.backend != "gemma" or not cfg.lora.enabled:
             return []
-        from adapters_lib import perplexity
+        from adapters_lib.evals import perplexity
         from adapters_lib.evals.selection import resolve_step
         from adapters_lib.tuned import load_checkpoint
 

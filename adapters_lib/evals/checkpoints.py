@@ -68,14 +68,16 @@ def score_checkpoints(run: str, *, data: str = "", metrics: Sequence[str] = (),
     "rows": [{"step", "phase", "<metric>": value, ..., "tokens"}, ...]}``."""
     import jax
 
-    from adapters_lib import evaluate, lora, perplexity, runs
+    from adapters_lib import evaluate, runs
+    from adapters_lib.evals import perplexity
+    from adapters_lib.lora import targeted as lora
     from adapters_lib.models.loader import load_model
     from adapters_lib.train import checkpoints
 
     t0 = time.perf_counter()
     for name in metrics:
         if name not in METRICS:
-            from adapters_lib.config_checks import closest
+            from adapters_lib.config.checks import closest
 
             raise WorkbenchError(f"unknown metric {name!r}", where="--metrics",
                                  hint=f"{closest(name, list(METRICS))} (metrics are {', '.join(METRICS)})")

@@ -1,6 +1,6 @@
 """Merged full weights: base + adapters fused, as a gemma orbax checkpoint or HF safetensors.
 
-``gemma``: the fused tree (``lora_fuse.fuse_lora``) saved with ``gm.ckpts.save_params`` (loads with
+``gemma``: the fused tree (``lora.fuse.fuse_lora``) saved with ``gm.ckpts.save_params`` (loads with
 ``gm.ckpts.load_params``). ``hf``: the same tree through ``models.hf.hf_convert.gemma_to_hf`` as
 ``model.safetensors`` (sharded over ``HF_SHARD_BYTES``) + ``config.json``. The tokenizer is
 copied beside the weights.
@@ -30,7 +30,8 @@ def merged_params(loaded: Any, trainable: Any, spec: LoraSpec) -> dict:
     into it in f32 and the result is bfloat16 (``docs/quantization.md``)."""
     import jax
 
-    from adapters_lib import lora, lora_fuse
+    from adapters_lib.lora import fuse as lora_fuse
+    from adapters_lib.lora import targeted as lora
 
     if not spec.enabled:
         return jax.tree.map(np.asarray, trainable)

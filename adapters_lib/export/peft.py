@@ -46,7 +46,7 @@ def adapter_tensors(lora_tree: Mapping[str, Any], prefix: str = PEFT_PREFIX) -> 
     """Our LoRA tree as PEFT tensors (``lora_A`` (r, in), ``lora_B`` (out, r); the experts'
     as ``peft_experts`` lays them).
 
-    Walks the tree itself: ``lora_fuse.iter_adapters`` misses the attention adapters, which sit
+    Walks the tree itself: ``lora.fuse.iter_adapters`` misses the attention adapters, which sit
     one level deeper (``attn/q_einsum/lora/q_a``) than the MLP ones (``mlp/lora_linear/down_a``).
     """
     out: dict[str, np.ndarray] = {}
@@ -152,7 +152,7 @@ def expected_lora(model: Any, spec: LoraSpec) -> dict:
     """The abstract LoRA tree (shapes only) that ``model`` takes under ``spec``."""
     import jax
 
-    from adapters_lib import lora
+    from adapters_lib.lora import targeted as lora
 
     return jax.eval_shape(lambda: lora.init_lora(model, spec, None, jax.random.key(0)))
 

@@ -12,7 +12,7 @@ first wrapper: ``gate_up_proj`` (registered first) is the inner one (``experts.b
 formula in numpy.
 
 Ours are per expert ``gate``/``up`` ``A (E, D, r)``, ``B (E, r, X)`` and ``down`` ``A (E, X, r)``,
-``B (E, r, D)`` (``lora_experts``). ``down_proj``'s delta ``(A_d·B_d)ᵀ`` is rank r as it is;
+``B (E, r, D)`` (``lora.experts``). ``down_proj``'s delta ``(A_d·B_d)ᵀ`` is rank r as it is;
 ``gate_up_proj``'s stacks the gate and up deltas, rank 2r: it is written at rank 2r
 (``rank_pattern``, ``alpha_pattern`` = 2·alpha keep the scale alpha/r), the off-diagonal blocks
 zero. Reading one back, a non-zero off-diagonal block (an adapter trained by PEFT itself)

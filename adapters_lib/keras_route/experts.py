@@ -3,7 +3,7 @@
 keras-hub's ``enable_lora`` reaches ``EinsumDense``/``Dense`` layers only; the expert bank holds
 its weights as plain variables (``gate_proj``/``up_proj`` [E, hidden, I], ``down_proj``
 [E, I, hidden]) and multiplies them with ``ops.einsum``, so its LoRA is built here, as on the
-gemma route (``adapters_lib.lora_experts``): each expert gets its own low-rank pair on each
+gemma route (``adapters_lib.lora.experts``): each expert gets its own low-rank pair on each
 projection (``lora_experts_gate_a`` [E, hidden, r] and ``…_gate_b`` [E, r, I], the same for up,
 ``…_down_a`` [E, I, r] and ``…_down_b`` [E, r, hidden]; A he-uniform, B zeros; scale
 alpha/rank). They act on the activations, beside the frozen bank:

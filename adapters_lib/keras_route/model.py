@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters_lib.config import RunConfig
-from adapters_lib.config_backends import is_keras_preset
+from adapters_lib.config import RunConfig, is_keras_preset
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.keras_route.backbones import BACKBONES
 from adapters_lib.keras_route.layout import ModelDims

@@ -1,7 +1,7 @@
 """The Keras route's names for our options: dtypes → a Keras dtype policy (LoRA targets → keras-hub
 layers are ``keras_route.backbones.lora_layers``).
 
-Which options each backend accepts is ``adapters_lib.config_backends`` (the config layer checks
+Which options each backend accepts is ``adapters_lib.config.backends`` (the config layer checks
 them on every config, keras or not).
 """
 

@@ -14,7 +14,7 @@ import numpy as np
 
 
 def train_tokens_per_s(cfg: Any, *, steps: int = 20, warmup: int = 3) -> dict[str, float]:
-    from adapters_lib.config_backends import check_backend_options
+    from adapters_lib.config import check_backend_options
     from adapters_lib.keras_route.backbones import model_inputs
     from adapters_lib.keras_route.layout import make_distribution, plan_for
     from adapters_lib.keras_route.model import _nullcontext, build_model, import_keras, model_dims

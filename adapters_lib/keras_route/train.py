@@ -25,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from adapters_lib.config import RunConfig
-from adapters_lib.config_backends import check_backend_options
+from adapters_lib.config import RunConfig, check_backend_options
 from adapters_lib.keras_route import checkpoints
 from adapters_lib.runs import RunDir
 from adapters_lib.train.trainer import (

@@ -9,7 +9,7 @@ that same ``pre_feedforward_layernorm_2``), so on a real checkpoint it picks oth
 with other weights. ``interceptor`` replaces ``_forward_moe`` by the three others' order,
 built from the library's own submodules (the shared MLP, the router's norm and projection,
 ``MoERagged._router`` and ``_run_ffw_and_routing``): the bank's dispatch stays the library's
-(and ``lora_experts`` adapts it there). ``families.model_class`` installs it on every Gemma 4
+(and ``lora.experts`` adapts it there). ``families.model_class`` installs it on every Gemma 4
 MoE model; tests/test_gemma4_oracle.py checks the logits against keras-hub's on one checkpoint.
 """
 

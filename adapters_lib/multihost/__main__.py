@@ -13,8 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters_lib import tf_deferred
 from adapters_lib.errors import WorkbenchError
+from adapters_lib.import_shields import tf_deferred
 from adapters_lib.multihost.distributed import initialize, process_index
 from adapters_lib.multihost.training import train_one
 

@@ -12,7 +12,7 @@ def per_host_summary(estimate: Any, *, global_devices: int, processes: int,
     The mesh spans ``global_devices`` over ``processes`` hosts; per host that is
     ``global_devices // processes`` devices, and the same bytes per device.
     """
-    from adapters_lib.memory import fmt_bytes
+    from adapters_lib.memory.estimate import fmt_bytes
 
     per_host_devices = max(1, global_devices // max(processes, 1))
     per_host = estimate.total * per_host_devices

@@ -1,17 +1,17 @@
 """A tuned model's adapters in its LoRA family's programs, for sampling and evaluation.
 
-The train step compiles one program for a family of LoRA configs (``lora_family``: the rank
+The train step compiles one program for a family of LoRA configs (``lora.family``: the rank
 padded to a bucket, every target present, alpha a runtime value). Generation and ``eval``
 take the same route, but have no step inputs to carry the runtime values: here they are
 folded into the adapters once, when a checkpoint loads. The tree is padded to the family's
-shapes (``lora_family.fit``: zeros past the run's rank, zeros for the targets it did not
-choose) and ``lora_family.apply_runtime`` multiplies each A by ``alpha / rank`` and the masks;
+shapes (``lora.family.fit``: zeros past the run's rank, zeros for the targets it did not
+choose) and ``lora.family.apply_runtime`` multiplies each A by ``alpha / rank`` and the masks;
 the program is built for ``family.program``, whose modules have scale 1. So
 ``scale · x·A·B == x·(scale·A)·B`` is computed, and a new rank (within the bucket), alpha or
 targets between two runs reuses the compiled prefill, decode and eval programs (vLLM folds
 alpha / rank into B at load the same way).
 
-``train.programs`` decides, as for the step (``lora_family.resolve``): on a CPU "auto" keeps
+``train.programs`` decides, as for the step (``lora.family.resolve``): on a CPU "auto" keeps
 the exact program (a compile costs seconds there, the padded products real FLOPs).
 Importing this module is cheap.
 """
@@ -24,11 +24,11 @@ from adapters_lib.config import LoraSpec
 
 
 def family_of(spec: LoraSpec | None, cfg: Any = None, platform: str = "") -> Any:
-    """The ``lora_family.LoraFamily`` a run's (or an adapter folder's) adapters are served in,
+    """The ``lora.family.LoraFamily`` a run's (or an adapter folder's) adapters are served in,
     or None for the exact program. ``cfg``: the run's config (its ``train.programs`` and
     ``train.rank_bucket``); None (an adapter folder): the defaults."""
-    from adapters_lib import lora_family
     from adapters_lib.config import TrainSpec
+    from adapters_lib.lora import family as lora_family
 
     if spec is None or not spec.enabled:
         return None
@@ -46,7 +46,8 @@ def in_family(model: Any, family: Any, adapters: Any) -> Any:
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib import lora, lora_family
+    from adapters_lib.lora import family as lora_family
+    from adapters_lib.lora import targeted as lora
 
     dtype = next((x.dtype for x in jax.tree.leaves(adapters) if jnp.issubdtype(x.dtype, jnp.floating)),
                  jnp.dtype(family.program.dtype))

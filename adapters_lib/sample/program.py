@@ -23,8 +23,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from adapters_lib import trace_context
 from adapters_lib.config import LoraSpec
+from adapters_lib.import_shields import trace_context
 
 
 class Program:
@@ -42,7 +42,7 @@ class Program:
         # adapters_lib.sample (e.g. its settings, in the CLI) must not load JAX
         trace_context.complete()
 
-        from adapters_lib import lora as lora_lib
+        from adapters_lib.lora import targeted as lora_lib
 
         self.model = model
         self.net = lora_lib.wrap(model, spec) if spec else model
@@ -117,7 +117,7 @@ class Program:
         return future
 
     def _forward(self, base, lora, tokens, positions, mask, cache, last_only):
-        from adapters_lib import lora as lora_lib
+        from adapters_lib.lora import targeted as lora_lib
 
         params = lora_lib.merge_lora(base, lora) if lora else base
         net = self.net if lora else self.model  # no adapters: the plain model

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from adapters_lib.config_sweep import grid_items
+from adapters_lib.config.sweep import grid_items
 from adapters_lib.errors import WorkbenchError
 
 MAX_POINTS = 256

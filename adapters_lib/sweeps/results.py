@@ -139,7 +139,7 @@ def _index(table: dict[str, Any]) -> int | None:
 def summary(runs: list[RunDir], sweep_id: str, metric: str = "") -> dict[str, Any]:
     """The sweep's results (see the module doc); ``sweep_id`` may be a unique prefix."""
     from adapters_lib.config import EVAL_METRICS
-    from adapters_lib.config_checks import closest
+    from adapters_lib.config.checks import closest
 
     if metric and metric not in EVAL_METRICS:
         raise WorkbenchError(f"{metric!r} is not a metric", where="metric",

@@ -67,7 +67,7 @@ of every run of a new rank (the Gemma-3-1B shape, 1,092 leaves); the fetch takes
 
 def all_finite(tree: Any) -> bool:
     """Whether every floating value of ``tree`` is finite: numpy on the host for a small state
-    (``HOST_CHECK_BYTES``, one process) or a tree fetched already (``lora_family.fit(host=True)``),
+    (``HOST_CHECK_BYTES``, one process) or a tree fetched already (``lora.family.fit(host=True)``),
     else one program on the device and a one-value fetch."""
     leaves = jax.tree.leaves(tree)
     if leaves and all(isinstance(x, np.ndarray | np.generic) for x in leaves):
@@ -195,7 +195,7 @@ def abstract_trainable(loaded: Any, cfg: Any, sharding: Any = None) -> Any:
     ``sharding`` defaults to this process's first device (what a sampler in one process wants;
     on a multi-host follower, global device 0 is another process's).
     """
-    from adapters_lib import lora
+    from adapters_lib.lora import targeted as lora
 
     sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     if not cfg.lora.enabled:

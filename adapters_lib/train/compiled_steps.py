@@ -62,10 +62,10 @@ class Steps:
     """The schedule's numbers the train step is given (``optimizer.schedule_hparams``), on the
     mesh; with a LoRA family, its runtime values under ``"lora"`` too."""
     lora_runtime: dict = dataclasses.field(default_factory=dict)
-    """A LoRA family's runtime values (``lora_family.LoraFamily.runtime``: scale, rank mask,
+    """A LoRA family's runtime values (``lora.family.LoraFamily.runtime``: scale, rank mask,
     target switches) on the mesh; {} for an exact program. The eval step's input too."""
     family: Any = None
-    """The run's ``lora_family.LoraFamily`` (the program covers a family of LoRA specs), or None."""
+    """The run's ``lora.family.LoraFamily`` (the program covers a family of LoRA specs), or None."""
     objective: Any = None
     """The training objective (``train.objectives``); its ``batch_keys`` are what ``put_batch`` places."""
     reference_params: Any = dataclasses.field(default_factory=dict)

@@ -148,7 +148,7 @@ class GemmaTrainer(Trainer):
         if self.own is None:
             params, opt_state, meta = self.store.restore(step, abstract.params, abstract.opt_state)
         else:  # the checkpoint holds the run's own rank and targets: padded into the family's shapes
-            from adapters_lib.lora_family import fit
+            from adapters_lib.lora.family import fit
 
             params, opt_state, meta = self.store.restore(step, self.own.params, self.own.opt_state)
             params = jax.device_put(fit(params, abstract.params), steps.trainable_shardings)
@@ -256,7 +256,7 @@ class GemmaTrainer(Trainer):
             if self.own is not None:  # the run's own rank and targets, never the family's padding
                 import jax
 
-                from adapters_lib.lora_family import fit
+                from adapters_lib.lora.family import fit
 
                 host = jax.process_count() == 1  # numpy: no slice op compiled a leaf on the chip
                 params, opt_state = fit((params, opt_state), (self.own.params, self.own.opt_state), host=host)

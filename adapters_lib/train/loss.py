@@ -24,9 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
-from adapters_lib.memory import CE_CHUNK_BYTES, ce_chunk_budget_for
+from adapters_lib.kernels import ce_splash
+from adapters_lib.memory.estimate import CE_CHUNK_BYTES, ce_chunk_budget_for
 from adapters_lib.models.quantize import qarray
-from adapters_lib.train import ce_splash
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """A gemma-route run before it runs: ``plan_run(cfg)`` builds what the trainer's set-up needs —
-the model on the mesh, the LoRA family (``lora_family``), the trainable tree, the optimizer, the
+the model on the mesh, the LoRA family (``lora.family``), the trainable tree, the optimizer, the
 jitted steps, the data — and ``compile_ahead(cfg)`` queues the programs the run's first step and
 its evals will need on the one compile thread (``step_programs``), so that a run launched later
 finds them compiled (or waits for the compile already under way instead of starting another).
@@ -39,7 +39,7 @@ class RunPlan:
     mesh: Any
     rng: Any
     family: Any
-    """``lora_family.LoraFamily`` or None (the exact program)."""
+    """``lora.family.LoraFamily`` or None (the exact program)."""
     own: Any
     """The run's own trainable tree and optimizer state, abstract (``OwnShapes``), when the
     program is a family's: what its checkpoints hold. None otherwise."""
@@ -85,9 +85,10 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     beyond the base params)."""
     import jax
 
-    from adapters_lib import lora, lora_family
     from adapters_lib import mesh as mesh_lib
     from adapters_lib.data import build_pipeline
+    from adapters_lib.lora import family as lora_family
+    from adapters_lib.lora import targeted as lora
     from adapters_lib.models.loader import load_model
     from adapters_lib.train.optimizer import make_optimizer
     from adapters_lib.train.step import build_steps
@@ -193,7 +194,7 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     the next tweak (a family compiling behind already counts as compiled: the first step waits
     for it). The family's costs a step 7.6 % (r16 on every target) to 39 % (r8 on q, v) at
     the Gemma-3-1B shape on a v5e (BENCHMARKS.md): it serves the wait, not the run."""
-    from adapters_lib import lora_family
+    from adapters_lib.lora import family as lora_family
     from adapters_lib.train.step import build_steps
 
     fam = plan.steps
@@ -218,11 +219,11 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
 
 def compile_takeover(steps: Any, own: OwnShapes) -> Any:
     """The future of one compiled program that moves the family's state to the run's own shapes
-    (``lora_family.fit`` of the params and the optimizer state, on the device), compiled on the
+    (``lora.family.fit`` of the params and the optimizer state, on the device), compiled on the
     compile thread: the takeover then runs one program, no per-shape eager op compiles mid-run."""
     import jax
 
-    from adapters_lib import lora_family
+    from adapters_lib.lora import family as lora_family
     from adapters_lib.train import step_programs
 
     state = steps.abstract_state
@@ -239,8 +240,9 @@ def compile_takeover(steps: Any, own: OwnShapes) -> Any:
 def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
     """The run's LoRA family (``memory.run_program``: with "auto", the largest rank bucket whose
     padded adapters fit the device), or None for the exact program."""
-    from adapters_lib import lora_family, memory
-    from adapters_lib.device_memory import device_memory_bytes
+    from adapters_lib.lora import family as lora_family
+    from adapters_lib.memory import estimate as memory
+    from adapters_lib.memory.device import device_memory_bytes
 
     platform = devices[0].platform
     family = lora_family.run_family(cfg, platform)

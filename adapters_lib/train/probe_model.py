@@ -27,12 +27,12 @@ class ProbeModel:
 
     def model_params(self, trainable: Any) -> tuple[Any, Any]:
         """(the model to apply, its params) for the trainable tree (LoRA merged in)."""
-        from adapters_lib import lora
+        from adapters_lib.lora import targeted as lora
 
         cfg, loaded = self.cfg, self.loaded
         if cfg.lora.enabled:
             if self.family is not None:
-                from adapters_lib.lora_family import apply_runtime
+                from adapters_lib.lora.family import apply_runtime
 
                 trainable = apply_runtime(trainable, self.family.runtime())
             return lora.wrap(loaded.model, self.spec), lora.merge_lora(loaded.params, trainable)
@@ -40,7 +40,7 @@ class ProbeModel:
 
     def apply(self) -> Any:
         if self.apply_fn is None:
-            from adapters_lib import lora
+            from adapters_lib.lora import targeted as lora
 
             model = lora.wrap(self.loaded.model, self.spec) if self.cfg.lora.enabled else self.loaded.model
             self.apply_fn = probe_apply(model)

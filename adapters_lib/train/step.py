@@ -46,10 +46,13 @@ import jax.numpy as jnp
 import optax
 from flax import linen as nn
 
-from adapters_lib import attention, lora, lora_family, trace_context
 from adapters_lib import mesh as mesh_lib
 from adapters_lib.config import RunConfig
-from adapters_lib.train import ce_splash, objectives, step_programs
+from adapters_lib.import_shields import trace_context
+from adapters_lib.kernels import ce_splash
+from adapters_lib.lora import family as lora_family
+from adapters_lib.lora import targeted as lora
+from adapters_lib.train import attention, objectives, step_programs
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train.compiled_steps import Steps, TrainState, mask_keys
 from adapters_lib.train.variants import with_remat, with_training_attention
@@ -98,9 +101,9 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters
     (the shapes of ``trainable_params``) of the reference model for an objective that needs
     one; default the base with the adapters off.
-    ``family``: a ``lora_family.LoraFamily`` — the program is its ``program`` spec (the rank
+    ``family``: a ``lora.family.LoraFamily`` — the program is its ``program`` spec (the rank
     bucket, every target, scale 1) and ``trainable_params`` have its shapes; the run's rank, alpha
-    and targets are step inputs (``Steps.lora_runtime``, ``lora_family.apply_runtime``), so the
+    and targets are step inputs (``Steps.lora_runtime``, ``lora.family.apply_runtime``), so the
     next run of the family compiles nothing. None: the run's own spec (``cfg.lora``) is compiled.
     """
     t = cfg.train
@@ -245,7 +248,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
 
     def train_fn(state: TrainState, base, ref, batch, hp, slots):
         hp = dict(hp)
-        lrt = hp.pop("lora", {})  # the family's runtime values (``lora_family``), beside the schedule's
+        lrt = hp.pop("lora", {})  # the family's runtime values (``lora.family``), beside the schedule's
         opt = scheduled(hp) if scheduled else optimizer
         n_tokens = sum(jnp.sum(batch[k].astype(jnp.float32)) for k in mask_keys(keys))
         denom = jnp.maximum(objective.weight(batch), 1.0)

@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from adapters_lib import attention
+from adapters_lib.train import attention
 
 log = logging.getLogger(__name__)
 

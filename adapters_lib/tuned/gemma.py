@@ -156,7 +156,7 @@ class GemmaTuned(TunedModel):
         """``(apply(params, tokens, positions, mask) -> logits, params)`` of one side, for the
         evaluation area (``evaluate.greedy_answers``, loss/perplexity over a file)."""
         from adapters_lib import evaluate
-        from adapters_lib import lora as lora_lib
+        from adapters_lib.lora import targeted as lora_lib
 
         self.check_sides([side])
         if side not in self._apply:

@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     shapes.DRY = a.dry
     if not shapes.DRY:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from adapters_lib import tf_deferred
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()
     out = Path(a.out)

@@ -17,7 +17,7 @@ def ce(out: Path) -> list[dict]:
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib.train import ce_flash
+    from adapters_lib.kernels import ce_flash
     from adapters_lib.train import loss as loss_lib
 
     n, vocab, dim = (256, 2048, 128) if shapes.DRY else (8192, 262144, 1152)

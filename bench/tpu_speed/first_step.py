@@ -42,8 +42,8 @@ def first_step_once() -> None:
     t_start = time.perf_counter()
     import jax
 
-    from adapters_lib import tf_deferred
     from adapters_lib.engine import devices
+    from adapters_lib.import_shields import tf_deferred
 
     tf_deferred.install()
     devices.enable_compile_cache(jax)

@@ -7,7 +7,7 @@ per term of ``adapters_lib.memory.TERMS``, ``device_bytes``, ``fraction``, ``ver
 ``device_count``, ``quantize``, ``trainable_params``, ``total_params``, ``mesh_problems``,
 ``ok``. Exit status 0, or 2 when a problem (mesh, ``[model] quantize``, a step that exceeds the
 device's memory) is an error. ``--device v5e``: for that chip instead of the engine's devices
-(``adapters_lib.device_memory``: planning a launch on a machine not at hand).
+(``adapters_lib.memory.device``: planning a launch on a machine not at hand).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 def as_json(reply: Any, cfg: Any) -> dict[str, Any]:
     """The ``--json`` object (contract) of an ``api.EstimateReply``."""
-    from adapters_lib.memory import TERMS
+    from adapters_lib.memory.estimate import TERMS
 
     est = reply.estimate or {}
     out: dict[str, Any] = {f"{t}_bytes": est.get(t) for t in TERMS}

@@ -5,7 +5,7 @@ Loss, perplexity and the number of scored tokens of a model (or a run's checkpoi
 text or chat file. Chat files score the model turns only (``--loss-on all``: every token).
 ``--json`` prints one object with ``loss``, ``perplexity``, ``tokens`` (contract) and the
 details (sequences, examples, dropped, format, max_length, model, run, step, seconds).
-The computation is ``adapters_lib.perplexity``; it runs in the engine (started on demand;
+The computation is ``adapters_lib.evals.perplexity``; it runs in the engine (started on demand;
 ``--in-process``: an engine inside this process, refused while an engine runs).
 
 ``--all-checkpoints`` scores the base and every checkpoint of the run into one table (task

@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters_lib.model_defaults import load_with_model_defaults
+    from adapters_lib.config.model_defaults import load_with_model_defaults
     from workbench.commands._generation_args import engine_client
     from workbench.commands.train import engine_config
 

@@ -43,8 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def plan(args: argparse.Namespace) -> dict[str, Any]:
     """The sweep, checked: id, metric, the points with the overrides each run is queued with."""
     from adapters_lib.config import EVAL_METRICS, load_config
-    from adapters_lib.config_checks import closest
-    from adapters_lib.model_defaults import load_with_model_defaults
+    from adapters_lib.config.checks import closest
+    from adapters_lib.config.model_defaults import load_with_model_defaults
     from adapters_lib.sweeps import grid as grid_lib
 
     loaded = load_with_model_defaults(args.config, args.overrides)

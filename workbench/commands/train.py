@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters_lib.model_defaults import REAL, load_with_model_defaults
+    from adapters_lib.config.model_defaults import REAL, load_with_model_defaults
 
     if getattr(args, "upload", None):
         args.overrides = [*args.overrides, _upload(args.upload)]

@@ -12,7 +12,7 @@ page's first field, ``escape`` leaves a field for the tabs. ``ctrl+o`` opens a c
 (the picked model's example is offered: ``ctrl+o`` ``enter``). From ~120 columns the
 equivalent TOML stands beside the form, live.
 
-Defaults depend on the model (``adapters_lib.model_defaults``) and every value says where it
+Defaults depend on the model (``adapters_lib.config.model_defaults``) and every value says where it
 came from (``configure_origins``); a real model picked on the demo tasks is offered its
 example config (``workbench.example_configs``).
 """
@@ -39,9 +39,9 @@ from textual.widgets import (
 )
 
 from adapters_lib.config import MeshSpec, RunConfig, config_from_dict
+from adapters_lib.config.model_defaults import with_model_defaults
 from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.model_defaults import with_model_defaults
 from workbench.messages import EngineDevices, EstimateDone, RunLaunched
 from workbench.screens.base import WorkbenchScreen, error_text
 from workbench.screens.configure_ahead import ConfigAheadMixin

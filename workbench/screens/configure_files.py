@@ -11,8 +11,8 @@ from pathlib import Path
 from textual.widgets import Checkbox, Input, Select
 
 from adapters_lib.config import RunConfig
+from adapters_lib.config.model_defaults import load_with_model_defaults
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.model_defaults import load_with_model_defaults
 from workbench.example_configs import shown_path
 from workbench.screens.configure_form import (
     DATA_FIELDS,

@@ -2,7 +2,7 @@
 value came from, and a real model on the demo tasks is offered its example config.
 
 A mixin of ``ConfigureScreen`` (it reads and writes the form's widgets); the bookkeeping is
-``configure_origins.FieldOrigins``, the defaults ``adapters_lib.model_defaults``.
+``configure_origins.FieldOrigins``, the defaults ``adapters_lib.config.model_defaults``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.markup import escape
 from textual.widgets import Input, Static
 
 from adapters_lib.config import RunConfig, config_from_dict
-from adapters_lib.model_defaults import default_origin
+from adapters_lib.config.model_defaults import default_origin
 from adapters_lib.runs.registry import default_name
 from workbench.example_configs import example_for, shown_path
 from workbench.screens.configure_form import (

@@ -3,7 +3,7 @@
 A value is a default (the demo's own, a real model's, the built-in one), came from a file
 (``from real-270m.toml``) or is the user's (``yours``: typed). Picking another model moves
 every model-dependent value that is still a default to the new model's default
-(``adapters_lib.model_defaults``); values from a file or typed stay. The Train page shows
+(``adapters_lib.config.model_defaults``); values from a file or typed stay. The Train page shows
 the origin beside each field, the LoRA page under rank and alpha.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from adapters_lib.config import RunConfig
-from adapters_lib.model_defaults import BUILT_IN, KEYS, default_origin, defaults_for
+from adapters_lib.config.model_defaults import BUILT_IN, KEYS, default_origin, defaults_for
 
 YOURS = "yours"
 LORA_KEYS = ("lora.rank", "lora.alpha")
@@ -69,6 +69,6 @@ def why_note(source: str, origins: FieldOrigins, cfg: RunConfig | None) -> str:
 
 def model_default_updates(source: str, origins: FieldOrigins) -> dict[str, Any]:
     """The keys to move to ``source``'s defaults: those whose value is still a default."""
-    from adapters_lib.model_defaults import default_value
+    from adapters_lib.config.model_defaults import default_value
 
     return {key: default_value(source, key) for key in KEYS if is_default(origins.origin(key))}

@@ -15,7 +15,7 @@ from textual.validation import Integer, Number
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from adapters_lib.config import DTYPES, LORA_TARGETS, LoraSpec
-from adapters_lib.lora_shapes import lora_param_count
+from adapters_lib.lora.shapes import lora_param_count
 
 
 def parse_number(text: str, kind: type) -> Any:
@@ -30,7 +30,7 @@ def parse_number(text: str, kind: type) -> Any:
 def trainable_count(arch: dict[str, Any], lora: dict[str, Any]) -> int | None:
     """Adapter size from a catalog ``arch``: ``rank ×`` the family's per-rank count of each chosen
     target (``lora_per_rank``, the engine's ``families.lora_per_rank``: Gemma 4's own layers and
-    experts), else the Gemma 2/3 closed form (``lora_shapes.lora_param_count``)."""
+    experts), else the Gemma 2/3 closed form (``lora.shapes.lora_param_count``)."""
     per_rank = arch.get("lora_per_rank")
     if isinstance(per_rank, dict):
         try:

@@ -10,7 +10,7 @@ turns them into ``SamplingSettings`` (``Decoding.settings()``); the CLI's decodi
 ``gemma-workbench compare`` sends one ``CompareSet``: every prompt and conversation of a
 prompt file, batched turn by turn in the engine and saved beside the run.
 ``gemma-workbench eval`` sends ``Eval``: loss and perplexity of a model or a run's checkpoint
-on a data file (the computation is ``adapters_lib.perplexity``). Registered in ``COMMANDS``
+on a data file (the computation is ``adapters_lib.evals.perplexity``). Registered in ``COMMANDS``
 on import (``adapters_lib.engine.api`` imports this module).
 """
 

@@ -209,7 +209,7 @@ def lora_per_rank(arch: Arch) -> dict[str, int]:
     count is linear in the rank): ``rank · Σ`` over the chosen targets is the run's trainable
     count, what Configure shows before an estimate comes (``Family.lora_shapes``: Gemma 4's
     global layers and expert bank, no adapters on KV-shared k/v; else Gemma 2/3's closed form)."""
-    from adapters_lib.lora_shapes import lora_param_count
+    from adapters_lib.lora.shapes import lora_param_count
 
     fam = family(arch.family)
     fields = getattr(arch, "transformer_config_fields", None)

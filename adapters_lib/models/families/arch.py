@@ -245,7 +245,7 @@ class Family:
     """config → (path, shape) of every resident text-model weight (the memory estimate's term)."""
     lora_shapes: Callable[[Any, int, tuple[str, ...]], list[tuple[tuple[str, ...], tuple[int, ...]]]] | None = None
     """(config, rank, targets) → (path, shape) of every adapter matrix (None: the Gemma 2/3
-    closed form, ``lora_shapes.lora_param_shapes``)."""
+    closed form, ``lora.shapes.lora_param_shapes``)."""
     tokenizer_class: str = "Gemma3Tokenizer"
     """gemma's ``gm.text`` tokenizer class."""
     quantizes: bool = True

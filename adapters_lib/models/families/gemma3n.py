@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from adapters_lib.lora_shapes import lora_param_shapes
+from adapters_lib.lora.shapes import lora_param_shapes
 from adapters_lib.models.families import classic
 from adapters_lib.models.families.arch import (
     Arch,

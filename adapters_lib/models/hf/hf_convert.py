@@ -150,7 +150,7 @@ def gemma_to_hf(params: Mapping[str, Any], transformer_config: Any = None, famil
     """HF tensors (``model.`` prefix) from a gemma params tree: the inverse of ``hf_to_gemma``.
 
     Pass the model's ``TransformerConfig`` and family, or an ``Arch``.
-    LoRA adapters must be fused first (``adapters_lib.lora_fuse.fuse_lora``).
+    LoRA adapters must be fused first (``adapters_lib.lora.fuse.fuse_lora``).
     """
     if arch is None:
         arch = arch_from_config(transformer_config, family)

@@ -119,7 +119,7 @@ def load_reference_adapters(cfg: Any, reference: str, like: Any) -> Any:
     has no such checkpoint or adapts other layers is one ``WorkbenchError``."""
     import jax
 
-    from adapters_lib.config_checks import REFERENCE
+    from adapters_lib.config.checks import REFERENCE
     from adapters_lib.errors import WorkbenchError
     from adapters_lib.runs import find_run
     from adapters_lib.runs.checkpoints import latest_complete

@@ -55,7 +55,7 @@ class _Absent(types.ModuleType):
     is not installed."""
 
     def __init__(self, importer: str):
-        super().__init__(NAME, "TensorFlow is not installed (adapters_lib.tf_absent)")
+        super().__init__(NAME, "TensorFlow is not installed (adapters_lib.import_shields.tf_absent)")
         self.__path__ = []
         self.__file__ = None
         self.Tensor, self.TensorSpec = TensorPlaceholder, TensorSpecPlaceholder

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from adapters_lib import memory
+from adapters_lib.memory import estimate as memory
 
 
 def _estimate(cfg: Any, config: Any, **kw: Any) -> memory.MemoryEstimate:

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from adapters_lib.config_checks import DATA_KEYS, PATH_KEYS, Where
+from adapters_lib.config.checks import DATA_KEYS, PATH_KEYS, Where
 from adapters_lib.errors import WorkbenchError
 
 

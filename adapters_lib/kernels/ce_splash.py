@@ -41,9 +41,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from adapters_lib import attention_splash, memory
 from adapters_lib import mesh as mesh_lib
-from adapters_lib.train import ce_flash
+from adapters_lib.kernels import attention_splash, ce_flash
+from adapters_lib.memory import estimate as memory
 
 log = logging.getLogger(__name__)
 

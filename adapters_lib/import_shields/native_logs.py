@@ -4,7 +4,7 @@ TensorFlow (imported by gemma through kauldron, and by keras-hub) writes absl li
 "oneDNN custom operations are on" and "Could not find cuda drivers" straight to fd 2 when its
 shared libraries load, before any Python logging is set up. A CLI command that computes in the
 foreground imports JAX with fd 2 pointed at /dev/null, then restores it; TensorFlow is imported
-only on first use, silenced the same way (``adapters_lib.tf_deferred``, which also holds
+only on first use, silenced the same way (``adapters_lib.import_shields.tf_deferred``, which also holds
 ``preimport_quietly``, the CLI's quiet JAX import).
 """
 

@@ -1,5 +1,5 @@
 """The run config's checks: where a key was set and value ranges (``[sweep]``:
-``config_sweep``; paths: ``config_paths``).
+``config.sweep``; paths: ``config.paths``).
 
 Used by ``adapters_lib.config`` only (the public API lives there). Every failure is a
 ``WorkbenchError`` whose ``where`` is ``file:line [section] key`` (or the ``--set`` item).

@@ -33,9 +33,9 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from adapters_lib import mesh as mesh_lib
-from adapters_lib.lora_family import resolve, run_family
-from adapters_lib.lora_shapes import config_field as _cfg
-from adapters_lib.lora_shapes import lora_param_shapes, num_layers
+from adapters_lib.lora.family import resolve, run_family
+from adapters_lib.lora.shapes import config_field as _cfg
+from adapters_lib.lora.shapes import lora_param_shapes, num_layers
 from adapters_lib.models import families
 from adapters_lib.models.quantize import quantize_layout as quantize_lib
 
@@ -192,7 +192,7 @@ LOGITS_COPIES_SCAN = 6.9
 # train step (gate/up slot-major, train.variants.slot_major_mlp) keeps TPU_ACT_QKV·(N + 2K)·H +
 # TPU_ACT_DF·(D + F) values; with remat, TPU_REMAT_INPUT·D per layer (the block inputs) and one
 # such layer (the block recomputed). The cross-entropy by a kernel (a LoRA run without a
-# soft-cap on a float table, its vocabulary not split over tensor: train.ce_flash) keeps no
+# soft-cap on a float table, its vocabulary not split over tensor: kernels.ce_flash) keeps no
 # logits; XLA's chunked path holds TPU_LOGITS_COPIES f32 logits chunks at the backward's start
 # without remat, TPU_LOGITS_COPIES_REMAT with it. Fitted on Gemma 3 270M and 1B, seq 2048,
 # batches 4 and 8, bf16, LoRA r16, 2026-12-06 (docs/mesh-and-memory.md has the rows and their
@@ -251,7 +251,7 @@ def estimate(config: Any, *, batch_size: int, seq_len: int, mesh_shape: tuple[in
     pairs, two rows each (chosen, rejected), and the reference's forward (no activations
     kept; its weights are the base's with the adapters off, or a reference run's adapters).
     ``platform``: whose compiler the coefficients fit: ``cpu`` (also a GPU's) or ``tpu``.
-    ``lora_program``: (rank, targets) of a LoRA family's program (``lora_family``): the device
+    ``lora_program``: (rank, targets) of a LoRA family's program (``lora.family``): the device
     holds those adapters, gradients and optimizer state; the trainable count stays the run's.
     """
     pair_rows = 2 if objective == "dpo" else 1
@@ -388,7 +388,7 @@ def _estimate_in(cfg: Any, config: Any, family: Any, *, device_count: int, devic
 def run_program(cfg: Any, config: Any, *, device_count: int, device_bytes: int = 0,
                 seq_len: int | None = None, ce_chunk_bytes: int = CE_CHUNK_BYTES,
                 platform: str = "cpu") -> Any:
-    """The LoRA family the run trains in (``lora_family.run_family``), or None for its exact
+    """The LoRA family the run trains in (``lora.family.run_family``), or None for its exact
     program. With ``train.programs = "auto"`` and a known ``device_bytes``: the largest rank
     bucket, halving from the platform's (128 on a TPU) down to the run's own rank, whose padded
     adapters fit ``FITS`` of the device (the Gemma-3-1B shape at 4 × 2048 on a 16 GiB v5e does not
@@ -416,7 +416,7 @@ KERNEL_CE_LANE = 128
 
 def kernel_ce_why_not(softcap: float | None, dim: int, vocab: int, tensor: int,
                       table_quantized: bool) -> str | None:
-    """Why the cross-entropy kernels (``train.ce_splash.KERNELS``) cannot serve a run's steps
+    """Why the cross-entropy kernels (``kernels.ce_splash.KERNELS``) cannot serve a run's steps
     (None: they may), from what the model and the mesh decide: the train step's rule
     (``ce_splash.why_not_run``) and the estimate's (no logits kept), in one place."""
     if softcap is not None:

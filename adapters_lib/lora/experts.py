@@ -8,7 +8,7 @@ tokens sorted by expert once, then ``jax.lax.ragged_dot`` over the same group si
 base weights and for the adapters, so an adapter sees exactly the tokens its expert sees (and
 gets their gradient). The router stays
 frozen. Params live beside the bank's own (``layer_i/mlp/lora_experts_gate_a`` …);
-``lora_fuse.fuse_experts`` folds them back into ``mlp/gating_einsum/w`` and ``mlp/linear/w``.
+``lora.fuse.fuse_experts`` folds them back into ``mlp/gating_einsum/w`` and ``mlp/linear/w``.
 """
 
 from __future__ import annotations

@@ -40,8 +40,8 @@ import threading
 import traceback
 import types
 
-from adapters_lib import tf_absent
-from adapters_lib.native_logs import fd2_silenced
+from adapters_lib.import_shields import tf_absent
+from adapters_lib.import_shields.native_logs import fd2_silenced
 
 NAME = "tensorflow"
 _lock = threading.RLock()
@@ -197,7 +197,7 @@ def install() -> bool:
         if importlib.util.find_spec(NAME) is None:
             tf_absent.install()
             return False
-        stand_in = _Deferred(NAME, "TensorFlow, imported on first use (adapters_lib.tf_deferred)")
+        stand_in = _Deferred(NAME, "TensorFlow, imported on first use (adapters_lib.import_shields.tf_deferred)")
         stand_in.__path__ = []
         stand_in.__spec__ = importlib.machinery.ModuleSpec(NAME, None, is_package=True)
         stand_in.__file__ = None

@@ -20,11 +20,11 @@ from typing import Any, Literal
 
 import tomli_w
 
-from adapters_lib import config_checks as checks
-from adapters_lib.config_backends import check_backend_options
-from adapters_lib.config_paths import cwd, resolve_paths
-from adapters_lib.config_sweep import check_sweep
-from adapters_lib.config_toml import read_toml
+from adapters_lib.config import checks
+from adapters_lib.config.backends import check_backend_options
+from adapters_lib.config.paths import cwd, resolve_paths
+from adapters_lib.config.sweep import check_sweep
+from adapters_lib.config.toml import read_toml
 from adapters_lib.errors import WorkbenchError
 
 LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
@@ -36,7 +36,7 @@ DTYPES = ("float32", "bfloat16")
 BACKENDS = ("gemma", "keras")
 QUANTIZE_MODES = ("none", "int8", "int4", "nf4", "gguf")
 PROGRAMS = ("auto", "family", "exact")
-"""``train.programs``: how the train step covers LoRA tweaks (``lora_family``)."""
+"""``train.programs``: how the train step covers LoRA tweaks (``lora.family``)."""
 """``[model] quantize`` (contract): how the frozen base is held (``models.quantize``)."""
 QUANTIZE_METHODS = ("rtn", "gptq")
 """``[model] quantize_method`` (contract): round to nearest, or GPTQ (``models.quantize.quantize_gptq``)."""
@@ -191,7 +191,7 @@ class TrainSpec:
     keep_checkpoints: int = 3
     remat: bool = False
     programs: str = "auto"
-    """How the train step's compiled program covers LoRA tweaks (``lora_family``): "family" —
+    """How the train step's compiled program covers LoRA tweaks (``lora.family``): "family" —
     the adapters padded to a rank bucket, every target present (the unchosen ones masked), alpha
     a runtime value, so a change of rank within the bucket, alpha or targets compiles nothing;
     "exact" — the run's own rank and targets (fewest FLOPs; each change compiles); "auto" — a

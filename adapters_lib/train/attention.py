@@ -40,8 +40,10 @@ from flax import linen as nn
 from gemma.gm.math import _positional_embeddings
 from gemma.gm.nn import _modules
 
-from adapters_lib import attention_splash
-from adapters_lib.memory import ATTENTION_GLOBAL_BLOCK as GLOBAL_BLOCK  # the estimate uses it too
+from adapters_lib.kernels import attention_splash
+from adapters_lib.memory.estimate import (
+    ATTENTION_GLOBAL_BLOCK as GLOBAL_BLOCK,  # the estimate uses it too
+)
 from adapters_lib.models import families
 
 KINDS = ("blocked", "splash", "xla", "cudnn")

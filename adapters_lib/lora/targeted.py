@@ -20,7 +20,7 @@ down    ``mlp/linear`` (F, D)                       all
 Adapter params live beside the weight they adapt, under a key starting with ``lora``:
 ``layer_0/attn/q_einsum/lora/{q_a,q_b}``, ``layer_0/mlp/lora_gating_einsum/{gate_a,...}``.
 ``split_lora``/``merge_lora`` separate and rejoin them; ``fuse_lora`` folds them into the
-base weights (``W += scale · A·B`` per layout; in numpy, ``lora_fuse.py``), which gemma's
+base weights (``W += scale · A·B`` per layout; in numpy, ``lora/fuse.py``), which gemma's
 ``peft.fuse_params`` does not do.
 """
 
@@ -39,12 +39,12 @@ from flax import linen as nn
 from gemma import peft
 
 from adapters_lib.config import LoraSpec
-from adapters_lib.lora_fuse import (
+from adapters_lib.kernels.lora_matmul import lora_matmul, lora_matmul_slots
+from adapters_lib.lora.fuse import (
     _EINSUM_TARGETS,
     LORA_PREFIX,
     _is_lora_key,
 )
-from adapters_lib.lora_matmul import lora_matmul, lora_matmul_slots
 from adapters_lib.models import families
 
 
@@ -248,7 +248,7 @@ class LoRAModel(nn.Module):
         with contextlib.ExitStack() as stack:
             banks = families.layer_types("moe")  # expert banks: the ``experts`` target
             if banks and "experts" in self.spec.targets:
-                from adapters_lib import lora_experts
+                from adapters_lib.lora import experts as lora_experts
 
                 stack.enter_context(nn.intercept_methods(lora_experts.interceptor(
                     banks, rank=self.spec.rank, scale=self.spec.scale, dtype=jnp.dtype(self.spec.dtype))))
@@ -395,8 +395,8 @@ def count_params(tree: Any) -> int:
 
 
 def expected_lora_params(config: Any, spec: LoraSpec) -> int:
-    """Closed-form adapter parameter count for a gemma ``TransformerConfig`` (``lora_shapes.lora_param_count``)."""
-    from adapters_lib.lora_shapes import lora_param_count
+    """Closed-form adapter parameter count for a gemma ``TransformerConfig`` (``lora.shapes.lora_param_count``)."""
+    from adapters_lib.lora.shapes import lora_param_count
 
     own = families.family_of_config(config).lora_shapes  # Gemma 4: its own table
     if own is not None:

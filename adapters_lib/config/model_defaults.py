@@ -21,7 +21,13 @@ from typing import Any
 
 import tomli_w
 
-from adapters_lib.config import RunConfig, config_from_dict, load_config, parse_override, read_toml
+from adapters_lib.config.run_config import (
+    RunConfig,
+    config_from_dict,
+    load_config,
+    parse_override,
+    read_toml,
+)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ def _scorer(model: Any, spec: LoraSpec | None, chunk_budget: int) -> Any:
     import jax
     import jax.numpy as jnp
 
-    from adapters_lib import lora as lora_lib
+    from adapters_lib.lora import targeted as lora_lib
     from adapters_lib.train import loss as loss_lib
 
     net = lora_lib.wrap(model, spec) if spec is not None else model

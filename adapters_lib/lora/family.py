@@ -101,7 +101,7 @@ def resolve(spec: LoraSpec, *, programs: str, platform: str, bucket: int = 0) ->
 
 
 def run_family(cfg: Any, platform: str) -> Any:
-    """The run's LoRA program family (``lora_family.resolve``), or None: a full fine-tune, the
+    """The run's LoRA program family (``lora.family.resolve``), or None: a full fine-tune, the
     Keras route, a DPO reference run, ``train.programs = "exact"``, or "auto" on a CPU."""
     t = cfg.train
     if not cfg.lora.enabled or cfg.model.backend != "gemma" or getattr(t, "reference", "base") not in ("", "base"):

@@ -10,7 +10,7 @@ import re
 from dataclasses import fields
 from typing import Any, get_type_hints
 
-from adapters_lib.config_checks import Where, check_line_text, closest
+from adapters_lib.config.checks import Where, check_line_text, closest
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.jsontypes import coerce
 
