@@ -6,6 +6,9 @@
 - ``task`` — scoring a model on eval examples (greedy answers, loss over the eval split; JAX);
 - ``hooks`` — the trainer hooks that score, select, stop and log during a run;
 - ``checkpoints`` — every checkpoint of a run scored into one table (``eval --all-checkpoints``).
+- ``perplexity`` — loss and perplexity of a model over a data file (``gemma-workbench eval``;
+  JAX).
 
-Importing the package is cheap; JAX is imported by ``task`` (and what uses it) only.
+Importing the package is cheap; JAX is imported by ``task`` and ``perplexity`` (and what uses
+them) only.
 """

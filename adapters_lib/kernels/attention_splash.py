@@ -1,7 +1,7 @@
 """Splash attention (JAX's Pallas TPU kernel) for training: the TPU's flash attention.
 
 ``splash_attention(query, key, value, mask, window=, soft_cap=, mesh=)`` computes what
-``attention.block_sparse_attention`` computes — gemma's masked softmax attention, causal, within
+``train.attention.block_sparse_attention`` computes — gemma's masked softmax attention, causal, within
 one packed example, and for a sliding-window layer ``|q_pos − k_pos| < window`` — in one
 kernel that never writes the ``[T, T]`` scores to memory and skips the blocks the mask
 excludes (``jax.experimental.pallas.ops.tpu.splash_attention``, the kernel MaxText trains
@@ -19,6 +19,13 @@ divide, replicated otherwise. Off a TPU it runs in Pallas' interpreter (the CPU 
 
 ``supported(query, key)``: the shapes the kernel takes (sequence and head size multiples of
 128, query heads a multiple of the KV heads); the caller falls back to the block-sparse path.
+
+**Where it applies:** the train step's attention on a TPU (``train.attention.default_kind``:
+``"splash"`` there), every layer whose shapes ``supported`` takes; sampling (a KV cache) goes
+through gemma's own attention. **Off a TPU:** ``train.attention`` computes the same attention
+by block-sparse scores (``"blocked"``, the CPU's default) or, on an NVIDIA GPU, cuDNN's fused
+attention (``"cudnn"``); so does a TPU layer whose shapes the kernel does not take. Pallas'
+interpreter runs this kernel on a CPU for the tests only.
 """
 
 from __future__ import annotations

@@ -22,7 +22,12 @@ Measured on a v5e at the Gemma-3-1B step's shape (8192 rows, V 262,144, D 1152, 
 of the chip's peak), 52.9 at 2048 × 512, 53.6 at 512 × 1024, 55.5 at 512 × 512, 60.2 at
 2048 × 256, 62.5 at 1024 × 2048; JAX's splash kernel 54.5, XLA's chunked path 106.0.
 
-Off a TPU it runs in Pallas' interpreter (tests).
+**Where it applies:** the TPU's default cross-entropy kernel (``"flash"``:
+``train.step._ce_kernel``), through ``ce_splash.parts``, when ``ce_splash.why_not_run`` finds
+nothing against it (no soft-cap, a float table not trained, dims and rows multiples of 128, the
+vocabulary not split over ``tensor``). **Off a TPU,** and where it does not apply, the step
+takes XLA's chunked path (``train.loss.chunked_ce_sum``: the logits a chunk at a time); Pallas'
+interpreter runs this kernel on a CPU for the tests only.
 """
 
 from __future__ import annotations

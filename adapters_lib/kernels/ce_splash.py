@@ -17,6 +17,13 @@ multiple of 128. On a mesh of several devices the kernel runs under ``shard_map`
 on the batch axes, the table replicated; a vocabulary split over ``tensor`` is not eligible.
 Off a TPU the kernel runs in Pallas' interpreter (slow: tests only).
 
+**Where it applies:** on a TPU, the cross-entropy of every train step that ``why_not_run``
+accepts (``train.step._ce_kernel`` picks ``"flash"`` there; ``"splash"`` when a caller asks,
+``build_steps(ce_kernel=)``), called by ``train.loss``'s fused path. **Off a TPU** (the step's default is ``"xla"``: the interpreter is
+slow) and wherever ``why_not``/``why_not_run`` say no (Gemma 2's soft-cap, a quantized or
+trained table, shapes off the 128 lanes, a vocabulary split over ``tensor``), ``train.loss``
+computes the same loss by XLA's chunked path (``chunked_ce_sum``).
+
 Block sizes (``blocks``): the query block (rows of ``h``) as large as divides ``N`` and fits
 the VMEM budget — the table is streamed once per query block (twice: ``k`` and ``v`` are the
 same array read separately), so a larger query block reads it fewer times; the vocabulary block

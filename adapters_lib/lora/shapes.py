@@ -1,6 +1,6 @@
 """The LoRA adapters' shapes and count, from a model config: arithmetic only, no JAX.
 
-``memory`` (the estimate), ``lora.expected_lora_params`` and the TUI's LoRA form
+``memory.estimate``, ``lora.targeted.expected_lora_params`` and the TUI's LoRA form
 (``workbench.widgets.lora_form``, which must not import JAX, even indirectly) use this one count.
 """
 

@@ -118,7 +118,7 @@ def host_memory_bytes() -> int:
 
 def device_memory_bytes(device: Any = None) -> int:
     """The memory of one device: ``memory_stats()['bytes_limit']`` where the backend
-    reports it, else the chip table's (``device_memory``, by ``device_kind``); for CPU
+    reports it, else the chip table's (``CHIPS``, by ``device_kind``); for CPU
     devices the host RAM shared by the local CPU devices."""
     import jax
 

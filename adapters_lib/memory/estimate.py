@@ -213,11 +213,11 @@ CE_CHUNK_BYTES = 128 * 2**20
 (``train.loss.ce_chunk_budget``; here because this module imports no JAX)."""
 
 ATTENTION_GLOBAL_BLOCK = 128
-"""Query block of the train step's block-sparse attention on global layers (``attention.py``)."""
+"""Query block of the train step's block-sparse attention on global layers (``train/attention.py``)."""
 
 
 def scored_keys(seq_len: int, window: int | None = None, global_block: int = ATTENTION_GLOBAL_BLOCK) -> float:
-    """Mean keys scored per query by the train step's attention (``attention.block_sparse_attention``).
+    """Mean keys scored per query by the train step's attention (``train.attention.block_sparse_attention``).
 
     A sliding-window layer scores ``2·window`` keys; a causal layer in blocks of ``global_block``
     about half of them; a sequence that does not split evenly scores all ``seq_len``.

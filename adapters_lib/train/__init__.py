@@ -1,1 +1,3 @@
-"""Training: the optimizer, the jitted step (``step.py``), checkpoints and the loop."""
+"""Training: the optimizer, the jitted step (``step.py``), its attention (``attention.py``:
+block-sparse, splash or fused, by platform), checkpoints and the loop. The TPU kernels the step
+calls live in ``adapters_lib.kernels``."""

@@ -177,7 +177,7 @@ class Estimate(Command):
     source: str = ""
     """Where the config came from (a file path), for error messages."""
     device: str = ""
-    """Plan for a chip by name (``v5e``, ``TPU v5 lite``, ``h100``: ``device_memory``) instead of
+    """Plan for a chip by name (``v5e``, ``TPU v5 lite``, ``h100``: ``memory.device``) instead of
     the engine's own devices (additive)."""
 
 

@@ -1,5 +1,5 @@
 """The quantized base's layout, pure (no JAX): which weights are quantized, their tiles,
-their bytes, and the one-line refusals (``models.quantize`` holds the arrays; ``memory``, the
+their bytes, and the one-line refusals (``models.quantize`` holds the arrays; ``memory.estimate``, the
 Models screen and the config checks read this)."""
 
 from __future__ import annotations
