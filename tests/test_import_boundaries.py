@@ -116,15 +116,16 @@ def test_no_file_imports_itself_through_others():
     assert _import_circles() == []
 
 
-def test_the_models_packages_load_a_face_on_first_use():
-    """models.gguf, models.quantize and models.hf: importing one loads none of its modules (a
-    cached GGUF header comes back without numpy, the quantized layout without JAX), and each
-    name its ``__init__`` lists is its module's own object."""
+def test_the_lazy_packages_load_a_face_on_first_use():
+    """models.gguf, models.quantize, models.hf, lora and memory: importing one loads none of its
+    modules (a cached GGUF header comes back without numpy, the quantized layout and the TUI's
+    LoRA count without JAX), and each name its ``__init__`` lists is its module's own object."""
     import importlib
 
-    from adapters_lib.models.lazy_face import faces
+    from adapters_lib.lazy_face import faces
 
-    packages = ("adapters_lib.models.gguf", "adapters_lib.models.quantize", "adapters_lib.models.hf")
+    packages = ("adapters_lib.models.gguf", "adapters_lib.models.quantize", "adapters_lib.models.hf",
+                "adapters_lib.lora", "adapters_lib.memory")
     loaded = _modules_after("import " + ", ".join(packages))
     assert [m for m in loaded if m.startswith(tuple(p + "." for p in packages))] == []
     assert not {"numpy", "gguf", *HEAVY} & {m.split(".")[0] for m in loaded}

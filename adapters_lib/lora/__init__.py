@@ -8,40 +8,45 @@ fusion into the base weights, and the compiled program's family.
 - ``family`` — one compiled program for a family of LoRA configs (rank bucket, masks);
 - ``shapes`` — the adapters' shapes and count from a model config (arithmetic only).
 
-Names are imported lazily (``from adapters_lib.lora import wrap`` imports JAX, ``from
+Names are imported on first use (``adapters_lib.lazy_face``) (``from adapters_lib.lora import wrap`` imports JAX, ``from
 adapters_lib.lora import lora_param_count`` does not): the TUI's LoRA form counts parameters
 without JAX. Inside ``adapters_lib`` and ``workbench`` code imports the modules
 (``from adapters_lib.lora import shapes``), so the import contracts see what it uses.
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING
 
-import importlib
-from typing import Any
+from adapters_lib.lazy_face import lazy_face
 
-_NAMES = {
-    "targeted": ("LoRAModel", "TargetedLoRAEinsum", "wrap", "init_lora", "init_adapters",
-                 "split_lora", "merge_lora", "adapter_shapes", "count_params",
-                 "expected_lora_params", "kv_shared_layers", "lora_in_out", "SLOT_MAJOR"),
-    "experts": ("EXPERTS_PREFIX", "experts_param_count"),
-    "fuse": ("LORA_PREFIX", "EXPERTS_KEY", "AdapterTensor", "fuse_lora", "fuse_experts",
-             "iter_adapters"),
-    "family": ("LoraFamily", "rank_bucket", "wants_family", "family_targets", "run_family",
-               "apply_runtime"),
-    "shapes": ("lora_param_shapes", "lora_param_count"),
-}
-_WHERE = {name: module for module, names in _NAMES.items() for name in names}
+if TYPE_CHECKING:
+    from .experts import EXPERTS_PREFIX as EXPERTS_PREFIX
+    from .experts import experts_param_count as experts_param_count
+    from .family import LoraFamily as LoraFamily
+    from .family import apply_runtime as apply_runtime
+    from .family import family_targets as family_targets
+    from .family import rank_bucket as rank_bucket
+    from .family import run_family as run_family
+    from .family import wants_family as wants_family
+    from .fuse import EXPERTS_KEY as EXPERTS_KEY
+    from .fuse import LORA_PREFIX as LORA_PREFIX
+    from .fuse import AdapterTensor as AdapterTensor
+    from .fuse import fuse_experts as fuse_experts
+    from .fuse import fuse_lora as fuse_lora
+    from .fuse import iter_adapters as iter_adapters
+    from .shapes import lora_param_count as lora_param_count
+    from .shapes import lora_param_shapes as lora_param_shapes
+    from .targeted import SLOT_MAJOR as SLOT_MAJOR
+    from .targeted import LoRAModel as LoRAModel
+    from .targeted import TargetedLoRAEinsum as TargetedLoRAEinsum
+    from .targeted import adapter_shapes as adapter_shapes
+    from .targeted import count_params as count_params
+    from .targeted import expected_lora_params as expected_lora_params
+    from .targeted import init_adapters as init_adapters
+    from .targeted import init_lora as init_lora
+    from .targeted import kv_shared_layers as kv_shared_layers
+    from .targeted import lora_in_out as lora_in_out
+    from .targeted import merge_lora as merge_lora
+    from .targeted import split_lora as split_lora
+    from .targeted import wrap as wrap
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
-
-
-__all__ = list(_WHERE)
+__getattr__, __dir__ = lazy_face(__name__)

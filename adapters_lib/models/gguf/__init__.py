@@ -15,13 +15,13 @@
   ``aligned``.
 
 A GGUF base held in its own blocks is ``models.quantize``'s (``quantize_gguf``). The names
-are imported on first use (``models.lazy_face``): importing this package imports none of its
+are imported on first use (``adapters_lib.lazy_face``): importing this package imports none of its
 modules, so a cached header comes back without numpy.
 """
 
 from typing import TYPE_CHECKING
 
-from adapters_lib.models.lazy_face import lazy_face
+from adapters_lib.lazy_face import lazy_face
 
 if TYPE_CHECKING:
     from .gguf_arch import SUPPORTED as SUPPORTED

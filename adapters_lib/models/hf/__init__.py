@@ -11,13 +11,13 @@ and Keras presets read under HF names.
   keras): ``KerasPresetTensors``, ``hf_config``, ``preset_family``, ``read_preset_config``.
 
 The GGUF route (``models.gguf``) and the Keras presets reach the gemma tree through this map.
-The names are imported on first use (``models.lazy_face``): importing this package imports
+The names are imported on first use (``adapters_lib.lazy_face``): importing this package imports
 none of its modules.
 """
 
 from typing import TYPE_CHECKING
 
-from adapters_lib.models.lazy_face import lazy_face
+from adapters_lib.lazy_face import lazy_face
 
 if TYPE_CHECKING:
     from .hf_convert import export_hf as export_hf

@@ -17,13 +17,13 @@ arrays, GPTQ and a GGUF's own blocks.
 - ``quantize_gguf``: ``quantize = "gguf"``, a GGUF's own blocks on the device:
   ``load_gguf_blocks``, ``read_blocks``, ``FORMS``.
 
-The names are imported on first use (``models.lazy_face``): importing this package imports
+The names are imported on first use (``adapters_lib.lazy_face``): importing this package imports
 none of its modules (``qarray`` imports JAX, flax and qwix).
 """
 
 from typing import TYPE_CHECKING
 
-from adapters_lib.models.lazy_face import lazy_face
+from adapters_lib.lazy_face import lazy_face
 
 if TYPE_CHECKING:
     from .qarray import BlockQArray as BlockQArray
