@@ -84,14 +84,37 @@ def test_act_order_rounds_the_most_used_inputs_first_and_searched_scales_round_f
     assert error(*clipped) < 0.97 * error(*ordered)
 
 
+GPTQ_DEMO = ModelSpec(quantize="int4", quantize_method="gptq", quantize_calibration="demo")
+"""The demo's GPTQ int4 base calibrated on the demo's data: what ``demo_bases`` loads, and the
+base a demo run with ``quantize_method = "gptq"`` trains on and its Compare reads
+(``gptq_run``), so those loads are the "every load" of the determinism test."""
+
+
 @pytest.fixture(scope="module")
 def demo_bases():
+    """The demo base as float32, round-to-nearest int4 and GPTQ int4 (one calibration)."""
     from adapters_lib.models.loader import load_model
 
-    spec = dict(quantize="int4", quantize_calibration="demo")
-    return (load_model(ModelSpec()), load_model(ModelSpec(**spec)),
-            load_model(ModelSpec(quantize_method="gptq", **spec)),
-            load_model(ModelSpec(quantize_method="gptq", **spec)))
+    return (load_model(ModelSpec()), load_model(ModelSpec(quantize="int4", quantize_calibration="demo")),
+            load_model(GPTQ_DEMO))
+
+
+@pytest.fixture(scope="module")
+def gptq_run(tmp_path_factory):
+    """A short QLoRA run on a GPTQ int4 base calibrated on its own data (the demo's), trained
+    once for this module: (its config, its RunDir, its result, its Compare's tuned side)."""
+    from fixtures_runs import demo_overrides
+
+    from adapters_lib import runs, tuned
+    from adapters_lib.train.loop import run_training
+
+    cfg = load_config(None, demo_overrides(run__dir=f'"{tmp_path_factory.mktemp("gptq-run")}"',
+                                           run__name='"gptq"', model__quantize='"int4"',
+                                           model__quantize_method='"gptq"', train__steps=6,
+                                           train__eval_every=6, train__checkpoint_every=6))
+    run = runs.create_run(cfg)
+    result = run_training(cfg, run)
+    return cfg, run, result, tuned.load_run_model(run)
 
 
 def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases):
@@ -104,7 +127,7 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
 
     from adapters_lib.models.quantize import qarray, quantize_gptq
 
-    f32, rtn, gptq, _ = demo_bases
+    f32, rtn, gptq = demo_bases
     hessians = quantize_gptq.hessians(f32, quantize_gptq.calibration_rows("demo", f32.tokenizer))
     errors = {"rtn": [], "gptq": []}
     for path, h in hessians.items():
@@ -132,13 +155,18 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
                    (y.qvalue.shape, y.qvalue.dtype, y.scale.shape, y.scale.dtype)
 
 
-def test_a_gptq_base_is_the_same_at_every_load(demo_bases):
+def test_a_gptq_base_is_the_same_at_every_load(demo_bases, gptq_run):
     """Two loads of one spec hold the same integers and scales: a run's resume, eval and
-    Compare read the base it trained on."""
+    Compare read the base it trained on. The two loads: ``demo_bases``' and the one the
+    Compare of a run on that spec made in its own calibration pass (the demo has no file
+    for the weights cache to key, so each load calibrates)."""
     import jax
     import numpy as np
 
-    _, _, a, b = demo_bases
+    cfg, _, _, side = gptq_run
+    assert cfg.model_spec() == GPTQ_DEMO  # the run's base is this spec
+    a, b = demo_bases[2], side.loaded
+    assert a is not b
     for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
@@ -250,28 +278,21 @@ def test_a_second_load_reads_the_gptq_base_back_from_the_weights_cache(tmp_path,
     assert len([p for p in (tmp_path / "cache").iterdir() if "gptq" in p.name]) == 2
 
 
-def test_a_gptq_run_trains_on_the_base_its_compare_reads(tmp_path):
+def test_a_gptq_run_trains_on_the_base_its_compare_reads(gptq_run):
     """A short QLoRA run on a GPTQ int4 base calibrated on its own data (the demo's): it
     completes and lowers the loss, and the tuned side of its Compare holds a GPTQ base (not
     round-to-nearest's: every load of one spec is the same, test above)."""
     import dataclasses
 
     import numpy as np
-    from fixtures_runs import demo_overrides
 
-    from adapters_lib import runs, tuned
     from adapters_lib.models.loader import load_model
-    from adapters_lib.train.loop import run_training
 
-    cfg = load_config(None, demo_overrides(run__dir=f'"{tmp_path}"', run__name='"gptq"',
-                                           model__quantize='"int4"', model__quantize_method='"gptq"',
-                                           train__steps=6, train__eval_every=6, train__checkpoint_every=6))
-    run = runs.create_run(cfg)
-    result = run_training(cfg, run)
+    cfg, run, result, compare = gptq_run
     assert result.state == "completed"
     assert result.final_eval_loss is not None and result.final_eval_loss < 0.9 * run.metrics()[0]["loss"]
     assert run.config().model.quantize_calibration == ""  # the run's data, where it loads
-    side = tuned.load_run_model(run).loaded.params["layer_0"]["mlp"]["linear"]
+    side = compare.loaded.params["layer_0"]["mlp"]["linear"]
     rtn = load_model(dataclasses.replace(cfg.model_spec(), quantize_method="rtn", quantize_calibration=""))
     assert not np.array_equal(np.asarray(side.qvalue),
                               np.asarray(rtn.params["layer_0"]["mlp"]["linear"].qvalue))
