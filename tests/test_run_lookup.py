@@ -153,3 +153,16 @@ def test_the_engine_refuses_to_delete_a_symlinked_run_in_words(lookup_engine, tm
     assert info.value.status == 409 and "symbolic link" in str(info.value)
     assert (real.path / "config.toml").is_file() and (root / real.run_id).is_symlink()
     assert "Traceback" not in proc.log_text()
+
+
+def test_two_runs_made_in_one_second_under_two_folders_get_two_ids(tmp_path, monkeypatch):
+    """The registry's runs of every root answer to one id each: a run made in the same second
+    with the same name as one in another remembered folder takes the next id (``-2``), so a
+    command that names the new run finds it and not the other (a CLI that followed the other,
+    a completed 2-step run, once reported the new 5,000-step run "completed")."""
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(tmp_path / "home"))
+    registry = runs.Registry()
+    first = registry.create(load_config(None, ['run.name="demo"', f'run.dir="{tmp_path / "a"}"']), now=7.0)
+    second = registry.create(load_config(None, ['run.name="demo"', f'run.dir="{tmp_path / "b"}"']), now=7.0)
+    assert second.run_id == first.run_id + "-2" and second.path.parent == tmp_path / "b"
+    assert registry.find(second.run_id) == second and registry.find(first.run_id) == first

@@ -16,6 +16,7 @@ import contextlib
 import re
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -112,11 +113,15 @@ def default_name(model_source: str, data_path: str) -> str:
     return _slug(f"{model}-{data or 'data'}")
 
 
-def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) -> RunDir:
+def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None,
+               others: Sequence[Path] = ()) -> RunDir:
     """Make a fresh run directory for ``cfg`` (a RunConfig): config.toml, status ``queued``.
 
     The calling process becomes the run's owner (``owner.json``, a ``queued`` lease) before
-    status.json exists, so no reconciler takes the new run for an orphan.
+    status.json exists, so no reconciler takes the new run for an orphan. The id is unique in
+    ``root`` and among the runs of ``others`` (the registry's other roots): two runs made in
+    one second under two folders would otherwise share an id, and a command naming it would
+    find the other one.
     """
     from adapters_lib.runs import lease
 
@@ -136,6 +141,8 @@ def create_run(cfg: Any, *, root: Path | None = None, now: float | None = None) 
     for n in range(1, 1000):
         run_id = base if n == 1 else f"{base}-{n}"
         path = parent / run_id
+        if any(_exists(other / run_id) for other in others):
+            continue
         try:
             path.mkdir()
         except FileExistsError:
@@ -179,6 +186,13 @@ def list_runs(root: Path | None = None) -> list[RunDir]:
     runs = [RunDir(p) for p in entries
             if not p.is_symlink() and p.is_dir() and (p / "config.toml").is_file()]
     return sorted(runs, key=lambda r: r.run_id, reverse=True)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except (OSError, ValueError):
+        return False
 
 
 def _is_link(path: Path) -> bool:
@@ -300,7 +314,7 @@ class Registry:
 
     def create(self, cfg: Any, *, now: float | None = None) -> RunDir:
         root = runs_root(cfg.run.dir) if cfg.run.dir else (self.default_root or runs_root())
-        return create_run(cfg, root=root, now=now)
+        return create_run(cfg, root=root, now=now, others=self.roots())
 
     def delete(self, run: RunDir) -> None:
         delete_run_dir(run, self.roots())
