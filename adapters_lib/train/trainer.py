@@ -209,6 +209,7 @@ class Trainer(abc.ABC):
                 session.state("stopping", session.stop_reason, step=step)
                 self.checkpoint(step)
                 self.finish(done=False)
+                end.clear()  # the end of a completed run only
                 return session.end_early(step, result)
             t0 = time.perf_counter()
             self.checkpoint(step)
