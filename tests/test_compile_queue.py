@@ -56,6 +56,27 @@ def test_a_newer_request_drops_the_older_ones_queued_jobs_and_the_listener_sees_
                                                    "seconds", "error"}
 
 
+def test_a_hold_keeps_the_warm_ups_jobs_back_and_lets_the_runs_own_go_first():
+    """A run's set-up holds the Compare warm-up's jobs (purpose "compare"): the run's own
+    jobs queued after them start first; released, the held ones run, oldest first."""
+    q = compile_queue.CompileQueue()
+    order: list[str] = []
+    release = q.hold(("compare",), "a run sets up")
+    warm = [q.submit(order.append, f"sampler {i}", what="sampler", purpose="compare") for i in range(2)]
+    dropped = q.submit(order.append, "dropped", what="sampler", purpose="compare")
+    assert dropped.cancel()  # a held job can still be dropped
+    own = q.submit(order.append, "eval step", what="eval step")
+    assert own.result(30) is None
+    time.sleep(0.2)
+    assert order == ["eval step"] and not any(f.done() for f in warm)
+    release()
+    release()  # idempotent
+    for f in warm:
+        f.result(30)
+    assert order == ["eval step", "sampler 0", "sampler 1"]
+    assert [j["state"] for j in q.jobs() if j["what"] == "sampler"] == ["ready", "ready", "dropped"]
+
+
 def test_a_failed_compile_is_a_failed_job_and_the_plain_submit_still_works():
     q = step_programs._behind()
     future = q.submit(lambda: 1 / 0)

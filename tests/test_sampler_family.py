@@ -59,6 +59,28 @@ def test_the_family_program_answers_as_the_exact_one(demo_lora):
                                rtol=2e-4, atol=2e-4)
 
 
+def test_the_family_fold_on_the_host_is_the_devices_fold(demo_lora):
+    """A checkpoint's adapters are folded in numpy and placed once (on a TPU the eager pad,
+    multiply and cast compiled per new shape): the very values, dtype and placement."""
+    import jax
+    import numpy as np
+
+    from adapters_lib.sample.family import in_family
+
+    loaded, spec, _ = demo_lora
+    own = dataclasses.replace(spec, rank=3, alpha=5.0, targets=("k", "gate"))  # padded and masked
+    trained = perturbed_lora(loaded, own, seed=11)
+    family = _family(own)
+    on_device = in_family(loaded.model, family, trained, host=False)
+    on_host = in_family(loaded.model, family, trained, host=True)
+    assert jax.tree.structure(on_host) == jax.tree.structure(on_device)
+    for h, d in zip(jax.tree.leaves(on_host), jax.tree.leaves(on_device), strict=True):
+        assert isinstance(h, jax.Array) and h.dtype == d.dtype and h.shape == d.shape
+        assert h.sharding.is_equivalent_to(d.sharding, h.ndim)
+        np.testing.assert_array_equal(np.asarray(h), np.asarray(d))
+    assert any(np.any(np.asarray(x)) for x in jax.tree.leaves(on_host))
+
+
 def test_another_rank_alpha_or_targets_reuses_the_family_programs(demo_lora):
     loaded, spec, adapters = demo_lora
     sampler, folded = _served(loaded, spec, adapters)

@@ -124,21 +124,25 @@ def _leaf_name(path: tuple) -> str:
     return str(getattr(last, "key", getattr(last, "name", last)))
 
 
-def apply_runtime(adapters: Any, runtime: Any) -> Any:
+def apply_runtime(adapters: Any, runtime: Any, *, host: bool = False) -> Any:
     """The adapter tree the program's modules see: each A times ``scale``, its target's switch
     and the rank mask (columns), each B times the rank mask (rows). Differentiable: the masked
-    rows' gradients are exactly zero, the kept ones are the exact program's times nothing."""
+    rows' gradients are exactly zero, the kept ones are the exact program's times nothing.
+    ``host``: ``adapters`` are numpy arrays, folded in numpy (no op dispatched to a device)."""
     import jax
     import jax.numpy as jnp
+    import numpy as np
+
+    xp = np if host else jnp
 
     def one(path, x):
         name = _leaf_name(path)
         target = _target_of(name)
         if target is None:
             return x
-        m = jnp.asarray(runtime["rank_mask"], x.dtype)
+        m = xp.asarray(runtime["rank_mask"], x.dtype)
         if name.endswith("_a"):  # [..., in, r]
-            factor = jnp.asarray(runtime["scale"], x.dtype) * jnp.asarray(runtime["targets"][target], x.dtype)
+            factor = xp.asarray(runtime["scale"], x.dtype) * xp.asarray(runtime["targets"][target], x.dtype)
             return x * (m * factor)
         return x * m[:, None]  # B: [..., r, out]
 

@@ -40,9 +40,10 @@ def family_of(spec: LoraSpec | None, cfg: Any = None, platform: str = "") -> Any
     return lora_family.resolve(spec, programs=train.programs, platform=platform, bucket=train.rank_bucket)
 
 
-def in_family(model: Any, family: Any, adapters: Any) -> Any:
+def in_family(model: Any, family: Any, adapters: Any, *, host: bool | None = None) -> Any:
     """``adapters`` (the run's own shapes) as the family's program takes them: padded to the
-    bucket and every target, scale and masks folded in, in the adapters' own float dtype."""
+    bucket and every target, scale and masks folded in, in the adapters' own float dtype.
+    ``host``: fold in numpy then place (None: wherever one process holds every value)."""
     import jax
     import jax.numpy as jnp
 
@@ -52,9 +53,49 @@ def in_family(model: Any, family: Any, adapters: Any) -> Any:
     dtype = next((x.dtype for x in jax.tree.leaves(adapters) if jnp.issubdtype(x.dtype, jnp.floating)),
                  jnp.dtype(family.program.dtype))
     like = lora.adapter_shapes(model, family.program)
+    if _on_host(adapters) if host is None else host:
+        return _in_family_on_host(family, adapters, like, dtype)
     padded = lora_family.fit(adapters, like)
     folded = lora_family.apply_runtime(padded, family.runtime())
     return jax.tree.map(lambda x: x.astype(dtype), folded)
+
+
+def _on_host(adapters: Any) -> bool:
+    """Whether ``in_family`` folds in numpy: one process, every value addressable here. On a
+    TPU each leaf's pad, multiply and cast is an op compiled apart, per new shape: ~1-2 s of
+    the Compare warm-up's device time at every new rank (the run after waited for it)."""
+    import jax
+
+    if jax.process_count() != 1:
+        return False
+    return all(getattr(x, "is_fully_addressable", True) for x in jax.tree.leaves(adapters))
+
+
+def _in_family_on_host(family: Any, adapters: Any, like: Any, dtype: Any) -> Any:
+    """``in_family`` in numpy, then one transfer: each leaf placed as the run's leaf at its path
+    was (its sharding: the padding is on the rank axis only), a new target's as a sibling's."""
+    import jax
+    import numpy as np
+
+    from adapters_lib.lora import family as lora_family
+
+    placed = {jax.tree_util.keystr(p): getattr(x, "sharding", None)
+              for p, x in jax.tree_util.tree_flatten_with_path(adapters)[0]}
+    fallback = next((s for s in placed.values() if s is not None), None)
+    padded = lora_family.fit(adapters, like, host=True)
+    folded = lora_family.apply_runtime(padded, family.runtime(), host=True)
+
+    def put(path: Any, x: Any) -> Any:
+        x = np.asarray(x).astype(dtype)
+        sharding = placed.get(jax.tree_util.keystr(path)) or fallback
+        if sharding is not None:
+            try:
+                return jax.device_put(x, sharding)
+            except ValueError:  # a sharding this padded shape does not divide: the default device
+                pass
+        return jax.device_put(x)
+
+    return jax.tree_util.tree_map_with_path(put, folded)
 
 
 def serving(model: Any, spec: LoraSpec | None, adapters: Any, cfg: Any = None,

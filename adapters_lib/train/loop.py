@@ -92,12 +92,28 @@ class GemmaSetup:
     """The eval batches, placed on the mesh once."""
 
 
+def _hold_warm_ups() -> Any:
+    """Hold the compile thread's Compare warm-up jobs (an earlier run's sampler and scorer,
+    ``engine.warm_compare``) until this run is set up: their tracing takes the GIL the set-up
+    needs. The run's own compiles go ahead (``CompileQueue.hold``)."""
+    from adapters_lib.train.step_programs import _behind
+
+    return _behind().hold(("compare",), "a run sets up")
+
+
 class GemmaTrainer(Trainer):
     """The gemma route: jitted steps on the mesh, orbax checkpoints."""
 
     route = "gemma"
 
     def setup(self) -> RouteSetup:
+        self._release_held = _hold_warm_ups()
+        try:
+            return self._setup()
+        finally:  # set up (or failed): a foreground compile releases the GIL, the steps need little
+            self._release_warm_ups()
+
+    def _setup(self) -> RouteSetup:
         from adapters_lib.train.checkpoints import CheckpointStore
         from adapters_lib.train.optimizer import make_schedule
         from adapters_lib.train.plan import Timeline, plan_run
@@ -279,6 +295,11 @@ class GemmaTrainer(Trainer):
 
     def flush(self) -> None:
         self.log_.flush(everything=True)
+
+    def _release_warm_ups(self) -> None:
+        release, self._release_held = getattr(self, "_release_held", None), None
+        if release is not None:
+            release()
 
     def close(self, quiet: bool) -> None:
         store = getattr(self, "store", None)
