@@ -162,3 +162,9 @@ def test_an_orbax_checkpoint_with_its_config_is_listed_and_loads(gemma3n_tiny, t
     with pytest.raises(WorkbenchError) as e:  # its layers do not read a quantized base yet
         load_model(ModelSpec(source=str(folder), quantize="int8"))
     assert "Gemma 3n base cannot be held quantized" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_rank_tweak_derives_the_adapter_shapes_of_gemma3n(gemma3n_tiny):
+    from test_lora import assert_rank_derived_shapes_are_traced_shapes
+
+    assert_rank_derived_shapes_are_traced_shapes(gemma3n_tiny[1], ("q", "k", "v", "o", "gate", "up", "down"))

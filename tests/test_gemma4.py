@@ -241,3 +241,11 @@ def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
     np.testing.assert_allclose(float(got), float(want), rtol=2e-6)
     for k, v in _flat(want_g).items():
         np.testing.assert_allclose(np.asarray(_flat(got_g)[k]), np.asarray(v), atol=2e-6, err_msg=str(k))
+
+
+@pytest.mark.parametrize("kind", ["e", "moe"])
+def test_a_rank_tweak_derives_the_adapter_shapes_of_gemma4(gemma4_tiny, kind):
+    from test_lora import assert_rank_derived_shapes_are_traced_shapes
+
+    targets = ("q", "k", "v", "o", "gate", "up", "down") + (("experts",) if kind == "moe" else ())
+    assert_rank_derived_shapes_are_traced_shapes(gemma4_tiny[kind][1], targets)

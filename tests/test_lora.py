@@ -158,3 +158,27 @@ def test_fused_slots_on_a_qkv_einsum_model_match_fused_weights(targets):
     base = model.apply({"params": params}, tokens).logits
     assert float(jnp.max(jnp.abs(tuned - base))) > 1e-3
     np.testing.assert_allclose(np.asarray(fused), np.asarray(tuned), rtol=1e-5, atol=1e-5)
+
+
+def assert_rank_derived_shapes_are_traced_shapes(model, targets) -> None:
+    """The adapters' shapes for a rank, derived from the one trace at ``PROBE_RANK``, are the
+    shapes a trace at that rank gives (a rank tweak traces nothing)."""
+    import dataclasses
+
+    for rank in (1, 3, 16):
+        spec = LoraSpec(rank=rank, alpha=2.0 * rank, targets=tuple(targets))
+        derived = lora._adapter_shapes.__wrapped__(model, spec)
+        traced = lora._traced_shapes.__wrapped__(model, dataclasses.replace(spec, alpha=1.0))
+        assert derived[1] == traced[1]
+        assert [(p, tuple(x.shape)) for p, x in derived[0]] == [(p, tuple(x.shape)) for p, x in traced[0]]
+
+
+@pytest.mark.parametrize("targets", [LORA_TARGETS, ("q", "v")], ids=lambda t: "+".join(t))
+def test_a_rank_tweak_derives_the_adapter_shapes_without_a_trace(base, targets):
+    assert_rank_derived_shapes_are_traced_shapes(base[0], targets)
+    spec = LoraSpec(rank=5, targets=tuple(targets))
+    lora._adapter_shapes.cache_clear()
+    lora._adapter_shapes(base[0], LoraSpec(rank=6, alpha=1.0, targets=tuple(targets)))  # the probe traced once
+    before = lora._traced_shapes.cache_info().misses
+    lora._adapter_shapes(base[0], spec)
+    assert lora._traced_shapes.cache_info().misses == before

@@ -207,11 +207,11 @@ def test_the_adapters_shapes_are_read_back_equal_without_tracing_the_model(tmp_p
             traced.append(str(kw.get("fun_name", "")))
 
     try:
-        made = lora._adapter_shapes.__wrapped__(model, spec)
+        made = lora._traced_shapes.__wrapped__(model, spec)
         assert len(list((tmp_path / "p").glob("adapter-shapes-*.shapes"))) == 1
         monitoring.register_event_duration_secs_listener(listener)
         try:
-            read = lora._adapter_shapes.__wrapped__(model, spec)
+            read = lora._traced_shapes.__wrapped__(model, spec)
         finally:
             monitoring.unregister_event_duration_listener(listener)
     finally:

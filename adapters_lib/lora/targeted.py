@@ -368,8 +368,32 @@ def _a_init(shape: tuple[int, ...], dtype: str):
     return jax.jit(lambda r: a_init(r, shape, jnp.float32).astype(dtype))
 
 
+PROBE_RANK = 7919
+"""The rank the model is traced at for its adapter shapes (a prime no model dimension is):
+each adapter leaf's axis of that size is its rank axis, so one trace serves every rank."""
+
+
 @functools.lru_cache(maxsize=32)
 def _adapter_shapes(model: nn.Module, spec: LoraSpec):
+    """The adapters' ``(path, shape)`` leaves and tree for (model, spec). The model is traced
+    once for a set of targets (at ``PROBE_RANK``; ~1-2 s for the 270M, on a TPU host too), and
+    a rank tweak only renames that axis. A leaf without exactly one such axis (a model whose
+    adapter shapes are not linear in the rank) is traced at the rank itself."""
+    probe = dataclasses.replace(spec, rank=PROBE_RANK, alpha=1.0, dtype="float32", enabled=True)
+    leaves, tree = _traced_shapes(model, probe)
+
+    def at_rank(x: Any) -> Any:
+        return jax.ShapeDtypeStruct(tuple(spec.rank if d == PROBE_RANK else d for d in x.shape), x.dtype)
+
+    linear = all(sum(d == PROBE_RANK for d in x.shape) == 1
+                 and all(d == PROBE_RANK or d % PROBE_RANK for d in x.shape) for _, x in leaves)
+    if not linear:
+        return _traced_shapes(model, dataclasses.replace(spec, alpha=1.0, dtype="float32", enabled=True))
+    return [(path, at_rank(x)) for path, x in leaves], tree
+
+
+@functools.lru_cache(maxsize=32)
+def _traced_shapes(model: nn.Module, spec: LoraSpec):
     from adapters_lib import program_store
 
     def make() -> Any:
