@@ -5,15 +5,15 @@ check loop`` runs 270m then 1b on the chip). A fresh home (empty program store a
 one engine started, then the user's loop through the engine's API (what the CLI's ``train``,
 ``compare`` and ``eval`` send; each row names the CLI command it stands for):
 
-- cold launch; a repeat; lr only; rank 8 → 16 → 32 → 8; targets all → q, v → all; a
-  ``max_length`` change: seconds from the request to the run's first metrics record (step 1),
+- cold launch; a repeat; lr only; rank 8 → 16 → 32 → 8; targets all → q, v → all: seconds from the request to the run's first metrics record (step 1),
   and the longest gap between two steps' records after it (a mid-run compile shows as a stall;
   ``log_every`` 1, evals and checkpoints pushed past the end); ``end_s``: from the last step's
   record to the run's end (its final checkpoint written: what the user waits before Compare);
-- a second ``max_length``, compiled ahead first as Configure does on an edit (``prepare``):
-  seconds until its programs are ready (the thinking time it needs), then the launch;
 - compare right after the last run ends (request to each side's first token), then again;
-  a change of ``max-new-tokens``; eval of the run on its eval file.
+  a change of ``max-new-tokens``; eval of the run on its eval file;
+- then (unless ``LOOP_LENGTHS=0``) a ``max_length`` change, launched as is; and a second one
+  compiled ahead first as Configure does on an edit (``prepare``): seconds until its programs
+  are ready (the thinking time it needs), then the launch. Last: each compiles a new shape.
 
 Models: ``270m`` — the real Gemma 3 270M on its README config (``examples/real-270m.toml``,
 4 × 128: its batches hold 64 to 80 loss positions a row); ``1b`` — the Gemma-3-1B shape with
@@ -209,8 +209,9 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
             result["engine_start_s"] = time.perf_counter() - t0
             run_id = ""
             lengths = [f"data.max_length={length}"], [f"data.max_length={ahead}"]
-            for label, extra in [*TWEAKS, (f"max_length → {length}", lengths[0]),
-                                 (f"max_length → {ahead}, prepared first", lengths[1])]:
+
+            def train_row(label: str, extra: list[str]) -> None:
+                nonlocal run_id
                 row: dict[str, Any] = {"what": label, "cli": "gemma-workbench train CONFIG " +
                                        " ".join(f"--set '{e}'" for e in extra)}
                 if "prepared" in label:  # the user edits in Configure (or `prepare`), then launches
@@ -223,6 +224,11 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                 run_id = row["run"]
                 _log(f"{model}: {label}: step 1 at {row['step1_s']:.1f} s, longest gap {row['max_gap_s']:.2f} s "
                      f"(step {row['gap_at_step']}), run end {row['end_s'] or 0:.1f} s after the last step")
+
+            for label, extra in TWEAKS:
+                train_row(label, extra)
+            # the compare and eval rows read the last tweak's run, before the max_length rows (each
+            # compiles a new shape for ~100 s: a call cut short by its limit keeps these)
             for label, decoding in (("compare right after the run", {}), ("compare again", {}),
                                     ("compare, max-new-tokens 200", {"max_new_tokens": 200})):
                 got = _compare(client, run_id, **decoding)
@@ -240,6 +246,10 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                 rows.append({"what": "eval --run", "cli": "gemma-workbench eval --run RUN --data FILE",
                              "seconds": time.perf_counter() - t, "loss": getattr(ev, "loss", None)})
                 _log(f"{model}: eval: {rows[-1]['seconds']:.2f} s")
+                save()
+            if os.environ.get("LOOP_LENGTHS", "1") != "0":
+                train_row(f"max_length → {length}", lengths[0])
+                train_row(f"max_length → {ahead}, prepared first", lengths[1])
     finally:
         subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
         save()
