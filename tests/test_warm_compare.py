@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from fixtures_engine import demo_run_config
 
 WARM = {"GEMMA_WORKBENCH_WARM_COMPARE": "1"}
@@ -69,3 +70,38 @@ def test_off_when_the_variable_says_0(engine_factory):
     assert proc.client.status().warming is None
     time.sleep(1.0)
     assert "Compare warm" not in proc.log_text() and "warming Compare" not in proc.log_text()
+
+
+def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_them(monkeypatch, tmp_path):
+    """``at_run_start`` (the run's ``on_start``) compiles the Compare's sampler for the run's
+    LoRA family from zero adapters; the model the Compare then loads, with the trained
+    adapters, needs no new program; a second run of the family queues nothing; a model the
+    cache does not hold is never loaded beside a run."""
+    import dataclasses
+    from concurrent.futures import wait
+
+    from fixtures_generation import perturbed_lora
+
+    from adapters_lib.config import RunConfig, TrainSpec
+    from adapters_lib.engine import warm_compare
+    from adapters_lib.models.loader import load_model
+    from adapters_lib.runs.registry import create_run
+    from adapters_lib.tuned.gemma import GemmaTuned
+
+    monkeypatch.setenv("GEMMA_WORKBENCH_WARM_COMPARE", "1")
+    monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_AHEAD", "on")  # a CPU too
+    base = RunConfig(train=TrainSpec(programs="family", rank_bucket=32))
+    cfg = dataclasses.replace(base, lora=dataclasses.replace(base.lora, rank=3, alpha=6.0, targets=("q", "v")))
+    run = create_run(cfg, root=tmp_path)
+    warmer = warm_compare.Warmer(engine=None)
+    other = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, source="demo", tokenizer="nowhere.model"))
+    assert warmer.at_run_start(other, run) == []  # not held: nothing loaded
+    loaded = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype)  # the run's model, held
+    futures = warmer.at_run_start(cfg, run)
+    assert futures and not wait(futures, timeout=600).not_done
+    assert all(f.exception() is None for f in futures)
+    tuned = GemmaTuned(loaded, lora=cfg.lora, adapters=perturbed_lora(loaded, cfg.lora, seed=4), cfg=cfg)
+    settings = warm_compare.sampling_settings(run)
+    assert tuned.compile_behind(lambda fn: pytest.fail("compiled again"), settings) == []
+    again = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, rank=5, alpha=1.0))
+    assert warmer.at_run_start(again, run) == []  # the family's: queued before

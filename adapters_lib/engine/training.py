@@ -78,8 +78,13 @@ def run_here(engine: TrainingHost, item: QueuedRun) -> None:
     from adapters_lib.train.loop import run_training
 
     run = item.run
+    warmer = getattr(engine, "warmer", None)
+
+    def hooks(cfg: Any) -> list[Any]:  # the Compare's sampler queued at the start (warm_compare)
+        return [*default_hooks(cfg), *([warmer.start_hook(cfg)] if warmer is not None else [])]
+
     run_training(run.config(), run.path, control=RunControl(engine, item), resume=item.resume,
-                 hooks=default_hooks)
+                 hooks=hooks)
 
 
 def train(engine: TrainingHost, item: QueuedRun) -> None:

@@ -20,6 +20,13 @@ So when a run completes or is stopped, and when Compare picks a run's checkpoint
 - a newer warm-up drops the queued compiles of the older one (``Future.cancel``: another
   run or checkpoint picked, nobody needs them); one under way finishes and is kept.
 
+**At a run's start** (``start_hook``: its ``on_start``, after the set-up, before the first
+step; an accelerator, a gemma-route LoRA run), the sampler's programs for the run's family are
+queued too, from zero adapters of the run's shapes, where the model cache holds the model the
+Compare loads (the run's own on one device; never a second model beside a run) and no earlier
+run of this engine queued that family's: on a cold launch they compile behind the eval step while the train step
+compiles in the foreground, so a Compare right after the first run finds them ready.
+
 The device job is skipped when a run trains or waits, or a request waits (it would load a
 model beside the run's); one that comes while the model loads goes first after it (the eval
 tree is not read then: its scorer compiles on first use). ``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite
@@ -63,6 +70,13 @@ def _submitter(what: str, about: str) -> Any:
     return submit
 
 
+def sampling_settings(run: Any) -> Any:
+    """The decoding settings of a default Compare of ``run`` (what the warm-up compiles for)."""
+    from adapters_lib.engine import api, sampling
+
+    return sampling.settings_of(api.Compare(prompt=PROMPT, run_id=str(run.path)))
+
+
 class Warmer:
     """The engine's Compare warm-up (the device thread loads, the compile thread compiles)."""
 
@@ -75,6 +89,8 @@ class Warmer:
         """Warm-ups whose compiles all ended (tests, logs)."""
         self.futures: list[Any] = []
         """The compiles of the latest warm-up."""
+        self._ahead: set[tuple[str, ...]] = set()
+        """The families whose sampler programs a run's start queued (``at_run_start``)."""
 
     def after_run(self, run: Any) -> None:
         """A run's training ended (the device thread, ``Engine.run_ended``): warm it if it
@@ -96,6 +112,62 @@ class Warmer:
             self._clear(run.run_id)
             return False
         return True
+
+    def start_hook(self, cfg: Any) -> Any:
+        """The ``TrainHook`` that queues the run's sampler programs at its start (module doc)."""
+        from adapters_lib.train.hooks import TrainHook
+
+        warmer = self
+
+        class SamplerAhead(TrainHook):
+            name = "sampler ahead"
+
+            def on_start(self, session: Any, step: int) -> None:
+                warmer.at_run_start(cfg, session.run)
+
+        return SamplerAhead()
+
+    def at_run_start(self, cfg: Any, run: Any) -> list[Any]:
+        """Queue the Compare's sampler programs for ``cfg``'s LoRA family (the device thread,
+        before the run's first step); the futures, [] when skipped or queued before."""
+        import jax
+
+        from adapters_lib.engine import compile_ahead
+
+        cpu = jax.default_backend() == "cpu" and compile_ahead.mode() != "on"
+        if not enabled() or cfg.model.backend != "gemma" or not cfg.lora.enabled or cpu or jax.process_count() > 1:
+            return []  # a CPU: the compile would take the cores the steps need (unless asked: "on")
+        t0 = time.perf_counter()
+        try:
+            import numpy as np
+
+            from adapters_lib.lora import targeted as lora
+            from adapters_lib.models.loader import is_kept, load_model
+            from adapters_lib.tuned import generation_dtype_of
+            from adapters_lib.tuned.gemma import GemmaTuned
+
+            dtype = generation_dtype_of("", cfg)
+            if not is_kept(cfg.model_spec(), param_dtype=cfg.train.param_dtype, generation_dtype=dtype):
+                return []  # it would place a second model beside the run's: the warm-up after it
+            loaded = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype,
+                                generation_dtype=dtype)  # the model cache's: what the Compare loads
+            zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), lora.adapter_shapes(loaded.model, cfg.lora))
+            model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
+            key = (repr(cfg.model_spec()), cfg.train.param_dtype, dtype, repr(model.serving_spec))
+            with self._lock:
+                if key in self._ahead:
+                    return []
+                self._ahead.add(key)
+            settings = sampling_settings(run)
+            futures = model.compile_behind(_submitter("sampler prefill + decode", f"run {run.run_id}"), settings)
+        except Exception as e:  # noqa: BLE001 - never fails a run: the warm-up after it compiles them
+            log.warning("run %s: the sampler's programs not queued at the start (%s: %s)", run.run_id,
+                        type(e).__name__, e)
+            return []
+        if futures:
+            log.info("run %s: the Compare's sampler programs queued behind the run's own (%d, in %.1f s)",
+                     run.run_id, len(futures), time.perf_counter() - t0)
+        return futures
 
     def _other_work(self) -> bool:
         """A run trains or waits, a request waits, or the engine closes."""

@@ -93,6 +93,20 @@ def _load(spec: ModelSpec, param_dtype: str, sharding: Any, *, keep: bool) -> Lo
     return model_cache.kept(key, load)
 
 
+def is_kept(spec: ModelSpec, *, param_dtype: str = "float32", generation_dtype: str = "") -> bool:
+    """Whether ``load_model(spec, param_dtype=…, generation_dtype=…)`` on one device would take
+    the model cache's model (no read, nothing new placed on a device): a caller that must not
+    add a model to the devices (a run trains on them) asks first."""
+    from adapters_lib.models import model_cache
+
+    if spec.quantize != "none":
+        return False
+    key, _ = _loader(spec, param_dtype, None, keep=True)
+    if key is not None and generation_dtype:
+        key = (*key, ("generation", generation_dtype))
+    return model_cache.holds(key)
+
+
 def _loader(spec: ModelSpec, param_dtype: str, sharding: Any, *, keep: bool) -> tuple[tuple | None, Any]:
     """(the model cache's key, the load) of ``spec`` in ``param_dtype``."""
     from adapters_lib.models import model_cache

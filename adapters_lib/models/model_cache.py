@@ -94,6 +94,12 @@ def kept(key: tuple | None, load: Callable[[], Any]) -> Any:
     return dataclasses.replace(loaded)
 
 
+def holds(key: tuple | None) -> bool:
+    """Whether a model is kept for ``key`` (nothing loaded, nothing moved)."""
+    with _LOCK:
+        return key is not None and key in _KEPT
+
+
 def forget() -> None:
     """Drop every kept model (tests; memory)."""
     with _LOCK:
