@@ -77,6 +77,19 @@ def test_a_hold_keeps_the_warm_ups_jobs_back_and_lets_the_runs_own_go_first():
     assert [j["state"] for j in q.jobs() if j["what"] == "sampler"] == ["ready", "ready", "dropped"]
 
 
+def test_the_compares_jobs_never_wait_behind_a_train_steps_compile():
+    """The Compare's jobs have a thread of their own: a sampler compiles while a train step's
+    compile (~90 s on a TPU) is under way, and the train step's does not wait for them."""
+    q = compile_queue.CompileQueue()
+    gate = threading.Event()
+    train = q.submit(gate.wait, 30, what="train step", purpose="next run")
+    _until(train.running)
+    sampler = q.submit(lambda: "compiled", what="sampler", purpose="compare")
+    assert sampler.result(30) == "compiled" and not train.done()
+    gate.set()
+    assert train.result(30) is True
+
+
 def test_a_failed_compile_is_a_failed_job_and_the_plain_submit_still_works():
     q = step_programs._behind()
     future = q.submit(lambda: 1 / 0)

@@ -275,3 +275,47 @@ def test_a_checkpoints_finiteness_is_checked_alike_on_the_host_and_on_the_device
             finally:
                 checkpoints.HOST_CHECK_BYTES = old
     assert not checkpoints.all_finite(jax.device_get(bad))  # numpy leaves (a host fit)
+
+
+def test_a_cold_start_compiles_the_first_step_before_the_base_eval_waits(tmp_path, monkeypatch):
+    """The accelerator's path (compile behind forced on this CPU), a cold start: the first train
+    step's program compiles in the foreground while the eval step's compiles behind, before the
+    hooks' start (the base model's eval); the first step then compiles nothing, and the curve is
+    the plain path's."""
+    from fixtures_runs import demo_overrides, train_demo
+
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.train import step_programs
+    from adapters_lib.train.hooks import TrainHook
+    from adapters_lib.train.loop import run_training
+
+    seen: list[dict] = []
+    at_start: list[list[tuple[str, str, str]]] = []
+
+    class Look(TrainHook):
+        def on_start(self, session, step):
+            at_start.append([(j["what"], j["where"], j["state"]) for j in seen])
+
+    settings = dict(train__steps=4, train__checkpoint_every=4, train__eval_every=4, lora__rank=3)
+    monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "1")
+    step_programs.forget()
+    stop = step_programs.listen(seen.append)
+    try:
+        cfg = load_config(None, demo_overrides(run__name='"cold"', run__dir=f'"{tmp_path}"', **settings))
+        result = run_training(cfg, runs.create_run(cfg), hooks=lambda c: [Look(), *default_hooks(c)])
+    finally:
+        stop()
+        step_programs.forget()
+    [jobs] = at_start
+    assert ("train step", "foreground", "ready") in jobs  # compiled before the base eval
+    assert ("eval step", "behind", "queued") in jobs or ("eval step", "behind", "compiling") in jobs \
+        or ("eval step", "behind", "ready") in jobs
+    after = [(j["what"], j["where"]) for j in seen[len(jobs):]]
+    assert ("train step", "foreground") not in after  # the first step compiled nothing
+    monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "0")
+    _, plain = train_demo(tmp_path, "plain", **settings)
+    assert sorted(result.losses) == [1, 2, 3, 4]
+    np.testing.assert_allclose([result.losses[k] for k in sorted(result.losses)],
+                               [plain.losses[k] for k in sorted(plain.losses)], rtol=1e-5)

@@ -1,7 +1,8 @@
 """The engine's one compile queue: programs compiled on a background thread, ahead of need.
 
 XLA spends ~90 s on a train step on a TPU, mostly on one thread; so programs compile one at a
-time on one daemon thread (``CompileQueue``, ``step_programs._behind()``), fed by whoever
+time on one daemon thread (``CompileQueue``, ``step_programs._behind()``; the Compare's jobs on a
+second one of their own, ``LANES``), fed by whoever
 knows a program will be needed: a run's eval steps and narrower batches (``Steps``), the next
 run's programs from Configure's edits (``train.plan.compile_ahead`` inside ``for_request``),
 the sampler's after a run.
@@ -45,6 +46,9 @@ QUEUED, COMPILING, READY, FAILED, DROPPED = "queued", "compiling", "ready", "fai
 STATES = (QUEUED, COMPILING, READY, FAILED, DROPPED)
 LIVE = (QUEUED, COMPILING)
 THREAD_NAME = "compile-behind"
+LANES = {"compare": f"{THREAD_NAME}-compare"}
+"""Purposes with a thread of their own: the Compare's sampler and scorer (seconds each) never
+wait behind a train step's compile (~90 s on a TPU), nor it behind them."""
 KEEP_DONE = 64
 """Finished jobs ``jobs()`` still lists (the most recent)."""
 
@@ -99,12 +103,14 @@ class CompileQueue:
         self._ready = threading.Condition(self._lock)
         self._pending: list[tuple[CompileJob, Callable[..., Any], tuple]] = []
         self._holds: dict[int, frozenset[str]] = {}
+        for lane in ("", *LANES):
+            threading.Thread(target=self._run, args=(lane,), name=LANES.get(lane, THREAD_NAME),
+                             daemon=True).start()
         self._jobs: list[CompileJob] = []
         self._ids = itertools.count(1)
         self._requests: dict[str, Request] = {}
         self._listeners: list[Listener] = []
         self._local = threading.local()
-        threading.Thread(target=self._run, name=THREAD_NAME, daemon=True).start()
 
     # ----------------------------------------------------------------- requests
 
@@ -178,12 +184,15 @@ class CompileQueue:
     def _held(self, job: CompileJob) -> bool:
         return any(job.purpose in held for held in self._holds.values())
 
-    def _next(self) -> tuple[CompileJob, Callable[..., Any], tuple]:
-        """The oldest pending job not held (waits for one)."""
+    def _next(self, lane: str) -> tuple[CompileJob, Callable[..., Any], tuple]:
+        """The oldest pending job of ``lane`` not held (waits for one)."""
         with self._ready:
             while True:
                 for i, item in enumerate(self._pending):
-                    if item[0].future.cancelled() or not self._held(item[0]):
+                    job = item[0]
+                    if (job.purpose if job.purpose in LANES else "") != lane:
+                        continue
+                    if job.future.cancelled() or not self._held(job):
                         return self._pending.pop(i)
                 self._ready.wait()
 
@@ -268,9 +277,9 @@ class CompileQueue:
             job.state, job.error, job.ended_at = state, error, time.time()
         self._notify(job)
 
-    def _run(self) -> None:
+    def _run(self, lane: str) -> None:
         while True:
-            job, fn, args = self._next()
+            job, fn, args = self._next(lane)
             if not job.future.set_running_or_notify_cancel():
                 continue
             with self._lock:
@@ -287,4 +296,4 @@ class CompileQueue:
 
 
 def in_compile_thread() -> bool:
-    return threading.current_thread().name == THREAD_NAME
+    return threading.current_thread().name.startswith(THREAD_NAME)

@@ -165,6 +165,17 @@ class StepProgram:
         future.add_done_callback(lambda f: self._forget_pending(sig, f))
         return future
 
+    def compile_now(self, *args: Any) -> bool:
+        """Compile (or read back) the program for ``args`` in this thread, as the call would (a
+        foreground job), before the call: False when it is ready or compiling behind already."""
+        sig = self.signature(args[3], args[-1])
+        with _LOCK:
+            if self.ready(sig) or sig in self.pending:
+                return False
+        with _behind().foreground(self.what):
+            self.compiled[sig] = self._load_or_compile(sig, args)
+        return True
+
     def _forget_pending(self, sig: tuple, future: Any) -> None:
         with _LOCK:
             if self.pending.get(sig) is future:

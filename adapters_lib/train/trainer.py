@@ -99,6 +99,11 @@ class Trainer(abc.ABC):
     @abc.abstractmethod
     def restore(self, step: int) -> None: ...
 
+    def before_start(self, start: int) -> None:
+        """Before the hooks' start (the base model's eval) and the first step: a route may
+        compile the first step's program here, while its eval's compiles behind."""
+        return None
+
     @abc.abstractmethod
     def probe(self) -> ModelProbe: ...
 
@@ -176,6 +181,7 @@ class Trainer(abc.ABC):
                 session.resumed(start)
             self.reached = step = start
             session.progress(step=start, total_steps=t.steps)
+            self.before_start(start)
             session.probe = self.probe()
             result.exact_match_base = session.started(start).get("base_exact_match")
             final: dict[str, Any] = {}
