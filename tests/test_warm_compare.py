@@ -5,6 +5,7 @@ answered as it would be without it."""
 from __future__ import annotations
 
 import time
+import types
 
 import pytest
 from fixtures_engine import demo_run_config
@@ -105,3 +106,7 @@ def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_
     assert tuned.compile_behind(lambda fn: pytest.fail("compiled again"), settings) == []
     again = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, rank=5, alpha=1.0))
     assert warmer.at_run_start(again, run) == []  # the family's: queued before
+    seen = []
+    warmer.at_run_start = lambda c, r: seen.append((c, r)) or []
+    warmer.start_hook(again).on_setup(types.SimpleNamespace(run=run))  # the run's hook: after its set-up
+    assert seen == [(again, run)]

@@ -20,12 +20,13 @@ So when a run completes or is stopped, and when Compare picks a run's checkpoint
 - a newer warm-up drops the queued compiles of the older one (``Future.cancel``: another
   run or checkpoint picked, nobody needs them); one under way finishes and is kept.
 
-**At a run's start** (``start_hook``: its ``on_start``, after the set-up, before the first
-step; an accelerator, a gemma-route LoRA run), the sampler's programs for the run's family are
-queued too, from zero adapters of the run's shapes, where the model cache holds the model the
-Compare loads (the run's own on one device; never a second model beside a run) and no earlier
-run of this engine queued that family's: on a cold launch they compile behind the eval step while the train step
-compiles in the foreground, so a Compare right after the first run finds them ready.
+**At a run's start** (``start_hook``: its ``on_setup``, after the set-up, before the first
+step's program compiles; an accelerator, a gemma-route LoRA run), the sampler's programs for
+the run's family are queued too, from zero adapters of the run's shapes, where the model cache
+holds the model the Compare loads (the run's own on one device; never a second model beside a
+run) and no earlier run of this engine queued that family's: on a cold launch they compile on
+the Compare's own compile thread while the train step compiles in the foreground, so a Compare
+right after the first run finds them ready.
 
 The device job is skipped when a run trains or waits, or a request waits (it would load a
 model beside the run's); one that comes while the model loads goes first after it (the eval
@@ -122,14 +123,14 @@ class Warmer:
         class SamplerAhead(TrainHook):
             name = "sampler ahead"
 
-            def on_start(self, session: Any, step: int) -> None:
+            def on_setup(self, session: Any) -> None:
                 warmer.at_run_start(cfg, session.run)
 
         return SamplerAhead()
 
     def at_run_start(self, cfg: Any, run: Any) -> list[Any]:
         """Queue the Compare's sampler programs for ``cfg``'s LoRA family (the device thread,
-        before the run's first step); the futures, [] when skipped or queued before."""
+        the run set up); the futures, [] when skipped or queued before."""
         import jax
 
         from adapters_lib.engine import compile_ahead
@@ -165,7 +166,7 @@ class Warmer:
                         type(e).__name__, e)
             return []
         if futures:
-            log.info("run %s: the Compare's sampler programs queued behind the run's own (%d, in %.1f s)",
+            log.info("run %s: the Compare's sampler programs queued beside the run's own (%d, in %.1f s)",
                      run.run_id, len(futures), time.perf_counter() - t0)
         return futures
 

@@ -18,6 +18,10 @@ class TrainHook:
 
     name: ClassVar[str] = ""
 
+    def on_setup(self, session: Any) -> None:
+        """The route is set up (the model on the devices, its own compiles queued), before the
+        first step's program compiles: a hook may queue compiles of its own behind."""
+
     def on_start(self, session: Any, step: int) -> dict[str, Any] | None:
         """Before the first step (``step`` > 0 on a resume); the run's start fields."""
 

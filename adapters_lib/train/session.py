@@ -167,6 +167,12 @@ class RunSession:
         for hook in self.hooks:
             hook.on_step(int(record["step"]), record)
 
+    def set_up(self) -> None:
+        """The route is set up (its model loaded, its programs queued), nothing compiled in the
+        foreground yet: ``on_setup``."""
+        for hook in self.hooks:
+            hook.on_setup(self)
+
     def started(self, step: int) -> dict[str, Any]:
         """The route is set up (and restored when resuming): ``on_start`` with the probe; the
         fields the hooks return (e.g. ``base_exact_match``)."""

@@ -173,6 +173,7 @@ class Trainer(abc.ABC):
     def train(self, resume: bool) -> TrainResult:
         t, session, result = self.cfg.train, self.session, self.result
         self.route_setup = self.setup()
+        session.set_up()
         start = 0
         try:
             if resume:
