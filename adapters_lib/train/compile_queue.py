@@ -18,11 +18,11 @@ A **request** (``request(purpose, about)``) groups the jobs queued for one purpo
 run: ``"next run"``): a newer request of the same purpose drops the queued jobs of the older
 ones (``Future.cancel()``), and jobs it finds ready or under way are listed under it too.
 
-**Holds** (``hold(purposes, why)``): while a run sets up (its model, adapters, data), the
-thread starts no job of the held purposes (the Compare warm-up's, ``"compare"``): their
-tracing holds the GIL the run's set-up needs (a repeat's set-up took 2.0 s on the v5e beside
-the warm-up's sampler traces, 0.2 s without). Other jobs (the run's own eval steps and
-takeover) start as before, ahead of the held ones; a job already under way finishes.
+**Holds** (``hold(purposes, why)``): while a run sets up (its model, adapters, data) and
+traces its first step, no job of the held purposes starts (the Compare's, ``"compare"``):
+their tracing holds the GIL the run needs (a repeat's set-up took 2.0 s on the v5e beside the
+warm-up's sampler traces, 0.2 s without). Other jobs (the run's own eval steps and takeover)
+start as before, ahead of the held ones; a job already under way finishes.
 
 ``listen(callback)`` calls ``callback(job_dict)`` on every state change (from the thread that
 made it: keep it short); ``jobs()`` lists the live jobs and the most recent finished ones.

@@ -93,9 +93,10 @@ class GemmaSetup:
 
 
 def _hold_warm_ups() -> Any:
-    """Hold the compile thread's Compare warm-up jobs (an earlier run's sampler and scorer,
-    ``engine.warm_compare``) until this run is set up: their tracing takes the GIL the set-up
-    needs. The run's own compiles go ahead (``CompileQueue.hold``)."""
+    """Hold the Compare's compile jobs (an earlier run's sampler and scorer, this run's sampler:
+    ``engine.warm_compare``) until this run is set up and its first step's program is lowered
+    (``before_start``): their tracing takes the GIL the set-up and that trace need. The run's
+    own compiles go ahead (``CompileQueue.hold``)."""
     from adapters_lib.train.step_programs import _behind
 
     return _behind().hold(("compare",), "a run sets up")
@@ -107,11 +108,12 @@ class GemmaTrainer(Trainer):
     route = "gemma"
 
     def setup(self) -> RouteSetup:
-        self._release_held = _hold_warm_ups()
+        self._release_held = _hold_warm_ups()  # until the first step's program is lowered
         try:
             return self._setup()
-        finally:  # set up (or failed): a foreground compile releases the GIL, the steps need little
+        except BaseException:
             self._release_warm_ups()
+            raise
 
     def _setup(self) -> RouteSetup:
         from adapters_lib.train.checkpoints import CheckpointStore
@@ -181,10 +183,15 @@ class GemmaTrainer(Trainer):
         from adapters_lib.train.plan import first_args
 
         steps = self.s.steps
-        if not steps.compile_behind or self.takeover is not None:
-            return  # a CPU compiles one program at a time either way; the family's serves a tweak
-        batch = self.s.pipeline.train_batch(start)
-        steps._train.compile_now(*first_args(steps, batch))
+        try:
+            if not steps.compile_behind or self.takeover is not None:
+                return  # a CPU compiles one program at a time either way; the family's serves a tweak
+            batch = self.s.pipeline.train_batch(start)
+            # the Compare's compiles wait until it is lowered: their tracing would take the GIL
+            # its tracing needs (the 1B's cold start on the v5e: 12 s more with three tracers)
+            steps._train.compile_now(*first_args(steps, batch), lowered=self._release_warm_ups)
+        finally:
+            self._release_warm_ups()
 
     def probe(self) -> ModelProbe:
         s = self.s
@@ -315,6 +322,7 @@ class GemmaTrainer(Trainer):
             release()
 
     def close(self, quiet: bool) -> None:
+        self._release_warm_ups()
         store = getattr(self, "store", None)
         if store is not None:
             store.close(quiet=quiet)

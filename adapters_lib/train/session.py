@@ -171,7 +171,9 @@ class RunSession:
         """The route is set up (its model loaded, its programs queued), nothing compiled in the
         foreground yet: ``on_setup``."""
         for hook in self.hooks:
-            hook.on_setup(self)
+            on_setup = getattr(hook, "on_setup", None)  # hooks are duck-typed: it is optional
+            if on_setup is not None:
+                on_setup(self)
 
     def started(self, step: int) -> dict[str, Any]:
         """The route is set up (and restored when resuming): ``on_start`` with the probe; the

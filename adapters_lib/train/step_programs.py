@@ -165,15 +165,17 @@ class StepProgram:
         future.add_done_callback(lambda f: self._forget_pending(sig, f))
         return future
 
-    def compile_now(self, *args: Any) -> bool:
+    def compile_now(self, *args: Any, lowered: Callable[[], None] | None = None) -> bool:
         """Compile (or read back) the program for ``args`` in this thread, as the call would (a
-        foreground job), before the call: False when it is ready or compiling behind already."""
+        foreground job), before the call: False when it is ready or compiling behind already.
+        ``lowered``: called once the program is traced and lowered (XLA's compile, which
+        releases the GIL, follows), if it is."""
         sig = self.signature(args[3], args[-1])
         with _LOCK:
             if self.ready(sig) or sig in self.pending:
                 return False
         with _behind().foreground(self.what):
-            self.compiled[sig] = self._load_or_compile(sig, args)
+            self.compiled[sig] = self._load_or_compile(sig, args, lowered)
         return True
 
     def _forget_pending(self, sig: tuple, future: Any) -> None:
@@ -181,14 +183,20 @@ class StepProgram:
             if self.pending.get(sig) is future:
                 del self.pending[sig]
 
-    def _load_or_compile(self, sig: tuple, args: tuple) -> Any:
+    def _load_or_compile(self, sig: tuple, args: tuple, lowered: Callable[[], None] | None = None) -> Any:
         """The executable for ``args``: the program store's (read back, or compiled and stored),
-        or compiled here when the programs have no key."""
+        or compiled here when the programs have no key. ``lowered``: see ``compile_now``."""
         from adapters_lib import program_store
 
+        def lower() -> Any:
+            out = self.jitted.lower(*args)
+            if lowered is not None:
+                lowered()
+            return out
+
         if self.key is None:
-            return self.jitted.lower(*args).compile()
-        return program_store.load_or_compile(self.name, (self.key, sig), lambda: self.jitted.lower(*args))
+            return lower().compile()
+        return program_store.load_or_compile(self.name, (self.key, sig), lower)
 
     def _compile(self, sig: tuple, args: tuple) -> None:
         t0 = time.perf_counter()
