@@ -187,6 +187,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (-_unit_seconds(item.path.name), _UNIT.get(item.path.name, "")))
 
 
+@pytest.hookimpl(optionalhook=True)  # known only with pytest-xdist loaded (not under -p no:xdist)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """``--dist loadfile`` with the files of ``SHARED_FIXTURE_FILES`` as one unit each, handed
     out in collection order (heaviest first, above) rather than xdist's default order by the
