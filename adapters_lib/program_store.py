@@ -14,7 +14,10 @@ context): new code or new libraries never read an old program.
 The engine turns it on (``enable``, beside the compile cache, ``engine.devices``); off, and
 in any process that did not (the tests, in-process commands), ``load_or_compile`` is
 ``lower().compile()``. A program that cannot be serialized or read back is compiled as
-before (a warning in the log); an unreadable entry is removed. ``remembered_shapes`` keeps
+before (a warning in the log); an unreadable entry is removed. What is kept is the bytes XLA's
+compile wrote: JAX's persistent cache's own bytes when it served the program, and on XLA:CPU
+no program that JAX's memory answered (one compiled before in this process, maybe served by
+the cache then: serialized again, it would lack its kernels — ``_install_capture``). ``remembered_shapes`` keeps
 the result of an abstract trace the same way (the LoRA adapters' shapes).
 
 - ``GEMMA_WORKBENCH_PROGRAMS``: the folder (default ``<state dir>/programs``); empty: off.
@@ -156,40 +159,91 @@ def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
     if path is None:
         return lower().compile()
     _install_capture()
-    _capture.blobs = []
-    _capture.on = True
+    outer = (getattr(_capture, "on", False), getattr(_capture, "served", []), getattr(_capture, "fresh", []))
+    _capture.on, _capture.served, _capture.fresh = True, [], []
     try:
         compiled = lower().compile()
+        origin, served = _origin(compiled, _capture.served, _capture.fresh)
     finally:
-        _capture.on = False
-    blobs, _capture.blobs = _capture.blobs, []
-    _write(path, compiled, name, blobs[0] if len(blobs) == 1 else None)
+        _capture.on, _capture.served, _capture.fresh = outer
+    if origin == "memory" and _platform(compiled) == "cpu":
+        log.info("program store: %s not kept (compiled earlier in this process, where JAX's "
+                 "cache may have served it: its bytes would lack their kernels)", name)
+        return compiled
+    _write(path, compiled, name, served)
     return compiled
 
 
 _capture = threading.local()
+"""While a ``load_or_compile`` compiles in this thread (``on``): the executables JAX's
+persistent cache served, with their bytes (``served``), and those XLA compiled (``fresh``)."""
 
 
 def _install_capture() -> None:
-    """Keep the executable bytes JAX's persistent cache serves to this thread's compile.
+    """Note which executables JAX's persistent cache serves, with its bytes, and which XLA
+    compiles, while this thread's ``load_or_compile`` compiles.
 
     An executable the cache served serializes again without its kernels on XLA:CPU (jaxlib
-    0.12: the next process fails at its first run with ``Function <name>_kernel not found``),
-    so the store keeps the cache's own bytes — what the original compile serialized."""
+    0.12: the next process fails at its first run with ``Function <name> not found``), so
+    the store keeps the cache's own bytes — what the original compile serialized. And a
+    ``compile()`` may be answered from JAX's memory (the same jitted function compiled earlier
+    in this process: no cache read, no compile), where what it returns may be an executable the
+    cache served long before; on XLA:CPU such a program is not kept (``_origin``)."""
     from jax._src import compilation_cache as cc
+    from jax._src import compiler
 
-    original = cc.extract_executable_and_time
-    if getattr(original, "workbench_capture", False):
-        return
+    with _LOCK:
+        if getattr(cc.get_executable_and_time, "workbench_capture", False):
+            return
+        extract_bytes, get, compile_and_load = (cc.extract_executable_and_time, cc.get_executable_and_time,
+                                                compiler.backend_compile_and_load)
 
-    def extract(data: bytes) -> Any:
-        out = original(data)
-        if getattr(_capture, "on", False):
-            _capture.blobs.append(out[0])
-        return out
+        def extract(data: bytes) -> Any:
+            out = extract_bytes(data)
+            _capture.last = out[0]
+            return out
 
-    extract.workbench_capture = True  # type: ignore[attr-defined]
-    cc.extract_executable_and_time = extract
+        def served(*args: Any, **kwargs: Any) -> Any:
+            _capture.last = None
+            executable, seconds = get(*args, **kwargs)
+            if executable is not None and getattr(_capture, "on", False) and _capture.last is not None:
+                _capture.served.append((executable, _capture.last))
+            _capture.last = None
+            return executable, seconds
+
+        def compiled(*args: Any, **kwargs: Any) -> Any:
+            executable = compile_and_load(*args, **kwargs)
+            if getattr(_capture, "on", False):
+                _capture.fresh.append(executable)
+            return executable
+
+        served.workbench_capture = True  # type: ignore[attr-defined]
+        cc.extract_executable_and_time = extract
+        cc.get_executable_and_time = served
+        compiler.backend_compile_and_load = compiled
+
+
+def _origin(compiled: Any, served: list[tuple[Any, bytes]], fresh: list[Any]) -> tuple[str, bytes | None]:
+    """Where ``compiled``'s executable came from during the compile just done: ``"cache"`` (with
+    the cache's bytes), ``"compiled"`` (by XLA, now), or ``"memory"`` (neither: JAX's memory
+    answered, from a compile of an earlier call whose origin is unknown here)."""
+    try:
+        executable = compiled.runtime_executable()
+    except Exception:  # noqa: BLE001 - another jax: serialized as it is
+        return "compiled", None
+    for candidate, data in served:
+        if candidate is executable:
+            return "cache", data
+    if any(candidate is executable for candidate in fresh):
+        return "compiled", None
+    return "memory", None
+
+
+def _platform(compiled: Any) -> str:
+    try:
+        return str(compiled.runtime_executable().client.platform)
+    except Exception:  # noqa: BLE001 - unknown: as a CPU (the cautious answer)
+        return "cpu"
 
 
 def _read(path: Path) -> Any:

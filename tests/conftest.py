@@ -151,13 +151,57 @@ def python() -> str:
     return sys.executable
 
 
-# The files that take longest (seconds on 2 cores under `make test`, measured 2026-12-02):
-# run first, so no worker is left alone with one of them at the end of the suite (xdist's
-# loadfile hands out files in collection order). Order within a file is kept.
-HEAVY_FILES = {"test_real_270m.py": 180, "test_dpo.py": 177, "test_keras_gemma4.py": 132,
-               "test_multihost.py": 130, "test_step.py": 78, "test_quantize.py": 98,
-               "test_cli_train.py": 96, "test_quantize_gptq.py": 150, "test_attention.py": 58}
+# Under `make test` (pytest-xdist, `--dist loadfile`) a file runs on one worker, and each
+# worker holds its own session fixtures. The files that share an expensive session fixture run
+# on one worker too (one work unit), so the fixture is made once per session, not once a worker.
+SHARED_FIXTURE_FILES = {
+    "real_270m": ("test_real_270m.py", "test_dpo.py"),  # the real 270M load (~1.1 GB)
+    "trained_demo_run": ("test_train_loop.py", "test_eval.py", "test_resume.py", "test_export.py",
+                         "test_eval_run.py", "test_compare.py", "test_export_gguf.py",
+                         "test_export_target.py", "test_export_gguf_llama.py"),  # a 40-step run
+    "keras_presets": ("test_keras_gemma4.py", "test_gemma4_kv_sharing.py", "test_keras_presets.py"),
+}
+_UNIT = {name: "+".join(files) for files in SHARED_FIXTURE_FILES.values() for name in files}
+
+# The files that take longest (seconds under `make test` on 2 cores, 2 workers, measured
+# 2026-12-03 at load ~5): their work units are handed out first, so no worker is left alone
+# with one of them at the end of the suite. Order within a file is kept.
+HEAVY_FILES = {"test_quantize_gptq.py": 248, "test_dpo.py": 218, "test_attention.py": 191,
+               "test_tpu_device_script.py": 171, "test_keras_gemma4.py": 159, "test_real_270m.py": 151,
+               "test_gemma4_kv_sharing.py": 151, "test_keras_gemma4_parity.py": 133,
+               "test_cli_train.py": 104, "test_multihost.py": 99, "test_slot_major_mlp.py": 88,
+               "test_step.py": 83, "test_lora_family.py": 72, "test_engine_runs.py": 66,
+               "test_readme_commands.py": 59, "test_gemma4.py": 53, "test_decode_int8.py": 53,
+               "test_quantize.py": 50, "test_conversation.py": 48, "test_memory.py": 47,
+               "test_keras_route.py": 46, "test_program_store.py": 45, "test_tui_snapshots.py": 45,
+               "test_keras_presets.py": 44, "test_lora.py": 43, "test_engine_faults.py": 43,
+               "test_train_loop.py": 17, "test_eval.py": 18, "test_resume.py": 17, "test_export.py": 24}
+
+
+def _unit_seconds(file_name: str) -> int:
+    unit = _UNIT.get(file_name, file_name)
+    return sum(HEAVY_FILES.get(name, 0) for name in unit.split("+"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: -HEAVY_FILES.get(item.path.name, 0))
+    items.sort(key=lambda item: (-_unit_seconds(item.path.name), _UNIT.get(item.path.name, "")))
+
+
+@pytest.hookimpl(optionalhook=True)  # known only with pytest-xdist loaded (not under -p no:xdist)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadfile`` with the files of ``SHARED_FIXTURE_FILES`` as one unit each, handed
+    out in collection order (heaviest first, above) rather than xdist's default order by the
+    number of tests, which would leave the heavy files with few tests (multihost, the device
+    script) to the end."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFixtureFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            unit = _UNIT.get(Path(path).name)
+            return f"{Path(path).parent}/{{{unit}}}" if unit else path
+
+    config.option.loadscopereorder = False
+    return SharedFixtureFiles(config, log)

@@ -82,7 +82,10 @@ PERSISTENT_CHILD = """
         return (h @ h.T).sum(axis=1) + {salt}
 
     a, b = jnp.ones((16, 32)) / 7, jnp.ones((32, 24)) / 5
-    compiled = program_store.load_or_compile("probe", ("probe", {salt}), lambda: jax.jit(f).lower(a, b))
+    jitted = jax.jit(f)
+    if {call_first}:
+        jitted(a, b)  # compiled outside the store first (or served by the cache): JAX's memory keeps it
+    compiled = program_store.load_or_compile("probe", ("probe", {salt}), lambda: jitted.lower(a, b))
     print("VALUE", float(compiled(a, b)[0]))
     print("STATS", program_store.stats)
 """
@@ -96,13 +99,32 @@ def test_a_program_the_persistent_cache_served_is_stored_with_the_cache_bytes(tm
 
     salt = random.random()
     cache, store = str(tmp_path / "jax-cache"), str(tmp_path / "programs")
-    fill = dict(tests="", cache=cache, salt=salt)
+    fill = dict(tests="", cache=cache, salt=salt, call_first=False)
     plain = _child(PERSISTENT_CHILD.format(store="", **fill), tmp_path)  # writes the jax cache only
     kept = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)  # cache hit: stored
     assert "'stored': 1" in _lines(kept, "STATS"), kept
     read = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)
     assert "'loaded': 1" in _lines(read, "STATS"), read
     assert _lines(read, "VALUE") == _lines(kept, "VALUE") == _lines(plain, "VALUE")
+
+
+def test_a_program_jax_answered_from_memory_is_not_kept_without_its_kernels(tmp_path):
+    """The jitted function ran before the store compiled it, and JAX's persistent cache served
+    it then: ``compile()`` is answered from JAX's memory, with no cache bytes to keep, and that
+    executable serializes again without its kernels on XLA:CPU. It is not kept, and the next
+    process compiles it (the cache serves it), keeps the cache's bytes and runs it right (kept
+    as it was, it failed there: ``Function broadcast_power_fusion not found``)."""
+    import random
+
+    salt = random.random()
+    cache, store = str(tmp_path / "jax-cache"), tmp_path / "programs"
+    fill = dict(tests="", cache=cache, salt=salt)
+    plain = _child(PERSISTENT_CHILD.format(store="", call_first=False, **fill), tmp_path)  # the jax cache
+    memory = _child(PERSISTENT_CHILD.format(store=str(store), call_first=True, **fill), tmp_path)
+    assert "'stored': 0" in _lines(memory, "STATS") and not list(store.glob("probe-*")), memory
+    read = _child(PERSISTENT_CHILD.format(store=str(store), call_first=False, **fill), tmp_path)
+    assert "'stored': 1" in _lines(read, "STATS"), read
+    assert _lines(read, "VALUE") == _lines(memory, "VALUE") == _lines(plain, "VALUE")
 
 
 def test_an_unreadable_entry_is_removed_and_the_program_compiled(tmp_path, caplog):

@@ -37,24 +37,41 @@ class Terminal:
         self.env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
         self.env.update(GEMMA_WORKBENCH_HOME=str(home), JAX_PLATFORMS="cpu", TERM="xterm-256color")
 
-    def tmux(self, *args: str) -> str:
+    def run(self, *args: str) -> subprocess.CompletedProcess:
         return subprocess.run(["tmux", "-L", self.socket, *args], capture_output=True, text=True,
-                              env=self.env, timeout=30).stdout
+                              env=self.env, timeout=30)
+
+    def tmux(self, *args: str) -> str:
+        return self.run(*args).stdout
 
     @property
     def target(self) -> str:
         return f"wb{self.session}"
 
     def start(self) -> float:
-        """Open the TUI in a new 80×24 terminal (a new tmux session); returns the start time."""
+        """Open the TUI in a new 80×24 terminal (a new tmux session); returns the start time.
+
+        A tmux server whose last session just ended (or that was just killed) exits: a new
+        session asked of it meanwhile fails ("server exited unexpectedly", more often under
+        load) and the pane the test then watches does not exist. The session is asked for
+        again until tmux has it."""
         self.session += 1
-        t0 = time.monotonic()
-        self.tmux("new-session", "-d", "-s", self.target, "-x", "80", "-y", "24",
-                  f"{EXE}; echo TUI-EXITED; sleep 600")
-        return t0
+        deadline = time.monotonic() + 30
+        while True:
+            t0 = time.monotonic()
+            made = self.run("new-session", "-d", "-s", self.target, "-x", "80", "-y", "24",
+                            f"{EXE}; echo TUI-EXITED; sleep 600")
+            if made.returncode == 0 and self.run("has-session", "-t", self.target).returncode == 0:
+                return t0
+            if time.monotonic() > deadline:
+                raise AssertionError(f"tmux made no session {self.target}: {made.stderr.strip()}")
+            time.sleep(0.2)
 
     def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-t", self.target)
+        shown = self.run("capture-pane", "-p", "-t", self.target)
+        if shown.returncode != 0:  # no pane to watch: say so now, not after the wait's timeout
+            raise AssertionError(f"tmux has no pane {self.target}: {shown.stderr.strip()}")
+        return shown.stdout
 
     def keys(self, *keys: str) -> None:
         for key in keys:
@@ -127,8 +144,9 @@ def test_the_readme_flow_typed_literally(terminal):
     # 6. `q` mid-run; open again and press `3`: the Train screen reattaches
     terminal.keys("q")
     terminal.wait_for("TUI-EXITED")
-    terminal.tmux("kill-session", "-t", terminal.target)
-    terminal.start()
+    quit_session = terminal.target
+    terminal.start()  # before the old session ends: the tmux server keeps running
+    terminal.tmux("kill-session", "-t", quit_session)
     terminal.wait_for("1 Models")
     terminal.keys("3")
     again = terminal.wait_for(run_name, "┤", timeout=60)
