@@ -154,3 +154,42 @@ def test_after_compile_ahead_the_runs_first_steps_and_eval_compile_nothing_in_th
         outs = [steps.eval_step(state.params, b) for b in evals]
         jax.device_get((metrics, outs))
     assert float(metrics["loss"]) > 0
+
+
+def test_a_program_with_no_room_releases_the_others_and_runs():
+    """A step's program that the device cannot load beside the engine's other programs (the
+    1B's family program on the v5e after earlier runs' programs and Compare's models) frees
+    them — the other programs' executables, the registered releasers' models — and runs once
+    more; still no room, the device's error is the step's."""
+    import jax
+    import jax.numpy as jnp
+
+    def step(a, b, c, batch, slots):
+        return a + batch["x"].sum() * slots
+
+    jitted = jax.jit(step, static_argnums=(4,))
+    mine = step_programs.StepProgram(jitted, "train_step", None)
+    other = step_programs.StepProgram(jax.jit(step, static_argnums=(4,)), "eval_step", None)
+    batch = {"x": jnp.ones((2, 3))}
+    args = (jnp.float32(1), None, None, batch, 2)
+    other.compiled[other.signature(batch, 2)] = other.jitted.lower(*args).compile()
+    sig = mine.signature(batch, 2)
+    real = jitted.lower(*args).compile()
+    failures = [jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: E0101: Error loading program 'jit_train_fn'")]
+
+    def loads(*dynamic):
+        if failures:
+            raise failures.pop()
+        return real(*dynamic)
+
+    mine.compiled[sig] = loads
+    freed: list[str] = []
+    step_programs.RELEASERS.append(lambda: freed.append("models") or 2)
+    try:
+        assert float(mine(*args)) == 13.0
+        assert not other.compiled and freed == ["models"]  # the others went; the program ran
+        failures.extend([jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of HBM")] * 2)
+        with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
+            mine(*args)  # freed, and still no room: the device's error
+    finally:
+        step_programs.RELEASERS.clear()

@@ -42,6 +42,14 @@ def _cached(key: tuple, make: Callable[[], Any]) -> Any:
     return value
 
 
+def forget_all() -> int:
+    """Drop every cached tuned model (a run's step needs the device memory they hold); how many."""
+    with _LOCK:
+        n = len(_CACHE)
+        _CACHE.clear()
+    return n
+
+
 def forget(run_path: Path) -> None:
     """Drop cached models of a run (it was deleted, or it trains on)."""
     with _LOCK:

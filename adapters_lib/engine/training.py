@@ -74,9 +74,13 @@ def jsonable(record: dict[str, Any]) -> dict[str, Any]:
 
 def run_here(engine: TrainingHost, item: QueuedRun) -> None:
     """Train ``item`` on this process's devices (the multi-host leader trains it on all)."""
+    from adapters_lib.engine import sampling
     from adapters_lib.evals.hooks import default_hooks
+    from adapters_lib.train import step_programs
     from adapters_lib.train.loop import run_training
 
+    if sampling.forget_all not in step_programs.RELEASERS:  # a step with no room drops Compare's models
+        step_programs.RELEASERS.append(sampling.forget_all)
     run = item.run
     warmer = getattr(engine, "warmer", None)
 

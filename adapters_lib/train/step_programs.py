@@ -37,6 +37,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -110,6 +111,38 @@ def kept(key: tuple | None, make: Callable[[], Any]) -> Any:
     return value
 
 
+_PROGRAMS: weakref.WeakSet = weakref.WeakSet()
+RELEASERS: list[Callable[[], int]] = []
+"""Callbacks that free device memory others hold (the engine's: Compare's tuned models), each
+returning how many things it dropped: called when a step's program does not fit (``release``)."""
+
+
+def out_of_memory(err: BaseException) -> bool:
+    """Whether ``err`` is the device's "no room for this program or its buffers"."""
+    text = str(err)
+    return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "E0101" in text
+
+
+def release(keep: Any) -> int:
+    """Free what other programs and the engine's caches hold on the devices, for ``keep`` (a
+    ``StepProgram`` that does not fit beside them): other step programs' executables (read
+    back from the program store when needed again) and every ``RELEASERS``'s; how many went."""
+    import gc
+
+    dropped = 0
+    for program in list(_PROGRAMS):
+        if program is not keep and program.compiled:
+            dropped += len(program.compiled)
+            program.compiled.clear()
+    for releaser in RELEASERS:
+        try:
+            dropped += int(releaser() or 0)
+        except Exception:  # noqa: BLE001 - a releaser never hides the step's own error
+            log.warning("a device-memory releaser failed", exc_info=True)
+    gc.collect()
+    return dropped
+
+
 class StepProgram:
     """A jitted step whose last argument is the static ``slots`` and whose fourth is the batch.
 
@@ -133,6 +166,7 @@ class StepProgram:
         self.called: set[tuple] = set()
         self.pending: dict[tuple, Any] = {}
         self.lower = jitted.lower
+        _PROGRAMS.add(self)
 
     @staticmethod
     def signature(batch: Any, slots: int) -> tuple:
@@ -235,7 +269,16 @@ class StepProgram:
             return self.jitted(*args)
         try:
             return fn(*dynamic)
-        except (TypeError, ValueError) as e:  # checked before anything runs: nothing donated yet
+        except Exception as e:  # checked (or loaded) before anything runs: nothing donated yet
+            if out_of_memory(e):  # not loaded: others hold the room (the engine's earlier programs)
+                dropped = release(self)
+                if not dropped:
+                    raise
+                log.warning("%s: no room on the device for its program; %d other program(s) and "
+                            "cached model(s) released, then run", self.name, dropped)
+                return fn(*dynamic)
+            if not isinstance(e, (TypeError, ValueError)):
+                raise
             log.warning("%s: the compiled program does not take these arguments (%s): jitted", self.name, e)
             self.compiled[sig] = self.jitted
             return self.jitted(*args)
