@@ -74,9 +74,9 @@ def test_off_when_the_variable_says_0(engine_factory):
 
 
 def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_them(monkeypatch, tmp_path):
-    """``at_run_start`` (the run's ``on_start``) compiles the Compare's sampler for the run's
-    LoRA family from zero adapters; the model the Compare then loads, with the trained
-    adapters, needs no new program; a second run of the family queues nothing; a model the
+    """``at_run_start`` (the run's ``on_setup``, once its first step is lowered) compiles the
+    Compare's sampler and eval's scorer for the run's LoRA family from zero adapters; the model
+    the Compare then loads, with the trained adapters, needs no new program; a second run of the family queues nothing; a model the
     cache does not hold is never loaded beside a run."""
     import dataclasses
     from concurrent.futures import wait
@@ -87,6 +87,7 @@ def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_
     from adapters_lib.engine import warm_compare
     from adapters_lib.models.loader import load_model
     from adapters_lib.runs.registry import create_run
+    from adapters_lib.train import step_programs
     from adapters_lib.tuned.gemma import GemmaTuned
 
     monkeypatch.setenv("GEMMA_WORKBENCH_WARM_COMPARE", "1")
@@ -99,7 +100,8 @@ def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_
     assert warmer.at_run_start(other, run) == []  # not held: nothing loaded
     loaded = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype)  # the run's model, held
     futures = warmer.at_run_start(cfg, run)
-    assert futures and not wait(futures, timeout=600).not_done
+    assert len(futures) == 3  # the prefill (prompt buckets 32, 64) with the decode; eval's scorer
+    assert not wait(futures, timeout=600).not_done
     assert all(f.exception() is None for f in futures)
     tuned = GemmaTuned(loaded, lora=cfg.lora, adapters=perturbed_lora(loaded, cfg.lora, seed=4), cfg=cfg)
     settings = warm_compare.sampling_settings(run)
@@ -108,5 +110,14 @@ def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_
     assert warmer.at_run_start(again, run) == []  # the family's: queued before
     seen = []
     warmer.at_run_start = lambda c, r: seen.append((c, r)) or []
-    warmer.start_hook(again).on_setup(types.SimpleNamespace(run=run))  # the run's hook: after its set-up
+    release = step_programs._behind().hold(("compare",), "a run traces its first step")
+    try:
+        warmer.start_hook(again).on_setup(types.SimpleNamespace(run=run))  # the run's hook: after its set-up
+        time.sleep(0.3)
+        assert seen == []  # not while the run's first step traces
+    finally:
+        release()
+    t0 = time.monotonic()
+    while not seen and time.monotonic() - t0 < 30:
+        time.sleep(0.02)
     assert seen == [(again, run)]

@@ -20,9 +20,9 @@ So when a run completes or is stopped, and when Compare picks a run's checkpoint
 - a newer warm-up drops the queued compiles of the older one (``Future.cancel``: another
   run or checkpoint picked, nobody needs them); one under way finishes and is kept.
 
-**At a run's start** (``start_hook``: its ``on_setup``, after the set-up, before the first
-step's program compiles; an accelerator, a gemma-route LoRA run), the sampler's programs for
-the run's family are queued too, from zero adapters of the run's shapes, where the model cache
+**At a run's start** (``start_hook``: its ``on_setup``, in a thread once the run's first step
+is lowered; an accelerator, a gemma-route LoRA run), the sampler's programs and the eval
+scorer for the run's family are queued too, from zero adapters of the run's shapes, where the model cache
 holds the model the Compare loads (the run's own on one device; never a second model beside a
 run) and no earlier run of this engine queued that family's: on a cold launch they compile on
 the Compare's own compile thread while the train step compiles in the foreground, so a Compare
@@ -115,22 +115,30 @@ class Warmer:
         return True
 
     def start_hook(self, cfg: Any) -> Any:
-        """The ``TrainHook`` that queues the run's sampler programs at its start (module doc)."""
+        """The ``TrainHook`` that queues the run's Compare and eval programs at its start (module
+        doc): in a thread of its own, once the run's first step is lowered (``CompileQueue.hold``:
+        its tracing on the device thread goes first)."""
         from adapters_lib.train.hooks import TrainHook
+        from adapters_lib.train.step_programs import _behind
 
         warmer = self
 
-        class SamplerAhead(TrainHook):
-            name = "sampler ahead"
+        def when_free(run: Any) -> None:
+            if _behind().wait_free(PURPOSE, timeout=900):
+                warmer.at_run_start(cfg, run)
+
+        class CompareAhead(TrainHook):
+            name = "compare ahead"
 
             def on_setup(self, session: Any) -> None:
-                warmer.at_run_start(cfg, session.run)
+                threading.Thread(target=when_free, args=(session.run,), name="compare-ahead", daemon=True).start()
 
-        return SamplerAhead()
+        return CompareAhead()
 
     def at_run_start(self, cfg: Any, run: Any) -> list[Any]:
-        """Queue the Compare's sampler programs for ``cfg``'s LoRA family (the device thread,
-        the run set up); the futures, [] when skipped or queued before."""
+        """Queue the Compare's sampler programs and ``eval --run``'s scorer for ``cfg``'s LoRA
+        family, from zero adapters of the run's shapes; the futures, [] when skipped or queued
+        before for this family, length and eval file."""
         import jax
 
         from adapters_lib.engine import compile_ahead
@@ -142,31 +150,41 @@ class Warmer:
         try:
             import numpy as np
 
+            from adapters_lib.evals import perplexity
             from adapters_lib.lora import targeted as lora
             from adapters_lib.models.loader import is_kept, load_model
+            from adapters_lib.sample.family import family_of
             from adapters_lib.tuned import generation_dtype_of
             from adapters_lib.tuned.gemma import GemmaTuned
 
-            dtype = generation_dtype_of("", cfg)
-            if not is_kept(cfg.model_spec(), param_dtype=cfg.train.param_dtype, generation_dtype=dtype):
+            spec, dtype = cfg.model_spec(), generation_dtype_of("", cfg)
+            if not all(is_kept(spec, param_dtype=cfg.train.param_dtype, generation_dtype=d) for d in {dtype, ""}):
                 return []  # it would place a second model beside the run's: the warm-up after it
-            loaded = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype,
-                                generation_dtype=dtype)  # the model cache's: what the Compare loads
-            zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), lora.adapter_shapes(loaded.model, cfg.lora))
-            model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
-            key = (repr(cfg.model_spec()), cfg.train.param_dtype, dtype, repr(model.serving_spec))
+            family = family_of(cfg.lora, cfg)
+            key = (repr(spec), cfg.train.param_dtype, dtype, repr(family.program if family else cfg.lora),
+                   cfg.data.max_length, cfg.data.eval_path)
             with self._lock:
                 if key in self._ahead:
                     return []
                 self._ahead.add(key)
-            settings = sampling_settings(run)
-            futures = model.compile_behind(_submitter("sampler prefill + decode", f"run {run.run_id}"), settings)
+            about = f"run {run.run_id}"
+            # the base as the Compare and the eval load it (the model cache's: the run's own)
+            loaded = load_model(spec, param_dtype=cfg.train.param_dtype, generation_dtype=dtype)
+            zeros = jax.tree.map(lambda x: jax.device_put(np.zeros(x.shape, x.dtype)),
+                                 lora.adapter_shapes(loaded.model, cfg.lora))
+            model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
+            futures = model.compile_behind(_submitter("sampler prefill + decode", about), sampling_settings(run))
+            model.prime()  # the sides' adapters stacked: its program compiled (its shapes the run's)
+            plain = load_model(spec, param_dtype=cfg.train.param_dtype) if dtype else loaded
+            scorer = perplexity.compile_behind(plain.model, plain.params, zeros, cfg, _submitter("eval scorer", about),
+                                               tokenizer=plain.tokenizer)
+            futures += [scorer] if scorer is not None else []
         except Exception as e:  # noqa: BLE001 - never fails a run: the warm-up after it compiles them
-            log.warning("run %s: the sampler's programs not queued at the start (%s: %s)", run.run_id,
+            log.warning("run %s: the Compare's programs not queued at the start (%s: %s)", run.run_id,
                         type(e).__name__, e)
             return []
         if futures:
-            log.info("run %s: the Compare's sampler programs queued beside the run's own (%d, in %.1f s)",
+            log.info("run %s: the Compare's and eval's programs queued beside the run's own (%d, in %.1f s)",
                      run.run_id, len(futures), time.perf_counter() - t0)
         return futures
 
@@ -209,6 +227,8 @@ class Warmer:
             if hasattr(model, "compile_behind"):  # the gemma route (Keras compiles its own)
                 futures += model.compile_behind(_submitter("sampler prefill + decode", about),
                                                 prepared.settings)
+            if not self._other_work() and hasattr(model, "prime"):
+                model.prime()  # compiled at the run's start already, or now: not in the Compare
             if self._other_work():  # a run or a request came meanwhile: it goes first
                 log.info("run %s: Compare warm-up gives way after the model (%.1f s); eval's "
                          "scorer compiles on first use", run.run_id, loaded_s)

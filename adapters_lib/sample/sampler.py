@@ -30,6 +30,7 @@ complete.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -183,6 +184,8 @@ class Sampler:
         template = next((a for a in adapters if a is not None), None)
         if template is None:  # base only: the plain model
             return {}, len(adapters)
+        if all(a is None or a is template for a in adapters):  # base and one tuned side: one program
+            return _stacked(template, tuple(a is not None for a in adapters)), len(adapters)
         full = [a if a is not None else jax.tree.map(jnp.zeros_like, template) for a in adapters]
         return jax.tree.map(lambda *xs: jnp.stack(xs), *full), len(adapters)
 
@@ -339,3 +342,21 @@ class Sampler:
 
 
 __all__ = ["CACHE_MIN", "DECODE_CHUNK", "PROMPT_BUCKETS", "Sampler", "bucket", "cache_length", "check_prompt"]
+
+
+def _stacked(tuned: Any, pattern: tuple[bool, ...]) -> Any:
+    """``tuned``'s leaves stacked once for each variant of ``pattern`` (True: the tuned side,
+    False: the base's zeros), as one jitted program: eager, each leaf's zeros and stack were ops
+    compiled apart on a TPU (~1.6 s of the first Compare after a run on the v5e)."""
+    return _stacked_jit()(tuned, pattern)
+
+
+@functools.lru_cache(maxsize=1)
+def _stacked_jit() -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    def stack(tuned: Any, pattern: tuple[bool, ...]) -> Any:
+        return jax.tree.map(lambda x: jnp.stack([x if p else jnp.zeros_like(x) for p in pattern]), tuned)
+
+    return jax.jit(stack, static_argnums=(1,))

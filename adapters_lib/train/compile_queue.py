@@ -181,6 +181,11 @@ class CompileQueue:
 
         return release
 
+    def wait_free(self, purpose: str, timeout: float | None = None) -> bool:
+        """Wait until no hold covers ``purpose``; False when ``timeout`` passed first."""
+        with self._ready:
+            return self._ready.wait_for(lambda: not any(purpose in h for h in self._holds.values()), timeout)
+
     def _held(self, job: CompileJob) -> bool:
         return any(job.purpose in held for held in self._holds.values())
 

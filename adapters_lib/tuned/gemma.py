@@ -150,6 +150,14 @@ class GemmaTuned(TunedModel):
                         for b in prompt_buckets]
         return [f for f in futures if f is not None]
 
+    def prime(self) -> None:
+        """Run the Compare's per-call preparation once (the base and tuned sides' adapters
+        stacked: ``Sampler._stack``), so that its program is compiled before the first Compare."""
+        if self.adapters is not None:
+            import jax
+
+            jax.block_until_ready(self.sampler._stack([None, self.serving_adapters])[0])
+
     # ---------------------------------------------------------------- evaluation
 
     def apply_fn(self, side: str = "tuned") -> tuple[Any, Any]:
