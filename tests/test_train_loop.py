@@ -267,3 +267,36 @@ def test_hooks_see_steps_evals_checkpoints_and_can_end_the_run_early(tmp_path):
     base, at3, _ = hook.logits
     assert base.shape == at3.shape and np.isfinite(at3).all()
     assert not np.allclose(base, at3)  # the probe holds the params of the eval's step
+
+
+def test_a_runs_final_checkpoint_is_placed_from_memory_as_orbax_reads_it(tmp_path):
+    """The final adapters a run wrote are kept in this process: the Compare's load places them
+    (no orbax read) with the values, dtypes and placement orbax's restore gives; a step folder
+    written again (or gone) is read from disk."""
+    import shutil
+
+    import jax
+    from fixtures_runs import train_demo
+
+    from adapters_lib.models.loader import load_model
+    from adapters_lib.train import checkpoints
+
+    run, result = train_demo(tmp_path, "kept", train__steps=3, train__checkpoint_every=3, train__eval_every=3)
+    assert result.state == "completed"
+    cfg = run.config()
+    abstract = checkpoints.abstract_trainable(load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype), cfg)
+    assert str(run.checkpoints_dir.absolute()) in checkpoints._SAVED
+    kept = checkpoints._saved(run.checkpoints_dir, 3, abstract)
+    assert kept is not None and checkpoints._saved(run.checkpoints_dir, 2, abstract) is None
+    saved = dict(checkpoints._SAVED)
+    checkpoints._SAVED.clear()
+    read = checkpoints.restore_params(run.checkpoints_dir, 3, abstract)
+    for k, r in zip(jax.tree.leaves(kept), jax.tree.leaves(read), strict=True):
+        assert k.dtype == r.dtype and k.sharding == r.sharding
+        np.testing.assert_array_equal(np.asarray(k), np.asarray(r))
+    checkpoints._SAVED.update(saved)
+    copy = tmp_path / "copy"
+    shutil.copytree(run.checkpoints_dir / "3", copy)
+    shutil.rmtree(run.checkpoints_dir / "3")
+    shutil.copytree(copy, run.checkpoints_dir / "3")  # written again: another folder
+    assert checkpoints._saved(run.checkpoints_dir, 3, abstract) is None

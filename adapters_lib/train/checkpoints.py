@@ -17,6 +17,7 @@ as they were (see STACK-NOTES). Loading a run's tuned model for sampling and exp
 
 from __future__ import annotations
 
+import collections
 import logging
 from pathlib import Path
 from typing import Any
@@ -172,13 +173,73 @@ class CheckpointStore:
         self.close()
 
 
+_SAVED: collections.OrderedDict[str, tuple[int, tuple[int, int, int], Any]] = collections.OrderedDict()
+"""The last runs' final checkpoints as this process wrote them (a run's folder → step, the step
+folder's identity, the host tree; the newest ``KEEP_SAVED``): ``restore_params`` takes one
+instead of reading it back."""
+KEEP_SAVED = 2
+
+
+def _identity(folder: Path) -> tuple[int, int, int] | None:
+    """A folder's identity: a folder made again has another (its ctime is the system's)."""
+    try:
+        st = folder.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def remember_saved(directory: str | Path, step: int, trainable: Any) -> bool:
+    """Keep ``trainable`` (host values: a run's final adapters) as checkpoint ``step`` of
+    ``directory``, written by now, so that the Compare right after the run places it instead of
+    reading it back (orbax's restore: ~0.5-1 s of the warm-up on a TPU host). Only a small tree
+    (``HOST_CHECK_BYTES``) in one process; False when not kept."""
+    leaves = jax.tree.leaves(trainable)
+    if jax.process_count() != 1 or not leaves or any(not isinstance(x, np.ndarray) for x in leaves) \
+            or sum(x.nbytes for x in leaves) > HOST_CHECK_BYTES:
+        return False
+    root = Path(directory).absolute()
+    ident = _identity(root / str(step))
+    if ident is None:
+        return False
+    _SAVED[str(root)] = (int(step), ident, trainable)
+    _SAVED.move_to_end(str(root))
+    while len(_SAVED) > KEEP_SAVED:
+        _SAVED.popitem(last=False)
+    return True
+
+
+def _saved(directory: str | Path, step: int, abstract: Any) -> Any:
+    """The remembered tree of checkpoint ``step``, placed as ``abstract`` says; None when there
+    is none, the step folder is not the one written (deleted, written again) or the tree's
+    structure or shapes differ."""
+    root = Path(directory).absolute()
+    got = _SAVED.get(str(root))
+    if got is None or got[0] != int(step) or _identity(root / str(step)) != got[1]:
+        return None
+    tree = got[2]
+    try:
+        if jax.tree.structure(tree) != jax.tree.structure(abstract) or any(
+                tuple(x.shape) != tuple(a.shape) for x, a in zip(jax.tree.leaves(tree), jax.tree.leaves(abstract),
+                                                                 strict=True)):
+            return None
+        return jax.tree.map(lambda x, a: jax.device_put(np.asarray(x, dtype=a.dtype), a.sharding), tree, abstract)
+    except (TypeError, ValueError):
+        return None
+
+
 def restore_params(directory: str | Path, step: int, abstract_trainable: Any) -> Any:
     """Only the trainable params of one checkpoint (for sampling and export); reads nothing else.
+    The checkpoint this process wrote last for the directory is placed from memory
+    (``remember_saved``) when its step folder is still the one written.
 
     Process-local: in a multi-host job only the calling process reads (the target's shardings
     are on its own devices), so it does not wait in orbax's all-process barrier for processes
     that are busy elsewhere (the multi-host engine samples on process 0 alone).
     """
+    kept = _saved(directory, step, abstract_trainable)
+    if kept is not None:
+        return kept
     path = Path(directory).absolute() / str(step) / "params"
     options = {}
     if jax.process_count() > 1:

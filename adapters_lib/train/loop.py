@@ -296,9 +296,12 @@ class GemmaTrainer(Trainer):
 
                 host = jax.process_count() == 1  # numpy: no slice op compiled a leaf on the chip
                 params, opt_state = fit((params, opt_state), (self.own.params, self.own.opt_state), host=host)
-            return bool(self.store.save(step, params, opt_state,
-                                        {"rng": rng_to_json(self.s.rng), "loss": self.result.losses.get(step),
-                                         "time": time.time()}))
+            saved = bool(self.store.save(step, params, opt_state,
+                                         {"rng": rng_to_json(self.s.rng), "loss": self.result.losses.get(step),
+                                          "time": time.time()}))
+            if saved and step == self.cfg.train.steps and self.cfg.lora.enabled:
+                self._final = (step, params)  # the Compare after the run takes it (``finish``)
+            return saved
         except NonFiniteState:
             raise diverged(self.cfg, "the trained values became NaN or infinite", step + 1) from None
 
@@ -306,6 +309,15 @@ class GemmaTrainer(Trainer):
         self.store.wait()
         if done:
             self.store.prune(confirmed_below=None, pinned=self.session.pinned)  # every one is good
+            final = getattr(self, "_final", None)
+            if final is not None:  # written: kept for the Compare's warm-up (no read back)
+                import jax
+
+                from adapters_lib.train.checkpoints import HOST_CHECK_BYTES, remember_saved
+
+                step, params = final
+                if sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(params)) <= HOST_CHECK_BYTES:
+                    remember_saved(self.run.checkpoints_dir, step, jax.device_get(params))
 
     def discard_from(self, step: int) -> list[int]:
         return self.store.discard_from(step)
