@@ -319,3 +319,32 @@ def test_a_cold_start_compiles_the_first_step_before_the_base_eval_waits(tmp_pat
     assert sorted(result.losses) == [1, 2, 3, 4]
     np.testing.assert_allclose([result.losses[k] for k in sorted(result.losses)],
                                [plain.losses[k] for k in sorted(plain.losses)], rtol=1e-5)
+
+
+def test_a_state_made_on_the_host_is_placed_as_the_devices_state(demo, make_batch):
+    """Fresh adapters made on the host's CPU device (``plan.on_host``) for a mesh elsewhere (an
+    accelerator's; here another CPU device): the optimizer's state is made on the host and
+    moved (on a TPU its init program compiled per tree of shapes), the very state and steps the
+    on-device init gives."""
+    model, base = demo
+    spec = LoraSpec(rank=4, alpha=8.0, targets=("q", "v"))
+    cfg = _cfg(spec)
+    optimizer = make_optimizer(cfg.train)
+    elsewhere = mesh.make_mesh(ONE, devices=jax.devices()[1:2])  # not the host's device 0
+    host = jax.devices()[0]
+    own = jax.device_put(lora.init_lora(model, spec, base, jax.random.key(3)), host)
+    steps = step_lib.build_steps(model, cfg, optimizer, elsewhere, jax.device_put(base, jax.devices()[1]),
+                                 own, ce_chunk=8)
+    from adapters_lib.train.compiled_steps import _host_device
+
+    assert _host_device(own, elsewhere) == host
+    placed = jax.device_put(own, steps.trainable_shardings)
+    assert _host_device(placed, elsewhere) is None  # on the mesh already: the device's init
+    a, b = steps.init_state(own), steps.init_state(placed)
+    for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b), strict=True):
+        assert x.sharding.is_equivalent_to(y.sharding, x.ndim) and x.dtype == y.dtype
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert all(set(x.devices()) == {jax.devices()[1]} for x in jax.tree.leaves(a))
+    batch = make_batch(4, L, seed=1, packed=True)
+    (a, ma), (b, mb) = steps.train_step(a, steps.put_batch(batch)), steps.train_step(b, steps.put_batch(batch))
+    assert float(ma["loss"]) == float(mb["loss"])
