@@ -173,6 +173,8 @@ def test_hf_export_writes_safetensors_and_a_config_that_convert_back(tuned_run, 
     cfg, loaded, trainable, _ = tuned_run
     config = json.loads((exports["hf"] / "config.json").read_text())
     assert config["model_type"] == "gemma3_text" and config["num_hidden_layers"] == 4
+    theirs = _transformers_config(config)  # transformers itself reads it (5.24 refused 64.0, #48)
+    assert type(theirs).__name__ == "Gemma3TextConfig" and theirs.query_pre_attn_scalar == 64
     assert (exports["hf"] / "tokenizer.model").is_file()
     file = exports["hf"] / "model.safetensors"
     header = safetensors_io.read_header(file)
@@ -182,6 +184,35 @@ def test_hf_export_writes_safetensors_and_a_config_that_convert_back(tuned_run, 
     fused = merged_params(loaded, trainable, cfg.lora)
     for x, y in zip(jax.tree.leaves(fused), jax.tree.leaves(back), strict=True):
         np.testing.assert_array_equal(np.asarray(y), np.asarray(x))
+
+
+def _transformers_config(config: dict):
+    """``config.json`` as transformers builds it (its config classes need no torch)."""
+    import transformers
+
+    return transformers.AutoConfig.for_model(**json.loads(json.dumps(config)))
+
+
+@pytest.mark.parametrize("name", ["gemma2-2b", "gemma3-270m", "gemma3-1b", "demo"])
+def test_an_hf_config_from_any_arch_source_is_one_transformers_reads(name):
+    """The archs read from an HF config, a GGUF or a gemma ``TransformerConfig`` hold
+    ``query_pre_attn_scalar`` as a float; the ``config.json`` written from them must still be
+    one transformers' strict config classes take (an int there), with the same values."""
+    from adapters_lib.models import demo, families
+
+    if name == "demo":
+        arch = families.arch_from_transformer_config(demo.demo_transformer_config(), "gemma3")
+    else:
+        family, size = name.split("-")
+        arch = families.from_hf_config(families.hf_config_for(families.KNOWN[(family, size)][1]))
+    assert isinstance(arch.query_pre_attn_scalar, float)
+    config = families.hf_config_for(arch)
+    theirs = _transformers_config(config)
+    assert theirs.query_pre_attn_scalar == arch.query_pre_attn_scalar
+    assert isinstance(config["query_pre_attn_scalar"], int)
+    assert (theirs.num_hidden_layers, theirs.head_dim, theirs.sliding_window) == \
+        (arch.num_layers, arch.head_dim, arch.sliding_window)
+    assert families.from_hf_config(json.loads(json.dumps(config))) == arch
 
 
 def _one_line_error(capsys, argv) -> str:

@@ -142,7 +142,8 @@ def hf_config_for(arch: Any, family: str = "", *, dtype: str = "float32") -> dic
         "rms_norm_eps": 1e-6,
         "attention_bias": False,
         "attention_dropout": 0.0,
-        "query_pre_attn_scalar": arch.query_pre_attn_scalar,
+        # an int in transformers' Gemma2Config/Gemma3TextConfig, which refuse a float (5.24: 64.0 fails)
+        "query_pre_attn_scalar": _int_if_whole(arch.query_pre_attn_scalar),
         "sliding_window": arch.sliding_window,
         "layer_types": ["sliding_attention" if a == "local" else "full_attention"
                         for a in arch.attention],
@@ -163,3 +164,9 @@ def hf_config_for(arch: Any, family: str = "", *, dtype: str = "float32") -> dic
     return {"architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text", **common,
             "max_position_embeddings": 32768, "rope_theta": arch.global_rope,
             "rope_local_base_freq": arch.local_rope, "rope_scaling": scaling}
+
+
+def _int_if_whole(x: float) -> float | int:
+    """``x`` as an int when it is a whole number (the archs read from a GGUF, an HF config or a
+    gemma ``TransformerConfig`` hold it as a float)."""
+    return int(x) if float(x).is_integer() else x
