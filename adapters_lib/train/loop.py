@@ -316,7 +316,9 @@ class GemmaTrainer(Trainer):
                 from adapters_lib.train.checkpoints import HOST_CHECK_BYTES, remember_saved
 
                 step, params = final
-                if sum(int(getattr(x, "nbytes", 0)) for x in jax.tree.leaves(params)) <= HOST_CHECK_BYTES:
+                leaves = jax.tree.leaves(params)
+                if jax.process_count() == 1 and all(getattr(x, "is_fully_addressable", True) for x in leaves) \
+                        and sum(int(getattr(x, "nbytes", 0)) for x in leaves) <= HOST_CHECK_BYTES:
                     remember_saved(self.run.checkpoints_dir, step, jax.device_get(params))
 
     def discard_from(self, step: int) -> list[int]:
