@@ -168,13 +168,14 @@ class Warmer:
                     return []
                 self._ahead.add(key)
             about = f"run {run.run_id}"
-            # the base as the Compare and the eval load it (the model cache's: the run's own)
+            # the base as the Compare and the eval load it (the model cache's: the run's own); the
+            # zero adapters live while this queues (abstract arguments in the jobs), before the
+            # run's step program is loaded; nothing runs on the devices (``prime`` is the warm-up's)
             loaded = load_model(spec, param_dtype=cfg.train.param_dtype, generation_dtype=dtype)
             zeros = jax.tree.map(lambda x: jax.device_put(np.zeros(x.shape, x.dtype)),
                                  lora.adapter_shapes(loaded.model, cfg.lora))
             model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
             futures = model.compile_behind(_submitter("sampler prefill + decode", about), sampling_settings(run))
-            model.prime()  # the sides' adapters stacked: its program compiled (its shapes the run's)
             plain = load_model(spec, param_dtype=cfg.train.param_dtype) if dtype else loaded
             scorer = perplexity.compile_behind(plain.model, plain.params, zeros, cfg, _submitter("eval scorer", about),
                                                tokenizer=plain.tokenizer)
@@ -228,7 +229,7 @@ class Warmer:
                 futures += model.compile_behind(_submitter("sampler prefill + decode", about),
                                                 prepared.settings)
             if not self._other_work() and hasattr(model, "prime"):
-                model.prime()  # compiled at the run's start already, or now: not in the Compare
+                model.prime()  # the sides' adapter stack compiled now, not in the Compare
             if self._other_work():  # a run or a request came meanwhile: it goes first
                 log.info("run %s: Compare warm-up gives way after the model (%.1f s); eval's "
                          "scorer compiles on first use", run.run_id, loaded_s)

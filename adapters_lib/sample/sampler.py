@@ -347,7 +347,8 @@ __all__ = ["CACHE_MIN", "DECODE_CHUNK", "PROMPT_BUCKETS", "Sampler", "bucket", "
 def _stacked(tuned: Any, pattern: tuple[bool, ...]) -> Any:
     """``tuned``'s leaves stacked once for each variant of ``pattern`` (True: the tuned side,
     False: the base's zeros), as one jitted program: eager, each leaf's zeros and stack were ops
-    compiled apart on a TPU (~1.6 s of the first Compare after a run on the v5e)."""
+    compiled apart on a TPU (~1.6 s of the first Compare after a run on the v5e). The warm-up
+    after a run runs it once (``GemmaTuned.prime``)."""
     return _stacked_jit()(tuned, pattern)
 
 
