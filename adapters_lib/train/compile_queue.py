@@ -103,14 +103,14 @@ class CompileQueue:
         self._ready = threading.Condition(self._lock)
         self._pending: list[tuple[CompileJob, Callable[..., Any], tuple]] = []
         self._holds: dict[int, frozenset[str]] = {}
-        for lane in ("", *LANES):
-            threading.Thread(target=self._run, args=(lane,), name=LANES.get(lane, THREAD_NAME),
-                             daemon=True).start()
         self._jobs: list[CompileJob] = []
         self._ids = itertools.count(1)
         self._requests: dict[str, Request] = {}
         self._listeners: list[Listener] = []
         self._local = threading.local()
+        for lane in ("", *LANES):  # last: the threads read the fields above
+            threading.Thread(target=self._run, args=(lane,), name=LANES.get(lane, THREAD_NAME),
+                             daemon=True).start()
 
     # ----------------------------------------------------------------- requests
 
