@@ -152,6 +152,51 @@ def test_an_unreadable_entry_is_removed_and_the_program_compiled(tmp_path, caplo
         program_store.disable()
 
 
+def test_a_program_compiled_behind_running_steps_is_written_when_they_end(tmp_path):
+    """Serializing an executable holds the GIL (a ~2 s stall between the 1B's steps on the
+    v5e): a program compiled on a compile thread while a run's steps run serves at once and is
+    written when they end; one compiled elsewhere (the device thread) is written at once;
+    ``flush`` writes what waits (the process ending)."""
+    import time
+
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import program_store
+    from adapters_lib.train import compile_queue
+
+    program_store.enable(tmp_path / "p")
+    q = compile_queue.CompileQueue()
+    x = jnp.arange(4.0)
+
+    def compile_(k: int):
+        return program_store.load_or_compile("behind", ("behind", k), lambda: jax.jit(lambda v: v * k).lower(x))
+
+    try:
+        release = program_store.steps_running()
+        compiled = q.submit(compile_, 2, what="eval step").result(60)
+        assert [float(v) for v in compiled(x)] == [0, 2, 4, 6]  # it serves at once
+        assert not list((tmp_path / "p").glob("behind-*"))  # not written while the steps run
+        compile_(5)  # this thread (the device's): written at once
+        assert len(list((tmp_path / "p").glob("behind-*"))) == 1
+        release()
+        release()  # idempotent
+        t0 = time.monotonic()
+        while len(list((tmp_path / "p").glob("behind-*"))) < 2:
+            assert time.monotonic() - t0 < 30, "the deferred program was not written after the steps"
+            time.sleep(0.02)
+        again = program_store.steps_running()
+        q.submit(compile_, 7, what="eval step").result(60)
+        assert program_store.flush() == 1  # the process ends: written now
+        again()
+        assert len(list((tmp_path / "p").glob("behind-*"))) == 3
+        before = dict(program_store.stats)
+        assert [float(v) for v in compile_(7)(x)] == [0, 7, 14, 21]
+        assert program_store.stats["loaded"] == before["loaded"] + 1  # read back, as written
+    finally:
+        program_store.disable()
+
+
 def test_the_store_is_off_unless_enabled_and_a_key_change_misses(tmp_path):
     import jax
     import jax.numpy as jnp

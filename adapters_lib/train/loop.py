@@ -192,6 +192,9 @@ class GemmaTrainer(Trainer):
             steps._train.compile_now(*first_args(steps, batch), lowered=self._release_warm_ups)
         finally:
             self._release_warm_ups()
+            from adapters_lib import program_store
+
+            self._writes_after = program_store.steps_running()  # no GIL-holding store write mid-run
 
     def probe(self) -> ModelProbe:
         s = self.s
@@ -306,6 +309,7 @@ class GemmaTrainer(Trainer):
             raise diverged(self.cfg, "the trained values became NaN or infinite", step + 1) from None
 
     def finish(self, done: bool) -> None:
+        self._release_writes()
         self.store.wait()
         if done:
             self.store.prune(confirmed_below=None, pinned=self.session.pinned)  # every one is good
@@ -330,6 +334,11 @@ class GemmaTrainer(Trainer):
     def flush(self) -> None:
         self.log_.flush(everything=True)
 
+    def _release_writes(self) -> None:
+        release, self._writes_after = getattr(self, "_writes_after", None), None
+        if release is not None:
+            release()
+
     def _release_warm_ups(self) -> None:
         release, self._release_held = getattr(self, "_release_held", None), None
         if release is not None:
@@ -337,6 +346,7 @@ class GemmaTrainer(Trainer):
 
     def close(self, quiet: bool) -> None:
         self._release_warm_ups()
+        self._release_writes()
         store = getattr(self, "store", None)
         if store is not None:
             store.close(quiet=quiet)
