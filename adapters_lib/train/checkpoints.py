@@ -66,6 +66,15 @@ device's check is one program per tree of shapes, and on a TPU its compile took 
 of every run of a new rank (the Gemma-3-1B shape, 1,092 leaves); the fetch takes milliseconds."""
 
 
+def small_here(tree: Any) -> bool:
+    """Whether ``tree`` is cheap to fetch to this host: one process holding every value, at most
+    ``HOST_CHECK_BYTES`` (LoRA adapters and their optimizer state)."""
+    leaves = jax.tree.leaves(tree)
+    return (bool(leaves) and jax.process_count() == 1
+            and all(getattr(x, "is_fully_addressable", True) for x in leaves)
+            and sum(int(getattr(x, "nbytes", 0)) for x in leaves) <= HOST_CHECK_BYTES)
+
+
 def all_finite(tree: Any) -> bool:
     """Whether every floating value of ``tree`` is finite: numpy on the host for a small state
     (``HOST_CHECK_BYTES``, one process) or a tree fetched already (``lora.family.fit(host=True)``),
@@ -73,7 +82,7 @@ def all_finite(tree: Any) -> bool:
     leaves = jax.tree.leaves(tree)
     if leaves and all(isinstance(x, np.ndarray | np.generic) for x in leaves):
         return all(bool(np.isfinite(x).all()) for x in leaves if jnp.issubdtype(x.dtype, jnp.inexact))
-    if leaves and jax.process_count() == 1 and sum(int(getattr(x, "nbytes", 0)) for x in leaves) <= HOST_CHECK_BYTES:
+    if small_here(tree):
         return all_finite(jax.device_get(tree))
     return bool(jax.device_get(_all_finite(tree)))
 
@@ -190,19 +199,17 @@ def _identity(folder: Path) -> tuple[int, int, int] | None:
 
 
 def remember_saved(directory: str | Path, step: int, trainable: Any) -> bool:
-    """Keep ``trainable`` (host values: a run's final adapters) as checkpoint ``step`` of
+    """Keep a host copy of ``trainable`` (a run's final adapters) as checkpoint ``step`` of
     ``directory``, written by now, so that the Compare right after the run places it instead of
-    reading it back (orbax's restore: ~0.5-1 s of the warm-up on a TPU host). Only a small tree
-    (``HOST_CHECK_BYTES``) in one process; False when not kept."""
-    leaves = jax.tree.leaves(trainable)
-    if jax.process_count() != 1 or not leaves or any(not isinstance(x, np.ndarray) for x in leaves) \
-            or sum(x.nbytes for x in leaves) > HOST_CHECK_BYTES:
+    reading it back (orbax's restore: ~0.5-1 s of the warm-up on a TPU host). Only a tree
+    ``small_here``; False when not kept."""
+    if not small_here(trainable):
         return False
     root = Path(directory).absolute()
     ident = _identity(root / str(step))
     if ident is None:
         return False
-    _SAVED[str(root)] = (int(step), ident, trainable)
+    _SAVED[str(root)] = (int(step), ident, jax.device_get(trainable))
     _SAVED.move_to_end(str(root))
     while len(_SAVED) > KEEP_SAVED:
         _SAVED.popitem(last=False)

@@ -315,15 +315,9 @@ class GemmaTrainer(Trainer):
             self.store.prune(confirmed_below=None, pinned=self.session.pinned)  # every one is good
             final = getattr(self, "_final", None)
             if final is not None:  # written: kept for the Compare's warm-up (no read back)
-                import jax
+                from adapters_lib.train.checkpoints import remember_saved
 
-                from adapters_lib.train.checkpoints import HOST_CHECK_BYTES, remember_saved
-
-                step, params = final
-                leaves = jax.tree.leaves(params)
-                if jax.process_count() == 1 and all(getattr(x, "is_fully_addressable", True) for x in leaves) \
-                        and sum(int(getattr(x, "nbytes", 0)) for x in leaves) <= HOST_CHECK_BYTES:
-                    remember_saved(self.run.checkpoints_dir, step, jax.device_get(params))
+                remember_saved(self.run.checkpoints_dir, *final)
 
     def discard_from(self, step: int) -> list[int]:
         return self.store.discard_from(step)
