@@ -17,7 +17,7 @@ in any process that did not (the tests, in-process commands), ``load_or_compile`
 before (a warning in the log); an unreadable entry is removed. What is kept is the bytes XLA's
 compile wrote: JAX's persistent cache's own bytes when it served the program, and on XLA:CPU
 no program that JAX's memory answered (one compiled before in this process, maybe served by
-the cache then: serialized again, it would lack its kernels — ``_install_capture``). ``remembered_shapes`` keeps
+the cache then: serialized again, it would lack its kernels — ``program_bytes``). ``remembered_shapes`` keeps
 the result of an abstract trace the same way (the LoRA adapters' shapes).
 
 - ``GEMMA_WORKBENCH_PROGRAMS``: the folder (default ``<state dir>/programs``); empty: off.
@@ -38,6 +38,8 @@ import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from adapters_lib import program_bytes
 
 log = logging.getLogger(__name__)
 
@@ -159,15 +161,8 @@ def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
     stats["compiled"] += 1
     if path is None:
         return lower().compile()
-    _install_capture()
-    outer = (getattr(_capture, "on", False), getattr(_capture, "served", []), getattr(_capture, "fresh", []))
-    _capture.on, _capture.served, _capture.fresh = True, [], []
-    try:
-        compiled = lower().compile()
-        origin, served = _origin(compiled, _capture.served, _capture.fresh)
-    finally:
-        _capture.on, _capture.served, _capture.fresh = outer
-    if origin == "memory" and _platform(compiled) == "cpu":
+    compiled, origin, served = program_bytes.compile_noting_origin(lower)
+    if origin == "memory" and program_bytes.platform(compiled) == "cpu":
         log.info("program store: %s not kept (compiled earlier in this process, where JAX's "
                  "cache may have served it: its bytes would lack their kernels)", name)
         return compiled
@@ -245,78 +240,6 @@ def flush() -> int:
 atexit.register(flush)
 
 
-_capture = threading.local()
-"""While a ``load_or_compile`` compiles in this thread (``on``): the executables JAX's
-persistent cache served, with their bytes (``served``), and those XLA compiled (``fresh``)."""
-
-
-def _install_capture() -> None:
-    """Note which executables JAX's persistent cache serves, with its bytes, and which XLA
-    compiles, while this thread's ``load_or_compile`` compiles.
-
-    An executable the cache served serializes again without its kernels on XLA:CPU (jaxlib
-    0.12: the next process fails at its first run with ``Function <name> not found``), so
-    the store keeps the cache's own bytes — what the original compile serialized. And a
-    ``compile()`` may be answered from JAX's memory (the same jitted function compiled earlier
-    in this process: no cache read, no compile), where what it returns may be an executable the
-    cache served long before; on XLA:CPU such a program is not kept (``_origin``)."""
-    from jax._src import compilation_cache as cc
-    from jax._src import compiler
-
-    with _LOCK:
-        if getattr(cc.get_executable_and_time, "workbench_capture", False):
-            return
-        extract_bytes, get, compile_and_load = (cc.extract_executable_and_time, cc.get_executable_and_time,
-                                                compiler.backend_compile_and_load)
-
-        def extract(data: bytes) -> Any:
-            out = extract_bytes(data)
-            _capture.last = out[0]
-            return out
-
-        def served(*args: Any, **kwargs: Any) -> Any:
-            _capture.last = None
-            executable, seconds = get(*args, **kwargs)
-            if executable is not None and getattr(_capture, "on", False) and _capture.last is not None:
-                _capture.served.append((executable, _capture.last))
-            _capture.last = None
-            return executable, seconds
-
-        def compiled(*args: Any, **kwargs: Any) -> Any:
-            executable = compile_and_load(*args, **kwargs)
-            if getattr(_capture, "on", False):
-                _capture.fresh.append(executable)
-            return executable
-
-        served.workbench_capture = True  # type: ignore[attr-defined]
-        cc.extract_executable_and_time = extract
-        cc.get_executable_and_time = served
-        compiler.backend_compile_and_load = compiled
-
-
-def _origin(compiled: Any, served: list[tuple[Any, bytes]], fresh: list[Any]) -> tuple[str, bytes | None]:
-    """Where ``compiled``'s executable came from during the compile just done: ``"cache"`` (with
-    the cache's bytes), ``"compiled"`` (by XLA, now), or ``"memory"`` (neither: JAX's memory
-    answered, from a compile of an earlier call whose origin is unknown here)."""
-    try:
-        executable = compiled.runtime_executable()
-    except Exception:  # noqa: BLE001 - another jax: serialized as it is
-        return "compiled", None
-    for candidate, data in served:
-        if candidate is executable:
-            return "cache", data
-    if any(candidate is executable for candidate in fresh):
-        return "compiled", None
-    return "memory", None
-
-
-def _platform(compiled: Any) -> str:
-    try:
-        return str(compiled.runtime_executable().client.platform)
-    except Exception:  # noqa: BLE001 - unknown: as a CPU (the cautious answer)
-        return "cpu"
-
-
 def _read(path: Path) -> Any:
     import jax
     from jax.experimental import serialize_executable
@@ -339,55 +262,12 @@ def _read(path: Path) -> Any:
     return compiled
 
 
-def _devices_of(compiled: Any) -> list[int] | None:
-    """The device ids the executable runs on, in its assignment's order."""
-    try:
-        shardings = [s for s in jax_leaves(compiled.input_shardings) if hasattr(s, "_device_assignment")]
-        return [int(d.id) for d in shardings[0]._device_assignment] if shardings else None
-    except Exception:  # noqa: BLE001 - the default (every device of the backend)
-        return None
-
-
-def jax_leaves(tree: Any) -> list[Any]:
-    import jax
-
-    return jax.tree_util.tree_leaves(tree)
-
-
-def _serialize(compiled: Any, served: bytes | None) -> tuple[bytes, Any, Any]:
-    """``serialize_executable.serialize``, with the executable's bytes ``served`` by JAX's
-    persistent cache where it served them (see ``_install_capture``)."""
-    import io
-
-    import jax
-    from jax._src.lib import _jax
-    from jax._src.lib import xla_client as xc
-    from jax.experimental import serialize_executable
-
-    if served is None:
-        return serialize_executable.serialize(compiled)
-
-    class Pickler(serialize_executable._JaxPjrtPickler):
-        def persistent_id(self, obj: Any) -> Any:
-            if isinstance(obj, (xc.LoadedExecutable, _jax.Executable)):
-                return ("exec", served)
-            return super().persistent_id(obj)
-
-    unloaded = compiled._executable._unloaded_executable
-    if unloaded is None or compiled._params.const_args:
-        raise ValueError("this program cannot be serialized")
-    args_info_flat, in_tree = jax.tree_util.tree_flatten(compiled.args_info)
-    with io.BytesIO() as f:
-        Pickler(f).dump((unloaded, args_info_flat, compiled._no_kwargs))
-        return f.getvalue(), in_tree, compiled.out_tree
-
-
 def _write(path: Path, compiled: Any, name: str, served: bytes | None = None) -> None:
     t0 = time.perf_counter()
     try:
-        blob, in_tree, out_tree = _serialize(compiled, served)
+        blob, in_tree, out_tree = program_bytes.serialize(compiled, served)
         data = zlib.compress(pickle.dumps({"blob": blob, "in_tree": in_tree, "out_tree": out_tree,
-                                           "devices": _devices_of(compiled), "name": name,
+                                           "devices": program_bytes.devices_of(compiled), "name": name,
                                            "created": time.time()}), 1)
     except Exception as e:  # noqa: BLE001 - a program that cannot be kept is only compiled
         stats["failed"] += 1
