@@ -119,21 +119,21 @@ class Warmer:
         doc): in a thread of its own, once the run's first step is lowered (``CompileQueue.hold``:
         its tracing on the device thread goes first)."""
         from adapters_lib.train.hooks import TrainHook
-        from adapters_lib.train.step_programs import _behind
-
-        warmer = self
-
-        def when_free(run: Any) -> None:
-            if _behind().wait_free(PURPOSE, timeout=900):
-                warmer.at_run_start(cfg, run)
 
         class CompareAhead(TrainHook):
             name = "compare ahead"
 
-            def on_setup(self, session: Any) -> None:
-                threading.Thread(target=when_free, args=(session.run,), name="compare-ahead", daemon=True).start()
+            def on_setup(hook, session: Any) -> None:  # noqa: N805 - ``self`` is the warmer
+                threading.Thread(target=self._when_free, args=(cfg, session.run), name="compare-ahead",
+                                 daemon=True).start()
 
         return CompareAhead()
+
+    def _when_free(self, cfg: Any, run: Any) -> None:
+        from adapters_lib.train.step_programs import _behind
+
+        if _behind().wait_free(PURPOSE, timeout=900):
+            self.at_run_start(cfg, run)
 
     def at_run_start(self, cfg: Any, run: Any) -> list[Any]:
         """Queue the Compare's sampler programs and ``eval --run``'s scorer for ``cfg``'s LoRA
