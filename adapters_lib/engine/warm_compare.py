@@ -153,6 +153,7 @@ class Warmer:
             from adapters_lib.evals import perplexity
             from adapters_lib.lora import targeted as lora
             from adapters_lib.models.loader import is_kept, load_model
+            from adapters_lib.sample import PROMPT_BUCKETS
             from adapters_lib.sample.family import family_of
             from adapters_lib.tuned import generation_dtype_of
             from adapters_lib.tuned.gemma import GemmaTuned
@@ -175,11 +176,14 @@ class Warmer:
             zeros = jax.tree.map(lambda x: jax.device_put(np.zeros(x.shape, x.dtype)),
                                  lora.adapter_shapes(loaded.model, cfg.lora))
             model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
-            futures = model.compile_behind(_submitter("sampler prefill + decode", about), sampling_settings(run))
+            sampler, settings = _submitter("sampler prefill + decode", about), sampling_settings(run)
+            # in the order a user asks after the run: a Compare of a short prompt, eval, a longer one
+            futures = model.compile_behind(sampler, settings, prompt_buckets=PROMPT_BUCKETS[:1])
             plain = load_model(spec, param_dtype=cfg.train.param_dtype) if dtype else loaded
             scorer = perplexity.compile_behind(plain.model, plain.params, zeros, cfg, _submitter("eval scorer", about),
                                                tokenizer=plain.tokenizer)
             futures += [scorer] if scorer is not None else []
+            futures += model.compile_behind(sampler, settings, prompt_buckets=PROMPT_BUCKETS[1:2])
         except Exception as e:  # noqa: BLE001 - never fails a run: the warm-up after it compiles them
             log.warning("run %s: the Compare's programs not queued at the start (%s: %s)", run.run_id,
                         type(e).__name__, e)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import threading
 import time
 from typing import Any
 
@@ -84,29 +85,50 @@ class _Scorer:
     def __init__(self, jitted: Any, key: tuple):
         self.jitted, self.key = jitted, key
         self.compiled: dict[tuple, Any] = {}
+        self._lock = threading.Lock()
+        self._under_way: dict[tuple, threading.Event] = {}
 
     def warm(self, *args: Any) -> Any:
+        """The executable for these arguments' signature: compiled (or read back) once; a
+        caller that finds it compiling on another thread (the compile-ahead's, while ``eval
+        --run`` asks) waits for that compile instead of compiling it a second time."""
         from adapters_lib import program_store
         from adapters_lib.sample.program import signature
 
         sig = signature(args)
-        if sig not in self.compiled:
+        with self._lock:
+            if sig in self.compiled:
+                return self.compiled[sig]
+            event = self._under_way.get(sig)
+            mine = event is None
+            if mine:
+                event = self._under_way[sig] = threading.Event()
+        if not mine:
+            event.wait()
+            return self.compiled.get(sig)  # None when that compile failed: the jitted one
+        try:
             self.compiled[sig] = program_store.load_or_compile(
                 "eval scorer", (self.key, sig), lambda: self.jitted.lower(*args))
+        finally:
+            with self._lock:
+                self._under_way.pop(sig, None)
+            event.set()
         return self.compiled[sig]
 
     def __call__(self, *args: Any) -> Any:
         from adapters_lib import program_store
         from adapters_lib.sample.program import signature
 
-        fn = self.compiled.get(signature(args))
-        if fn is None and program_store.folder() is not None:
+        sig = signature(args)
+        fn = self.compiled.get(sig)
+        if fn is None and sig not in self.compiled and (program_store.folder() is not None
+                                                        or sig in self._under_way):
             fn = self.warm(*args)
         if fn is not None:
             try:
                 return fn(*args)
             except (TypeError, ValueError):  # another layout than compiled for: the jitted one
-                self.compiled[signature(args)] = None
+                self.compiled[sig] = None
         return self.jitted(*args)
 
 
