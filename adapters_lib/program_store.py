@@ -202,7 +202,8 @@ _writer: threading.Thread | None = None
 
 def steps_running() -> Callable[[], None]:
     """While a run's steps run (until the returned function is called; idempotent), a program
-    compiled on a compile thread is written when they end, not at once: serializing an
+    compiled on a compile thread is written when they end and the process is idle
+    (``write_when_idle``), not at once: serializing an
     executable holds the GIL (a 20 MB program ~2 s on the v5e's host: a 1.73 s stall between the
     1B's steps). The program serves at once; only its copy for the next engine waits."""
     global _running
@@ -240,10 +241,40 @@ def _write_or_defer(path: Path, compiled: Any, name: str, served: bytes | None) 
     _write(path, compiled, name, served)
 
 
+QUIET_S = 1.0
+"""Seconds the process must have been idle (``write_when_idle``) before a deferred program is
+written: not in a run's end, the Compare warm-up after it, a Compare's stream or the next
+run's set-up (on the v5e the cold 270M run's end took 22.4 s beside the writes)."""
+_idle_for: Callable[[], float] | None = None
+
+
+def write_when_idle(idle_for: Callable[[], float] | None) -> None:
+    """The process's idle clock (the engine's ``idle_for``: seconds since it last did anything,
+    0 while it trains or streams), which the deferred writes wait on; None: only the steps."""
+    global _idle_for
+    _idle_for = idle_for
+
+
+def _idle() -> bool:
+    clock = _idle_for
+    if clock is None:
+        return True
+    try:
+        return clock() >= QUIET_S
+    except Exception:  # noqa: BLE001 - a clock that fails never holds a write back
+        return True
+
+
 def _write_when_quiet() -> None:
     while True:
         with _QUIET:
             _QUIET.wait_for(lambda: _deferred and not _running)
+        if not _idle():
+            time.sleep(0.25)
+            continue
+        with _QUIET:
+            if not _deferred or _running:
+                continue
             item = _deferred.pop(0)
         _write(*item)
 

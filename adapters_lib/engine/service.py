@@ -83,6 +83,9 @@ class Engine:
                         run.run_id)
         self.runtime.start()
         self.scheduler.start()
+        from adapters_lib import program_store
+
+        program_store.write_when_idle(self.idle_for)  # a deferred program: written while idle
         self.ahead.at_start()  # the last launched config's programs, on an accelerator
         if self.runtime.warm:
             threading.Thread(target=self._scan_catalog, name="catalog-scan", daemon=True).start()

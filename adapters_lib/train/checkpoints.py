@@ -268,9 +268,9 @@ def abstract_trainable(loaded: Any, cfg: Any, sharding: Any = None) -> Any:
     sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     if not cfg.lora.enabled:
         return abstract_of(jax.eval_shape(lambda p: p, loaded.params), sharding)
-    shapes = jax.eval_shape(
-        lambda r: lora.init_lora(loaded.model, cfg.lora, loaded.params, r), jax.random.key(0))
-    return abstract_of(shapes, sharding)
+    # ``init_lora``'s tree, from the shapes traced once per model (no trace of the init: the
+    # Compare's model build after a run, 0.16 of the demo's 0.34 s on the CPU)
+    return abstract_of(lora.adapter_shapes(loaded.model, cfg.lora), sharding)
 
 
 def rng_to_json(key: jax.Array) -> list[int]:

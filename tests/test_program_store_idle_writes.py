@@ -1,0 +1,42 @@
+"""A program compiled behind a run's steps is written for the next engine only once the steps
+ended and the engine is idle (``program_store.write_when_idle``): not in the run's end, the
+Compare after it or the next run's set-up, where serializing it held the GIL they needed."""
+
+from __future__ import annotations
+
+import time
+
+
+def test_a_deferred_program_waits_for_the_idle_clock_then_is_written(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import program_store
+    from adapters_lib.train import compile_queue
+
+    program_store.enable(tmp_path / "p")
+    idle = {"seconds": 0.0}  # the engine's clock: 0 while it trains, streams or serves
+    program_store.write_when_idle(lambda: idle["seconds"])
+    q = compile_queue.CompileQueue()
+    x = jnp.arange(3.0)
+
+    def written() -> int:
+        return len(list((tmp_path / "p").glob("idle-*")))
+
+    try:
+        release = program_store.steps_running()
+        compiled = q.submit(lambda: program_store.load_or_compile(
+            "idle", ("idle", 3), lambda: jax.jit(lambda v: v * 3).lower(x)), what="eval step").result(60)
+        assert [float(v) for v in compiled(x)] == [0, 3, 6]
+        release()  # the steps ended; the engine is busy (the run's end, a Compare)
+        time.sleep(1.0)
+        assert written() == 0
+        idle["seconds"] = program_store.QUIET_S  # idle long enough: written
+        t0 = time.monotonic()
+        while written() < 1:
+            assert time.monotonic() - t0 < 30, "the deferred program was not written when idle"
+            time.sleep(0.05)
+    finally:
+        program_store.write_when_idle(None)
+        program_store.flush()
+        program_store.disable()
