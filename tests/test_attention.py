@@ -4,6 +4,7 @@ gradients as gemma's dense attention."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -73,19 +74,29 @@ def test_splash_takes_what_the_kernel_can_and_falls_back_otherwise():
     assert attention.default_kind("tpu") == "splash"
 
 
-def _check_against_gemma(kind, length, **config_changes):
+@functools.cache
+def _model_and_params(**config_changes):
+    """The two-layer model and its initial params, made once per config (the params do not
+    depend on the sequence length; init compiled in one program, not run op by op)."""
     config = _two_layers(**config_changes)
     model = demo.demo_model_class()(config=config, dtype=jnp.float32)
+    params = jax.jit(model.init)(jax.random.key(0), jnp.zeros((2, 8), jnp.int32))["params"]
+    return config, model, params
+
+
+def _check_against_gemma(kind, length, **config_changes):
+    config, model, params = _model_and_params(**config_changes)
     tokens, positions, mask, valid = _packed_batch(length)
-    params = model.init(jax.random.key(0), tokens[:, :8])["params"]
     blocked = variants.with_training_attention(model, kind)
     weights = jax.random.normal(jax.random.key(1), (*tokens.shape, config.num_embed)) * valid[..., None]
 
     def run(m):
-        def loss(p):
+        # the batch goes in as arguments, as in the train step (closed over, it would be constants
+        # that XLA folds at compile time: seconds for the splash path's segment ids)
+        def loss(p, tokens, positions, mask, weights):
             logits = m.apply({"params": p}, tokens, positions=positions, attention_mask=mask).logits
             return jnp.sum(logits * weights), logits
-        return jax.jit(jax.value_and_grad(loss, has_aux=True))(params)
+        return jax.jit(jax.value_and_grad(loss, has_aux=True))(params, tokens, positions, mask, weights)
 
     (v_dense, logits_dense), g_dense = run(model)
     (v_blocked, logits_blocked), g_blocked = run(blocked)
@@ -104,11 +115,11 @@ def test_blocked_attention_scores_fewer_keys():
     config = demo.demo_transformer_config()
     model = demo.demo_model_class()(config=config, dtype=jnp.float32)
     tokens, positions, mask, _ = _packed_batch(256)
-    params = model.init(jax.random.key(0), tokens[:, :8])["params"]
+    params = jax.eval_shape(model.init, jax.random.key(0), tokens[:, :8])["params"]  # shapes: all lower needs
 
     def flops(m):
-        f = jax.jit(lambda p: m.apply({"params": p}, tokens, positions=positions, attention_mask=mask).logits)
-        return f.lower(params).compile().cost_analysis()["flops"]
+        f = jax.jit(lambda p, t, pos, am: m.apply({"params": p}, t, positions=pos, attention_mask=am).logits)
+        return f.lower(params, tokens, positions, mask).compile().cost_analysis()["flops"]
 
     dense, blocked = flops(model), flops(variants.with_blocked_attention(model))
     assert blocked < 0.95 * dense
