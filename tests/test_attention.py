@@ -45,8 +45,16 @@ def _two_layers(**changes):
     return dataclasses.replace(config, attention_types=kinds, num_embed=1024, **changes)
 
 
-@pytest.mark.parametrize(("kind", "length"), [("blocked", 192), ("blocked", 256), ("xla", 96)])
-@pytest.mark.parametrize("layout", list(LAYOUTS))
+# Every layout through each path at a length it blocks fully (blocked 256: the local and the
+# global layers in blocks) and through the fused call; at 192 (the global layer not a multiple
+# of its block: one dense score block) one layout, grouped (two KV heads, two queries each):
+# the other layouts would run the same code, which their 256 cases cover block by block (and
+# the splash fallback test runs the demo's one KV head with a dense global block, at 128).
+CASES = [(layout, kind, length) for kind, length in (("blocked", 256), ("xla", 96)) for layout in LAYOUTS]
+CASES.insert(0, ("gqa", "blocked", 192))
+
+
+@pytest.mark.parametrize(("layout", "kind", "length"), CASES, ids=["-".join(map(str, c)) for c in CASES])
 def test_training_attention_matches_gemma_outputs_and_gradients(layout, kind, length):
     # blocked: block-sparse scores; xla: the fused jax.nn.dot_product_attention path (on a GPU the
     # same call runs cuDNN's kernel), each against gemma's own dense attention

@@ -24,7 +24,9 @@ from workbench.engine_wire import EngineRequestError
 # long enough that on a quiet machine (~0.15 s a step) the run still trains when the kill test
 # comes, after two `runs attach` subprocesses: at 40 steps it had completed by then (CI, xdist)
 STEPS = 80
-CONFIG = demo_run_config(steps=STEPS, checkpoint_every=5)
+# a checkpoint every 10 steps: the kill still comes after step 10's, and each of the three runs
+# (before the kill, resumed, the baseline) writes half as many (~0.3 s of CPU each)
+CONFIG = demo_run_config(steps=STEPS, checkpoint_every=10)
 KILL_AFTER_CHECKPOINT = 10
 
 
