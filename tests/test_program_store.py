@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 SHORT = {"train__steps": 2, "train__eval_every": 2, "train__checkpoint_every": 2}
 
@@ -91,40 +93,44 @@ PERSISTENT_CHILD = """
 """
 
 
-def test_a_program_the_persistent_cache_served_is_stored_with_the_cache_bytes(tmp_path):
+@pytest.fixture(scope="module")
+def jax_cache(tmp_path_factory) -> dict:
+    """A JAX persistent cache holding the probe program (a plain process wrote it, no store), for
+    the two tests below: each then works with a program store of its own."""
+    import random
+
+    root = tmp_path_factory.mktemp("jax-cache")
+    fill = dict(tests="", cache=str(root / "cache"), salt=random.random())
+    plain = _child(PERSISTENT_CHILD.format(store="", call_first=False, **fill), root)  # the jax cache only
+    return {"fill": fill, "value": _lines(plain, "VALUE")}
+
+
+def test_a_program_the_persistent_cache_served_is_stored_with_the_cache_bytes(tmp_path, jax_cache):
     """JAX's persistent cache serves the compile (an earlier process wrote it); the store keeps
     that program, and a third process runs what it reads back with the right result (an
     executable the cache served serializes again without its kernels on XLA:CPU)."""
-    import random
-
-    salt = random.random()
-    cache, store = str(tmp_path / "jax-cache"), str(tmp_path / "programs")
-    fill = dict(tests="", cache=cache, salt=salt, call_first=False)
-    plain = _child(PERSISTENT_CHILD.format(store="", **fill), tmp_path)  # writes the jax cache only
+    store = str(tmp_path / "programs")
+    fill = dict(jax_cache["fill"], call_first=False)
     kept = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)  # cache hit: stored
     assert "'stored': 1" in _lines(kept, "STATS"), kept
     read = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)
     assert "'loaded': 1" in _lines(read, "STATS"), read
-    assert _lines(read, "VALUE") == _lines(kept, "VALUE") == _lines(plain, "VALUE")
+    assert _lines(read, "VALUE") == _lines(kept, "VALUE") == jax_cache["value"]
 
 
-def test_a_program_jax_answered_from_memory_is_not_kept_without_its_kernels(tmp_path):
+def test_a_program_jax_answered_from_memory_is_not_kept_without_its_kernels(tmp_path, jax_cache):
     """The jitted function ran before the store compiled it, and JAX's persistent cache served
     it then: ``compile()`` is answered from JAX's memory, with no cache bytes to keep, and that
     executable serializes again without its kernels on XLA:CPU. It is not kept, and the next
     process compiles it (the cache serves it), keeps the cache's bytes and runs it right (kept
     as it was, it failed there: ``Function broadcast_power_fusion not found``)."""
-    import random
-
-    salt = random.random()
-    cache, store = str(tmp_path / "jax-cache"), tmp_path / "programs"
-    fill = dict(tests="", cache=cache, salt=salt)
-    plain = _child(PERSISTENT_CHILD.format(store="", call_first=False, **fill), tmp_path)  # the jax cache
+    store = tmp_path / "programs"
+    fill = jax_cache["fill"]  # the jax cache (written by a plain process)
     memory = _child(PERSISTENT_CHILD.format(store=str(store), call_first=True, **fill), tmp_path)
     assert "'stored': 0" in _lines(memory, "STATS") and not list(store.glob("probe-*")), memory
     read = _child(PERSISTENT_CHILD.format(store=str(store), call_first=False, **fill), tmp_path)
     assert "'stored': 1" in _lines(read, "STATS"), read
-    assert _lines(read, "VALUE") == _lines(memory, "VALUE") == _lines(plain, "VALUE")
+    assert _lines(read, "VALUE") == _lines(memory, "VALUE") == jax_cache["value"]
 
 
 def test_an_unreadable_entry_is_removed_and_the_program_compiled(tmp_path, caplog):
