@@ -26,6 +26,8 @@ from workbench.cli import main
 ONE_TRAIN_STEP = {"train__schedule": "constant"}
 """The foreground and Ctrl-C runs (6 and 5000 steps) share one schedule kind, so the engine
 compiles their train step once (the length is an input of the step; the kind is not)."""
+DEMO_STEPS = 40
+"""The demo config's run, shortened (its other keys as written): see the test."""
 
 
 @pytest.fixture(scope="module")
@@ -122,16 +124,22 @@ def test_a_nan_producing_learning_rate_fails_in_one_line_and_marks_the_run(cli_e
 
 @pytest.mark.slow
 def test_the_demo_config_trains_on_8_devices_and_beats_the_base_exact_match(cli_engine, capsys):
-    """examples/demo.toml on a data=2 × tensor=4 mesh (its comment's command), LoRA rank 8."""
+    """examples/demo.toml on a data=2 × tensor=4 mesh (its comment's command), LoRA rank 8,
+    with its cosine schedule over 40 of its 150 steps (``DEMO_STEPS``): the steps are most of
+    this test's CPU on 8 simulated devices. Measured at 40 steps (train.seed 0, 1, 2): the tuned
+    model answers 12 %, 10 %, 11 % of the 105 eval prompts exactly where the base answers none,
+    and the mean of the last 3 losses is 3.5, 3.6, 3.2 against a first loss of 7.2-7.4 (the
+    assert asks for 0.5 less); all 150 steps (seed 0): 10 % and 2.7."""
     from pathlib import Path
 
     demo = Path(__file__).resolve().parent.parent / "examples" / "demo.toml"
-    code = main(["train", str(demo), "--set", "mesh.data=2", "--set", "mesh.tensor=4"])
+    code = main(["train", str(demo), "--set", "mesh.data=2", "--set", "mesh.tensor=4",
+                 "--set", f"train.steps={DEMO_STEPS}"])
     captured = capsys.readouterr()
     assert code == 0, captured.err[-2000:]
     run = RunDir(captured.out.strip().splitlines()[0])
     cfg = run.config()
-    assert (cfg.mesh.data, cfg.mesh.tensor, cfg.lora.rank) == (2, 4, 8)
+    assert (cfg.mesh.data, cfg.mesh.tensor, cfg.lora.rank, cfg.train.steps) == (2, 4, 8, DEMO_STEPS)
     status = run.status()
     assert status["state"] == "completed"
     losses = [m["loss"] for m in run.metrics()]
