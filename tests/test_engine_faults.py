@@ -222,7 +222,7 @@ def test_write_failures_fail_the_run_in_words_and_keep_its_last_good_checkpoint(
         assert run.status()["error"]["message"] == got.message
         # the lease goes right after the failed state is written (runs.lifecycle.record_failure):
         # a client that saw ``failed`` may look in between (it failed so once, 2026-12-06)
-        _until(lambda: not run.owner_path.exists(), 10, "the lease released")
+        _until(lambda owner=run.owner_path: not owner.exists(), 10, "the lease released")
         steps = _steps(run)
         assert steps == list(range(1, len(steps) + 1))  # what was written is whole
 
