@@ -143,6 +143,9 @@ def _logits(model, params, ids):
     return np.asarray(model.apply({"params": params}, jnp.asarray([ids])).logits[0], np.float32)
 
 
+LORA_STEPS = 5
+
+
 def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
         shared_real_load, tmp_path, workbench_home):
     from adapters_lib import lora, runs
@@ -156,21 +159,23 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
     eval_file = os.path.join(os.path.dirname(config), "answer-format", "eval.jsonl")
     # Short rows (the conversations are ~35-45 tokens), 2 per step and a constant rate: the
     # 262k-vocab logits dominate a step, so 4x fewer tokens is ~4x faster (~1.7 s a step on
-    # 2 cores); the loss still falls from ~3.9 to ~1.4 on the eval file (measured).
-    cfg = load_config(config, ["train.steps=8", "train.eval_every=8", "train.eval_batches=1",
-                               "train.batch_size=2", "data.max_length=64",
+    # 2 cores); the loss still falls from ~3.9 to ~1.4 on the eval file in 8 steps (measured).
+    # In LORA_STEPS = 5 (measured, train.seed 0, 1, 2): tuned/base 0.39, 0.57, 0.34 (the assert
+    # asks < 0.7); in 4: 0.47, 0.59, 0.40.
+    cfg = load_config(config, [f"train.steps={LORA_STEPS}", f"train.eval_every={LORA_STEPS}",
+                               "train.eval_batches=1", "train.batch_size=2", "data.max_length=64",
                                'train.schedule="constant"', "train.warmup_steps=0",
-                               "train.checkpoint_every=8", "train.log_every=4",
+                               f"train.checkpoint_every={LORA_STEPS}", "train.log_every=4",
                                "mesh.devices=1", f'run.dir="{tmp_path}"'])
     run = runs.create_run(cfg)
     result = run_training(cfg, run, hooks=default_hooks)
     assert result.state == "completed", result
     base = perplexity.evaluate_file(m.model, m.params, m.tokenizer, eval_file, max_length=64)
     tuned = perplexity.evaluate(run=str(run.path), data=eval_file)
-    assert tuned.step == 8 and tuned.tokens == base.tokens
+    assert tuned.step == LORA_STEPS and tuned.tokens == base.tokens
     assert tuned.loss < 0.7 * base.loss, (base.loss, tuned.loss)
 
-    _, loaded, trainable, _ = load_checkpoint(run, 8)
+    _, loaded, trainable, _ = load_checkpoint(run, LORA_STEPS)
     export_run(run.path, "adapter", out=tmp_path / "adapter")
     again = load_adapter_model(str(tmp_path / "adapter"))
     ids = m.tokenizer.encode("<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n")
