@@ -6,6 +6,7 @@ one-line refusals."""
 from __future__ import annotations
 
 import json
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -13,11 +14,14 @@ from adapters_lib.config import ModelSpec, load_config
 from adapters_lib.errors import WorkbenchError
 
 
-@pytest.mark.parametrize("qtype, tile", [("int4", 32), ("int8", 64)])
+@pytest.mark.parametrize("qtype, tile", [("int4", 8), ("int8", 16)])
 def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, monkeypatch):
     """``gptq_weight`` (fori loops XLA compiles) gives qwix's ``gptq_core.quantize_weight``'s
     integers and scales, Hessian of inputs of very unequal scales, two blocks, tiles inside
-    them (64-column blocks: qwix's loop is a Python loop a column, eager and slow)."""
+    them (two tiles a block, or one). 16-column blocks of a 32-column weight: qwix's loop is a
+    Python loop a column, eager, and compiles its ops anew for each column of a block (the
+    slices shrink), so its cost grows with the block (64-column blocks: 21 s of CPU on 2
+    cores, 16: ~5 s); the product's is ``BLOCK``, 128, the same code path."""
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -28,12 +32,12 @@ def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, monkeypatch):
     from adapters_lib.models.quantize import quantize_gptq
 
     k = jax.random.split(jax.random.PRNGKey(0), 2)
-    w = jax.random.normal(k[0], (12, 128))
-    x = jax.random.normal(k[1], (128, 400)) * jnp.linspace(0.1, 3.0, 128)[:, None]
+    w = jax.random.normal(k[0], (12, 32))
+    x = jax.random.normal(k[1], (32, 400)) * jnp.linspace(0.1, 3.0, 32)[:, None]
     h = x @ x.T
     how = qa.HowToQuantize(qtype=to_qtype(qtype), channelwise_axes=(0,), tiled_axes={1: tile})
-    ref, _ = gptq_core.quantize_weight(w, h, how, blocksize=64)
-    q, s = jax.jit(lambda w, h: quantize_gptq.gptq_weight(w, h, to_qtype(qtype), tile, block=64))(w, h)
+    ref, _ = gptq_core.quantize_weight(w, h, how, blocksize=16)
+    q, s = jax.jit(lambda w, h: quantize_gptq.gptq_weight(w, h, to_qtype(qtype), tile, block=16))(w, h)
     np.testing.assert_array_equal(np.asarray(q), np.asarray(ref.qvalue))
     np.testing.assert_allclose(np.asarray(s), np.asarray(ref.scale), rtol=1e-6)
     rtn = qa.quantize(w, how)  # and it is not round-to-nearest
@@ -41,7 +45,7 @@ def test_gptq_weight_equals_qwix_gptq_on_its_inputs(qtype, tile, monkeypatch):
     # a tall weight goes a block of rows at a time (GPTQ's rows are independent): the same
     monkeypatch.setattr(quantize_gptq, "ROWS", 5)
     monkeypatch.setattr(quantize_gptq, "ACT_ORDER", False)
-    monkeypatch.setattr(quantize_gptq, "BLOCK", 64)
+    monkeypatch.setattr(quantize_gptq, "BLOCK", 16)
     held = quantize_gptq.quantize_weight(quantize_gptq.TABLE_EQN, w, h, qtype, tile, {1: tile})
     np.testing.assert_array_equal(np.asarray(held.qvalue), np.asarray(ref.qvalue))
 
@@ -85,27 +89,34 @@ def test_act_order_rounds_the_most_used_inputs_first_and_searched_scales_round_f
 
 
 GPTQ_DEMO = ModelSpec(quantize="int4", quantize_method="gptq", quantize_calibration="demo")
-"""The demo's GPTQ int4 base calibrated on the demo's data: what ``demo_bases`` loads, and the
-base a demo run with ``quantize_method = "gptq"`` trains on and its Compare reads
-(``gptq_run``), so those loads are the "every load" of the determinism test."""
+"""The demo's GPTQ int4 base calibrated on the demo's data: the base a demo run with
+``quantize_method = "gptq"`` trains on and its Compare reads (``gptq_run``), so those two
+loads are the "every load" of the determinism test; the one it trained on is ``demo_bases``'."""
 
 
-@pytest.fixture(scope="module")
-def demo_bases():
-    """The demo base as float32, round-to-nearest int4 and GPTQ int4 (one calibration)."""
-    from adapters_lib.models.loader import load_model
-
-    return (load_model(ModelSpec()), load_model(ModelSpec(quantize="int4", quantize_calibration="demo")),
-            load_model(GPTQ_DEMO))
+class GptqRun(NamedTuple):
+    cfg: Any
+    run: Any
+    result: Any
+    compare: Any
+    """Its Compare's tuned side (``tuned.load_run_model``: a load of its base of its own)."""
+    trained_on: Any
+    """The base its training loaded (``models.loader.load_model``'s result, kept)."""
+    hessians: Any
+    """The ``XᵀX`` that load's GPTQ rounded against (``quantize_gptq.hessians``' result, kept)."""
 
 
 @pytest.fixture(scope="module")
 def gptq_run(tmp_path_factory):
     """A short QLoRA run on a GPTQ int4 base calibrated on its own data (the demo's), trained
-    once for this module: (its config, its RunDir, its result, its Compare's tuned side)."""
+    once for this module, with its Compare's tuned side. The base its training loaded and the
+    Hessians of that load's calibration are kept as the real functions return them (a GPTQ
+    load of the demo calibrates each time: the demo has no file for the weights cache)."""
     from fixtures_runs import demo_overrides
 
     from adapters_lib import runs, tuned
+    from adapters_lib.models import loader
+    from adapters_lib.models.quantize import quantize_gptq
     from adapters_lib.train.loop import run_training
 
     cfg = load_config(None, demo_overrides(run__dir=f'"{tmp_path_factory.mktemp("gptq-run")}"',
@@ -113,22 +124,40 @@ def gptq_run(tmp_path_factory):
                                            model__quantize_method='"gptq"', train__steps=6,
                                            train__eval_every=6, train__checkpoint_every=6))
     run = runs.create_run(cfg)
-    result = run_training(cfg, run)
-    return cfg, run, result, tuned.load_run_model(run)
+    loads, found = [], []
+    real_load, real_hessians = loader.load_model, quantize_gptq.hessians
+    with pytest.MonkeyPatch.context() as mp:  # the real functions; what they return is kept
+        mp.setattr(loader, "load_model", lambda *a, **k: loads.append(real_load(*a, **k)) or loads[-1])
+        mp.setattr(quantize_gptq, "hessians", lambda *a: found.append(real_hessians(*a)) or found[-1])
+        result = run_training(cfg, run)
+    [trained_on], [hessians] = loads, found
+    return GptqRun(cfg, run, result, tuned.load_run_model(run), trained_on, hessians)
 
 
-def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases):
+@pytest.fixture(scope="module")
+def demo_bases(gptq_run):
+    """The demo base as float32, round-to-nearest int4 and GPTQ int4 (the one ``gptq_run``
+    trained on: one calibration for both)."""
+    from adapters_lib.models.loader import load_model
+
+    return (load_model(ModelSpec()), load_model(ModelSpec(quantize="int4", quantize_calibration="demo")),
+            gptq_run.trained_on)
+
+
+def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases, gptq_run):
     """GPTQ's objective, measured: Σ ‖X(W − Ŵ)‖² over every projection on the calibration
-    text (the table as the logits read it: X the final hidden states) is lower than
-    round-to-nearest's, weight by weight on most and in total well below; the leaves have
-    round-to-nearest's layout (types, shapes, dtypes, scales' shapes)."""
+    text (the table as the logits read it: X the final hidden states; ``H = XᵀX`` as the
+    load's own calibration pass collected it) is lower than round-to-nearest's, weight by
+    weight on most and in total well below; the leaves have round-to-nearest's layout (types,
+    shapes, dtypes, scales' shapes)."""
     import jax
     import jax.numpy as jnp
 
     from adapters_lib.models.quantize import qarray, quantize_gptq
 
     f32, rtn, gptq = demo_bases
-    hessians = quantize_gptq.hessians(f32, quantize_gptq.calibration_rows("demo", f32.tokenizer))
+    hessians = gptq_run.hessians
+    assert gptq is gptq_run.trained_on  # the base those Hessians were collected for
     errors = {"rtn": [], "gptq": []}
     for path, h in hessians.items():
         if path[-1] == "eqn":
@@ -155,17 +184,16 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
                    (y.qvalue.shape, y.qvalue.dtype, y.scale.shape, y.scale.dtype)
 
 
-def test_a_gptq_base_is_the_same_at_every_load(demo_bases, gptq_run):
+def test_a_gptq_base_is_the_same_at_every_load(gptq_run):
     """Two loads of one spec hold the same integers and scales: a run's resume, eval and
-    Compare read the base it trained on. The two loads: ``demo_bases``' and the one the
-    Compare of a run on that spec made in its own calibration pass (the demo has no file
-    for the weights cache to key, so each load calibrates)."""
+    Compare read the base it trained on. The two loads: the one the run's training made and
+    the one its Compare made, each in its own calibration pass (the demo has no file for the
+    weights cache to key, so each load calibrates)."""
     import jax
     import numpy as np
 
-    cfg, _, _, side = gptq_run
-    assert cfg.model_spec() == GPTQ_DEMO  # the run's base is this spec
-    a, b = demo_bases[2], side.loaded
+    assert gptq_run.cfg.model_spec() == GPTQ_DEMO  # the run's base is this spec
+    a, b = gptq_run.trained_on, gptq_run.compare.loaded
     assert a is not b
     for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
@@ -215,10 +243,32 @@ def test_calibration_text_too_short_or_missing_is_one_line(tmp_path):
     assert "\n" not in str(e.value) and "missing.jsonl" in str(e.value), str(e.value)
 
 
-def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(demo_bases):
+def _tiny_gguf(folder):
+    """A tiny Gemma 2 (2 layers, D 64, heads 16 wide: ``quantize_tile_size = 16``) as an f32
+    GGUF with the demo tokenizer: GPTQ of the demo's shapes takes ~12 s of CPU a load on 2
+    cores (nf4; 4 simulated devices: ~35 s), of this one ~1 s."""
+    from fixtures_gguf import write_gguf
+    from fixtures_weights import TINY_GEMMA2, tiny_params
+
+    from adapters_lib.models import demo
+
+    return write_gguf(folder / "gemma2-tiny-f32.gguf", tiny_params(TINY_GEMMA2, seed=3), TINY_GEMMA2,
+                      tokenizer=demo.ensure_demo_tokenizer())
+
+
+def _calibration_text(path, words: str):
+    """8 paragraphs of ~320 demo tokens: 8 calibration rows, each full (``CALIBRATION_LENGTH``),
+    so the calibration's forward is the one program (a short row would be another)."""
+    path.write_text("\n\n".join(" ".join(f"Paragraph {i}, line {j}: {words}." for j in range(10))
+                                  for i in range(8)), encoding="utf-8")
+    return path
+
+
+def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(tmp_path, monkeypatch):
     """Loaded on a (1, 2, 2) data×fsdp×tensor mesh (the Hessians from the sharded forward, GPTQ
     on the placed weights), each qvalue lies sharded like its weight and holds the one-device
-    load's integers but for a few flipped by the sums' float order, and its scales but a few."""
+    load's integers but for a few flipped by the sums' float order, and its scales but a few.
+    The tiny Gemma 2 GGUF, the converted-weights cache off: both loads calibrate."""
     import jax
     import numpy as np
 
@@ -227,40 +277,48 @@ def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(demo_bases):
     from adapters_lib.models.loader import load_model
     from adapters_lib.models.quantize import qarray
 
-    one = demo_bases[2]
+    monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", "")
+    text = _calibration_text(tmp_path / "calibration.txt", "the quick brown fox jumps over the lazy dog")
+    spec = ModelSpec(source=str(_tiny_gguf(tmp_path)), quantize="int4", quantize_method="gptq",
+                     quantize_calibration=str(text), quantize_tile_size=16)
+    one = load_model(spec)
     mesh = mesh_lib.make_mesh(MeshSpec(1, 2, 2, devices=4))
-    four = load_model(ModelSpec(quantize="int4", quantize_method="gptq", quantize_calibration="demo"),
-                      sharding=mesh_lib.sharding_fn(mesh))
+    four = load_model(spec, sharding=mesh_lib.sharding_fn(mesh))
     linear = four.params["layer_0"]["mlp"]["linear"]
     assert tuple(linear.qvalue.sharding.spec) == ("tensor", "fsdp")
     pairs = zip(jax.tree.leaves(one.params, is_leaf=qarray.is_qarray),
                 jax.tree.leaves(four.params, is_leaf=qarray.is_qarray), strict=True)
+    held = 0
     for a, b in pairs:
         if not qarray.is_qarray(a):
             continue
+        held += 1
         same = np.mean(np.asarray(a.qvalue) == np.asarray(b.qvalue))
         assert same > 0.995, same
         close = np.isclose(np.asarray(a.scale, np.float32), np.asarray(b.scale, np.float32), rtol=1e-2)
         assert close.mean() > 0.97, close.mean()  # a flipped integer moves its block's later absmax
+    assert held == 5 * 2 + 1
 
 
 def test_a_second_load_reads_the_gptq_base_back_from_the_weights_cache(tmp_path, monkeypatch):
     """A GGUF base calibrated once: the second load (a resume, an eval, Compare in a new
     engine) reads the GPTQ integers and scales back from the converted-weights cache, with no
-    calibration pass, and holds the same arrays; other calibration text is another entry."""
+    calibration pass, and holds the same arrays; other calibration text is another entry.
+    The cache's keys and contents are what is checked here: the tiny Gemma 2 GGUF and short
+    texts (8 rows); GPTQ's numbers are checked on the demo above."""
     import jax
     import numpy as np
-    from fixtures_gguf import write_gguf
-    from fixtures_weights import DEMO_ARCH, tiny_params
 
     from adapters_lib.models import demo
     from adapters_lib.models.loader import load_model
     from adapters_lib.models.quantize import quantize_gptq
 
     monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", str(tmp_path / "cache"))
-    path = write_gguf(tmp_path / "gemma3-demo-f32.gguf", tiny_params(DEMO_ARCH, seed=3), DEMO_ARCH,
-                      tokenizer=demo.ensure_demo_tokenizer())
-    spec = ModelSpec(source=str(path), quantize="nf4", quantize_method="gptq", quantize_calibration="demo")
+    path = _tiny_gguf(tmp_path)
+    text = _calibration_text(tmp_path / "calibration.txt", "the quick brown fox jumps over the lazy dog")
+    assert len(quantize_gptq.calibration_rows(str(text), demo.demo_tokenizer())) == 8
+    spec = ModelSpec(source=str(path), quantize="nf4", quantize_method="gptq", quantize_calibration=str(text),
+                     quantize_tile_size=16)  # its heads are 16 wide
     first = load_model(spec)
     calls = []
     real = quantize_gptq.hessians
@@ -269,13 +327,15 @@ def test_a_second_load_reads_the_gptq_base_back_from_the_weights_cache(tmp_path,
     assert calls == []
     for x, y in zip(jax.tree.leaves(first.params), jax.tree.leaves(second.params), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    text = tmp_path / "other.txt"
-    text.write_text("\n\n".join(f"Paragraph {i}: the quick brown fox jumps over the lazy dog."
-                                for i in range(200)), encoding="utf-8")
+    other = _calibration_text(tmp_path / "other.txt", "a slow green turtle walks under the busy bridge")
     load_model(ModelSpec(source=str(path), quantize="nf4", quantize_method="gptq",
-                         quantize_calibration=str(text)))
+                         quantize_calibration=str(other), quantize_tile_size=16))
     assert calls == [1]
-    assert len([p for p in (tmp_path / "cache").iterdir() if "gptq" in p.name]) == 2
+    entries = [p for p in (tmp_path / "cache").iterdir() if "gptq" in p.name]
+    assert len(entries) == 2
+    for entry in entries:  # a qvalue and its scales for every projection (5 a layer) and the table
+        manifest = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
+        assert len(manifest["leaves"]) == 2 * (5 * 2 + 1)
 
 
 def test_a_gptq_run_trains_on_the_base_its_compare_reads(gptq_run):
@@ -288,7 +348,7 @@ def test_a_gptq_run_trains_on_the_base_its_compare_reads(gptq_run):
 
     from adapters_lib.models.loader import load_model
 
-    cfg, run, result, compare = gptq_run
+    cfg, run, result, compare = gptq_run[:4]
     assert result.state == "completed"
     assert result.final_eval_loss is not None and result.final_eval_loss < 0.9 * run.metrics()[0]["loss"]
     assert run.config().model.quantize_calibration == ""  # the run's data, where it loads
