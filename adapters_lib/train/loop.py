@@ -195,11 +195,8 @@ class GemmaTrainer(Trainer):
         finally:
             self._release_warm_ups()
             from adapters_lib import program_store
-            from adapters_lib.train import gil_turns
 
-            # no GIL-holding store write mid-run; the GIL handed back to the steps sooner
-            releases = (program_store.steps_running(), gil_turns.steps_running())
-            self._writes_after = lambda: [release() for release in releases]
+            self._writes_after = program_store.steps_running()  # no GIL-holding store write mid-run
 
     def probe(self) -> ModelProbe:
         s = self.s
