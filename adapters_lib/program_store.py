@@ -27,7 +27,6 @@ the result of an abstract trace the same way (the LoRA adapters' shapes).
 from __future__ import annotations
 
 import atexit
-import contextlib
 import hashlib
 import logging
 import os
@@ -162,35 +161,13 @@ def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
     stats["compiled"] += 1
     if path is None:
         return lower().compile()
-    with no_second_copy(_platform()):
-        compiled, origin, served = program_bytes.compile_noting_origin(lower)
+    compiled, origin, served = program_bytes.compile_noting_origin(lower)
     if origin == "memory" and program_bytes.platform(compiled) == "cpu":
         log.info("program store: %s not kept (compiled earlier in this process, where JAX's "
                  "cache may have served it: its bytes would lack their kernels)", name)
         return compiled
     _write_or_defer(path, compiled, name, served)
     return compiled
-
-
-def no_second_copy(platform: str) -> Any:
-    """A context (this thread) in which JAX's persistent cache writes nothing, on an accelerator,
-    for a program the store keeps: its write serializes the executable on the compiling thread
-    holding the GIL, in the middle of the steps that run beside it, where the store's own write
-    waits until they end (``steps_running``). On the v5e the 1B's eval scorer (52 MB) stopped
-    the steps of the run beside it for 4.66 s, the run's own program compiled behind a LoRA
-    family's 1.94 s. JAX still reads its cache. On a CPU it writes as before (no compile runs
-    beside the steps there; the suite's engines share that cache)."""
-    if platform == "cpu":
-        return contextlib.nullcontext()
-    from jax._src import config
-
-    return config.persistent_cache_min_compile_time_secs(float("inf"))
-
-
-def _platform() -> str:
-    import jax
-
-    return jax.default_backend()
 
 
 _QUIET = threading.Condition()

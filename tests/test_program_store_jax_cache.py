@@ -1,5 +1,5 @@
 """On an accelerator JAX's persistent cache keeps no second copy of a program the store keeps
-(``program_store.no_second_copy``): its write serialized the executable holding the GIL in the
+(``program_bytes.no_second_copy``): its write serialized the executable holding the GIL in the
 middle of the steps beside the compile (the v5e's 1B: 4.66 s and 1.94 s between two steps),
 where the store's own write waits for the steps' end. On a CPU it writes as before."""
 
@@ -15,14 +15,14 @@ SCRIPT = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path
     import jax, jax.numpy as jnp
-    from adapters_lib import program_store
+    from adapters_lib import program_bytes, program_store
 
     cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     program_store.enable(sys.argv[1])
     counts = {}
     for platform, scale in (("tpu", 3.0), ("cpu", 5.0)):  # another program each: no cache hit
-        program_store._platform = lambda platform=platform: platform
+        program_bytes.default_platform = lambda platform=platform: platform
         before = {p.name for p in cache.iterdir()}
         f = jax.jit(lambda x, s=scale: jnp.tanh(x * s) @ x.T)
         arg = jax.ShapeDtypeStruct((16, 16), jnp.float32)
