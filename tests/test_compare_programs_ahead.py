@@ -1,5 +1,5 @@
 """What the first Compare and ``eval --run`` after a run would compile is compiled ahead and
-never twice (#48): the sides' adapter stack (``sample.sampler.compile_stack``, 1.4 s of the
+never twice (#48): the sides' adapter stack (``sample.stack.compile_ahead``, 1.4 s of the
 first Compare after a run on the v5e), and the eval scorer that a request finds compiling on
 the compile-ahead thread (``evals.perplexity._Scorer.warm``: the 1B's ``eval --run`` compiled it
 a second time, 13.8 s)."""
@@ -14,19 +14,18 @@ def test_the_stack_compiled_ahead_serves_the_compare_and_equals_the_jitted_one(d
     import jax
     import numpy as np
 
-    from adapters_lib.sample import Sampler, SamplingSettings
-    from adapters_lib.sample import sampler as sampler_mod
+    from adapters_lib.sample import Sampler, SamplingSettings, stack
 
     loaded, spec, adapters = demo_lora
     s = Sampler.from_loaded(loaded, spec)
     pattern = (False, True)
-    key = (sampler_mod.signature(adapters), pattern)
-    sampler_mod._STACKS_AHEAD.pop(key, None)
-    jitted = sampler_mod._stacked_jit()
+    key = (stack.signature(adapters), pattern)
+    stack._AHEAD.pop(key, None)
+    jitted = stack._stacked_jit()
     with ThreadPoolExecutor(1) as pool:  # the engine's compile thread: a worker that runs a job
         future = s.compile_behind(pool.submit, [None, adapters], SamplingSettings(max_new_tokens=8))
         future.result()
-    assert key in sampler_mod._STACKS_AHEAD  # compiled on the thread, from abstract arguments
+    assert key in stack._AHEAD  # compiled on the thread, from abstract arguments
     before = jitted._cache_size()
     stacked, variants = s._stack([None, adapters])
     assert variants == 2 and jitted._cache_size() == before  # the Compare traced and compiled nothing
@@ -35,7 +34,7 @@ def test_the_stack_compiled_ahead_serves_the_compare_and_equals_the_jitted_one(d
         np.testing.assert_array_equal(got, want)
     # the A/B through the compiled-ahead stack answers as the jitted stack does
     ahead = s.generate_grid(["Is 5 even or odd?"], [None, adapters], SamplingSettings(max_new_tokens=8))
-    sampler_mod._STACKS_AHEAD.pop(key)
+    stack._AHEAD.pop(key)
     jitted_rows = s.generate_grid(["Is 5 even or odd?"], [None, adapters], SamplingSettings(max_new_tokens=8))
     assert [[c["tokens"] for c in row] for row in ahead] == [[c["tokens"] for c in row] for row in jitted_rows]
 

@@ -281,6 +281,14 @@ class Program:
         return state, out
 
 
+def abstract(tree: Any) -> Any:
+    """``tree``'s arrays as ``jax.ShapeDtypeStruct`` with their placement (a compile's input)."""
+    import jax
+
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+                        if hasattr(x, "sharding") else x, tree)
+
+
 def signature(args: Any) -> tuple:
     """The tree, shapes, dtypes and placements of ``args`` (a compiled program's key)."""
     import jax

@@ -30,14 +30,14 @@ complete.
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from adapters_lib.config import LoraSpec
 from adapters_lib.errors import WorkbenchError
-from adapters_lib.sample.program import program, signature
+from adapters_lib.sample import stack
+from adapters_lib.sample.program import abstract, program
 from adapters_lib.sample.prompts import (
     Prompt,
     as_messages,
@@ -68,14 +68,6 @@ def bucket(n: int, buckets: Sequence[int] = PROMPT_BUCKETS) -> int:
 def cache_length(prompt_bucket: int, max_new_tokens: int) -> int:
     """The KV-cache length (a compiled shape) for a prompt bucket and a decode length."""
     return max(CACHE_MIN, _pow2(prompt_bucket + max_new_tokens))
-
-
-def _abstract(tree: Any) -> Any:
-    """``tree``'s arrays as ``jax.ShapeDtypeStruct`` with their placement (a compile's input)."""
-    import jax
-
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
-                        if hasattr(x, "sharding") else x, tree)
 
 
 def _with_fallback(compiled: Any, jitted: Any) -> Any:
@@ -184,9 +176,9 @@ class Sampler:
         template = next((a for a in adapters if a is not None), None)
         if template is None:  # base only: the plain model
             return {}, len(adapters)
-        parts = stack_parts(adapters)
+        parts = stack.parts(adapters)
         if parts is not None:  # base and one tuned side: one program
-            return _stacked(*parts), len(adapters)
+            return stack.stacked(*parts), len(adapters)
         full = [a if a is not None else jax.tree.map(jnp.zeros_like, template) for a in adapters]
         return jax.tree.map(lambda *xs: jnp.stack(xs), *full), len(adapters)
 
@@ -290,10 +282,8 @@ class Sampler:
         if any(not placement(x).startswith("replicated:") or "," in placement(x)
                for x in jax.tree.leaves([self.params, *[a for a in adapters if a is not None]])):
             return None  # placed over several devices: the call compiles (its placement is its own)
-        parts = stack_parts(adapters) if self.spec is not None else None
-        if parts is not None and (signature(parts[0]), parts[1]) not in _STACKS_AHEAD:
-            tuned, pattern = _abstract(parts[0]), parts[1]  # the arrays are not held by the job
-            submit(lambda: compile_stack(tuned, pattern))  # ~1 s on a TPU, or in the first Compare
+        if self.spec is not None:
+            stack.compile_behind(submit, adapters)  # ~1 s on a TPU, or in the first Compare
         lora = jax.eval_shape(lambda a: self._stack(a)[0], list(adapters))
         device = next(iter(jax.tree.leaves(self.params)[0].devices()))
         one = jax.sharding.SingleDeviceSharding(device)
@@ -301,7 +291,7 @@ class Sampler:
         bos = int(self.tokenizer.special_tokens.BOS)
         ids = [[[bos] * prompt_bucket] * rows]
         inputs, scalars, cache_len = _inputs(ids, settings, False)
-        args = (_abstract(self.params), lora, *inputs, *scalars[1:])
+        args = (abstract(self.params), lora, *inputs, *scalars[1:])
         return self._program.compile_ahead(submit, args, scalars, cache_len=cache_len,
                                            variants=max(1, len(adapters)), chunk=chunk or DECODE_CHUNK)
 
@@ -348,59 +338,3 @@ class Sampler:
 
 __all__ = ["CACHE_MIN", "DECODE_CHUNK", "PROMPT_BUCKETS", "Sampler", "bucket", "cache_length", "check_prompt"]
 
-
-def _stacked(tuned: Any, pattern: tuple[bool, ...]) -> Any:
-    """``tuned``'s leaves stacked once for each variant of ``pattern`` (True: the tuned side,
-    False: the base's zeros), as one jitted program: eager, each leaf's zeros and stack were ops
-    compiled apart on a TPU (~1.6 s of the first Compare after a run on the v5e). Its program
-    for these shapes is compiled ahead with the sampler's (``compile_stack``: the first Compare
-    after a run compiled it, 1.4 s of its 1.9–2.1 s on the v5e); else jitted here."""
-    import jax
-
-    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(tuned)):  # traced (eval_shape)
-        return _stacked_jit()(tuned, pattern)
-    key = (signature(tuned), pattern)
-    compiled = _STACKS_AHEAD.get(key)
-    if compiled is not None:
-        try:
-            return compiled(tuned)
-        except (TypeError, ValueError):  # another placement than compiled for: the jitted one
-            _STACKS_AHEAD.pop(key, None)
-    return _stacked_jit()(tuned, pattern)
-
-
-_STACKS_AHEAD: dict[tuple, Any] = {}
-"""``_stacked``'s programs compiled ahead, by (the tuned tree's signature, pattern)."""
-_STACKS_KEPT = 8
-
-
-def compile_stack(tuned: Any, pattern: tuple[bool, ...]) -> None:
-    """Compile ``_stacked``'s program for ``tuned`` (arrays, or ``jax.ShapeDtypeStruct`` with
-    their shardings) and ``pattern``, from abstract arguments (a compile thread: nothing runs on
-    the devices); kept for the calls of those shapes (the last ``_STACKS_KEPT``)."""
-    key = (signature(tuned), pattern)
-    if key in _STACKS_AHEAD:
-        return
-    _STACKS_AHEAD[key] = _stacked_jit().lower(_abstract(tuned), pattern).compile()
-    while len(_STACKS_AHEAD) > _STACKS_KEPT:
-        _STACKS_AHEAD.pop(next(iter(_STACKS_AHEAD)))
-
-
-def stack_parts(adapters: Sequence[Any]) -> tuple[Any, tuple[bool, ...]] | None:
-    """(the tuned tree, the pattern) that ``Sampler._stack`` passes to ``_stacked`` for these
-    variants, or None when it stacks nothing that way (base only, or several tuned trees)."""
-    template = next((a for a in adapters if a is not None), None)
-    if template is None or not all(a is None or a is template for a in adapters):
-        return None
-    return template, tuple(a is not None for a in adapters)
-
-
-@functools.lru_cache(maxsize=1)
-def _stacked_jit() -> Any:
-    import jax
-    import jax.numpy as jnp
-
-    def stack(tuned: Any, pattern: tuple[bool, ...]) -> Any:
-        return jax.tree.map(lambda x: jnp.stack([x if p else jnp.zeros_like(x) for p in pattern]), tuned)
-
-    return jax.jit(stack, static_argnums=(1,))
