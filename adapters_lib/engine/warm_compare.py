@@ -153,10 +153,9 @@ class Warmer:
             from adapters_lib.evals import perplexity
             from adapters_lib.lora import targeted as lora
             from adapters_lib.models.loader import is_kept, load_model
-            from adapters_lib.sample import PROMPT_BUCKETS
             from adapters_lib.sample.family import family_of
             from adapters_lib.tuned import generation_dtype_of
-            from adapters_lib.tuned.gemma import GemmaTuned
+            from adapters_lib.tuned.gemma import COMPARE_BUCKETS, GemmaTuned
 
             spec, dtype = cfg.model_spec(), generation_dtype_of("", cfg)
             if not all(is_kept(spec, param_dtype=cfg.train.param_dtype, generation_dtype=d) for d in {dtype, ""}):
@@ -178,12 +177,12 @@ class Warmer:
             model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
             sampler, settings = _submitter("sampler prefill + decode", about), sampling_settings(run)
             # in the order a user asks after the run: a Compare of a short prompt, eval, a longer one
-            futures = model.compile_behind(sampler, settings, prompt_buckets=PROMPT_BUCKETS[:1])
+            futures = model.compile_behind(sampler, settings, prompt_buckets=COMPARE_BUCKETS[:1])
             plain = load_model(spec, param_dtype=cfg.train.param_dtype) if dtype else loaded
             scorer = perplexity.compile_behind(plain.model, plain.params, zeros, cfg, _submitter("eval scorer", about),
                                                tokenizer=plain.tokenizer)
             futures += [scorer] if scorer is not None else []
-            futures += model.compile_behind(sampler, settings, prompt_buckets=PROMPT_BUCKETS[1:2])
+            futures += model.compile_behind(sampler, settings, prompt_buckets=COMPARE_BUCKETS[1:])
         except Exception as e:  # noqa: BLE001 - never fails a run: the warm-up after it compiles them
             log.warning("run %s: the Compare's programs not queued at the start (%s: %s)", run.run_id,
                         type(e).__name__, e)

@@ -19,6 +19,10 @@ from adapters_lib.sample.prompts import Prompt
 from adapters_lib.sample.settings import Piece, SamplingSettings
 from adapters_lib.tuned.base import TunedModel
 
+COMPARE_BUCKETS = (32, 64)
+"""The prompt buckets (``sample.PROMPT_BUCKETS``) a Compare's programs are compiled ahead for:
+a short prompt, then a longer one."""
+
 
 class GemmaTuned(TunedModel):
     backend = "gemma"
@@ -135,7 +139,7 @@ class GemmaTuned(TunedModel):
             yield piece
 
     def compile_behind(self, submit: Any, settings: SamplingSettings,
-                       prompt_buckets: Sequence[int] = (32, 64)) -> list[Any]:
+                       prompt_buckets: Sequence[int] = COMPARE_BUCKETS) -> list[Any]:
         """Queue the compiles of a Compare (base and tuned in one program, one prompt) for
         each prompt bucket through ``submit(fn) -> Future`` (the engine's compile thread);
         the futures of those that were not compiled yet."""
