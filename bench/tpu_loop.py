@@ -11,7 +11,8 @@ one engine started, then the user's loop through the engine's API (what the CLI'
   record to the run's end (its final checkpoint written: what the user waits before Compare);
 - compare right after the last run ends (request to each side's first token), then again;
   a change of ``max-new-tokens``; eval of the run on its eval file;
-- then (unless ``LOOP_LENGTHS=0``) a ``max_length`` change, launched as is; and a second one
+- then (unless ``LOOP_LENGTHS=0``) a ``max_length`` change, launched as is (not with
+  ``LOOP_LENGTHS=ahead``); and a second one
   compiled ahead first as Configure does on an edit (``prepare``): seconds until its programs
   are ready (the thinking time it needs), then the launch. Last: each compiles a new shape.
 
@@ -199,6 +200,9 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
         log = home / "state" / "engine.log"
         if log.exists():
             (out / f"engine-{model}.log").write_text(log.read_text(errors="replace"))
+        stacks = home / "state" / "stacks.log"  # GEMMA_WORKBENCH_STACKS_EVERY_S: what a stall held
+        if stacks.exists():
+            shutil.copyfile(stacks, out / f"stacks-{model}.log")
         (out / f"loop-{model}.json").write_text(json.dumps(result, indent=1, default=str))
 
     t0 = time.perf_counter()
@@ -248,7 +252,8 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                 _log(f"{model}: eval: {rows[-1]['seconds']:.2f} s")
                 save()
             if os.environ.get("LOOP_LENGTHS", "1") != "0":
-                train_row(f"max_length → {length}", lengths[0])
+                if os.environ.get("LOOP_LENGTHS") != "ahead":  # "ahead": the prepared row only
+                    train_row(f"max_length → {length}", lengths[0])
                 train_row(f"max_length → {ahead}, prepared first", lengths[1])
     finally:
         subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)

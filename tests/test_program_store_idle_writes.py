@@ -40,3 +40,30 @@ def test_a_deferred_program_waits_for_the_idle_clock_then_is_written(tmp_path):
         program_store.write_when_idle(None)
         program_store.flush()
         program_store.disable()
+
+
+def test_in_a_busy_engine_the_device_threads_own_program_waits_too(tmp_path):
+    """The run's first step does not wait for its program's copy (the 1B's: 20.1 s on the v5e)."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib import program_store
+
+    program_store.enable(tmp_path / "p")
+    idle = {"seconds": 0.0}
+    program_store.write_when_idle(lambda: idle["seconds"])
+    x = jnp.arange(3.0)
+    try:
+        compiled = program_store.load_or_compile("own", ("own", 3), lambda: jax.jit(lambda v: v + 3).lower(x))
+        assert [float(v) for v in compiled(x)] == [3, 4, 5]  # served at once
+        time.sleep(0.5)
+        assert not list((tmp_path / "p").glob("own-*"))  # the engine is busy: not yet
+        idle["seconds"] = program_store.QUIET_S
+        t0 = time.monotonic()
+        while not list((tmp_path / "p").glob("own-*")):
+            assert time.monotonic() - t0 < 30, "the deferred program was not written when idle"
+            time.sleep(0.05)
+    finally:
+        program_store.write_when_idle(None)
+        program_store.flush()
+        program_store.disable()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
 import fcntl
 import json
 import logging
@@ -83,6 +84,19 @@ def _setup_logging(log_path: Path, foreground: bool) -> None:
         os.close(devnull)
     for noisy in ("aiohttp.access", "absl", "jax._src", "orbax"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _sample_stacks(log_path: Path) -> None:
+    """With ``GEMMA_WORKBENCH_STACKS_EVERY_S`` > 0: every thread's Python stack written to
+    ``stacks.log`` beside the engine log at that period, by ``faulthandler``'s own C thread. It
+    needs no GIL, so it also catches a thread that holds the GIL in native code (a serialize, a
+    lowering pass) while the device thread waits: what a stall between steps was spent on."""
+    every = paths.env_number("GEMMA_WORKBENCH_STACKS_EVERY_S")
+    if every > 0:
+        fd = os.open(log_path.with_name("stacks.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        out = os.fdopen(fd, "a", buffering=1)  # open for the process's life
+        faulthandler.dump_traceback_later(every, repeat=True, file=out)
+        log.info("thread stacks every %.2f s to %s", every, out.name)
 
 
 def _lock(path: Path):
@@ -217,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     try:
         _setup_logging(f["log"], args.foreground)
+        _sample_stacks(f["log"])
         write_private(f["pid"], f"{os.getpid()}\n")
         return asyncio.run(serve(foreground=args.foreground, tcp=args.tcp,
                                  tcp_any_address=args.tcp_any_address,
