@@ -144,6 +144,24 @@ def test_a_job_waits_for_nothing_but_the_device_thread_and_internal_jobs_are_not
     assert info.value.status == 503
 
 
+def test_a_running_job_keeps_the_engine_busy_for_the_idle_clock():
+    """A program store write waits for idleness: eval's scoring on the device thread is not idle."""
+    gate, started = threading.Event(), threading.Event()
+    sched = Scheduler(train=lambda item: None, on_failure=lambda item, e: None)
+    sched.start()
+    try:
+        job = sched.submit(lambda: (started.set(), gate.wait(30)), "eval")
+        assert started.wait(30)
+        time.sleep(0.3)
+        assert sched.idle_for() == 0.0  # the job left the queue but still runs
+        gate.set()
+        job.result(30)
+        time.sleep(0.3)
+        assert sched.idle_for() >= 0.25
+    finally:
+        sched.shutdown(lambda item: None, timeout=30)
+
+
 def test_health_says_when_the_device_thread_is_gone():
     sched = Scheduler(train=lambda item: None, on_failure=lambda item, e: None)
     assert sched.health() == api.Health(device_thread="starting")

@@ -60,6 +60,7 @@ class Scheduler:
         self.thread: threading.Thread | None = None
         self.thread_id: int | None = None
         self.last_activity = time.monotonic()
+        self.job_running = False  # a job (eval, a Compare, a warm-up) on the device thread now
         self.restarts = 0
         self.last_error: str | None = None
         self._train = train
@@ -138,9 +139,11 @@ class Scheduler:
                 or self.runs.has_queued())
 
     def idle_for(self, open_streams: int = 0) -> float:
-        """Seconds since the device thread last did anything (0 while busy or streaming)."""
+        """Seconds since the device thread last did anything (0 while busy or streaming: a run
+        queued or training, a job waiting or running — eval's scoring took 6.9 s more on the v5e
+        beside a program store write that took the running job for idleness)."""
         with self._lock:
-            busy = self.runs.training() is not None or self.runs.has_queued() or any(
+            busy = self.job_running or self.runs.training() is not None or self.runs.has_queued() or any(
                 not j.internal for j in self.jobs)
         if busy or open_streams:
             self.last_activity = time.monotonic()
@@ -190,12 +193,14 @@ class Scheduler:
     def _run_job(self, job: Job) -> None:
         if not job.future.set_running_or_notify_cancel():
             return
+        self.job_running = True
         try:
             self._prepare()
             job.future.set_result(job.fn())
         except BaseException as e:  # noqa: BLE001 - handed to the waiting request
             job.future.set_exception(e)
         finally:
+            self.job_running = False
             self.last_activity = time.monotonic()
 
     def _run_item(self, item: QueuedRun) -> None:
