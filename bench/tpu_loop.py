@@ -206,7 +206,11 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
         (out / f"loop-{model}.json").write_text(json.dumps(result, indent=1, default=str))
 
     t0 = time.perf_counter()
-    subprocess.run([EXE, "engine", "start"], check=True, capture_output=True, timeout=300)
+    started = subprocess.run([EXE, "engine", "start"], capture_output=True, text=True, timeout=300)
+    if started.returncode:  # say why: on the chip a start with GEMMA_WORKBENCH_STACKS_EVERY_S set
+        # exited 2 and the output said nothing more
+        raise SystemExit(f"engine start failed ({started.returncode}): "
+                         f"{started.stderr.strip() or started.stdout.strip()}")
     try:
         with EngineClient.connect(start=False) as client:
             client.status(wait=True)

@@ -96,7 +96,7 @@ def _sample_stacks(log_path: Path) -> None:
         fd = os.open(log_path.with_name("stacks.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         out = os.fdopen(fd, "a", buffering=1)  # open for the process's life
         faulthandler.dump_traceback_later(every, repeat=True, file=out)
-        log.info("thread stacks every %.2f s to %s", every, out.name)
+        log.info("thread stacks every %.2f s to %s", every, log_path.with_name("stacks.log"))
 
 
 def _lock(path: Path):
