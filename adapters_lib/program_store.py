@@ -161,7 +161,9 @@ def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
     stats["compiled"] += 1
     if path is None:
         return lower().compile()
+    t0 = time.perf_counter()
     compiled, origin, served = program_bytes.compile_noting_origin(lower)
+    log.info("%s: compiled in %.1f s", name, time.perf_counter() - t0)
     if origin == "memory" and program_bytes.platform(compiled) == "cpu":
         log.info("program store: %s not kept (compiled earlier in this process, where JAX's "
                  "cache may have served it: its bytes would lack their kernels)", name)

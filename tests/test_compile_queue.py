@@ -77,6 +77,21 @@ def test_a_hold_keeps_the_warm_ups_jobs_back_and_lets_the_runs_own_go_first():
     assert [j["state"] for j in q.jobs() if j["what"] == "sampler"] == ["ready", "ready", "dropped"]
 
 
+def test_a_hold_of_every_purpose_keeps_both_lanes_back_until_released():
+    """A warm start holds ``ALL`` until its step 1: the run's own jobs and the Compare's wait;
+    ``wait_free`` (the Compare's queuing thread) waits too."""
+    q = compile_queue.CompileQueue()
+    order: list[str] = []
+    release = q.hold(compile_queue.ALL, "a warm start's first step")
+    own = q.submit(order.append, "train step", what="train step")
+    cmp = q.submit(order.append, "sampler", what="sampler", purpose="compare")
+    assert not q.wait_free("compare", timeout=0.2)
+    assert order == [] and not own.done() and not cmp.done()
+    release()
+    own.result(30), cmp.result(30)
+    assert sorted(order) == ["sampler", "train step"] and q.wait_free("compare", timeout=1)
+
+
 def test_the_compares_jobs_never_wait_behind_a_train_steps_compile():
     """The Compare's jobs have a thread of their own: a sampler compiles while a train step's
     compile (~90 s on a TPU) is under way, and the train step's does not wait for them."""

@@ -206,7 +206,11 @@ class _WaitForCompiles:
         return False
 
     def on_metrics(self, record: dict) -> None:
+        import time
+
         self.metrics.append(record)
+        if len(self.metrics) == 1:
+            self.first_at = time.time()
 
     def on_event(self, record: dict) -> None:
         pass
@@ -250,9 +254,16 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
             tweak = dict(lora__rank=8, lora__alpha=4.0, lora__targets='["k", "o", "down"]')
             cfg = load_config(None, demo_overrides(run__name='"tweak"', run__dir=f'"{tmp_path}"', **settings, **tweak))
             control = _WaitForCompiles(3)
+            import time
+
+            t_tweak = time.time()
             assert run_training(cfg, runs.create_run(cfg), control=control).state == "completed"
             assert "the family's compiled program serves the run" in caplog.text
             assert "the run's own program took over at step 3" in caplog.text
+            # the family's program was ready: the run's own compiles (queued at its set-up) waited
+            # for step 1's metrics, their tracing off the set-up's and the first step's GIL
+            behind = [j for j in step_programs.jobs() if j["queued_at"] >= t_tweak and j["where"] == "behind"]
+            assert behind and all(j["started_at"] >= control.first_at for j in behind), behind
         monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "0")
         exact, _ = train_demo(tmp_path, "exact", **{**settings, "train__programs": '"exact"'}, **tweak)
         np.testing.assert_allclose([m["loss"] for m in control.metrics if "loss" in m],

@@ -39,9 +39,11 @@ def test_after_a_run_the_engine_warms_its_compare_and_a_request_meanwhile_is_ans
     run = client.create_run(cfg, source="<test>")
     assert client.wait_run(run.id, timeout=600).state == "completed"
     text = _wait_log(proc, f"run {run.id}: Compare warmed in ")
-    warmed = text[text.index(f"warming Compare for run {run.id}"):]
-    for name in ("prefill", "decode"):  # compiled by the warm-up, kept in the program store
-        assert f"{name}: program kept for the next engine" in warmed, warmed[-3000:]
+    start = text.index(f"warming Compare for run {run.id}")
+    warmed = proc.log_text()[start:]
+    for name in ("prefill", "decode"):  # compiled by the warm-up ...
+        assert f"{name}: compiled in " in warmed, warmed[-3000:]
+        _wait_log(proc, f"{name}: program kept for the next engine", after=start)  # ... kept once idle
     assert client.status().warming is None
     mark = len(proc.log_text())
     # the user's Compare right after training (the TUI's defaults): nothing compiled

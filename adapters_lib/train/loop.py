@@ -93,13 +93,15 @@ class GemmaSetup:
 
 
 def _hold_warm_ups() -> Any:
-    """Hold the Compare's compile jobs (an earlier run's sampler and scorer, this run's sampler:
-    ``engine.warm_compare``) until this run is set up and its first step's program is lowered
-    (``before_start``): their tracing takes the GIL the set-up and that trace need. The run's
-    own compiles go ahead (``CompileQueue.hold``)."""
+    """Hold every compile job (the Compare's, an earlier run's, this run's own: ``ALL``) while
+    this run sets up, until its first step's program is lowered (a cold start: XLA's compile,
+    which releases the GIL, follows) or, when that program is ready, until step 1's metrics are
+    in (``GemmaTrainer.before_start``): their tracing takes the GIL the set-up, that trace and
+    the first step need (``CompileQueue.hold``)."""
+    from adapters_lib.train.compile_queue import ALL
     from adapters_lib.train.step_programs import _behind
 
-    return _behind().hold(("compare",), "a run sets up")
+    return _behind().hold(ALL, "a run sets up")
 
 
 class GemmaTrainer(Trainer):
@@ -185,18 +187,31 @@ class GemmaTrainer(Trainer):
         from adapters_lib.train.plan import first_args
 
         steps = self.s.steps
+        warm = False  # the first step's program is ready: the hold lasts until step 1's metrics
         try:
-            if not steps.compile_behind or self.takeover is not None:
-                return  # a CPU compiles one program at a time either way; the family's serves a tweak
+            if not steps.compile_behind:
+                return  # a CPU compiles one program at a time either way
+            if self.takeover is not None:
+                warm = True  # the family's program serves the tweak
+                return
             batch = self.s.pipeline.train_batch(start)
-            # the Compare's compiles wait until it is lowered: their tracing would take the GIL
-            # its tracing needs (the 1B's cold start on the v5e: 12 s more with three tracers)
-            steps._train.compile_now(*first_args(steps, batch), lowered=self._release_warm_ups)
+            # the compiles wait until it is lowered: their tracing would take the GIL its
+            # tracing needs (the 1B's cold start on the v5e: 12 s more with three tracers)
+            warm = not steps._train.compile_now(*first_args(steps, batch), lowered=self._release_warm_ups)
         finally:
-            self._release_warm_ups()
+            if not warm:
+                self._release_warm_ups()
+            self._hold_until = start + 3  # at the latest when step start+3 is dispatched
             from adapters_lib import program_store
 
             self._writes_after = program_store.steps_running()  # no GIL-holding store write mid-run
+
+    def _first_step_in(self, step: int) -> None:
+        """The compiles held for a warm start go on once step 1's metrics are in (or a few steps
+        on, when records are fetched less often)."""
+        if getattr(self, "_release_held", None) is not None and (
+                self.result.losses or step >= getattr(self, "_hold_until", 0)):
+            self._release_warm_ups()
 
     def probe(self) -> ModelProbe:
         s = self.s
@@ -246,10 +261,13 @@ class GemmaTrainer(Trainer):
                 break
             if step % t.log_every == 0:
                 self.log_.flush(everything=False)  # all but the newest step: no wait on the device
+            self._first_step_in(step)
             if self.poll():
                 self.log_.flush(everything=True)
                 return None
-        return self.log_.flush(everything=True, hold=stop)
+        record = self.log_.flush(everything=True, hold=stop)
+        self._first_step_in(stop)
+        return record
 
     def _take_over(self) -> None:
         """The run's own (exact) program takes over from the family's once compiled: the state
