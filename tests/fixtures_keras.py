@@ -156,10 +156,12 @@ def keras_presets(tmp_path_factory: pytest.TempPathFactory):
     return get
 
 
-KERAS_G4_MOE = {  # the MoE preset with every target and the experts, ModelParallel 4×2
+KERAS_G4_MOE = {  # the MoE preset with every target and the experts, ModelParallel 2×2
     "model": {"backend": "keras"},  # source: the fixture's preset folder
     "data": {"max_length": 32},
-    "mesh": {"data": 4, "tensor": 2},
+    # 2×2 on 4 of the 8 simulated devices shows what 4×2 did (the expert bank split over the
+    # 2-way model axis, the batch over data) and compiles and steps faster
+    "mesh": {"data": 2, "tensor": 2, "devices": 4},
     "lora": {"rank": 4, "alpha": 8, "targets": ["q", "k", "v", "o", "gate", "up", "down", "experts"]},
     "train": {"steps": 6, "batch_size": 4, "learning_rate": 1e-2, "warmup_steps": 1, "eval_every": 3,
               "checkpoint_every": 3, "eval_batches": 1, "eval_exact_match": 4},
@@ -180,7 +182,7 @@ def keras_g4_config(preset, **sections):
 @pytest.fixture(scope="session")
 def keras_gemma4_run(keras_presets, tmp_path_factory: pytest.TempPathFactory):
     """(RunDir, TrainResult) of a 6-step Keras-route run of the tiny Gemma 4 MoE preset on a
-    4×2 ModelParallel mesh, experts trained."""
+    2×2 ModelParallel mesh, experts trained."""
     from adapters_lib import runs
     from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.keras_route import run_keras_training

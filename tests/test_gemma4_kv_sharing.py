@@ -58,23 +58,41 @@ def test_gemmas_own_rule_names_the_same_layers_only_where_the_unshared_layers_en
     assert len(gemma4.shared_kv_layers(("local",) * 25, 14 / 25)) == 14
 
 
+@pytest.fixture(scope="module")
+def loaded_presets(keras_presets):
+    """``loaded_presets(kind)`` → ``weights.load_entry`` of that preset, loaded once for the
+    tests below that only read it (the tests' forwards then share gemma's compiled program:
+    every one of them runs the same ``[2, 12]`` token shape)."""
+    from adapters_lib.catalog import resolve
+    from adapters_lib.models import weights
+
+    made: dict[str, object] = {}
+
+    def get(kind: str):
+        if kind not in made:
+            made[kind] = weights.load_entry(resolve(str(keras_presets(kind))))
+        return made[kind]
+
+    return get
+
+
 @pytest.mark.parametrize("kind", ODD)
-def test_a_keras_hub_e_preset_loads_on_the_gemma_route_with_keras_hubs_perplexity(keras_presets, kind):
+def test_a_keras_hub_e_preset_loads_on_the_gemma_route_with_keras_hubs_perplexity(keras_presets, loaded_presets,
+                                                                                    kind):
     """Listed ``ok``; the gemma modules on the converted params give keras-hub's logits and
     ``eval``'s perplexity is keras-hub's (f32; the bar is 1 %, measured within 1e-6)."""
     import jax.numpy as jnp
 
     from adapters_lib.catalog import resolve
     from adapters_lib.keras_route.backbones import model_inputs
-    from adapters_lib.models import weights
 
     folder = keras_presets(kind)
     entry = resolve(str(folder))
     assert (entry.family, entry.status) == ("gemma4", "ok"), entry.reason
     backbone = _keras_backbone(folder)
     assert entry.arch.kv_sources() == _keras_sources(backbone)
-    loaded = weights.load_entry(entry)
-    tokens = np.random.default_rng(0).integers(3, 1024, (2, 16)).astype(np.int32)
+    loaded = loaded_presets(kind)
+    tokens = np.random.default_rng(0).integers(3, 1024, (2, 12)).astype(np.int32)
     ours = np.asarray(loaded.model.apply({"params": loaded.params}, jnp.asarray(tokens)).logits)
     import keras_hub
 
@@ -104,7 +122,7 @@ def test_a_gemma3n_preset_whose_unshared_layers_end_global_global_gives_keras_hu
     np.testing.assert_allclose(ours, theirs, atol=2e-5, rtol=0)
 
 
-def test_hf_and_gguf_forms_read_the_same_layers(keras_presets, tmp_path):
+def test_hf_and_gguf_forms_read_the_same_layers(keras_presets, loaded_presets, tmp_path):
     """The preset's weights as transformers lays them out (keras-hub's own HF converter reads
     them back) and as llama.cpp's GGUF (the KV-shared layers' k/v dropped): one architecture,
     keras-hub's logits from all three."""
@@ -117,8 +135,7 @@ def test_hf_and_gguf_forms_read_the_same_layers(keras_presets, tmp_path):
     from adapters_lib.models.gguf import gguf_arch, load_gguf_params, read_info
     from adapters_lib.models.hf import hf_convert
 
-    entry = resolve(str(keras_presets("gemma4-e-window3")))
-    arch, loaded = entry.arch, weights.load_entry(entry)
+    arch, loaded = resolve(str(keras_presets("gemma4-e-window3"))).arch, loaded_presets("gemma4-e-window3")
     params = jax.tree.map(np.asarray, loaded.params)
     hf = tmp_path / "hf"
     hf_convert.save_hf(hf, hf_convert.gemma_to_hf(params, arch=arch), families.hf_config_for(arch))
@@ -134,15 +151,13 @@ def test_hf_and_gguf_forms_read_the_same_layers(keras_presets, tmp_path):
         np.testing.assert_allclose(ours, theirs, atol=2e-5 * max(1.0, float(np.abs(theirs).max())))
 
 
-def test_cached_decode_through_the_remapped_layers_equals_the_uncached_forward(keras_presets):
+def test_cached_decode_through_the_remapped_layers_equals_the_uncached_forward(loaded_presets):
     from test_gemma4_sampling import _greedy_without_cache
 
     from adapters_lib import evaluate, greedy_cache
-    from adapters_lib.catalog import resolve
-    from adapters_lib.models import weights
     from adapters_lib.sample import Sampler, SamplingSettings
 
-    loaded = weights.load_entry(resolve(str(keras_presets("gemma4-e-window3"))))
+    loaded = loaded_presets("gemma4-e-window3")
     sampler = Sampler(loaded.model, loaded.params, loaded.tokenizer)
     prompt = "Reverse the words: apple river stone"
     [[row]] = sampler.generate_grid([prompt], [None], SamplingSettings(max_new_tokens=12))
@@ -246,11 +261,14 @@ def test_remat_runs_the_librarys_own_loop_through_the_shared_layers(gemma4_tiny)
             return jnp.mean(m.apply({"params": p}, tokens).logits ** 2)
 
         remat = with_remat(model)
-        assert "remat" in str(jax.make_jaxpr(jax.grad(loss), static_argnums=1)(params, remat))
-        # jitted, as a train step is: one program each (eager, gemma's blocks and the glue
-        # between them compiled one by one)
-        want, want_g = jax.jit(jax.value_and_grad(lambda p, m=model: loss(p, m)))(params)
-        got, got_g = jax.jit(jax.value_and_grad(lambda p, m=remat: loss(p, m)))(params)
+        # jitted, as a train step is (eager, gemma's blocks and the glue between them compiled
+        # one by one): the plain and the rematerialised gradient side by side in one program,
+        # traced once (its jaxpr holds the remat) and compiled once
+        both = jax.jit(lambda p, model=model, remat=remat: (jax.value_and_grad(loss)(p, model),
+                                                            jax.value_and_grad(loss)(p, remat)))
+        traced = both.trace(params)
+        assert "remat" in str(traced.jaxpr)
+        (want, want_g), (got, got_g) = traced.lower().compile()(params)
         assert float(got) == pytest.approx(float(want), rel=1e-6)
         for a, b in zip(jax.tree.leaves(want_g), jax.tree.leaves(got_g), strict=True):
             np.testing.assert_allclose(np.asarray(b), np.asarray(a), atol=1e-6)

@@ -40,15 +40,21 @@ def test_a_moe_run_trains_the_experts_and_exports_them(gemma4_tiny, gemma4_token
     names = safetensors_io.SafetensorsDir(tmp_path / "adapter").where
     assert "base_model.model.model.layers.0.experts.base_layer.lora_A.weight" in names
     assert out["step"] == 4
+    from test_gemma4_sampling import _greedy_without_cache
+
     from adapters_lib.export.merged import merged_params
     from adapters_lib.sample import Sampler, SamplingSettings
+    from adapters_lib.sample.text_stream import TextStream
     from adapters_lib.tuned import load_run_model
 
     tuned = load_run_model(run.path)  # compare: one batched generation, a side per variant
     prompts = ["apple river stone"]
     ab = tuned.generate({"base": prompts, "tuned": prompts}, SamplingSettings(max_new_tokens=8))
     assert ab["base"][0].text != ab["tuned"][0].text
-    fused = Sampler(tuned.loaded.model, merged_params(tuned.loaded, tuned.adapters, tuned.lora),
-                    tuned.loaded.tokenizer)
-    [[alone]] = fused.generate_grid(prompts, [None], SamplingSettings(max_new_tokens=8))
-    assert alone["text"] == ab["tuned"][0].text
+    # the fused model's greedy answer by its full forward at each step (one program; a Sampler
+    # of its own would compile a prefill and a decoder), made text as the sampler makes it
+    fused = merged_params(tuned.loaded, tuned.adapters, tuned.lora)
+    ids = Sampler(tuned.loaded.model, fused, tuned.loaded.tokenizer)  # its prompt ids and stops
+    alone = _greedy_without_cache(tuned.loaded.model, fused, ids.encode(prompts[0]), 8, ids.end_tokens)
+    stream = TextStream(tuned.loaded.tokenizer)
+    assert "".join(stream.push(t) for t in alone) + stream.flush() == ab["tuned"][0].text

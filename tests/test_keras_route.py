@@ -54,18 +54,19 @@ def test_keras_demo_run_with_model_parallel_trains_and_loss_falls(keras_demo_run
 
 def test_stopped_keras_run_resumes_with_the_same_losses(keras_demo_run, tmp_path):
     from adapters_lib import runs
-    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.keras_route import run_keras_training
 
     full, _ = keras_demo_run
     cfg = _cfg()
     run = runs.create_run(cfg, root=tmp_path)
     control = StopOnceLogged(12)
-    stopped = run_keras_training(cfg, run, control=control, hooks=default_hooks)
+    # no exact-match hooks (the fixture's run has them): its base and tuned answers would not
+    # change a loss, and the fixture's test checks them
+    stopped = run_keras_training(cfg, run, control=control)
     assert stopped.state == "stopped" and stopped.step == 12 and run.status()["state"] == "stopped"
     assert control.between == 11  # served between steps, until the stop
     assert (run.checkpoints_dir / "12" / "params" / "weights.npz").is_file()
-    resumed = run_keras_training(cfg, run, resume=True, hooks=default_hooks)
+    resumed = run_keras_training(cfg, run, resume=True)
     assert resumed.state == "completed" and resumed.step == KERAS_DEMO_STEPS
     before = {m["step"]: m["loss"] for m in full.metrics()}
     steps = [m["step"] for m in run.metrics()]
