@@ -318,7 +318,14 @@ def test_remote_flow_detach_attach_cut_reconnect_compare(server, laptop, tmp_pat
     state_at_cut = json.loads((run_dir / "status.json").read_text())
     phase("run set-up to first step")
     os.kill(master_pid(server, laptop), signal.SIGKILL)  # the link drops mid-stream
-    out, err = attach.communicate(timeout=600)
+    try:  # its few KB of output wait in the pipes meanwhile
+        attach.wait(600)
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+    # read on through the buffer readline() filled: communicate() reads the pipe itself and
+    # loses the lines readline() had buffered (a step that arrived with the first one)
+    out, err = attach.stdout.read(), attach.stderr.read()
     follower.join(600)
     lines += out.splitlines()
     phase("cut, reconnect, follow to the end")
