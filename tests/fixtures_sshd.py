@@ -84,6 +84,11 @@ def _keygen(path: Path) -> None:
 
 
 def _session_compile_cache(root: Path) -> Path:
+    """The compile cache every engine of the test session shares (conftest sets
+    ``GEMMA_WORKBENCH_COMPILE_CACHE``), else the session home's default one."""
+    shared = os.environ.get("GEMMA_WORKBENCH_COMPILE_CACHE")
+    if shared:
+        return Path(shared)
     home = os.environ.get("GEMMA_WORKBENCH_HOME")
     return Path(home) / "state" / "compile-cache" if home else root / "compile-cache"
 

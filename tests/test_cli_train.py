@@ -26,7 +26,7 @@ from workbench.cli import main
 ONE_TRAIN_STEP = {"train__schedule": "constant"}
 """The foreground and Ctrl-C runs (6 and 5000 steps) share one schedule kind, so the engine
 compiles their train step once (the length is an input of the step; the kind is not)."""
-DEMO_STEPS = 40
+DEMO_STEPS = 12
 """The demo config's run, shortened (its other keys as written): see the test."""
 
 
@@ -125,11 +125,12 @@ def test_a_nan_producing_learning_rate_fails_in_one_line_and_marks_the_run(cli_e
 @pytest.mark.slow
 def test_the_demo_config_trains_on_8_devices_and_beats_the_base_exact_match(cli_engine, capsys):
     """examples/demo.toml on a data=2 × tensor=4 mesh (its comment's command), LoRA rank 8,
-    with its cosine schedule over 40 of its 150 steps (``DEMO_STEPS``): the steps are most of
-    this test's CPU on 8 simulated devices. Measured at 40 steps (train.seed 0, 1, 2): the tuned
-    model answers 12 %, 10 %, 11 % of the 105 eval prompts exactly where the base answers none,
-    and the mean of the last 3 losses is 3.5, 3.6, 3.2 against a first loss of 7.2-7.4 (the
-    assert asks for 0.5 less); all 150 steps (seed 0): 10 % and 2.7."""
+    with its cosine schedule over 12 of its 150 steps (``DEMO_STEPS``): the steps are a large
+    part of this test's CPU on 8 simulated devices. Measured at 12 steps (train.seed 0, 1, 2):
+    the tuned model answers 8.6 %, 8.6 %, 7.6 % of the 105 eval prompts exactly (8-9 of them)
+    where the base answers none, and the mean of the last 3 logged losses (steps 5, 10, 12) is
+    4.0, 4.2, 4.1 against a first loss of 7.2-7.4 (the assert asks for 0.5 less); at 40 steps:
+    12 %, 10 %, 11 % and 3.5, 3.6, 3.2; all 150 steps (seed 0): 10 % and 2.7."""
     from pathlib import Path
 
     demo = Path(__file__).resolve().parent.parent / "examples" / "demo.toml"

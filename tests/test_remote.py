@@ -202,7 +202,11 @@ def test_an_engine_of_another_api_version_is_refused_in_one_line(server, laptop,
 
 
 def _dataset(path: Path) -> Path:
-    rows = [{"prompt": f"What is {a} plus {b}?", "response": str(a + b)}
+    """Sums, each answered in a sentence: every batch of 4 rows of 64 tokens then has at most 16
+    loss positions a row (``train.loss.loss_slots``), as the demo data's batches of the engine
+    tests have, so the run compiles one train step and one eval step (bare answers, one digit
+    or two, made batches of 8 and of 16: two train steps)."""
+    rows = [{"prompt": f"What is {a} plus {b}?", "response": f"It is {a + b}."}
             for a in range(12) for b in range(12)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
@@ -318,7 +322,14 @@ def test_remote_flow_detach_attach_cut_reconnect_compare(server, laptop, tmp_pat
     state_at_cut = json.loads((run_dir / "status.json").read_text())
     phase("run set-up to first step")
     os.kill(master_pid(server, laptop), signal.SIGKILL)  # the link drops mid-stream
-    out, err = attach.communicate(timeout=600)
+    try:  # its few KB of output wait in the pipes meanwhile
+        attach.wait(600)
+    finally:
+        if attach.poll() is None:
+            attach.kill()
+    # read on through the buffer readline() filled: communicate() reads the pipe itself and
+    # loses the lines readline() had buffered (a step that arrived with the first one)
+    out, err = attach.stdout.read(), attach.stderr.read()
     follower.join(600)
     lines += out.splitlines()
     phase("cut, reconnect, follow to the end")

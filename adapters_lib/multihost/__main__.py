@@ -1,22 +1,28 @@
 """``python -m adapters_lib.multihost train RUN_DIR --coordinator HOST:PORT --num-processes N
 --process-id I [--resume]``: train one run directory as one process of N (tests and scripts;
 the engine uses ``adapters_lib.engine.multihost``). The memory-plan table of
-docs/multihost.md is ``python -m bench.multihost_plan``."""
+docs/multihost.md is ``python -m bench.multihost_plan``.
+
+Exit status: 0 trained, 2 a mistake (one line), 75 a process of the job was lost (the run is
+``interrupted``: restart every process, then resume), as the watchdog exits."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import logging
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.import_shields import tf_deferred
-from adapters_lib.multihost.distributed import initialize, process_index
-from adapters_lib.multihost.training import train_one
+from adapters_lib.multihost.distributed import initialize, process_count, process_index
+from adapters_lib.multihost.training import lost_peer, train_one
+from adapters_lib.multihost.watchdog import Watchdog
 
 
 def parser() -> argparse.ArgumentParser:
@@ -52,8 +58,15 @@ def main(argv: list[str] | None = None, *, control: Callable[..., Any] | None = 
         initialize(coordinator=args.coordinator, num_processes=args.num_processes,
                    process_id=args.process_id, timeout_s=args.timeout,
                    heartbeat_timeout_s=args.heartbeat)
-        result = train_one(Path(args.run_dir), resume=args.resume, control=control,
-                           watchdog_s=args.watchdog)
+        try:
+            result = train_one(Path(args.run_dir), resume=args.resume, control=control,
+                               watchdog_s=args.watchdog)
+        except WorkbenchError:
+            raise
+        except Exception as e:
+            if process_count() > 1 and lost_peer(e):
+                _exit_lost(e)
+            raise
     except WorkbenchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -61,6 +74,19 @@ def main(argv: list[str] | None = None, *, control: Callable[..., Any] | None = 
            "losses": {str(k): v for k, v in sorted(result.losses.items())}}
     print(json.dumps(out), flush=True)
     return 0
+
+
+def _exit_lost(err: BaseException) -> NoReturn:
+    """End this process now: a process of the job is gone (``train_one`` marked the run
+    ``interrupted``). A normal exit would wait in ``jax.distributed``'s shutdown barrier until
+    the lost process's heartbeat times out (``--heartbeat``, 100 s by default), then abort."""
+    traceback.print_exception(err, file=sys.stderr)
+    logging.getLogger("adapters_lib.multihost").error(
+        "multi-host: a process of the job was lost; exiting (restart every process, then resume)")
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(Watchdog.LOST_EXIT)
 
 
 if __name__ == "__main__":

@@ -38,9 +38,11 @@ class Watchdog:
     """
 
     PREFIX = "gemma_workbench/heartbeat/"
+    LOST_EXIT = 75
+    """The exit status of a process that ends because the job lost a process (EX_TEMPFAIL)."""
 
     def __init__(self, on_lost: Any = None, *, interval: float = 1.0, timeout: float | None = None,
-                 exit_code: int = 75):
+                 exit_code: int = LOST_EXIT):
         import threading
 
         self.on_lost = on_lost

@@ -36,6 +36,36 @@ log = logging.getLogger(__name__)
 
 ITEMS = ("params", "opt_state", "meta")
 
+WHOLE_SHARD_BYTES = 1 << 20
+"""Below this many bytes a replica, a replicated array's shard is saved whole by one replica.
+Orbax's default splits every replicated shard among its replicas (each writes a slice), and
+each slice shape is one more small program to compile at the first save: a LoRA state is
+hundreds of KB-sized arrays, so the first checkpoint of the demo's rank-8 adapters on a 2×4
+CPU mesh compiled 56 slice programs (1.8 of its 2.0 s; 0.2 s saved whole). Larger arrays
+(full fine-tunes) are still written in parallel slices."""
+
+_whole_shards = False
+
+
+def _save_small_shards_whole() -> None:
+    """Orbax's ``jax.Array`` handler, as orbax registers it, with ``WHOLE_SHARD_BYTES`` as its
+    minimum slice for a replica-parallel save (once per process)."""
+    global _whole_shards
+    if _whole_shards:
+        return
+    from orbax.checkpoint._src.metadata import array_metadata_store
+
+    handler = ocp.type_handlers.ArrayHandler(array_metadata_store=array_metadata_store.Store(),
+                                             min_slice_bytes_for_replica_parallel=WHOLE_SHARD_BYTES)
+    absl_log = logging.getLogger("absl")
+    level = absl_log.level
+    absl_log.setLevel(logging.ERROR)  # orbax warns that a handler is replaced: this one is meant to
+    try:
+        ocp.type_handlers.register_type_handler(jax.Array, handler, override=True)
+    finally:
+        absl_log.setLevel(level)
+    _whole_shards = True
+
 
 def abstract_of(tree: Any, sharding: Any = None) -> Any:
     """ShapeDtypeStructs of ``tree``, keeping each array's sharding (or ``sharding``)."""
@@ -97,6 +127,7 @@ class CheckpointStore:
             max_to_keep=None, create=not read_only, read_only=read_only,
             enable_async_checkpointing=True, cleanup_tmp_directories=not read_only,
         )
+        _save_small_shards_whole()
         self.manager = ocp.CheckpointManager(self.directory, options=options, item_names=ITEMS)
 
     def latest_step(self) -> int | None:

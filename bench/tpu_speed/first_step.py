@@ -54,7 +54,7 @@ def first_step_once() -> None:
     jax.block_until_ready(base)
     t_weights = time.perf_counter() - t_start
     b, seq = (2, 128) if shapes.DRY else (4, 2048)
-    p = train_point(model, base, batch=b, seq=seq, steps=1, memory=False)
+    p = train_point(model, base, batch=b, seq=seq, steps=0, memory=False)
     from adapters_lib import program_store
     from adapters_lib.train import step_programs
 
@@ -63,8 +63,8 @@ def first_step_once() -> None:
     # a launch in the running engine, weights held: the programs this process keeps (the
     # engine's next run of these shapes), then the program store read back (the first run of
     # these shapes in an engine that ran them before a restart)
-    kept = train_point(model, base, batch=b, seq=seq, steps=1, memory=False)["first_step_s"]
+    kept = train_point(model, base, batch=b, seq=seq, steps=0, memory=False)["first_step_s"]
     step_programs.forget()
-    stored = train_point(model, base, batch=b, seq=seq, steps=1, memory=False)["first_step_s"]
+    stored = train_point(model, base, batch=b, seq=seq, steps=0, memory=False)["first_step_s"]
     print(json.dumps({**first, "relaunch_kept_s": kept, "relaunch_store_s": stored,
                       "program_store_after": program_store.stats, "batch": b, "seq": seq}), flush=True)

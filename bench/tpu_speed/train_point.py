@@ -14,7 +14,8 @@ def train_point(model: Any, base: Any, *, batch: int, seq: int, steps: int, memo
                 profile_to: str | None = None, **build: Any) -> dict[str, Any]:
     """Ours: seconds a step of a LoRA step at ``batch × seq`` (random tokens), its TFLOP/s, the
     seconds to the first step's loss (trace + compile + run), and the compiled step's memory
-    beside the estimate's. ``build``: ``build_steps`` keywords and ``remat``."""
+    beside the estimate's. ``build``: ``build_steps`` keywords and ``remat``. ``steps=0``: the
+    first step alone (``first_step_s``, ``loss_first``; no warm-up, nothing timed after it)."""
     import jax
     import numpy as np
 
@@ -37,6 +38,8 @@ def train_point(model: Any, base: Any, *, batch: int, seq: int, steps: int, memo
     state, m = fns.train_step(state, data)
     loss0 = float(m["loss"])
     first_s = time.perf_counter() - t0
+    if not steps:
+        return {"batch": batch, "seq": seq, "first_step_s": first_s, "loss_first": loss0}
     for _ in range(2):
         state, m = fns.train_step(state, data)
     jax.block_until_ready(m["loss"])
