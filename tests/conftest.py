@@ -44,6 +44,17 @@ from adapters_lib.import_shields import tf_deferred  # noqa: E402 - after the en
 # 81.9 -> 78.7 s (GC 6.6 -> 2.0 s), peak RSS +2 %.
 gc.set_threshold(50_000, 20, 20)
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One full collection when a worker ends, not pytest's five (``unraisableexception``):
+    with these heaps each took ~2 s a worker (py-spy), at the end of every CI run. Unraisable
+    exceptions from ``__del__`` are still reported."""
+    try:
+        from _pytest.unraisableexception import gc_collect_iterations_key
+    except ImportError:  # another pytest: its own default
+        return
+    config.stash[gc_collect_iterations_key] = 1
+
 tf_deferred.install()  # as the engine's processes do: TensorFlow only on first use
 
 REPO = Path(__file__).resolve().parent.parent
