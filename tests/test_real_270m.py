@@ -178,12 +178,17 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
     _, loaded, trainable, _ = load_checkpoint(run, LORA_STEPS)
     export_run(run.path, "adapter", out=tmp_path / "adapter")
     again = load_adapter_model(str(tmp_path / "adapter"))
+    # the round trip is exact: the same tree of the same arrays, so the same logits on any input
+    assert jax.tree.structure(again.adapters) == jax.tree.structure(trainable)
+    for got, want in zip(jax.tree.leaves(again.adapters), jax.tree.leaves(trainable), strict=True):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
     ids = m.tokenizer.encode("<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n")
     net = lora.wrap(m.model, cfg.lora)
-    want = _logits(net, lora.merge_lora(m.params, trainable), [2, *ids])
-    got = _logits(net, lora.merge_lora(m.params, again.adapters), [2, *ids])
-    np.testing.assert_allclose(got, want, atol=1e-5)
-    assert np.abs(want - _logits(m.model, m.params, [2, *ids])).max() > 0.1  # adapters matter
+    tuned_logits = _logits(net, lora.merge_lora(m.params, trainable), [2, *ids])
+    # the base in the same program (one compile): adapters of zeros add exact zeros
+    base_logits = _logits(net, lora.merge_lora(m.params, jax.tree.map(lambda a: a * 0, trainable)), [2, *ids])
+    assert np.abs(tuned_logits - base_logits).max() > 0.1  # adapters matter
 
 
 def test_hf_export_of_the_dequantized_model_reloads_to_the_same_logits(real_270m, tmp_path):
@@ -204,7 +209,6 @@ def test_hf_export_of_the_dequantized_model_reloads_to_the_same_logits(real_270m
     reloaded = load_model(ModelSpec(source=str(folder)))
     np.testing.assert_array_equal(_logits(reloaded.model, reloaded.params, ids), want)
     del reloaded
-    jax.clear_caches()
 
 
 def test_an_int8_270m_scores_english_as_the_float_model_does(real_270m, tmp_path):

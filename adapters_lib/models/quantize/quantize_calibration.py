@@ -214,15 +214,15 @@ def _calibrating_class(cls: type) -> type:
     return new_cls
 
 
-def hessians(loaded: Any, rows: list[list[int]]) -> dict[tuple[str, ...], Any]:
-    """``XᵀX`` of each gemma ``Einsum``'s input over ``rows`` (the float base), keyed by the
-    weight's params path, with its einsum equation under ``path + ("eqn",)``."""
+@functools.lru_cache(maxsize=4)
+def _sown(model: Any) -> tuple[type, Any]:
+    """(the calibrating class, the jitted ``(params, tokens) -> sown XᵀX``) of ``model``: made
+    once a model, so that another load of the same base (another spec, a run's Compare after
+    its training) traces and compiles its calibration pass no more."""
     import dataclasses
 
     import jax
-    import jax.numpy as jnp
 
-    model = loaded.model
     kwargs = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
               if f.init and f.name not in ("parent", "name")}
     cls = _calibrating_class(type(model))
@@ -233,6 +233,16 @@ def hessians(loaded: Any, rows: list[list[int]]) -> dict[tuple[str, ...], Any]:
         _, state = calibrating.apply({"params": params}, tokens, mutable=["gptq"])
         return state["gptq"]
 
+    return cls, one
+
+
+def hessians(loaded: Any, rows: list[list[int]]) -> dict[tuple[str, ...], Any]:
+    """``XᵀX`` of each gemma ``Einsum``'s input over ``rows`` (the float base), keyed by the
+    weight's params path, with its einsum equation under ``path + ("eqn",)``."""
+    import jax
+    import jax.numpy as jnp
+
+    cls, one = _sown(loaded.model)
     total: dict[tuple[str, ...], Any] = {}
     for row in rows:
         got = one(loaded.params, jnp.asarray([row], jnp.int32))
