@@ -45,12 +45,14 @@ def _two_layers(**changes):
     return dataclasses.replace(config, attention_types=kinds, num_embed=1024, **changes)
 
 
-# Every layout through each path at a length it blocks fully (blocked 256: the local and the
-# global layers in blocks) and through the fused call; at 192 (the global layer not a multiple
-# of its block: one dense score block) one layout, grouped (two KV heads, two queries each):
-# the other layouts would run the same code, which their 256 cases cover block by block (and
-# the splash fallback test runs the demo's one KV head with a dense global block, at 128).
-CASES = [(layout, kind, length) for kind, length in (("blocked", 256), ("xla", 96)) for layout in LAYOUTS]
+# Each path at a length it blocks fully (blocked 256: the local and the global layers in blocks)
+# and the fused call at the same length (one gemma reference for both: ``_gemma``), in the two
+# ways a layer projects (mha: one qkv einsum; gqa: queries in groups over fewer KV heads, two
+# queries each). One KV head (mqa, the demo's and Gemma 3's small models') runs gqa's code with
+# groups of four: the splash fallback test runs it block-sparse at 128 (its global layer one
+# dense block) and the splash cases in the kernel. At 192 (the global layer not a multiple of
+# its block: one dense score block) gqa alone: the other layouts would run the same code.
+CASES = [(layout, kind, 256) for kind in ("blocked", "xla") for layout in ("gqa", "mha")]
 CASES.insert(0, ("gqa", "blocked", 192))
 
 
@@ -92,22 +94,31 @@ def _model_and_params(**config_changes):
     return config, model, params
 
 
-def _check_against_gemma(kind, length, **config_changes):
-    config, model, params = _model_and_params(**config_changes)
+def _run(config_changes: tuple, length: int, kind: str | None):
+    """The loss ``Σ logits · weights`` on the packed batch, its logits and its gradients, under
+    ``kind``'s training attention (None: gemma's own)."""
+    config, model, params = _model_and_params(**dict(config_changes))
     tokens, positions, mask, valid = _packed_batch(length)
-    blocked = variants.with_training_attention(model, kind)
     weights = jax.random.normal(jax.random.key(1), (*tokens.shape, config.num_embed)) * valid[..., None]
+    m = model if kind is None else variants.with_training_attention(model, kind)
 
-    def run(m):
-        # the batch goes in as arguments, as in the train step (closed over, it would be constants
-        # that XLA folds at compile time: seconds for the splash path's segment ids)
-        def loss(p, tokens, positions, mask, weights):
-            logits = m.apply({"params": p}, tokens, positions=positions, attention_mask=mask).logits
-            return jnp.sum(logits * weights), logits
-        return jax.jit(jax.value_and_grad(loss, has_aux=True))(params, tokens, positions, mask, weights)
+    # the batch goes in as arguments, as in the train step (closed over, it would be constants
+    # that XLA folds at compile time: seconds for the splash path's segment ids)
+    def loss(p, tokens, positions, mask, weights):
+        logits = m.apply({"params": p}, tokens, positions=positions, attention_mask=mask).logits
+        return jnp.sum(logits * weights), logits
+    return jax.jit(jax.value_and_grad(loss, has_aux=True))(params, tokens, positions, mask, weights)
 
-    (v_dense, logits_dense), g_dense = run(model)
-    (v_blocked, logits_blocked), g_blocked = run(blocked)
+
+_gemma = functools.cache(functools.partial(_run, kind=None))
+"""gemma's dense reference, computed once per config and length (each path compares with it)."""
+
+
+def _check_against_gemma(kind, length, **config_changes):
+    changes = tuple(sorted(config_changes.items()))
+    valid = _packed_batch(length)[3]
+    (v_dense, logits_dense), g_dense = _gemma(changes, length)
+    (v_blocked, logits_blocked), g_blocked = _run(changes, length, kind)
     np.testing.assert_allclose(np.asarray(logits_blocked)[valid], np.asarray(logits_dense)[valid],
                                rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(float(v_blocked), float(v_dense), rtol=1e-4, atol=1e-3)  # a sum with cancellation

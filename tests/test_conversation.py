@@ -39,29 +39,36 @@ def test_per_variant_prompts_give_what_each_side_gives_alone(model):
 
 
 def test_a_three_turn_conversation_keeps_each_sides_own_history(model):
+    """Two conversations, rows of one batch as the two prompts above (the same programs at the
+    first turn); two tokens an answer keep every turn's history in the 64-token prompt bucket."""
     from adapters_lib.sample import Conversation
 
-    settings = _settings()
+    settings = _settings(max_new_tokens=2)
     messages = [{"role": "system", "content": "Answer briefly."},
                 {"role": "user", "content": "Is 5 even or odd?"},
                 {"role": "assistant", "content": "odd"},  # a reference: never fed to a model
                 {"role": "user", "content": "And 6?"},
-                {"role": "user", "content": "Reverse the words: apple river stone"}]
-    [conv] = model.converse([Conversation.from_messages(messages)], settings)
-    record = conv.record()
-    assert len(record["base"]) == len(record["tuned"]) == 3
+                {"role": "user", "content": "Reverse: apple river"}]
+    other = [{"role": "user", "content": "Is 7 even or odd?"}, {"role": "user", "content": "And 8?"},
+             {"role": "user", "content": "And 9?"}]
+    convs = model.converse([Conversation.from_messages(messages), Conversation.from_messages(other)], settings)
+    record, record_other = (c.record() for c in convs)
+    assert len(record["base"]) == len(record["tuned"]) == len(record_other["tuned"]) == 3
     assert record["references"] == ["odd", None, None]
-    assert record["messages"] == messages
+    assert record["messages"] == messages and record_other["messages"] == other
     # Replaying each side alone, feeding it its own answers, gives the same turns.
+    users = [[m["content"] for m in conv if m["role"] == "user"] for conv in (messages, other)]
     for side, adapters in (("base", None), ("tuned", model.adapters)):
-        history = [messages[0]]
-        for t, user in enumerate(["Is 5 even or odd?", "And 6?", "Reverse the words: apple river stone"]):
-            history.append({"role": "user", "content": user})
-            alone = model.sampler.generate_grid([list(history)], [adapters], settings)[0][0]["text"]
-            assert alone == record[side][t], (side, t)
-            history.append({"role": "assistant", "content": alone})
+        histories = [[messages[0]], []]
+        for t in range(3):
+            for history, user in zip(histories, users, strict=True):
+                history.append({"role": "user", "content": user[t]})
+            alone = model.sampler.generate_grid([list(h) for h in histories], [adapters], settings)[0]
+            assert [a["text"] for a in alone] == [record[side][t], record_other[side][t]], (side, t)
+            for history, a in zip(histories, alone, strict=True):
+                history.append({"role": "assistant", "content": a["text"]})
     assert record["base"] != record["tuned"]  # the histories differ, so per-side prompts were used
-    for turn in conv.turns:
+    for turn in (turn for conv in convs for turn in conv.turns):
         for side in ("base", "tuned"):
             answer = turn.answers[side]
             assert answer.stop_reason in ("stop", "length") and answer.tokens >= 1
@@ -69,19 +76,22 @@ def test_a_three_turn_conversation_keeps_each_sides_own_history(model):
 
 
 def test_answered_turns_are_history_and_only_the_new_turn_is_generated(model):
+    """Two conversations a batch and two tokens an answer, as the test above: its programs."""
     from adapters_lib.sample import Conversation
 
-    settings = _settings()
-    first = model.converse([Conversation.from_messages([{"role": "user", "content": "Is 7 even or odd?"}])],
-                           settings)[0].record()
-    follow = [{"role": "user", "content": "Is 7 even or odd?"},
-              {"role": "assistant", "base": first["base"][0], "tuned": first["tuned"][0]},
-              {"role": "user", "content": "And 8?"}]
-    [conv] = model.converse([Conversation.from_messages(follow)], settings)
-    assert conv.turns[0].given and conv.record()["base"][0] == first["base"][0]
-    whole = model.converse([Conversation.from_messages([follow[0], follow[2]])], settings)[0].record()
-    assert conv.record()["base"][1] == whole["base"][1]
-    assert conv.record()["tuned"][1] == whole["tuned"][1]
+    settings = _settings(max_new_tokens=2)
+    asks = ["Is 7 even or odd?", "Is 5 even or odd?"]
+    firsts = [c.record() for c in model.converse(
+        [Conversation.from_messages([{"role": "user", "content": ask}]) for ask in asks], settings)]
+    follows = [[{"role": "user", "content": ask},
+                {"role": "assistant", "base": first["base"][0], "tuned": first["tuned"][0]},
+                {"role": "user", "content": "And 8?"}] for ask, first in zip(asks, firsts, strict=True)]
+    convs = model.converse([Conversation.from_messages(follow) for follow in follows], settings)
+    wholes = model.converse([Conversation.from_messages([follow[0], follow[2]]) for follow in follows], settings)
+    for conv, whole, first in zip(convs, wholes, firsts, strict=True):
+        assert conv.turns[0].given and conv.record()["base"][0] == first["base"][0]
+        assert conv.record()["base"][1] == whole.record()["base"][1]
+        assert conv.record()["tuned"][1] == whole.record()["tuned"][1]
 
 
 @pytest.mark.parametrize("messages, match", [

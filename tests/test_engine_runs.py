@@ -3,7 +3,7 @@
 One story, in order (the tests share the engine home): a detached demo run; its client is
 killed mid-stream; a new client reattaches and sees every metric; the engine is killed with
 SIGKILL mid-run; a restarted engine shows the run ``interrupted``; ``resume`` continues it
-and its loss curve equals an uninterrupted run's.
+and its loss curve equals an uninterrupted run's (a shorter one: ``BASELINE_STEPS``).
 """
 
 from __future__ import annotations
@@ -28,12 +28,23 @@ STEPS = 80
 # (before the kill, resumed, the baseline) writes half as many (~0.3 s of CPU each)
 CONFIG = demo_run_config(steps=STEPS, checkpoint_every=10)
 KILL_AFTER_CHECKPOINT = 10
+# the uninterrupted run to compare with: the same run, shorter. Its schedule is constant after
+# warm-up and the data order does not depend on the length, so its curve is the first 30 steps
+# of an 80-step run's: 20 steps past the checkpoint the resumed run starts from (not 70 more
+# steps to train, ~9 s of CPU)
+BASELINE_STEPS = 30
+BASELINE = demo_run_config(steps=BASELINE_STEPS, checkpoint_every=10)
+
+
+# the Compare warm-up after a run off, as in every engine of the suite (tests/conftest.py; named
+# here: the last test checks it, tests/test_warm_compare.py turns it on)
+NO_WARM_UP = {"GEMMA_WORKBENCH_WARM_COMPARE": "0"}
 
 
 @pytest.fixture(scope="module")
 def story(engine_factory, tmp_path_factory):
     home = tmp_path_factory.mktemp("engine-runs-home")
-    return {"home": home, "first": engine_factory(home=home), "factory": engine_factory}
+    return {"home": home, "first": engine_factory(home=home, env=NO_WARM_UP), "factory": engine_factory}
 
 
 def _metric_steps(items):
@@ -150,7 +161,7 @@ def test_engine_killed_mid_run_leaves_the_run_interrupted_at_next_start(story):
     assert before.state == "running" and before.step < STEPS, f"the run ended before the kill: {before}"
     first.kill()
     story["metrics_before"] = before.metrics
-    second = story["factory"](home=story["home"])
+    second = story["factory"](home=story["home"], env=NO_WARM_UP)
     story["second"] = second
     run = second.client.get_run(run_id)
     assert run.state == "interrupted"
@@ -167,7 +178,7 @@ def test_resume_continues_from_the_checkpoint_to_completion(story, tmp_path):
     assert client.resume_run(run_id).state == "queued"
     # the uninterrupted run to compare with, from the CLI: queued behind it (one at a time)
     config = tmp_path / "baseline.toml"
-    config.write_text(config_from_dict(CONFIG).to_toml())
+    config.write_text(config_from_dict(BASELINE).to_toml())
     env = {**os.environ, "GEMMA_WORKBENCH_HOME": str(story["home"])}
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "workbench", "train", str(config), "--detach"],
@@ -213,8 +224,10 @@ def test_the_loss_curve_after_resume_equals_an_uninterrupted_run(story):
     assert client.wait_run(story["baseline"], timeout=300).state == "completed"
     got = client.get_run(story["run_id"]).metrics
     want = client.get_run(story["baseline"]).metrics
-    assert [m["step"] for m in want] == list(range(1, STEPS + 1))
-    losses = [m["loss"] for m in got]
+    assert [m["step"] for m in want] == list(range(1, BASELINE_STEPS + 1))
+    assert [m["step"] for m in got][:BASELINE_STEPS] == list(range(1, BASELINE_STEPS + 1))
+    assert BASELINE_STEPS > story["resume_from"]  # steps of the resumed run are compared
+    losses = [m["loss"] for m in got][:BASELINE_STEPS]
     expected = [m["loss"] for m in want]
     assert losses == pytest.approx(expected, rel=1e-5, abs=1e-6)
 
@@ -238,3 +251,11 @@ def test_cli_lists_and_shows_runs_through_the_engine(story):
     missing = subprocess.run([sys.executable, "-m", "workbench", "runs", "show", "nope"],
                              env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and missing.stderr.startswith("error: no run 'nope'")
+
+
+def test_no_compare_warm_up_after_the_runs_when_the_variable_says_0(story):
+    """The restarted engine ran two runs to their end (the resumed one, then the baseline, a few
+    seconds ago): with ``GEMMA_WORKBENCH_WARM_COMPARE=0`` it warmed no Compare after them."""
+    second = story["second"]
+    assert second.client.status().warming is None
+    assert "Compare warm" not in second.log_text() and "warming Compare" not in second.log_text()

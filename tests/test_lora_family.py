@@ -19,6 +19,9 @@ from adapters_lib.train.optimizer import make_optimizer
 
 L = 32
 ONE = MeshSpec(data=1, fsdp=1, tensor=1, devices=1)
+SEEDS = (1, 2, 4, 5)
+"""Packed batches (``make_batch(4, L, seed, packed=True)``) whose busiest row has the same loss
+positions (28 of 32: ``loss.loss_slots``), so that each step compiles once, not once per slot count."""
 
 
 def _cfg(spec: LoraSpec) -> RunConfig:
@@ -59,7 +62,7 @@ def _train(demo, one_mesh, batches, spec: LoraSpec, family: lora_family.LoraFami
                                   LoraSpec(rank=8, alpha=3.0, targets=("k", "o", "gate", "down"))],
                          ids=["r4-qv", "r8-mixed"])
 def test_a_family_program_trains_as_the_exact_program(demo, one_mesh, make_batch, spec):
-    batches = [make_batch(4, L, seed=s, packed=True) for s in range(3)]
+    batches = [make_batch(4, L, seed=s, packed=True) for s in SEEDS[:3]]
     sgd = optax.sgd(1.0)  # each step moves the adapters by their gradient: the values compare the gradients
     exact = _train(demo, one_mesh, batches, spec, None, optimizer=sgd)
     family = lora_family.resolve(spec, programs="family", platform="cpu", bucket=16)
@@ -83,8 +86,8 @@ def test_the_padded_rows_and_masked_targets_stay_exactly_zero(demo, one_mesh, ma
     steps = step_lib.build_steps(model, cfg, make_optimizer(cfg.train), one_mesh, base, trainable, ce_chunk=8,
                                  family=family)
     state = steps.init_state(trainable)
-    for s in range(2):
-        state, _ = steps.train_step(state, steps.put_batch(make_batch(4, L, seed=10 + s, packed=True)))
+    for s in SEEDS[2:]:
+        state, _ = steps.train_step(state, steps.put_batch(make_batch(4, L, seed=s, packed=True)))
     for path, x in jax.tree_util.tree_flatten_with_path(jax.device_get(state.params))[0]:
         name = str(path[-1].key)
         x = np.asarray(x)
@@ -98,7 +101,7 @@ def test_the_padded_rows_and_masked_targets_stay_exactly_zero(demo, one_mesh, ma
 
 def test_rank_alpha_and_targets_of_a_family_reuse_its_programs(demo, one_mesh, make_batch):
     model, base = demo
-    batch = make_batch(4, L, seed=1, packed=True)
+    batch = make_batch(4, L, seed=SEEDS[0], packed=True)
     made, cached = [], []
     for spec in (LoraSpec(rank=4, alpha=8.0, targets=("q", "v")), LoraSpec(rank=12, alpha=2.0),
                  LoraSpec(rank=8, alpha=16.0, targets=("down",))):
@@ -244,7 +247,7 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
 
     monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "1")
     step_programs.forget()
-    settings = dict(train__steps=10, train__checkpoint_every=10, train__eval_every=10, train__programs='"family"',
+    settings = dict(train__steps=6, train__checkpoint_every=6, train__eval_every=6, train__programs='"family"',
                     train__rank_bucket=16)
     try:
         with caplog.at_level(logging.INFO, logger="adapters_lib"):
@@ -359,6 +362,6 @@ def test_a_state_made_on_the_host_is_placed_as_the_devices_state(demo, make_batc
         assert x.sharding.is_equivalent_to(y.sharding, x.ndim) and x.dtype == y.dtype
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     assert all(set(x.devices()) == {jax.devices()[1]} for x in jax.tree.leaves(a))
-    batch = make_batch(4, L, seed=1, packed=True)
+    batch = make_batch(4, L, seed=SEEDS[0], packed=True)
     (a, ma), (b, mb) = steps.train_step(a, steps.put_batch(batch)), steps.train_step(b, steps.put_batch(batch))
     assert float(ma["loss"]) == float(mb["loss"])

@@ -11,6 +11,7 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
 from fixtures_runs import train_demo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,16 +37,10 @@ def compile_events() -> Iterator[list[tuple[str, str]]]:
         monitoring.unregister_event_duration_listener(listener)
 
 
-def test_a_run_changing_only_lr_warmup_and_steps_traces_and_compiles_nothing(tmp_path, monkeypatch):
-    """Nothing is traced or compiled (the train and eval steps, the exact-match decoder), the
-    weights are not made again, and the base eval at step 0 (loss, perplexity, exact match)
-    is read back, not computed: the same numbers land in eval.jsonl and status.json. Other
-    eval batches are scored anew."""
-    from adapters_lib.evals import base_scores
-    from adapters_lib.models import model_cache
+def _counting_evals(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The steps at which runs evaluate from now on (``GemmaTrainer.evaluate`` counted)."""
     from adapters_lib.train.loop import GemmaTrainer
 
-    monkeypatch.setenv("GEMMA_WORKBENCH_BASE_SCORES", str(tmp_path / "scores"))
     evaluated: list[int] = []
     original = GemmaTrainer.evaluate
 
@@ -54,10 +49,48 @@ def test_a_run_changing_only_lr_warmup_and_steps_traces_and_compiles_nothing(tmp
         return original(self)
 
     monkeypatch.setattr(GemmaTrainer, "evaluate", counted)
-    run1, first = train_demo(tmp_path, "first", **WITH_EM)
-    assert first.state == "completed" and evaluated == [0, 2]  # the base at step 0, the tuned at 2
+    return evaluated
+
+
+@pytest.fixture(scope="module")
+def first_launch(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The first launch, in this process: a short demo run with exact match, its train and
+    eval steps traced, lowered and compiled anew (no program kept from an earlier test) with
+    the program store off, as in any process but an engine (an in-process engine may have
+    turned it on in this worker): XLA compiled them, or the session's compile cache served
+    them, which holds them then for a new process (the last test). Its base scores go to a
+    folder of its own, where the next runs read them."""
+    from adapters_lib import program_store
+    from adapters_lib.train import step_programs
+
+    root = tmp_path_factory.mktemp("first-launch")
+    kept_store = program_store.folder()
+    program_store.disable()
+    step_programs.forget()
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("GEMMA_WORKBENCH_BASE_SCORES", str(root / "scores"))
+            evaluated = _counting_evals(mp)
+            run, result = train_demo(root, "first", **WITH_EM)
+    finally:
+        if kept_store is not None:
+            program_store.enable(kept_store)
+    return {"root": root, "run": run, "result": result, "evaluated": evaluated}
+
+
+def test_a_run_changing_only_lr_warmup_and_steps_traces_and_compiles_nothing(first_launch, monkeypatch):
+    """After the first launch, nothing is traced or compiled (the train and eval steps, the
+    exact-match decoder), the weights are not made again, and the base eval at step 0 (loss,
+    perplexity, exact match) is read back, not computed: the same numbers land in eval.jsonl and
+    status.json. Other eval batches are scored anew."""
+    from adapters_lib.evals import base_scores
+    from adapters_lib.models import model_cache
+
+    tmp_path, run1, first = first_launch["root"], first_launch["run"], first_launch["result"]
+    assert first.state == "completed" and first_launch["evaluated"] == [0, 2]  # the base at 0, the tuned at 2
+    monkeypatch.setenv("GEMMA_WORKBENCH_BASE_SCORES", str(tmp_path / "scores"))
+    evaluated = _counting_evals(monkeypatch)
     hits, reused = model_cache.stats["hits"], base_scores.stats["reused"]
-    evaluated.clear()
     with compile_events() as seen:
         run2, second = train_demo(tmp_path, "second", **{**WITH_EM, "train__steps": 3, "train__eval_every": 3,
                                                          "train__checkpoint_every": 3},
@@ -84,11 +117,11 @@ def _base_row(run: Path) -> dict:
     return next(r for r in rows if r["phase"] == "base")
 
 
-def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(tmp_path):
-    """A fresh process's run writes the steps to the session's compile cache; another fresh
-    process running the same shapes reads them (JAX's own cache-hit log), compiling neither.
-    Both are new processes without the engine's program store: in a test worker an earlier
-    test's engine may have stored the same step, and a stored program never reaches the cache."""
+def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(first_launch, tmp_path):
+    """The first launch left its steps in the session's compile cache; a new process running
+    the same shapes reads them (JAX's own cache-hit log), compiling neither. It runs without
+    the engine's program store, as the first launch did: a stored program never reaches JAX's
+    cache (an earlier test's engine may have stored the same step)."""
     child = textwrap.dedent("""
         import logging, sys
         sys.path.insert(0, sys.argv[4])
@@ -118,11 +151,8 @@ def test_a_new_process_gets_the_train_and_eval_steps_from_the_persistent_cache(t
     # the program store off: a stored program is never traced, lowered or looked up in JAX's
     # cache (tests/test_program_store.py checks that path); here the cache itself is checked
     env = {**os.environ, "PYTHONPATH": str(REPO), "GEMMA_WORKBENCH_PROGRAMS": ""}
-    runs = [subprocess.run([sys.executable, "-c", child, str(tmp_path), name, lr, str(REPO / "tests")],
-                           capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
-            for name, lr in (("writer", "0.005"), ("reader", "0.001"))]
-    assert "STATE completed" in runs[0].stdout, runs[0].stdout[-2000:] + runs[0].stderr[-3000:]
-    out = runs[1]
+    out = subprocess.run([sys.executable, "-c", child, str(tmp_path), "reader", "0.001", str(REPO / "tests")],
+                         capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
     assert "STATE completed" in out.stdout, out.stdout[-2000:] + out.stderr[-3000:]
     jax_lines = [line for line in out.stdout.splitlines() if line.startswith("JAX ")]
     for name in ("jit_train_fn", "jit_eval_fn"):

@@ -34,11 +34,37 @@ def one_mesh():
     return mesh.make_mesh(ONE)
 
 
+SGD = optax.sgd(0.5)
+"""The plain optimizer of the tests below (an update is half the gradient). One learning rate and
+one cross-entropy chunk (``CE_CHUNK``) everywhere, so that the programs of one shape are one
+program (``sgd_steps`` keeps them; JAX's compile cache serves the others)."""
+CE_CHUNK = 8
+
+
 @pytest.fixture(scope="module")
-def lora_steps(demo, one_mesh, lora_params):
+def sgd_steps(demo, one_mesh, lora_params):
+    """``sgd_steps(kind, gather=True)``: the steps of ``kind`` ("lora f32", "lora bf16", "full
+    f32") with ``SGD``, built once in this module: the tests that only run them share their
+    compiled programs (a step compiles once per batch shape and loss slots)."""
     model, base = demo
-    cfg = _cfg()
-    return step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, lora_params(cfg.lora))
+    made = {}
+
+    def make(kind: str = "lora f32", gather: bool = True):
+        if (kind, gather) not in made:
+            cfg = _cfg(compute_dtype="bfloat16" if "bf16" in kind else "float32")
+            if kind.startswith("full"):
+                cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, enabled=False))
+            trainable = base if kind.startswith("full") else lora_params(cfg.lora)
+            made[kind, gather] = step_lib.build_steps(model, cfg, SGD, one_mesh, base, trainable,
+                                                      ce_chunk=CE_CHUNK, gather_loss=gather)
+        return made[kind, gather]
+
+    return make
+
+
+@pytest.fixture(scope="module")
+def lora_steps(sgd_steps):
+    return sgd_steps("lora f32")
 
 
 def test_attention_mask_is_causal_within_one_packed_example():
@@ -112,18 +138,20 @@ def test_bf16_cross_entropy_backward_multiplies_in_bf16():
     assert dots and all(set(d) == {"bfloat16"} for d in dots), dots
 
 
-def test_lora_at_step_zero_scores_like_the_base_model(demo, one_mesh, make_batch):
+def test_lora_at_step_zero_scores_like_the_base_model(demo, lora_steps, make_batch):
     model, base = demo
-    cfg = _cfg()
-    fresh = lora.init_lora(model, cfg.lora, base, jax.random.key(3))
-    steps = step_lib.build_steps(model, cfg, optax.sgd(0.1), one_mesh, base, fresh)
-    batch = make_batch(4, L, seed=1, packed=True)
-    out = steps.eval_step(steps.init_state(fresh).params, batch)
+    fresh = lora.init_lora(model, _cfg().lora, base, jax.random.key(3))
+    batch = make_batch(8, L, seed=1, packed=True)  # the shapes of lora_steps' other evals: one program
+    out = lora_steps.eval_step(lora_steps.init_state(fresh).params, batch)
 
-    mask = loss_lib.attention_mask(jnp.asarray(batch["segment_ids"]))
-    logits = model.apply({"params": base}, batch["tokens"], positions=batch["positions"],
-                         attention_mask=mask).logits
-    ref = loss_lib.full_ce_sum(logits, batch["targets"], batch["loss_mask"])
+    @jax.jit  # gemma's own forward as one program (run op by op, each op compiled on its own)
+    def base_ce(params, batch):
+        mask = loss_lib.attention_mask(batch["segment_ids"])
+        logits = model.apply({"params": params}, batch["tokens"], positions=batch["positions"],
+                             attention_mask=mask).logits
+        return loss_lib.full_ce_sum(logits, batch["targets"], batch["loss_mask"])
+
+    ref = base_ce(base, batch)
     np.testing.assert_allclose(out["loss_sum"], ref, rtol=1e-5)
     assert float(out["n_tokens"]) == batch["loss_mask"].sum()
 
@@ -160,15 +188,14 @@ def _fresh(steps):
                                      for x, k in zip(leaves, keys, strict=True)])
 
 
-def test_grad_accumulation_two_by_four_equals_one_batch_of_eight(demo, one_mesh, lora_params, make_batch):
+def test_grad_accumulation_two_by_four_equals_one_batch_of_eight(demo, one_mesh, lora_params, lora_steps,
+                                                                 make_batch):
     model, base = demo
-    cfg1 = _cfg()
-    cfg2 = _cfg(grad_accum=2)
-    trainable = lora_params(cfg1.lora)
+    trainable = lora_params(LoraSpec(rank=4))
     batch = make_batch(8, L, seed=2, packed=True)
     results = []
-    for cfg in (cfg1, cfg2):
-        steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, trainable, ce_chunk=8)
+    accum2 = step_lib.build_steps(model, _cfg(grad_accum=2), SGD, one_mesh, base, trainable, ce_chunk=CE_CHUNK)
+    for steps in (lora_steps, accum2):  # one batch of 8, then two micro-batches of 4
         state, metrics = steps.train_step(steps.init_state(trainable), batch)
         results.append((jax.device_get(metrics), jax.device_get(state.params), steps))
     (m1, p1, _), (m2, p2, steps2) = results
@@ -211,14 +238,14 @@ def test_learning_rate_and_run_length_are_inputs_of_one_compiled_step(demo, one_
     assert move_b / move_a == pytest.approx(lr_b / lr_a, rel=0.05)
 
 
-def test_full_finetune_with_remat_matches_without(demo, one_mesh, make_batch):
+def test_full_finetune_with_remat_matches_without(demo, one_mesh, sgd_steps, make_batch):
     model, base = demo
     batch = make_batch(8, L, seed=4)
-    cfgs = [_cfg(remat=r) for r in (False, True)]
-    cfgs = [dataclasses.replace(c, lora=dataclasses.replace(c.lora, enabled=False)) for c in cfgs]
+    cfg = _cfg(remat=True)
+    cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, enabled=False))
+    remat = step_lib.build_steps(model, cfg, SGD, one_mesh, base, base, ce_chunk=CE_CHUNK)
     out = []
-    for cfg in cfgs:
-        steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, base)
+    for steps in (sgd_steps("full f32"), remat):
         assert jax.tree.leaves(steps.base_params) == []  # full FT: nothing frozen
         state, metrics = steps.train_step(steps.init_state(base), batch)
         out.append((jax.device_get(metrics), jax.device_get(state.params)))
@@ -229,11 +256,9 @@ def test_full_finetune_with_remat_matches_without(demo, one_mesh, make_batch):
     assert all(jax.tree.leaves(changed))  # every param trains
 
 
-def test_bf16_compute_tracks_f32(demo, one_mesh, lora_params, lora_steps, make_batch):
-    model, base = demo
-    cfg = _cfg(compute_dtype="bfloat16")
-    trainable = lora_params(cfg.lora)
-    steps = step_lib.build_steps(model, cfg, optax.sgd(0.5), one_mesh, base, trainable)
+def test_bf16_compute_tracks_f32(lora_params, sgd_steps, lora_steps, make_batch):
+    trainable = lora_params(LoraSpec(rank=4))
+    steps = sgd_steps("lora bf16")
     batch = make_batch(8, L, seed=7)
     lo = steps.eval_step(steps.init_state(trainable).params, batch)
     hi = lora_steps.eval_step(lora_steps.init_state(trainable).params, batch)
@@ -313,19 +338,13 @@ def test_gathered_positions_give_the_full_loss_and_gradients():
 
 @pytest.mark.parametrize("kind", ["lora f32", "lora bf16", "full f32"])
 def test_train_and_eval_steps_gathering_loss_positions_equal_the_full_computation(
-        kind, demo, one_mesh, lora_params, make_batch):
-    model, base = demo
-    cfg = _cfg(compute_dtype="bfloat16" if "bf16" in kind else "float32")
-    if kind.startswith("full"):
-        cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, enabled=False))
-        trainable = base
-    else:
-        trainable = lora_params(cfg.lora)
+        kind, demo, lora_params, sgd_steps, make_batch):
+    _, base = demo
+    trainable = base if kind.startswith("full") else lora_params(LoraSpec(rank=4))
     batch = _answer_only(make_batch(8, L, seed=12, packed=True))
     out = {}
     for gather in (False, True):
-        steps = step_lib.build_steps(model, cfg, optax.sgd(1.0), one_mesh, base, trainable, ce_chunk=8,
-                                     gather_loss=gather)
+        steps = sgd_steps(kind, gather)
         placed = steps.put_batch(batch)
         assert placed.slots == (loss_lib.loss_slots(batch["loss_mask"]) if gather else L)
         ev = jax.device_get(steps.eval_step(steps.init_state(trainable).params, placed))
@@ -360,9 +379,9 @@ def test_compile_behind_runs_a_batch_in_a_wider_program_while_its_own_compiles(d
     trainable = lora_params(cfg.lora)
     step_programs.forget()
     try:
-        assert not step_lib.build_steps(model, cfg, optax.sgd(0.1), one_mesh, base, trainable,
-                                        ce_chunk=8).compile_behind  # the CPU's default
-        steps = step_lib.build_steps(model, cfg, optax.sgd(0.1), one_mesh, base, trainable, ce_chunk=8,
+        assert not step_lib.build_steps(model, cfg, SGD, one_mesh, base, trainable,
+                                        ce_chunk=CE_CHUNK).compile_behind  # the CPU's default
+        steps = step_lib.build_steps(model, cfg, SGD, one_mesh, base, trainable, ce_chunk=CE_CHUNK,
                                      compile_behind=True)
         every = steps.put_batch(make_batch(8, L, seed=3, packed=True))
         few = steps.put_batch(_answer_only(make_batch(8, L, seed=12, packed=True)))

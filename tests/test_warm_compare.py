@@ -65,16 +65,6 @@ def test_after_a_run_the_engine_warms_its_compare_and_a_request_meanwhile_is_ans
     assert (during[0], during[1]["tokens"]) == (again[0], again[1]["tokens"])  # greedy: the same
 
 
-def test_off_when_the_variable_says_0(engine_factory):
-    proc = engine_factory(env={"GEMMA_WORKBENCH_WARM_COMPARE": "0"})
-    run = proc.client.create_run(demo_run_config(steps=1, checkpoint_every=1, eval_every=1),
-                                 source="<test>")
-    assert proc.client.wait_run(run.id, timeout=600).state == "completed"
-    assert proc.client.status().warming is None
-    time.sleep(1.0)
-    assert "Compare warm" not in proc.log_text() and "warming Compare" not in proc.log_text()
-
-
 def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_them(monkeypatch, tmp_path):
     """``at_run_start`` (the run's ``on_setup``, once its first step is lowered) compiles the
     Compare's sampler and eval's scorer for the run's LoRA family from zero adapters; the model
@@ -123,3 +113,27 @@ def test_a_runs_start_queues_its_familys_sampler_and_the_warm_up_after_it_finds_
     while not seen and time.monotonic() - t0 < 30:
         time.sleep(0.02)
     assert seen == [(again, run)]
+
+
+def test_off_when_the_variable_says_0(monkeypatch, tmp_path):
+    """``GEMMA_WORKBENCH_WARM_COMPARE=0``: neither a run's end nor its start queues anything, where
+    the same calls with it on do (the test above). The suite's engines all run with it off
+    (``tests/conftest.py``): tests/test_engine_runs.py's story checks that its engine warmed
+    nothing after its runs."""
+    import dataclasses
+
+    from adapters_lib.config import RunConfig, TrainSpec
+    from adapters_lib.engine import warm_compare
+    from adapters_lib.models.loader import load_model
+    from adapters_lib.runs.registry import create_run
+
+    monkeypatch.setenv("GEMMA_WORKBENCH_WARM_COMPARE", "0")
+    monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_AHEAD", "on")  # a CPU too: only the variable says no
+    base = RunConfig(train=TrainSpec(programs="family", rank_bucket=32))
+    cfg = dataclasses.replace(base, lora=dataclasses.replace(base.lora, rank=3, alpha=6.0, targets=("q", "v")))
+    run = create_run(cfg, root=tmp_path)
+    load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype)  # the run's model, held
+    warmer = warm_compare.Warmer(engine=None)  # no engine: nothing may get past the switch
+    assert warmer.at_run_start(cfg, run) == []
+    assert warmer.warm(run) is False
+    assert warmer.current is None and warmer.futures == []
