@@ -301,8 +301,10 @@ def signature(args: Any) -> tuple:
 
 
 def _wait(future: Any) -> None:
-    """Wait for a compile ahead that a call needs (a dropped or failed one: the call compiles)."""
-    if future is not None:
+    """Wait for a compile ahead that a call needs, under way (a dropped or failed one: the call
+    compiles). One still queued is dropped and the call compiles it now: it may be held
+    (``CompileQueue.hold``) by a run whose step 1 this call, a job between steps, delays."""
+    if future is not None and not future.cancel():
         try:
             future.result()
         except BaseException:  # noqa: BLE001 - cancelled or failed: compiled in the call
