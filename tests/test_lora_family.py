@@ -232,10 +232,10 @@ class _WaitForCompiles:
 
 
 def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_takes_over(tmp_path, monkeypatch, caplog):
-    """The accelerator's path (compile behind forced on this CPU): a cold run compiles its own
-    program and the family's behind; a rank/alpha/targets tweak then starts in the family's
-    (nothing compiled in the foreground) while its own compiles behind and takes over — the loss
-    curve that of its own program from start to end."""
+    """The accelerator's path (compile behind forced on this CPU): a cold run compiles the
+    family's program in the foreground (its own behind), so a rank/alpha/targets tweak then
+    starts in the family's (nothing compiled in the foreground) while its own compiles behind
+    and takes over — the loss curve that of its own program from start to end."""
     import logging
 
     from fixtures_runs import demo_overrides, train_demo
@@ -252,7 +252,7 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
     try:
         with caplog.at_level(logging.INFO, logger="adapters_lib"):
             train_demo(tmp_path, "cold", lora__rank=4, lora__targets='["q", "v"]', **settings)
-            assert "the family's compiles behind for the next rank" in caplog.text
+            assert "the family's program compiles now and serves the run" in caplog.text
             caplog.clear()
             tweak = dict(lora__rank=8, lora__alpha=4.0, lora__targets='["k", "o", "down"]')
             cfg = load_config(None, demo_overrides(run__name='"tweak"', run__dir=f'"{tmp_path}"', **settings, **tweak))

@@ -201,11 +201,14 @@ def _coming(steps: Any, args: tuple) -> bool:
 
 def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: Any, reference: Any) -> None:
     """Which program serves a family run first (an accelerator): the run's own when compiled (an
-    earlier run of this config); else the family's when compiled (a tweak: no wait), the run's own
-    compiling behind to take over; else (nothing compiled) the run's own, the family's behind for
-    the next tweak (a family compiling behind already counts as compiled: the first step waits
-    for it). The family's costs a step 7.6 % (r16 on every target) to 39 % (r8 on q, v) at
-    the Gemma-3-1B shape on a v5e (BENCHMARKS.md): it serves the wait, not the run."""
+    earlier run of this config); else the family's, the run's own compiling behind to take over.
+    The family's is compiled already after any earlier run of the model (a tweak: no wait); on a
+    cold start it compiles now, in the time the run's own would have taken, so that a rank, alpha
+    or targets tweak right after the launch finds it ready (the chip, 2026-12-07: with the run's
+    own first and the family's behind, a rank tweak 18 s after the 270M's first step waited
+    16 s for the family's compile). The family's costs a step 7.6 % (r16 on every target) to
+    39 % (r8 on q, v) at the Gemma-3-1B shape on a v5e (BENCHMARKS.md): it serves the wait, not
+    the run."""
     from adapters_lib.train.step import build_steps
 
     fam = plan.steps
@@ -214,17 +217,18 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     own.run_slots = fam.run_slots
     first = plan.pipeline.train_batch(0)
     own_args, fam_args = first_args(own, first), first_args(fam, first)
-    if ready(own, own_args) or not _coming(fam, fam_args):
-        if not ready(own, own_args):  # cold: the family's compiles behind, for the next tweak
-            plan.behind.append((fam._train, fam_args))
+    if ready(own, own_args):
         plan.trainable = fit_on_host(plan.trainable, plan.own.params)
         plan.steps, plan.family, plan.own = own, None, None
-        log.info("LoRA: the run's own program (%s)", "compiled before" if not plan.behind else
-                 "compiles now; the family's compiles behind for the next rank, alpha or targets")
+        log.info("LoRA: the run's own program (compiled before)")
         return
     plan.own_steps = own
     plan.behind.append((own._train, own_args))
-    log.info("LoRA: the family's compiled program serves the run while its own compiles behind")
+    if _coming(fam, fam_args):
+        log.info("LoRA: the family's compiled program serves the run while its own compiles behind")
+    else:
+        log.info("LoRA: the family's program compiles now and serves the run (ready for the next rank, "
+                 "alpha or targets) while the run's own compiles behind")
 
 
 def compile_takeover(steps: Any, own: OwnShapes) -> Any:
