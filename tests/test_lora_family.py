@@ -251,8 +251,17 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
                     train__rank_bucket=16)
     try:
         with caplog.at_level(logging.INFO, logger="adapters_lib"):
-            train_demo(tmp_path, "cold", lora__rank=4, lora__targets='["q", "v"]', **settings)
+            seen: list[dict] = []
+            stop = step_programs.listen(seen.append)
+            try:
+                train_demo(tmp_path, "cold", lora__rank=4, lora__targets='["q", "v"]', **settings)
+            finally:
+                stop()
             assert "the family's program compiles now and serves the run" in caplog.text
+            # its first step's program compiles before the base eval (which finds the eval
+            # step's compiled behind meanwhile), not after it: the first job in the foreground
+            first = next(j for j in seen if j["where"] == "foreground")
+            assert first["what"] == "train step", [(j["what"], j["where"], j["state"]) for j in seen]
             caplog.clear()
             tweak = dict(lora__rank=8, lora__alpha=4.0, lora__targets='["k", "o", "down"]')
             cfg = load_config(None, demo_overrides(run__name='"tweak"', run__dir=f'"{tmp_path}"', **settings, **tweak))
