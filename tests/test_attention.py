@@ -45,15 +45,15 @@ def _two_layers(**changes):
     return dataclasses.replace(config, attention_types=kinds, num_embed=1024, **changes)
 
 
-# Each path at a length it blocks fully (blocked 256: the local and the global layers in blocks)
-# and the fused call at the same length (one gemma reference for both: ``_gemma``), in the two
-# ways a layer projects (mha: one qkv einsum; gqa: queries in groups over fewer KV heads, two
-# queries each). One KV head (mqa, the demo's and Gemma 3's small models') runs gqa's code with
-# groups of four: the splash fallback test runs it block-sparse at 128 (its global layer one
-# dense block) and the splash cases in the kernel. At 192 (the global layer not a multiple of
-# its block: one dense score block) gqa alone: the other layouts would run the same code.
-CASES = [(layout, kind, 256) for kind in ("blocked", "xla") for layout in ("gqa", "mha")]
-CASES.insert(0, ("gqa", "blocked", 192))
+# The block-sparse path at a length it blocks fully (256: the local and the global layers in
+# blocks) in the two ways a layer projects (mha: one qkv einsum; gqa: queries in groups over
+# fewer KV heads, two queries each), and at 192 (the global layer not a multiple of its block:
+# one dense score block); the fused call at 256, grouped (one gemma reference for both paths:
+# ``_gemma``). The other layouts run the same code: one KV head (mqa, the demo's and Gemma 3's
+# small models') is gqa's in groups of four, which the splash fallback test runs block-sparse at
+# 128 and the splash cases in the kernel; mha's projection is the same before either path, and
+# the fused call takes it as groups of one (the bf16 test below runs it grouped with a window).
+CASES = [("gqa", "blocked", 192), ("gqa", "blocked", 256), ("mha", "blocked", 256), ("gqa", "xla", 256)]
 
 
 @pytest.mark.parametrize(("layout", "kind", "length"), CASES, ids=["-".join(map(str, c)) for c in CASES])

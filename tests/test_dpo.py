@@ -397,8 +397,7 @@ async def test_the_train_screen_plots_a_dpo_runs_reward_accuracy_where_sft_plots
 CAPITALS = [("France", "Paris"), ("Japan", "Tokyo"), ("Italy", "Rome"), ("Spain", "Madrid"),
             ("Germany", "Berlin"), ("Egypt", "Cairo"), ("Canada", "Ottawa"), ("Kenya", "Nairobi"),
             ("Norway", "Oslo"), ("Greece", "Athens"), ("Russia", "Moscow"), ("China", "Beijing"),
-            ("Peru", "Lima"), ("Cuba", "Havana"), ("Chile", "Santiago"), ("Poland", "Warsaw"),
-            ("Sweden", "Stockholm"), ("Ireland", "Dublin"), ("Austria", "Vienna"), ("Turkey", "Ankara")]
+            ("Peru", "Lima"), ("Cuba", "Havana"), ("Chile", "Santiago"), ("Poland", "Warsaw")]
 
 
 DPO_270M_STEPS = 2
@@ -409,16 +408,20 @@ def test_dpo_on_the_real_270m_raises_reward_accuracy_on_held_out_pairs(shared_re
     """Short answers preferred over long ones: on pairs it never saw the tuned model's margin
     is positive (the base's is 0: it is its own reference) for most of them.
 
-    ``DPO_270M_STEPS`` updates: each step is ~2.5 s of CPU on 2 cores. Measured (train.seed
-    0, 1, 2) at 2 steps: held-out reward accuracy 1.0, 1.0, 1.0 (the assert asks 0.75), margin
-    17.1, 17.1, 16.1, eval loss < 2e-7 (log 2 = 0.69); at 1 step (seeds 0, 1) 1.0, margin 12.0,
-    12.1; at 4 steps 1.0, margin 24.4, 24.4, 23.2, eval loss < 1e-10; at 8 steps (seed 0) 1.0,
-    34.7, 1e-15."""
+    ``DPO_270M_STEPS`` updates of LoRA on q and v (the example's "all" continues an SFT run's
+    adapters; all seven targets on this model are the SFT test's, test_real_270m: here they
+    took ~6 s of CPU more, for the same accuracy), 4 held-out pairs (2 eval batches). Measured
+    (train.seed 0, 1, 2) so: held-out reward accuracy 1.0, 1.0, 1.0 (the assert asks 0.75),
+    margin 7.8, 7.3, 7.2, eval loss < 1e-3 (log 2 = 0.69). With all targets: margin 17.0, 16.8,
+    16.0 on these 4 pairs, 17.1, 17.1, 16.1 on 8; at 1 step (seeds 0, 1, 8 pairs) 12.0, 12.1;
+    at 4 steps 24.4, 24.4, 23.2; at 8 steps (seed 0) 34.7 — accuracy 1.0 in every case. The
+    trainer's own eval (metrics.jsonl's eval_*) is what is read: no eval hooks (eval.jsonl's
+    rows and TensorBoard of a DPO run: ``dpo_run``'s tests), so the base is not scored first
+    (policy and reference forwards: its loss is log 2 by construction)."""
     import os
 
     from adapters_lib import runs
     from adapters_lib.config import load_config
-    from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
 
     def rows(items):
@@ -431,11 +434,12 @@ def test_dpo_on_the_real_270m_raises_reward_accuracy_on_held_out_pairs(shared_re
     config = os.path.join(os.path.dirname(__file__), "..", "examples", "dpo.toml")
     cfg = load_config(config, [f'data.path="{train}"', f'data.eval_path="{held}"', "data.max_length=48",
                                f"train.steps={DPO_270M_STEPS}", "train.batch_size=2", f"train.eval_every={DPO_270M_STEPS}",
-                               "train.eval_batches=4", f"train.checkpoint_every={DPO_270M_STEPS}", "train.log_every=4", "train.learning_rate=1e-3",
+                               "train.eval_batches=2", f"train.checkpoint_every={DPO_270M_STEPS}", "train.log_every=4", "train.learning_rate=1e-3",
                                'train.schedule="constant"', "train.warmup_steps=0", 'train.compute_dtype="float32"',
                                "train.beta=0.1", "train.sft_weight=0",  # plain DPO, whatever the example tunes
+                               'lora.targets="q v"',
                                "mesh.devices=1", f'run.dir="{tmp_path}"'])
-    result = run_training(cfg, runs.create_run(cfg), hooks=default_hooks)
+    result = run_training(cfg, runs.create_run(cfg))
     assert result.state == "completed", result
     last = runs.RunDir(result.run_dir).metrics()[-1]
     assert last["eval_reward_accuracy"] >= 0.75 and last["eval_reward_margin"] > 0, last

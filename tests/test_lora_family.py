@@ -144,10 +144,15 @@ def test_fit_pads_and_slices_back_to_the_same_values():
     np.testing.assert_array_equal(back["l"]["q_a"], own["l"]["q_a"])
 
 
+RUN = dict(lora__rank=4, lora__alpha=8.0, lora__targets='["q", "v"]', train__steps=8, train__checkpoint_every=4,
+           train__eval_every=4)
+"""The demo run of ``family_runs`` (``fixtures_runs.train_demo``'s settings changed)."""
+
+
 @pytest.fixture(scope="module")
 def family_runs(tmp_path_factory):
-    """The same 8-step demo run (r4, q and v, alpha 8): its own program; a family's (bucket 16),
-    stopped at step 3 and resumed."""
+    """The same 8-step demo run (``RUN``: r4, q and v, alpha 8): its own program (the plain
+    path's run); a family's (bucket 16), stopped at step 3 and resumed."""
     from fixtures_runs import StopAt, demo_overrides, train_demo
 
     from adapters_lib import runs
@@ -155,11 +160,9 @@ def family_runs(tmp_path_factory):
     from adapters_lib.train.loop import run_training
 
     root = tmp_path_factory.mktemp("family")
-    settings = dict(lora__rank=4, lora__alpha=8.0, lora__targets='["q", "v"]', train__steps=8,
-                    train__checkpoint_every=4, train__eval_every=4)
-    exact, _ = train_demo(root, "exact", train__programs='"exact"', **settings)
+    exact, _ = train_demo(root, "exact", train__programs='"exact"', **RUN)
     cfg = load_config(None, demo_overrides(run__name='"family"', run__dir=f'"{root}"', train__programs='"family"',
-                                           train__rank_bucket=16, **settings))
+                                           train__rank_bucket=16, **RUN))
     run = runs.create_run(cfg)
     assert run_training(cfg, run, control=StopAt(3)).state == "stopped"
     assert run_training(cfg, run, resume=True).state == "completed"
@@ -303,12 +306,12 @@ def test_a_checkpoints_finiteness_is_checked_alike_on_the_host_and_on_the_device
     assert not checkpoints.all_finite(jax.device_get(bad))  # numpy leaves (a host fit)
 
 
-def test_a_cold_start_compiles_the_first_step_before_the_base_eval_waits(tmp_path, monkeypatch):
+def test_a_cold_start_compiles_the_first_step_before_the_base_eval_waits(family_runs, tmp_path, monkeypatch):
     """The accelerator's path (compile behind forced on this CPU), a cold start: the first train
     step's program compiles in the foreground while the eval step's compiles behind, before the
     hooks' start (the base model's eval); the first step then compiles nothing, and the curve is
-    the plain path's."""
-    from fixtures_runs import demo_overrides, train_demo
+    the plain path's (``family_runs``' exact run: the same settings, compile behind off)."""
+    from fixtures_runs import demo_overrides
 
     from adapters_lib import runs
     from adapters_lib.config import load_config
@@ -324,12 +327,11 @@ def test_a_cold_start_compiles_the_first_step_before_the_base_eval_waits(tmp_pat
         def on_start(self, session, step):
             at_start.append([(j["what"], j["where"], j["state"]) for j in seen])
 
-    settings = dict(train__steps=4, train__checkpoint_every=4, train__eval_every=4, lora__rank=3)
     monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "1")
     step_programs.forget()
     stop = step_programs.listen(seen.append)
     try:
-        cfg = load_config(None, demo_overrides(run__name='"cold"', run__dir=f'"{tmp_path}"', **settings))
+        cfg = load_config(None, demo_overrides(run__name='"cold"', run__dir=f'"{tmp_path}"', **RUN))
         result = run_training(cfg, runs.create_run(cfg), hooks=lambda c: [Look(), *default_hooks(c)])
     finally:
         stop()
@@ -340,11 +342,10 @@ def test_a_cold_start_compiles_the_first_step_before_the_base_eval_waits(tmp_pat
         or ("eval step", "behind", "ready") in jobs
     after = [(j["what"], j["where"]) for j in seen[len(jobs):]]
     assert ("train step", "foreground") not in after  # the first step compiled nothing
-    monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "0")
-    _, plain = train_demo(tmp_path, "plain", **settings)
-    assert sorted(result.losses) == [1, 2, 3, 4]
+    plain = {m["step"]: m["loss"] for m in family_runs[0].metrics()}
+    assert sorted(result.losses) == sorted(plain) == list(range(1, 9))
     np.testing.assert_allclose([result.losses[k] for k in sorted(result.losses)],
-                               [plain.losses[k] for k in sorted(plain.losses)], rtol=1e-5)
+                               [plain[k] for k in sorted(plain)], rtol=1e-5)
 
 
 def test_a_state_made_on_the_host_is_placed_as_the_devices_state(demo, make_batch):

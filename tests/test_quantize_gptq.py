@@ -102,69 +102,38 @@ def _demo_text(path, records: int = 8, per_record: int = 24):
     return path
 
 
-def gptq_demo(data) -> ModelSpec:
-    """The demo's GPTQ int4 base calibrated on ``data``: the base a demo run with ``quantize_method
-    = "gptq"`` on that data trains on and its Compare reads (``gptq_run``), so those two loads
-    are the "every load" of the determinism test; the one it trained on is ``demo_bases``'."""
-    return ModelSpec(quantize="int4", quantize_method="gptq", quantize_calibration=str(data))
-
-
-class GptqRun(NamedTuple):
-    cfg: Any
-    run: Any
-    result: Any
-    compare: Any
-    """Its Compare's tuned side (``tuned.load_run_model``: a load of its base of its own)."""
-    trained_on: Any
-    """The base its training loaded (``models.loader.load_model``'s result, kept)."""
+class DemoBases(NamedTuple):
+    f32: Any
+    rtn: Any
+    gptq: Any
+    """GPTQ int4 calibrated on ``_demo_text`` (the demo has no file for the weights cache: the
+    load calibrates)."""
     hessians: Any
     """The ``XᵀX`` that load's GPTQ rounded against (``quantize_gptq.hessians``' result, kept)."""
 
 
 @pytest.fixture(scope="module")
-def gptq_run(tmp_path_factory):
-    """A short QLoRA run on a GPTQ int4 base calibrated on its own data (the demo's examples as
-    8 text records: ``_demo_text``), trained once for this module, with its Compare's tuned
-    side. The base its training loaded and the Hessians of that load's calibration are kept as
-    the real functions return them (a GPTQ load of the demo calibrates each time: the demo
-    has no file for the weights cache)."""
-    from fixtures_runs import demo_overrides
-
-    from adapters_lib import runs, tuned
-    from adapters_lib.models import demo, loader
+def demo_bases(tmp_path_factory):
+    """The demo base as float32, round-to-nearest int4 and GPTQ int4, and the Hessians of the
+    GPTQ load's calibration pass as the real function returns them."""
+    from adapters_lib.models import demo
+    from adapters_lib.models.loader import load_model
     from adapters_lib.models.quantize import quantize_gptq
-    from adapters_lib.train.loop import run_training
 
-    root = tmp_path_factory.mktemp("gptq-run")
-    data = _demo_text(root / "demo-text.jsonl")
+    data = _demo_text(tmp_path_factory.mktemp("gptq-demo") / "demo-text.jsonl")
     rows = quantize_gptq.calibration_rows(str(data), demo.demo_tokenizer())
     assert [len(r) for r in rows] == [quantize_gptq.CALIBRATION_LENGTH] * 8  # full rows: one program
-    cfg = load_config(None, demo_overrides(run__dir=f'"{root}"', data__path=f'"{data}"', data__eval_fraction=0.25,
-                                           run__name='"gptq"', model__quantize='"int4"',
-                                           model__quantize_method='"gptq"', train__steps=6,
-                                           train__eval_every=6, train__checkpoint_every=6))
-    run = runs.create_run(cfg)
-    loads, found = [], []
-    real_load, real_hessians = loader.load_model, quantize_gptq.hessians
-    with pytest.MonkeyPatch.context() as mp:  # the real functions; what they return is kept
-        mp.setattr(loader, "load_model", lambda *a, **k: loads.append(real_load(*a, **k)) or loads[-1])
-        mp.setattr(quantize_gptq, "hessians", lambda *a: found.append(real_hessians(*a)) or found[-1])
-        result = run_training(cfg, run)
-    [trained_on], [hessians] = loads, found
-    return GptqRun(cfg, run, result, tuned.load_run_model(run), trained_on, hessians)
+    found = []
+    real = quantize_gptq.hessians
+    with pytest.MonkeyPatch.context() as mp:  # the real function; what it returns is kept
+        mp.setattr(quantize_gptq, "hessians", lambda *a: found.append(real(*a)) or found[-1])
+        gptq = load_model(ModelSpec(quantize="int4", quantize_method="gptq", quantize_calibration=str(data)))
+    [hessians] = found
+    return DemoBases(load_model(ModelSpec()), load_model(ModelSpec(quantize="int4", quantize_calibration="demo")),
+                     gptq, hessians)
 
 
-@pytest.fixture(scope="module")
-def demo_bases(gptq_run):
-    """The demo base as float32, round-to-nearest int4 and GPTQ int4 (the one ``gptq_run``
-    trained on: one calibration for both)."""
-    from adapters_lib.models.loader import load_model
-
-    return (load_model(ModelSpec()), load_model(ModelSpec(quantize="int4", quantize_calibration="demo")),
-            gptq_run.trained_on)
-
-
-def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases, gptq_run):
+def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases):
     """GPTQ's objective, measured: Σ ‖X(W − Ŵ)‖² over every projection on the calibration
     text (the table as the logits read it: X the final hidden states; ``H = XᵀX`` as the
     load's own calibration pass collected it) is lower than round-to-nearest's, weight by
@@ -176,9 +145,7 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
 
     from adapters_lib.models.quantize import qarray, quantize_gptq
 
-    f32, rtn, gptq = demo_bases
-    hessians = gptq_run.hessians
-    assert gptq is gptq_run.trained_on  # the base those Hessians were collected for
+    f32, rtn, gptq, hessians = demo_bases
     errors = {"rtn": [], "gptq": []}
     for path, h in hessians.items():
         if path[-1] == "eqn":
@@ -205,19 +172,80 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
                    (y.qvalue.shape, y.qvalue.dtype, y.scale.shape, y.scale.dtype)
 
 
-def test_a_gptq_base_is_the_same_at_every_load(gptq_run):
+class GptqRun(NamedTuple):
+    cfg: Any
+    run: Any
+    result: Any
+    compare: Any
+    """Its Compare's tuned side (``tuned.load_run_model``: a load of its base of its own)."""
+    trained_on: Any
+    """The base its training loaded (``models.loader.load_model``'s result, kept)."""
+    passes: list
+    """The calibration passes (``quantize_gptq.hessians`` calls) of the training and the Compare."""
+
+
+GPTQ_RUN_STEPS = 40
+
+
+@pytest.fixture(scope="module")
+def gptq_run(tmp_path_factory):
+    """A short QLoRA run on the tiny Gemma 2 GGUF's GPTQ nf4 base calibrated on its own data
+    (``_demo_text``), trained once for this module, with its Compare's tuned side; the
+    converted-weights cache on (a folder of this module's), as for any model with files: the
+    training's load calibrates and keeps the integers and scales, the Compare's reads them back.
+    The base its training loaded is kept as ``load_model`` returns it; the calibration passes
+    are counted. The tiny model learns slowly: ``GPTQ_RUN_STEPS`` at a constant 0.02 (its steps
+    cost little; eval/first loss measured 0.79, 0.78, 0.79 on train.seed 0, 1, 2)."""
+    from fixtures_runs import demo_overrides
+
+    from adapters_lib import runs, tuned
+    from adapters_lib.models import loader
+    from adapters_lib.models.quantize import quantize_gptq
+    from adapters_lib.train.loop import run_training
+
+    root = tmp_path_factory.mktemp("gptq-run")
+    data = _demo_text(root / "demo-text.jsonl")
+    cfg = load_config(None, demo_overrides(
+        run__dir=f'"{root}"', run__name='"gptq"', data__path=f'"{data}"', data__eval_fraction=0.25,
+        model__source=f'"{_tiny_gguf(root)}"', model__quantize='"nf4"', model__quantize_method='"gptq"',
+        model__quantize_tile_size=16, train__steps=GPTQ_RUN_STEPS, train__warmup_steps=2,
+        train__learning_rate=0.02, train__eval_every=GPTQ_RUN_STEPS, train__checkpoint_every=GPTQ_RUN_STEPS))
+    run = runs.create_run(cfg)
+    loads, passes = [], []
+    real_load, real_hessians = loader.load_model, quantize_gptq.hessians
+    with pytest.MonkeyPatch.context() as mp:  # the real functions; what they return is kept
+        mp.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", str(root / "converted"))
+        mp.setattr(loader, "load_model", lambda *a, **k: loads.append(real_load(*a, **k)) or loads[-1])
+        mp.setattr(quantize_gptq, "hessians", lambda *a: passes.append(real_hessians(*a)) or passes[-1])
+        result = run_training(cfg, run)
+        [trained_on] = loads
+        compare = tuned.load_run_model(run)
+    return GptqRun(cfg, run, result, compare, trained_on, passes)
+
+
+def test_a_gptq_base_is_the_same_at_every_load(gptq_run, monkeypatch):
     """Two loads of one spec hold the same integers and scales: a run's resume, eval and
-    Compare read the base it trained on. The two loads: the one the run's training made and
-    the one its Compare made, each in its own calibration pass (the demo has no file for the
-    weights cache to key, so each load calibrates)."""
+    Compare read the base it trained on. Here the run's training load (calibrated, kept in the
+    weights cache), its Compare's (read back from the cache: no calibration pass) and a load on
+    the run's mesh, as a resume makes it, with the cache off: it calibrates again on its own."""
     import jax
     import numpy as np
 
-    assert gptq_run.cfg.model_spec() == gptq_demo(gptq_run.cfg.data.path)  # the run's base is this spec
+    from adapters_lib import mesh as mesh_lib
+    from adapters_lib.models.loader import load_model
+
+    spec = gptq_run.cfg.model_spec()
+    assert (spec.quantize, spec.quantize_method, spec.quantize_calibration) == \
+        ("nf4", "gptq", gptq_run.cfg.data.path)  # the run's base: GPTQ on its own data
+    assert len(gptq_run.passes) == 1  # the training's; the Compare read the cache
+    monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", "")
+    again = load_model(spec, sharding=mesh_lib.sharding_fn(mesh_lib.make_mesh(gptq_run.cfg.mesh)))
     a, b = gptq_run.trained_on, gptq_run.compare.loaded
     assert a is not b
-    for x, y in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), strict=True):
+    for x, y, z in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params), jax.tree.leaves(again.params),
+                       strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(z))
 
 
 def test_a_run_calibrates_on_its_own_data_unless_told(tmp_path):
@@ -362,9 +390,9 @@ def test_a_second_load_reads_the_gptq_base_back_from_the_weights_cache(tmp_path,
 
 
 def test_a_gptq_run_trains_on_the_base_its_compare_reads(gptq_run):
-    """A short QLoRA run on a GPTQ int4 base calibrated on its own data (the demo's): it
-    completes and lowers the loss, and the tuned side of its Compare holds a GPTQ base (not
-    round-to-nearest's: every load of one spec is the same, test above)."""
+    """A short QLoRA run on a GPTQ base calibrated on its own data (``gptq_run``: the tiny
+    Gemma 2 GGUF's nf4): it completes and lowers the loss, and the tuned side of its Compare
+    holds a GPTQ base (not round-to-nearest's: every load of one spec is the same, test above)."""
     import dataclasses
 
     import numpy as np

@@ -1,10 +1,9 @@
 """The real Gemma 3 270M from its GGUF: a correct load, its tokenizer, LoRA that learns, and
 exact round trips through the adapter and Hugging Face exports.
 
-All tests share one load (``fixtures_real.real_270m``); together they take ~3.5 minutes
-on 2 cores (measured at load 3-6: the LoRA test ~150 s, of it ~50 s compiles; the other five
-~50 s with the load), which is why they are marked slow:
-they are the only tests that show the workbench on real weights.
+All tests share one load (``fixtures_real.real_270m``); together they take ~75 s of CPU on
+2 cores, the load's ~7 s included (the LoRA test ~27 s: its train step's compile, 5 steps, 2 evals),
+which is why they are marked slow: they are the only tests that show the workbench on real weights.
 """
 
 from __future__ import annotations
@@ -25,10 +24,12 @@ from adapters_lib.evals import perplexity
 
 pytestmark = pytest.mark.slow
 
+# 64 tokens with BOS and EOS, as GSM8K_STYLE: both scored 64 wide, as the LoRA test's eval file
+# (``perplexity.eval_width``), so the float model's scorer compiles once for all of them
 ENGLISH = ("The old lighthouse stood at the edge of the cliff, its white paint peeling after "
            "decades of storms. Every evening the keeper climbed the narrow stairs to light the "
-           "lamp, and every morning he wrote a short note in the logbook about the weather, the "
-           "ships that passed, and the birds that nested on the rocks below.")
+           "lamp, and every morning he wrote a note in the logbook about the weather, the "
+           "ships that passed, and the birds that nested on the rocks.")
 GSM8K_STYLE = ("Question: A baker makes 24 muffins and sells 3 boxes of 6 muffins. How many "
                "muffins are left?\nAnswer: The boxes hold 3 * 6 = 18 muffins. 24 - 18 = 6 "
                "muffins are left. The answer is 6.")
@@ -148,7 +149,10 @@ LORA_STEPS = 5
 
 def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
         shared_real_load, tmp_path, workbench_home):
-    from adapters_lib import lora, runs
+    """``examples/real-270m.toml`` for LORA_STEPS steps: ``eval --run`` scores its checkpoint
+    well below the base on the held-out eval file, and the adapter export reads back as the
+    very arrays of that checkpoint (so the same logits on any input)."""
+    from adapters_lib import runs
     from adapters_lib.config import load_config
     from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train.loop import run_training
@@ -156,26 +160,33 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
 
     m = shared_real_load
     config = os.path.join(os.path.dirname(__file__), "..", "examples", "real-270m.toml")
-    eval_file = os.path.join(os.path.dirname(config), "answer-format", "eval.jsonl")
+    examples_eval = os.path.join(os.path.dirname(config), "answer-format", "eval.jsonl")
+    # every other conversation of the example's eval file: 11, 3 batches of the scorer (22: 6)
+    eval_file = _write(tmp_path, "eval.jsonl", "\n".join(open(examples_eval).read().splitlines()[::2]))
     # Short rows (the conversations are ~35-45 tokens), 2 per step and a constant rate: the
-    # 262k-vocab logits dominate a step, so 4x fewer tokens is ~4x faster (~1.7 s a step on
-    # 2 cores); the loss still falls from ~3.9 to ~1.4 on the eval file in 8 steps (measured).
-    # In LORA_STEPS = 5 (measured, train.seed 0, 1, 2): tuned/base 0.39, 0.57, 0.34 (the assert
-    # asks < 0.7); in 4: 0.47, 0.59, 0.40.
-    cfg = load_config(config, [f"train.steps={LORA_STEPS}", f"train.eval_every={LORA_STEPS}",
-                               "train.eval_batches=1", "train.batch_size=2", "data.max_length=64",
+    # 262k-vocab logits dominate a step, so 4x fewer tokens is ~4x faster; the loss still falls
+    # from ~3.9 to ~1.4 on the eval file in 8 steps (measured). float32 compute, not the
+    # example's bfloat16: at 2 rows of 64 under the suite's XLA flags bf16 took more CPU (this
+    # test 43 vs 37 s on 2 cores) and learned no better. Measured in LORA_STEPS = 5 (train.seed
+    # 0, 1, 2), tuned/base on these 11: 0.38, 0.52, 0.30 (the assert asks < 0.7); on the other
+    # 11: 0.40, 0.57, 0.38; on all 22: 0.39, 0.55, 0.34 (bf16: 0.39, 0.57, 0.34; bf16 in 4 steps:
+    # 0.47, 0.59, 0.40). No eval split (eval_path "", eval_fraction 0: the same train rows): the
+    # eval that counts is ``eval``'s below, and the trainer's eval on this model is the DPO
+    # test's (test_dpo), so the run compiles no eval step of its own.
+    cfg = load_config(config, [f"train.steps={LORA_STEPS}", "train.batch_size=2", "data.max_length=64",
+                               'data.eval_path=""', "data.eval_fraction=0", 'train.compute_dtype="float32"',
                                'train.schedule="constant"', "train.warmup_steps=0",
                                f"train.checkpoint_every={LORA_STEPS}", "train.log_every=4",
                                "mesh.devices=1", f'run.dir="{tmp_path}"'])
     run = runs.create_run(cfg)
     result = run_training(cfg, run, hooks=default_hooks)
     assert result.state == "completed", result
-    base = perplexity.evaluate_file(m.model, m.params, m.tokenizer, eval_file, max_length=64)
-    tuned = perplexity.evaluate(run=str(run.path), data=eval_file)
+    base = perplexity.evaluate_file(m.model, m.params, m.tokenizer, str(eval_file), max_length=64)
+    tuned = perplexity.evaluate(run=str(run.path), data=str(eval_file))
     assert tuned.step == LORA_STEPS and tuned.tokens == base.tokens
-    assert tuned.loss < 0.7 * base.loss, (base.loss, tuned.loss)
+    assert tuned.loss < 0.7 * base.loss, (base.loss, tuned.loss)  # the checkpoint's adapters matter
 
-    _, loaded, trainable, _ = load_checkpoint(run, LORA_STEPS)
+    _, _, trainable, _ = load_checkpoint(run, LORA_STEPS)  # what ``eval --run`` scored above
     export_run(run.path, "adapter", out=tmp_path / "adapter")
     again = load_adapter_model(str(tmp_path / "adapter"))
     # the round trip is exact: the same tree of the same arrays, so the same logits on any input
@@ -183,12 +194,6 @@ def test_a_short_lora_run_lowers_eval_loss_and_its_adapter_round_trips(
     for got, want in zip(jax.tree.leaves(again.adapters), jax.tree.leaves(trainable), strict=True):
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    ids = m.tokenizer.encode("<start_of_turn>user\nWhat is 2 + 2?<end_of_turn>\n<start_of_turn>model\n")
-    net = lora.wrap(m.model, cfg.lora)
-    tuned_logits = _logits(net, lora.merge_lora(m.params, trainable), [2, *ids])
-    # the base in the same program (one compile): adapters of zeros add exact zeros
-    base_logits = _logits(net, lora.merge_lora(m.params, jax.tree.map(lambda a: a * 0, trainable)), [2, *ids])
-    assert np.abs(tuned_logits - base_logits).max() > 0.1  # adapters matter
 
 
 def test_hf_export_of_the_dequantized_model_reloads_to_the_same_logits(real_270m, tmp_path):
