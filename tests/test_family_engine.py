@@ -1,12 +1,23 @@
 """In one engine: a run, a Compare, a run with another rank, alpha and targets (a LoRA family:
-``train.programs = "family"``), a Compare — the second Compare compiles no sampler program
-(#48), and a run that follows a warm-up starts at once (the warm-up compiles behind)."""
+``train.programs = "family"``), a Compare — the second run's Compare (and its warm-up)
+compiles no sampler program (#48), and a run that follows a warm-up starts at once (the
+warm-up compiles behind).
+
+One engine for both (its Compare warm-up on; one engine start and one cold run fewer than an
+engine each): the warm-up test runs first, while the family's sampler programs are not
+compiled yet, so that its warm-up has them to compile behind the next run."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 from fixtures_engine import demo_run_config
+
+
+@pytest.fixture(scope="module")
+def family_engine(engine_factory):
+    return engine_factory(env={"GEMMA_WORKBENCH_WARM_COMPARE": "1"})
 
 
 def _compare(client, run_id: str) -> dict:
@@ -26,36 +37,49 @@ def _programs(log: str) -> list[str]:
             if ("prefill: " in line or "decode: " in line) and "kept for the next engine" not in line]
 
 
-def test_a_run_with_another_rank_compiles_no_sampler_program(engine_factory):
-    proc = engine_factory(env={"GEMMA_WORKBENCH_WARM_COMPARE": "0"})
-    client = proc.client
-    first = demo_run_config(steps=2, checkpoint_every=2, programs="family")
-    run = client.create_run(first, source="<test>")
-    assert client.wait_run(run.id, timeout=600).state == "completed"
-    _compare(client, run.id)
-    assert _programs(proc.log_text())  # the first Compare compiled them
-    second = {**first, "lora": {"rank": 8, "alpha": 3.0, "targets": ["q", "v"]}}
-    other = client.create_run(second, source="<test>")
-    assert client.wait_run(other.id, timeout=600).state == "completed"
-    mark = len(proc.log_text())
-    _compare(client, other.id)
-    assert _programs(proc.log_text()[mark:]) == []
+def _warm_up_seen(proc, run_id: str, ended: bool = False) -> None:
+    """Until ``run_id``'s Compare warm-up was queued or skipped (``ended``: and its compiles
+    ended, ``status.warming`` clear)."""
+    log = proc.log_text()
+    t0 = time.monotonic()
+    while f"run {run_id}: Compare warm-up queued" not in log and f"run {run_id}: Compare warm-up skipped" not in log:
+        assert time.monotonic() - t0 < 120, log[-3000:]
+        time.sleep(0.1)
+        log = proc.log_text()
+    while ended and proc.client.status().warming is not None:
+        assert time.monotonic() - t0 < 300, proc.log_text()[-3000:]
+        time.sleep(0.1)
 
 
-def test_a_run_after_a_warm_up_starts_while_its_programs_compile_behind(engine_factory):
-    proc = engine_factory(env={"GEMMA_WORKBENCH_WARM_COMPARE": "1"})
+def test_a_run_after_a_warm_up_starts_while_its_programs_compile_behind(family_engine):
+    proc = family_engine
     client = proc.client
     cfg = demo_run_config(steps=2, checkpoint_every=2, programs="family")
     run = client.create_run(cfg, source="<test>")
     assert client.wait_run(run.id, timeout=600).state == "completed"
-    log = proc.log_text()
-    t0 = time.monotonic()
-    while f"run {run.id}: Compare warm-up queued" not in log and "Compare warm-up skipped" not in log:
-        assert time.monotonic() - t0 < 120, log[-3000:]
-        time.sleep(0.1)
-        log = proc.log_text()
+    _warm_up_seen(proc, run.id)
     assert client.prepare_compare(run.id).queued in (True, False)  # answered at once either way
     started = time.monotonic()
     second = client.create_run(cfg, source="<test>")
     assert client.wait_run(second.id, timeout=600).state == "completed"
     assert time.monotonic() - started < 60
+
+
+def test_a_run_with_another_rank_compiles_no_sampler_program(family_engine):
+    """(After the test above in this engine, whose warm-up compiled the family's programs;
+    alone, this run's warm-up or its Compare compiles them.)"""
+    proc = family_engine
+    client = proc.client
+    first = demo_run_config(steps=2, checkpoint_every=2, programs="family")
+    run = client.create_run(first, source="<test>")
+    assert client.wait_run(run.id, timeout=600).state == "completed"
+    _warm_up_seen(proc, run.id, ended=True)
+    _compare(client, run.id)
+    assert _programs(proc.log_text())  # the family's programs: this engine compiled them
+    second = {**first, "lora": {"rank": 8, "alpha": 3.0, "targets": ["q", "v"]}}
+    mark = len(proc.log_text())  # from here: the other run, its warm-up, its Compare
+    other = client.create_run(second, source="<test>")
+    assert client.wait_run(other.id, timeout=600).state == "completed"
+    _warm_up_seen(proc, other.id, ended=True)
+    _compare(client, other.id)
+    assert _programs(proc.log_text()[mark:]) == []
