@@ -105,30 +105,42 @@ def jax_cache(tmp_path_factory) -> dict:
     return {"fill": fill, "value": _lines(plain, "VALUE")}
 
 
-def test_a_program_the_persistent_cache_served_is_stored_with_the_cache_bytes(tmp_path, jax_cache):
+@pytest.fixture(scope="module")
+def probe_store(tmp_path_factory, jax_cache) -> dict:
+    """One program store and two processes on that JAX cache, for the two tests below (one
+    process fewer than a store each): ``memory`` ran the jitted function before the store
+    compiled it; ``kept``, the next process, had the store compile it (the cache served it).
+    The second is the first test's process that keeps a program the cache served: the store
+    held no probe before it (``memory`` kept none)."""
+    root = tmp_path_factory.mktemp("probe-store")
+    store = root / "programs"
+    fill = jax_cache["fill"]  # the jax cache (written by a plain process)
+    memory = _child(PERSISTENT_CHILD.format(store=str(store), call_first=True, **fill), root)
+    after_memory = list(store.glob("probe-*"))
+    kept = _child(PERSISTENT_CHILD.format(store=str(store), call_first=False, **fill), root)
+    return {"store": store, "memory": memory, "after_memory": after_memory, "kept": kept}
+
+
+def test_a_program_the_persistent_cache_served_is_stored_with_the_cache_bytes(tmp_path, jax_cache, probe_store):
     """JAX's persistent cache serves the compile (an earlier process wrote it); the store keeps
     that program, and a third process runs what it reads back with the right result (an
     executable the cache served serializes again without its kernels on XLA:CPU)."""
-    store = str(tmp_path / "programs")
+    kept = probe_store["kept"]  # cache hit, no probe in the store before: stored
+    assert not probe_store["after_memory"] and "'stored': 1" in _lines(kept, "STATS"), kept
     fill = dict(jax_cache["fill"], call_first=False)
-    kept = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)  # cache hit: stored
-    assert "'stored': 1" in _lines(kept, "STATS"), kept
-    read = _child(PERSISTENT_CHILD.format(store=store, **fill), tmp_path)
+    read = _child(PERSISTENT_CHILD.format(store=str(probe_store["store"]), **fill), tmp_path)
     assert "'loaded': 1" in _lines(read, "STATS"), read
     assert _lines(read, "VALUE") == _lines(kept, "VALUE") == jax_cache["value"]
 
 
-def test_a_program_jax_answered_from_memory_is_not_kept_without_its_kernels(tmp_path, jax_cache):
+def test_a_program_jax_answered_from_memory_is_not_kept_without_its_kernels(jax_cache, probe_store):
     """The jitted function ran before the store compiled it, and JAX's persistent cache served
     it then: ``compile()`` is answered from JAX's memory, with no cache bytes to keep, and that
     executable serializes again without its kernels on XLA:CPU. It is not kept, and the next
     process compiles it (the cache serves it), keeps the cache's bytes and runs it right (kept
     as it was, it failed there: ``Function broadcast_power_fusion not found``)."""
-    store = tmp_path / "programs"
-    fill = jax_cache["fill"]  # the jax cache (written by a plain process)
-    memory = _child(PERSISTENT_CHILD.format(store=str(store), call_first=True, **fill), tmp_path)
-    assert "'stored': 0" in _lines(memory, "STATS") and not list(store.glob("probe-*")), memory
-    read = _child(PERSISTENT_CHILD.format(store=str(store), call_first=False, **fill), tmp_path)
+    memory, read = probe_store["memory"], probe_store["kept"]
+    assert "'stored': 0" in _lines(memory, "STATS") and not probe_store["after_memory"], memory
     assert "'stored': 1" in _lines(read, "STATS"), read
     assert _lines(read, "VALUE") == _lines(memory, "VALUE") == jax_cache["value"]
 

@@ -98,7 +98,9 @@ def test_changing_max_new_tokens_or_sampling_settings_compiles_nothing(demo_lora
     from adapters_lib.sample.sampler import CACHE_MIN, cache_length
 
     loaded, spec, adapters = demo_lora
-    sampler, folded = _served(loaded, spec, adapters, bucket=32)  # a program no other test made
+    # the family's programs of the tests above (alone: compiled by this first call); what is
+    # compiled when ``before`` is read serves every setting below
+    sampler, folded = _served(loaded, spec, adapters)
     sampler.ab(PROMPTS, folded, _settings(max_new_tokens=4))
     before = dict(sampler.traces)
     for kw in ({"max_new_tokens": 40}, {"max_new_tokens": 12, "temperature": 0.8, "top_k": 5, "seed": 2},

@@ -3,6 +3,8 @@
 ``scripts/tpu_device.sh check NAME`` runs ``python -m bench.tpu_speed NAME`` on a lent chip,
 where a device call is minutes of a 30-minute budget: a measure that breaks on an argument
 must break here first. ``--dry`` runs the same code on the CPU with the demo model's shape.
+``ce`` runs as ``bench.tpu_speed``'s ``main(argv)`` in the test's process; the others, which
+start processes or compile threads of their own, in a new one.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from xla_flags import FAST_XLA
 
 REPO = Path(__file__).resolve().parents[1]
@@ -23,6 +26,18 @@ def _env() -> dict[str, str]:
     env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
     env["XLA_FLAGS"] = FAST_XLA  # one CPU device, as on one chip; the suite's quick LLVM back end
     return env
+
+
+@pytest.fixture
+def in_process(monkeypatch):
+    """``python -m bench.tpu_speed NAME ARGS...`` as its ``main(argv)`` in this process: the
+    same code from the same arguments, without a new process's imports (JAX, flax, the
+    project: ~2 s of CPU each); ``shapes.DRY``, which ``main`` sets, is put back after."""
+    from bench.tpu_speed import __main__ as command
+    from bench.tpu_speed import shapes
+
+    monkeypatch.setattr(shapes, "DRY", shapes.DRY)
+    return command.main
 
 
 def test_the_device_script_names_its_checks_and_refuses_a_missing_bundle():
@@ -68,12 +83,10 @@ def test_the_first_step_check_reads_the_program_store_back_in_a_new_process(tmp_
         assert 0 < row["relaunch_kept_s"] and 0 < row["relaunch_store_s"] < row["process_wall_s"], row
 
 
-def test_the_ce_check_times_each_kernel_and_holds_them_to_xlas_loss(tmp_path):
+def test_the_ce_check_times_each_kernel_and_holds_them_to_xlas_loss(tmp_path, in_process):
     """``check ce``: the cross-entropy alone by XLA's chunked path and both Pallas kernels (in
     the interpreter here), each kernel's loss and ∂hidden beside XLA's, then a timed row each."""
-    res = subprocess.run([sys.executable, "-m", "bench.tpu_speed", "ce", "--dry", "--out", str(tmp_path)],
-                         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
+    assert in_process(["ce", "--dry", "--out", str(tmp_path)]) == 0
     rows = {r["measure"]: r for r in json.loads((tmp_path / "ce.json").read_text())["rows"]}
     for kernel in ("splash", "flash (default blocks)"):
         check = rows[f"ce check {kernel}"]
@@ -86,7 +99,11 @@ def test_the_ce_check_times_each_kernel_and_holds_them_to_xlas_loss(tmp_path):
 def test_the_compile_check_times_each_flag_set_in_its_own_process(tmp_path):
     """``check compile`` (``bench.compile_time``): a row a flag set, each compiled in a fresh
     process (libtpu reads its flags once) with the wall and CPU seconds and XLA's figures; the
-    flag words become LIBTPU_INIT_ARGS as written or with ``--`` added, ``none`` none."""
+    flag words become LIBTPU_INIT_ARGS as written or with ``--`` added, ``none`` none.
+
+    The demo's step at the memory check's shape (2 × 128, ``memory_fit.point`` both): after that
+    check, this session's compile cache serves the program (~4 s of CPU less); the row and its
+    figures are the same either way (alone, this test compiles it)."""
     from bench.compile_time import flag_args
 
     assert flag_args("none") == ""
@@ -95,7 +112,7 @@ def test_the_compile_check_times_each_flag_set_in_its_own_process(tmp_path):
     env = _env()
     env.pop("LIBTPU_INIT_ARGS", None)
     res = subprocess.run([sys.executable, "-m", "bench.compile_time", "--model", "demo", "--batch", "2",
-                          "--seq", "64", "--flags", "none", "--out", str(out)],
+                          "--seq", "128", "--flags", "none", "--out", str(out)],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     (row,) = json.loads(out.read_text())
@@ -107,7 +124,8 @@ def test_the_compile_check_times_each_flag_set_in_its_own_process(tmp_path):
 
 def test_the_behind_check_runs_a_narrow_batch_wide_until_its_own_program_is_compiled(tmp_path):
     """``check behind``: the batch with few loss positions runs at once in the compiled wide
-    program (a step, not a compile), then in its own once that compiled in the background."""
+    program (a step, not a compile), then in its own once that compiled in the background
+    (in a process of its own: its compile thread and programs stay out of the suite's)."""
     res = subprocess.run([sys.executable, "-m", "bench.tpu_speed", "behind", "--dry", "--out", str(tmp_path)],
                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
