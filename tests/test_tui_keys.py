@@ -14,9 +14,8 @@ import threading
 import time
 
 import pytest
-from fixtures_tui import StaticClient, until
+from fixtures_tui import StaticClient, settle, until
 from textual.widgets import DataTable, Footer, Input, Select, Static, Tabs
-from textual.worker import WorkerCancelled
 
 from adapters_lib.engine import api
 from workbench.app import WorkbenchApp
@@ -24,20 +23,6 @@ from workbench.app import WorkbenchApp
 SIZE = (80, 24)
 RUN = "20260101-120000-demo"
 pytestmark = pytest.mark.anyio
-
-
-async def workers_done(app) -> None:
-    try:
-        await app.workers.wait_for_complete()
-    except WorkerCancelled:  # an exclusive worker replaced by a newer one (the estimate)
-        pass
-
-
-async def settle(pilot) -> None:
-    await workers_done(pilot.app)
-    await pilot.pause(0.4)
-    await workers_done(pilot.app)
-    await pilot.pause()
 
 
 def footer_keys(app) -> list[str]:

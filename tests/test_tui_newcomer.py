@@ -13,9 +13,8 @@ import itertools
 from pathlib import Path
 
 import pytest
-from fixtures_tui import StaticClient, until
+from fixtures_tui import StaticClient, settle, until
 from textual.widgets import Button, DataTable, Input, Tabs
-from textual.worker import WorkerCancelled
 
 from adapters_lib.config import RunConfig, load_config
 from adapters_lib.engine import api
@@ -26,20 +25,6 @@ from workbench.app import WorkbenchApp
 SIZE = (80, 24)
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "real-270m.toml"
 pytestmark = pytest.mark.anyio
-
-
-async def workers_done(pilot) -> None:
-    try:
-        await pilot.app.workers.wait_for_complete()
-    except WorkerCancelled:  # an exclusive worker replaced by a newer one
-        pass
-
-
-async def settle(pilot) -> None:
-    await workers_done(pilot)
-    await pilot.pause(0.4)  # the form re-validates 0.3 s after a change
-    await workers_done(pilot)
-    await pilot.pause()
 
 
 def text(app, selector: str) -> str:
