@@ -28,7 +28,14 @@ def status(app) -> str:
     return str(app.screen.query_one("#config-status", Static).render())
 
 
-async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
+async def test_configure_refuses_bad_mesh_rank_zero_empty_fields_and_gptq_on_a_float_base():
+    """Every refusal of the form in one app (one start of the form, ~0.6 s of CPU each): a
+    mesh that does not fill the devices, batch_size vs the mesh, a quantize the base cannot
+    take, rank 0, an empty field; then the Train tab's "base rounding": gptq on a float base
+    is the config's one-line refusal (launch off); on nf4 it is valid and the TOML says so,
+    its calibration left to the run's data."""
+    from textual.widgets import TabbedContent
+
     app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -69,6 +76,19 @@ async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
         await set_field(pilot, app, "#f-train-steps", "20")
         assert not launch.disabled
         assert "steps = 20" in str(app.screen.query_one("#toml-preview", Static).render())
+
+        # the Train tab's "base rounding": gptq needs a quantized base
+        app.screen.query_one(TabbedContent).active = "tab-train"
+        await settle(pilot)
+        app.screen.query_one("#f-model-quantize_method", Select).value = "gptq"
+        await settle(pilot)
+        assert launch.disabled and 'quantize_method = "gptq" with quantize = \'none\'' in status(app)
+        app.screen.query_one("#f-model-quantize", Select).value = "nf4"
+        await settle(pilot)
+        assert not launch.disabled, status(app)
+        toml = str(app.screen.query_one("#toml-preview", Static).render())
+        assert 'quantize_method = "gptq"' in toml and 'quantize = "nf4"' in toml
+        assert 'quantize_calibration = ""' in toml
 
 
 async def test_mesh_picture_follows_the_fields_and_data_check_shows_a_preview():
@@ -152,26 +172,3 @@ async def test_the_experts_target_is_offered_only_for_an_expert_bank():
         form.offer_experts(False)
         await pilot.pause()
         assert not box.display and "experts" not in form.values()["targets"]
-
-
-async def test_configure_offers_gptq_rounding_and_refuses_it_on_a_float_base():
-    """The Train tab's "base rounding": gptq on a float base is the config's one-line refusal
-    (launch off); on nf4 it is valid and the TOML says so, its calibration left to the run's
-    data."""
-    from textual.widgets import Select, TabbedContent
-
-    app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot)
-        app.screen.query_one(TabbedContent).active = "tab-train"
-        await settle(pilot)
-        launch = app.screen.query_one("#launch", Button)
-        app.screen.query_one("#f-model-quantize_method", Select).value = "gptq"
-        await settle(pilot)
-        assert launch.disabled and 'quantize_method = "gptq" with quantize = \'none\'' in status(app)
-        app.screen.query_one("#f-model-quantize", Select).value = "nf4"
-        await settle(pilot)
-        assert not launch.disabled, status(app)
-        toml = str(app.screen.query_one("#toml-preview", Static).render())
-        assert 'quantize_method = "gptq"' in toml and 'quantize = "nf4"' in toml
-        assert 'quantize_calibration = ""' in toml
