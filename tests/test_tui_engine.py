@@ -25,18 +25,14 @@ from workbench.widgets.plot import PlotView
 
 pytestmark = pytest.mark.anyio
 SIZE = (100, 30)
-STEPS = 4
-"""Steps of each finished run (and so of the rank sweep's child): it was 6 (a checkpoint at
-3 and 6); 4 shows the same (two curves of every step, the child's over its parent's)."""
 
 
 @pytest.fixture(scope="module")
 def finished_runs(engine):
-    """Two short finished runs (rank 4 and rank 8), made through the API: 4 steps each, a
-    checkpoint at 2 and 4 (the compare's), 4 points a curve to overlay."""
+    """Two short finished runs (rank 4 and rank 8), made through the API."""
     ids = []
     for rank in (4, 8):
-        cfg = demo_run_config(steps=STEPS, checkpoint_every=2)
+        cfg = demo_run_config(steps=6, checkpoint_every=3)
         cfg["lora"]["rank"] = rank
         ids.append(engine.create_run(cfg).id)
     for rid in ids:
@@ -150,7 +146,7 @@ async def test_runs_overlay_two_curves_and_rank_sweep_relaunches_on_top(engine, 
             await pilot.press("space")
         plot = screen.query_one("#runs-plot", PlotView)
         await until(pilot, lambda: len(plot.series) == 2, what="two overlaid curves")
-        assert all(len(s.ys) == STEPS for s in plot.series)
+        assert all(len(s.ys) == 6 for s in plot.series)
         assert "lora.rank: 4 | 8" in str(screen.query_one("#runs-diff-text", Static).render())
 
         table.move_cursor(row=[r.id for r in screen.runs].index(finished_runs[0]))
