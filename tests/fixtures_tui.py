@@ -9,6 +9,7 @@ compare, overlay) use the real engine fixture instead.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +21,52 @@ from adapters_lib.config import RunConfig
 from adapters_lib.engine import api
 from adapters_lib.engine.compile_ahead import CPU_MESSAGE
 from workbench.engine_calls import EngineCalls
+
+
+async def workers_done(app) -> None:
+    from textual.worker import WorkerCancelled  # textual only where a TUI test runs
+
+    try:
+        await app.workers.wait_for_complete()
+    except WorkerCancelled:  # an exclusive worker replaced by a newer one (the estimate)
+        pass
+
+
+def still_busy(app) -> str:
+    """What the app has still to do, or "": a worker pending or running, or a change of the
+    Configure form waiting for its re-validation (``DEBOUNCE_S`` after the last keystroke)."""
+    from textual.worker import WorkerState
+
+    for worker in app.workers:
+        if worker.state in (WorkerState.PENDING, WorkerState.RUNNING):
+            return f"the worker {worker.name or worker.group}"
+    if getattr(app.screen, "_debounce", None) is not None:
+        return "the form's re-validation"
+    return ""
+
+
+async def settle(pilot, timeout: float = 60.0) -> None:
+    """Until the app is quiet: every worker finished, what they posted handled, and no form
+    change still waiting for its re-validation (which starts the estimate's worker). A wait
+    on the app's state, not on a time: a handler that starts the next worker (a finished
+    compare reloads the run's list) is seen, and waited for too; two quiet looks in a row
+    (each a ``pilot.pause()``: the screen's messages processed, the process idle) end it.
+    It replaced a fixed 0.4 s pause per settle (a worker, then 0.4 s, then the workers
+    again), which most settles spent doing nothing."""
+    app = pilot.app
+    t0 = time.monotonic()
+    quiet = 0
+    while quiet < 2:
+        await workers_done(app)
+        await pilot.pause()
+        if not still_busy(app):
+            quiet += 1
+            continue
+        quiet = 0
+        while busy := still_busy(app):  # cheap looks meanwhile: a pause walks every widget
+            if time.monotonic() - t0 > timeout:
+                raise AssertionError(f"the app never settled: {busy} after {timeout:.0f} s")
+            await asyncio.sleep(0.02)
 
 
 async def until(pilot, condition: Callable[[], bool], timeout: float = 300.0,

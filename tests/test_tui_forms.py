@@ -8,9 +8,8 @@ Launch and say why in one line; fixing the field enables it again.
 from __future__ import annotations
 
 import pytest
-from fixtures_tui import StaticClient
+from fixtures_tui import StaticClient, settle
 from textual.widgets import Button, Input, Select, Static
-from textual.worker import WorkerCancelled
 
 from workbench.app import WorkbenchApp
 from workbench.settings import load_settings
@@ -19,34 +18,27 @@ SIZE = (80, 24)
 pytestmark = pytest.mark.anyio
 
 
-async def workers_done(app) -> None:
-    try:
-        await app.workers.wait_for_complete()
-    except WorkerCancelled:  # an exclusive worker replaced by a newer one (the estimate)
-        pass
-
-
-async def settle(pilot, app) -> None:
-    await workers_done(app)
-    await pilot.pause(0.4)  # the form re-validates 0.3 s after the last keystroke
-    await workers_done(app)
-    await pilot.pause()
-
-
 async def set_field(pilot, app, selector: str, text: str) -> None:
     field = app.screen.query_one(selector, Input)
     field.value = text
-    await settle(pilot, app)
+    await settle(pilot)
 
 
 def status(app) -> str:
     return str(app.screen.query_one("#config-status", Static).render())
 
 
-async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
+async def test_configure_refuses_bad_mesh_rank_zero_empty_fields_and_gptq_on_a_float_base():
+    """Every refusal of the form in one app (one start of the form, ~0.6 s of CPU each): a
+    mesh that does not fill the devices, batch_size vs the mesh, a quantize the base cannot
+    take, rank 0, an empty field; then the Train tab's "base rounding": gptq on a float base
+    is the config's one-line refusal (launch off); on nf4 it is valid and the TOML says so,
+    its calibration left to the run's data."""
+    from textual.widgets import TabbedContent
+
     app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
+        await settle(pilot)
         launch = app.screen.query_one("#launch", Button)
         assert "config valid" in status(app) and not launch.disabled
         assert "gemma route" in status(app)  # which route trains it (model.backend)
@@ -65,11 +57,11 @@ async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
 
         quantize = app.screen.query_one("#f-model-quantize", Select)
         quantize.value = "gguf"  # a problem of another key than the mesh's says its own
-        await settle(pilot, app)
+        await settle(pilot)
         assert launch.disabled and status(app).startswith("✗ [model] quantize: "), status(app)
         assert "needs a GGUF base" in status(app) and "mesh" not in status(app)
         quantize.value = "none"
-        await settle(pilot, app)
+        await settle(pilot)
         assert not launch.disabled, status(app)
 
         await set_field(pilot, app, "#lora-rank", "0")
@@ -79,17 +71,30 @@ async def test_configure_refuses_bad_mesh_rank_zero_and_empty_fields():
         await set_field(pilot, app, "#f-train-steps", "")
         assert launch.disabled and "train.steps is empty" in status(app)
         await pilot.press("ctrl+l")  # launching anyway only explains
-        await settle(pilot, app)
+        await settle(pilot)
         assert app.current_mode == "configure"
         await set_field(pilot, app, "#f-train-steps", "20")
         assert not launch.disabled
         assert "steps = 20" in str(app.screen.query_one("#toml-preview", Static).render())
 
+        # the Train tab's "base rounding": gptq needs a quantized base
+        app.screen.query_one(TabbedContent).active = "tab-train"
+        await settle(pilot)
+        app.screen.query_one("#f-model-quantize_method", Select).value = "gptq"
+        await settle(pilot)
+        assert launch.disabled and 'quantize_method = "gptq" with quantize = \'none\'' in status(app)
+        app.screen.query_one("#f-model-quantize", Select).value = "nf4"
+        await settle(pilot)
+        assert not launch.disabled, status(app)
+        toml = str(app.screen.query_one("#toml-preview", Static).render())
+        assert 'quantize_method = "gptq"' in toml and 'quantize = "nf4"' in toml
+        assert 'quantize_calibration = ""' in toml
+
 
 async def test_mesh_picture_follows_the_fields_and_data_check_shows_a_preview():
     app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
     async with app.run_test(size=(120, 40)) as pilot:
-        await settle(pilot, app)
+        await settle(pilot)
         await set_field(pilot, app, "#f-mesh-tensor", "2")
         await set_field(pilot, app, "#f-mesh-fsdp", "4")
         grid = str(app.screen.query_one("#device-grid").render())
@@ -98,7 +103,7 @@ async def test_mesh_picture_follows_the_fields_and_data_check_shows_a_preview():
         await set_field(pilot, app, "#f-mesh-fsdp", "-1")  # fills 4 devices: 1×2×2
         assert "1×2×2" in str(app.screen.query_one("#device-grid").render())
         await pilot.press("ctrl+d")
-        await settle(pilot, app)
+        await settle(pilot)
         report = str(app.screen.query_one("#data-report", Static).render())
         assert "data looks good" in report and "examples 480" in report
         assert "<start_of_turn>model⏎ 5" in report
@@ -118,7 +123,7 @@ async def test_theme_switch_is_remembered():
 async def test_every_binding_is_offered_by_the_command_palette():
     app = WorkbenchApp(StaticClient(), mode="runs", remember=False)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
+        await settle(pilot)
         titles = {c.title for c in app.get_system_commands(app.screen)}
         for b in app.BINDINGS + app.screen.BINDINGS:
             assert b.id and b.description in titles, b
@@ -131,10 +136,10 @@ async def test_every_binding_is_offered_by_the_command_palette():
 async def test_compare_streams_both_sides_and_keeps_the_prompt_history():
     app = WorkbenchApp(StaticClient(), mode="compare", remember=False)
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot, app)
+        await settle(pilot)
         await pilot.click("#compare-prompt")
         await pilot.press(*"add 2 and 3", "enter")
-        await settle(pilot, app)
+        await settle(pilot)
         assert str(app.screen.query_one("#out-tuned", Static).render()) == "The answer is 5."
         assert str(app.screen.query_one("#out-base", Static).render()) == "the answer is 5."
         app.screen.query_one("#compare-prompt", Input).value = ""
@@ -167,26 +172,3 @@ async def test_the_experts_target_is_offered_only_for_an_expert_bank():
         form.offer_experts(False)
         await pilot.pause()
         assert not box.display and "experts" not in form.values()["targets"]
-
-
-async def test_configure_offers_gptq_rounding_and_refuses_it_on_a_float_base():
-    """The Train tab's "base rounding": gptq on a float base is the config's one-line refusal
-    (launch off); on nf4 it is valid and the TOML says so, its calibration left to the run's
-    data."""
-    from textual.widgets import Select, TabbedContent
-
-    app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
-    async with app.run_test(size=(100, 32)) as pilot:
-        await settle(pilot, app)
-        app.screen.query_one(TabbedContent).active = "tab-train"
-        await settle(pilot, app)
-        launch = app.screen.query_one("#launch", Button)
-        app.screen.query_one("#f-model-quantize_method", Select).value = "gptq"
-        await settle(pilot, app)
-        assert launch.disabled and 'quantize_method = "gptq" with quantize = \'none\'' in status(app)
-        app.screen.query_one("#f-model-quantize", Select).value = "nf4"
-        await settle(pilot, app)
-        assert not launch.disabled, status(app)
-        toml = str(app.screen.query_one("#toml-preview", Static).render())
-        assert 'quantize_method = "gptq"' in toml and 'quantize = "nf4"' in toml
-        assert 'quantize_calibration = ""' in toml

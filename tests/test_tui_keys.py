@@ -14,9 +14,8 @@ import threading
 import time
 
 import pytest
-from fixtures_tui import StaticClient, until
+from fixtures_tui import StaticClient, settle, until
 from textual.widgets import DataTable, Footer, Input, Select, Static, Tabs
-from textual.worker import WorkerCancelled
 
 from adapters_lib.engine import api
 from workbench.app import WorkbenchApp
@@ -24,20 +23,6 @@ from workbench.app import WorkbenchApp
 SIZE = (80, 24)
 RUN = "20260101-120000-demo"
 pytestmark = pytest.mark.anyio
-
-
-async def workers_done(app) -> None:
-    try:
-        await app.workers.wait_for_complete()
-    except WorkerCancelled:  # an exclusive worker replaced by a newer one (the estimate)
-        pass
-
-
-async def settle(pilot) -> None:
-    await workers_done(pilot.app)
-    await pilot.pause(0.4)
-    await workers_done(pilot.app)
-    await pilot.pause()
 
 
 def footer_keys(app) -> list[str]:
@@ -74,7 +59,11 @@ async def test_compare_takes_what_you_type_and_enter_fills_both_panes():
         assert app.focused is app.screen.query_one("#compare-prompt", Input)
 
 
-async def test_configure_starts_on_the_page_tabs_and_escape_goes_back_to_them():
+async def test_configure_starts_on_the_page_tabs_escape_goes_back_and_ctrl_d_works_in_a_field():
+    """Configure's keys in one app (one start of the form, ~0.6 s of CPU each): it starts on
+    the page tabs and escape goes back to them (docs/tui.md, step 2, literally); then the
+    check-data key works from inside a field (a field's own ctrl+d, delete right, must not
+    eat it)."""
     app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -92,11 +81,10 @@ async def test_configure_starts_on_the_page_tabs_and_escape_goes_back_to_them():
         assert steps.value == "30" and app.current_mode == "configure"
         assert "steps = 30" in str(app.screen.query_one("#toml-preview", Static).render())
 
-
-async def test_check_data_key_works_from_inside_a_field():
-    app = WorkbenchApp(StaticClient(), mode="configure", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
+        # the check-data key from inside a field
+        await pilot.press("escape")
+        assert isinstance(app.focused, Tabs)
+        assert "data looks good" not in str(app.screen.query_one("#data-report", Static).render())
         await pilot.press("enter")  # into the page's first field
         assert isinstance(app.focused, Input)
         await pilot.press("ctrl+d")  # a field's own ctrl+d (delete right) must not eat it

@@ -13,9 +13,8 @@ import itertools
 from pathlib import Path
 
 import pytest
-from fixtures_tui import StaticClient, until
+from fixtures_tui import StaticClient, settle, until
 from textual.widgets import Button, DataTable, Input, Tabs
-from textual.worker import WorkerCancelled
 
 from adapters_lib.config import RunConfig, load_config
 from adapters_lib.engine import api
@@ -26,20 +25,6 @@ from workbench.app import WorkbenchApp
 SIZE = (80, 24)
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "real-270m.toml"
 pytestmark = pytest.mark.anyio
-
-
-async def workers_done(pilot) -> None:
-    try:
-        await pilot.app.workers.wait_for_complete()
-    except WorkerCancelled:  # an exclusive worker replaced by a newer one
-        pass
-
-
-async def settle(pilot) -> None:
-    await workers_done(pilot)
-    await pilot.pause(0.4)  # the form re-validates 0.3 s after a change
-    await workers_done(pilot)
-    await pilot.pause()
 
 
 def text(app, selector: str) -> str:
@@ -105,7 +90,11 @@ async def test_the_readme_path_picks_the_starter_opens_its_example_and_launches_
     assert client.sent == [load_config(EXAMPLE).to_dict()]
 
 
-async def test_mesh_fields_take_only_what_they_mean_and_the_devices_are_counted():
+async def test_mesh_fields_take_only_what_they_mean_and_an_error_is_shown_whole():
+    """The Mesh page in one app (one start of the form, ~0.6 s of CPU each): the devices are
+    counted and each field takes only what it means; then, at 80 columns, a mesh error under
+    the form is shown whole. It read "✗ [mesh]: mesh 9×1×-1 cannot fill 1 devices (1 is not
+    a" and stopped."""
     app = WorkbenchApp(LaunchingClient(devices=1), mode="configure", remember=False)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
@@ -124,6 +113,17 @@ async def test_mesh_fields_take_only_what_they_mean_and_the_devices_are_counted(
         await settle(pilot)
         assert data.value == "1" and not data.has_class("-invalid")
         assert not app.screen.query_one("#launch", Button).disabled
+
+        # at 80 columns a mesh error under the form is shown whole
+        assert isinstance(app.focused, Tabs)
+        await pilot.press("enter", "ctrl+u", "9")  # into the Mesh page's first field: data 9
+        await settle(pilot)
+        assert app.focused is data and data.value == "9"
+        status = app.screen.query_one("#config-status")
+        shown = str(status.render())
+        assert shown.startswith("✗") and "9" in shown and len(shown) > status.size.width
+        assert status.size.height * status.size.width >= len(shown)  # wrapped, not cut
+        assert app.screen.query_one("#launch", Button).disabled
 
 
 async def test_a_typed_value_stays_when_the_model_changes_and_defaults_follow_the_model():
@@ -206,17 +206,3 @@ async def test_at_80_columns_the_train_header_shows_a_running_runs_eta():
         text = str(title.render())
         assert "running 20/40" in text and "ETA 7s" in text
         assert text.index("ETA 7s") + len("ETA 7s") <= title.size.width  # shown, not cut
-
-
-async def test_at_80_columns_a_mesh_error_under_the_form_is_shown_whole():
-    """The error read "✗ [mesh]: mesh 9×1×-1 cannot fill 1 devices (1 is not a" and stopped."""
-    app = WorkbenchApp(LaunchingClient(devices=1), mode="configure", remember=False)
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
-        await pilot.press("enter", "ctrl+u", "9")  # into the Mesh page's first field: data 9
-        await settle(pilot)
-        status = app.screen.query_one("#config-status")
-        text = str(status.render())
-        assert text.startswith("✗") and "9" in text and len(text) > status.size.width
-        assert status.size.height * status.size.width >= len(text)  # wrapped, not cut
-        assert app.screen.query_one("#launch", Button).disabled

@@ -22,6 +22,11 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 EXE = Path(sys.executable).parent / "gemma-workbench"
 PROMPT = "Is 17 even or odd?"
+KEY_GAP = 0.3
+"""Seconds between two keys, as a script types. Not shorter: at 0.15 s, on a loaded machine
+(load ~9 on 2 cores), ``tab tab tab ctrl+u 30 enter ctrl+l`` once left *steps* empty,
+marked "yours" ("train.steps is empty", no run): the keys outran the app, and the
+"config valid" wait after ``enter`` can match the screen from before them."""
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("tmux") is None or not EXE.exists(),
@@ -76,11 +81,11 @@ class Terminal:
     def keys(self, *keys: str) -> None:
         for key in keys:
             self.tmux("send-keys", "-t", self.target, key)
-            time.sleep(0.3)
+            time.sleep(KEY_GAP)
 
     def type(self, text: str) -> None:
         self.tmux("send-keys", "-t", self.target, "-l", text)
-        time.sleep(0.3)
+        time.sleep(KEY_GAP)
 
     def wait_for(self, *needles: str, timeout: float = 240.0, absent: str = "") -> str:
         t0 = time.monotonic()
@@ -108,14 +113,40 @@ def pane_texts(screen: str) -> tuple[str, str]:
     return " ".join(t for t in left if t), " ".join(t for t in right if t)
 
 
+def stop_engine(home: Path, timeout: float = 180.0) -> None:
+    """What ``gemma-workbench engine stop --force`` does (``workbench.commands.engine``), from
+    this process (no second Python started): ask the engine to shut down — a run still
+    training checkpoints at its next step and stops — and wait until it no longer answers."""
+    from workbench.client import EngineClient
+
+    run = home / "run"
+    if not (run / "engine.sock").exists():
+        return
+    with EngineClient(socket_path=run / "engine.sock", token_path=run / "engine.token") as client:
+        if not client.ping():
+            return
+        pid = client.status().pid
+        client.shutdown()
+        t0 = time.monotonic()
+        while client.ping() and time.monotonic() - t0 < timeout:
+            time.sleep(0.1)
+    while time.monotonic() - t0 < timeout:  # and until its process is gone (a zombie counts)
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except (ProcessLookupError, FileNotFoundError):
+            return
+        time.sleep(0.1)
+
+
 @pytest.fixture
 def terminal(tmp_path: Path):
     term = Terminal(tmp_path / "home")
     yield term
     term.close()
-    # the run may still be training: --force checkpoints it and stops the engine
-    subprocess.run([str(EXE), "engine", "stop", "--force"], env=term.env, capture_output=True,
-                   timeout=120)
+    stop_engine(tmp_path / "home")  # the run may still be training: it checkpoints and stops
 
 
 def test_the_readme_flow_typed_literally(terminal):
