@@ -58,9 +58,14 @@ def _watch_fsize(ckpt_at: int, metrics_at: int) -> None:
     while True:
         time.sleep(0.01)
         try:
-            for run in runs.list_runs(_runs_dir()):
-                name = run.run_id.split("-", 2)[-1]
-                if name not in ("fail-checkpoint", "fail-metrics") or run.run_id in done:
+            # the folder's names first (100 times a second for the engine's whole life: the
+            # other runs' files are never read), then the named runs' own files
+            for run_id in os.listdir(_runs_dir()):
+                name = run_id.split("-", 2)[-1]
+                if name not in ("fail-checkpoint", "fail-metrics") or run_id in done:
+                    continue
+                run = runs.RunDir(_runs_dir() / run_id)
+                if not (run.path / "config.toml").is_file():  # being created
                     continue
                 if limited == run.run_id:
                     if run.state not in ("queued", "running", "stopping"):

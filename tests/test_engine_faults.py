@@ -39,17 +39,19 @@ pytestmark = pytest.mark.slow
 
 STEPS = 12
 FAULTS = [sys.executable, str(Path(__file__).with_name("engine_faults.py"))]
-FSIZE_ENV = {"WB_FAULT_FSIZE": "1", "WB_FAULT_CKPT_AT": "4", "WB_FAULT_METRICS_AT": "20"}
+FSIZE_ENV = {"WB_FAULT_FSIZE": "1", "WB_FAULT_CKPT_AT": "4", "WB_FAULT_METRICS_AT": "12"}
 """The last engine of the story limits file sizes for the runs named fail-* only."""
 SEED = int(os.environ.get("WB_FAULT_SEED", random.randrange(1 << 30)))
 COSINE = {"schedule": "cosine"}
-"""The story's runs (crash, doomed, straight): a resume that restored the wrong step count
-would change their curve. The write-failure and SIGTERM runs (other lengths) keep
-``demo_run_config``'s constant schedule: one compiled train step for all of them."""
+"""Every run of the file: for the story's runs (crash, doomed, straight) a resume that restored
+the wrong step count would change their curve; the write-failure and SIGTERM runs (other
+lengths: the schedule's numbers are inputs of the program) take it too, so that one train step
+is compiled for the whole file, not a second one for ``demo_run_config``'s constant schedule."""
 
 
 def _config(name: str, **train) -> dict:
-    cfg = demo_run_config(**{"steps": STEPS, "checkpoint_every": 3, "batch_size": 2, **train})
+    cfg = demo_run_config(**{"steps": STEPS, "checkpoint_every": 3, "batch_size": 2, **COSINE,
+                             **train})
     cfg["run"] = {"name": name}
     return cfg
 
@@ -79,7 +81,7 @@ def story(engine_factory, tmp_path_factory):
 def test_kill_9_during_a_checkpoint_commit_leaves_the_previous_checkpoint(story):
     first = story["factory"](home=story["home"], command=FAULTS,
                              env={"WB_FAULT_SLOW_FINALIZE_S": "120", "WB_FAULT_SLOW_FROM_STEP": "6"})
-    run_id = first.client.create_run(_config("crash", **COSINE)).id
+    run_id = first.client.create_run(_config("crash")).id
     run = RunDir(story["runs"] / run_id)
     story["run"] = run
     _until(lambda: (story["home"] / "commit-pending-6").exists(), 300, "checkpoint 6 written")
@@ -110,6 +112,13 @@ def test_kill_9_at_a_random_step_then_resume_again(story):
     assert got.checkpoints == before and before[-1] >= 3
 
 
+POLL_S = 0.05
+"""Each of the 6 pollers' pause between calls: ~20 calls a second each, ~120 in all, with the 4
+streams (~500-700 calls while the runs train; the assertion needs > 50). At 0.01 s they made
+~2,400 calls, and every call costs CPU in this process and in the engine (both on 2 shared
+cores), which the load does not need to be shown."""
+
+
 def _poll(client: EngineClient, run_id: str, stop: threading.Event, latencies: list[float],
           errors: list[str]) -> None:
     calls = (client.status, client.list_runs, lambda: client.get_run(run_id, metrics=False, events=False))
@@ -122,7 +131,7 @@ def _poll(client: EngineClient, run_id: str, stop: threading.Event, latencies: l
             errors.append(f"{type(e).__name__}: {e}")
         latencies.append(time.perf_counter() - t0)
         i += 1
-        time.sleep(0.01)
+        time.sleep(POLL_S)
 
 
 def _stream(client: EngineClient, run_id: str, out: list[dict], errors: list[str]) -> None:
@@ -139,8 +148,8 @@ def test_resume_completes_a_removed_queued_run_fails_and_load_loses_nothing(stor
     run, engine = story["run"], story["engine"]
     client = engine.client
     client.resume_run(run.run_id)
-    doomed = client.create_run(_config("doomed", **COSINE)).id
-    straight = client.create_run(_config("straight", **COSINE)).id
+    doomed = client.create_run(_config("doomed")).id
+    straight = client.create_run(_config("straight")).id
     assert client.get_run(doomed, metrics=False).state == "queued"
     doomed_items: list[dict] = []
     errors: list[str] = []
@@ -208,7 +217,7 @@ def test_write_failures_fail_the_run_in_words_and_keep_its_last_good_checkpoint(
 
     client, home = story["engine"].client, story["home"]
     ckpt = client.create_run(_config("fail-checkpoint", steps=8, checkpoint_every=2)).id
-    metrics = client.create_run(_config("fail-metrics", steps=40, checkpoint_every=4)).id
+    metrics = client.create_run(_config("fail-metrics", steps=24, checkpoint_every=4)).id
     for run_id, name in ((ckpt, "fail-checkpoint"), (metrics, "fail-metrics")):
         got = client.wait_run(run_id, timeout=600)
         marker = home / f"fsize-{name}"
