@@ -1,6 +1,8 @@
 """The engine's API against a real engine process: access control, bounds, errors, status.
 
-One engine for the module (no training here); one more for the explicit TCP opt-in.
+One engine for the module (its last test trains a run on it and stops it with ``engine stop
+--force``); one more, stopped at once, for the cold start; short ones without JAX (``--no-warm``)
+for the TCP opt-in, the idle exit, ``engine stop`` and the logout.
 """
 
 from __future__ import annotations
@@ -330,10 +332,12 @@ def test_the_catalog_and_runs_are_answered_before_jax_is_warm(engine_factory):
     warm = "engine modules imported" in proc.log_text()
     assert [m for m in models if m.id == "demo"] and runs == []
     if warm:
+        proc.stop()
         pytest.skip(f"the heavy imports were done before the catalog was asked ({seconds:.1f} s)")
     status = proc.client.status()
     assert not status.jax.modules_ready  # answered while gemma was still importing
     print(f"catalog + runs on a cold engine in {seconds:.2f} s")
+    proc.stop()  # now: the rest of its imports would only cost CPU (2 cores shared by the suite)
 
 
 def test_long_generations_do_not_hold_the_threads_that_answer_status(engine):
@@ -444,14 +448,17 @@ def test_logout_does_not_hide_the_engine_and_a_second_one_refuses(short_tmp):
 
 
 @pytest.mark.slow  # ~40-90 s on 2 cores: a real run must be training when the stop comes
-def test_engine_stop_force_checkpoints_and_stops_the_run_it_trains(engine_factory):
+def test_engine_stop_force_checkpoints_and_stops_the_run_it_trains(engine_process):
     """`engine stop --force` (SIGTERM takes the same path: test_engine_faults) says why it
-    waits, and the run is checkpointed where it stopped."""
+    waits, and the run is checkpointed where it stopped.
+
+    It stops the module's engine (warm, its demo model loaded by the tests above), so it is the
+    file's last test: a test added after it that uses ``engine`` would find no engine."""
     from fixtures_engine import demo_run_config
 
     from adapters_lib import runs
 
-    proc = engine_factory()
+    proc = engine_process
     client = proc.client
     run = client.create_run(demo_run_config(steps=500, checkpoint_every=1000))
     t0 = time.monotonic()
