@@ -5,8 +5,9 @@ estimates, a run from queued to completed, its stream, sample, compare, export, 
 stopped and deleted, refusals) and returns every answer as JSON data, keyed by name.
 ``tests/record_engine_replies.py`` plays it against a real engine and writes the answers to
 ``tests/recorded/engine_replies.json`` (what ``tests/engine_fake.py`` serves);
-``tests/test_engine_contract.py`` plays it against a real engine and against the fake and
-compares the shapes of the answers (keys and types).
+``tests/test_generation_engine.py`` plays it against that module's real engine (its programs
+shared with the module's run) and against the fake, and compares the shapes of the answers (keys
+and types: ``compare_answers``); ``tests/test_engine_contract.py`` reads the fake alone.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def play(client: Any, workdir: Path, *, runs: tuple[dict[str, Any], ...] | None 
     out["sample_base"] = list(client.sample(PROMPT, model="demo", max_new_tokens=8))
     out["compare"] = list(client.compare(PROMPT, first, max_new_tokens=8))
     out["export"] = client.export(first, out=str(workdir / "export"))
-    queued = client.create_run(run_config(4, name="stopped"))
+    queued = client.create_run({**runs[0], "run": {"name": "stopped"}})  # the programs of the first
     out["created"] = [*created, queued]
     out["stop_run"] = client.stop_run(queued.id)
     client.wait_run(queued.id, timeout=timeout)  # it may have started: it stops at a step
@@ -96,6 +97,21 @@ def play(client: Any, workdir: Path, *, runs: tuple[dict[str, Any], ...] | None 
     }
     out["status_later"] = client.status()  # after runs: gemma imported (modules_ready)
     return to_jsonable(out)
+
+
+def compare_answers(real: dict[str, Any], fake: dict[str, Any]) -> list[str]:
+    """Where two ``play`` results disagree in shape (``differences``), route by route."""
+    out = [f"{k}: only in the real engine's answers" for k in real.keys() - fake.keys()]
+    out += [f"{k}: only in the fake's answers" for k in fake.keys() - real.keys()]
+    for key in real.keys() & fake.keys():
+        a, b = real[key], fake[key]
+        if key == "runs":  # keyed by run id: compare one run with one run
+            a, b = next(iter(a.values())), next(iter(b.values()))
+        if key == "data_check":  # file_formats is keyed by the file's path: compare values
+            a, b = ({**x, "file_formats": list((x.get("file_formats") or {}).values())}
+                    for x in (a, b))
+        out += differences(shape(a), shape(b), key)
+    return out
 
 
 def shape(value: Any) -> Any:

@@ -2,7 +2,8 @@
 
 One engine per module (its own home); one short demo run trained by it (10 steps,
 checkpoints at 5 and 10): ~60 s on a busy 2-core machine, most of it the engine's JAX
-start-up and the run's compile.
+start-up and the run's compile. The same engine plays ``engine_scenario`` for the test fake's
+contract (the first test), on the programs the module's tests share.
 """
 
 from __future__ import annotations
@@ -32,6 +33,25 @@ def _collect(items):
         elif item.type == "error":
             raise AssertionError(item.data)
     return texts, done
+
+
+@pytest.mark.slow  # the one proof that the test fake answers like the real engine
+def test_the_fake_answers_every_route_in_the_real_engines_shapes(engine, tmp_path):
+    """``engine_scenario.play`` against this module's engine and against ``EngineFake``: the
+    same keys and types in every answer (``tests/test_engine_contract.py`` says more). Its run
+    has the module run's shapes (``demo_run_config``): the engine's train, eval and generation
+    programs serve both, nothing compiles for the scenario alone. It is the module's first test:
+    its run compiles the train step, so its first metrics record has ``compile_s`` (as recorded);
+    the module's run then takes the programs it compiled."""
+    from engine_fake import EngineFake
+    from engine_scenario import compare_answers, play
+
+    # 4 steps: eval every 2, so the first metrics record has no eval_loss (as recorded)
+    run = {**demo_run_config(steps=4, checkpoint_every=2, eval_every=2), "run": {"name": "demo"}}
+    real = play(engine, tmp_path / "real", runs=(run,))
+    fake = play(EngineFake(), tmp_path / "fake")
+    problems = compare_answers(real, fake)
+    assert problems == [], "\n".join(problems[:40])
 
 
 def test_compare_done_reply_has_per_side_speed_and_stop_reason(engine, run_id):
@@ -239,3 +259,4 @@ def test_an_exported_adapter_samples_and_compares_through_the_engine(cli_home, e
              "--max-new-tokens", "5")
     assert r.returncode == 0 and "saved" not in r.stderr, r.stderr
     assert json.loads(r.stdout)[0]["tuned"] == done.text
+
