@@ -209,13 +209,13 @@ codes = [
     main(["compare", "--run", {run_id!r}, "--prompt", "Is 3 even or odd?", "--max-new-tokens", "3", "--no-save"]),
     main(["export", "--run", {run_id!r}, "--format", "adapter", "--out", {str(tmp_path / "adapter")!r}]),
     main(["train", "-q", *{_sets(TRAIN_LIKE_THE_RUN)!r}, "--set", 'run.dir="{tmp_path / "runs"}"']),
-    main(["eval", "--run", {run_id!r}, "--data", {str(tmp_path / "eval.txt")!r}, "--max-length", "64"]),
+    main(["eval", "--run", {run_id!r}, "--data", {str(tmp_path / "eval.jsonl")!r}, "--max-length", "64"]),
     main(["sample", "--in-process", "--prompt", "x"]),
 ]
 heavy = sorted({{m.split(".")[0] for m in sys.modules}} & {{"jax", "jaxlib", "gemma", "flax", "orbax", "keras", "tensorflow"}})
 print(json.dumps({{"codes": codes, "heavy": heavy}}))
 """
-    (tmp_path / "eval.txt").write_text("Is 3 even or odd? odd\nWhat is 2 plus 2? 4\n")
+    _eval_file(tmp_path / "eval.jsonl")  # the scorer test_eval_through_the_engine uses: one compile
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900,
                        env={**os.environ, "GEMMA_WORKBENCH_HOME": str(cli_home)})
     assert r.returncode == 0, r.stderr[-3000:]
@@ -226,14 +226,19 @@ print(json.dumps({{"codes": codes, "heavy": heavy}}))
     assert "error: --in-process: an engine is running" in r.stderr
 
 
-def test_eval_through_the_engine_scores_the_runs_checkpoint(engine, run_id, tmp_path):
+def _eval_file(path):
+    """24 of the demo's held-out chats (a scored batch's shape: the same file, one scorer)."""
     import json
 
     from adapters_lib.models import demo_tasks
 
     _, evals = demo_tasks.demo_splits()
-    f = tmp_path / "eval.jsonl"
-    f.write_text("".join(json.dumps({"messages": e["messages"]}) + "\n" for e in evals[:24]))
+    path.write_text("".join(json.dumps({"messages": e["messages"]}) + "\n" for e in evals[:24]))
+    return path
+
+
+def test_eval_through_the_engine_scores_the_runs_checkpoint(engine, run_id, tmp_path):
+    f = _eval_file(tmp_path / "eval.jsonl")
     base = engine.eval(str(f), model="demo", max_length=64)
     tuned = engine.eval(str(f), run_id=run_id, step=10, max_length=64)
     assert base.tokens == tuned.tokens > 0 and tuned.step == 10 and tuned.run == run_id
