@@ -41,8 +41,12 @@ _FIELDS = {
     "rope": ((10_000.0, 1_000_000.0), (10_000.0, 10_000.0)),
     "final_logit_soft_cap": (30.0, None),
 }
-_KINDS = {"dense": {},
-          "moe": dict(enable_moe_block=True, num_experts=4, expert_intermediate_dim=16, num_experts_per_token=2),
+# dense and MoE on 3 layers (local, local, global: the pattern's one period, both kinds of
+# layer); E-style keeps 6, so that its 2 KV-shared layers (local, global) each read an unshared
+# layer of their kind. Every program below (keras-hub's forward, ours, eval's) is per layer.
+_KINDS = {"dense": dict(num_layers=3),
+          "moe": dict(num_layers=3, enable_moe_block=True, num_experts=4, expert_intermediate_dim=16,
+                      num_experts_per_token=2),
           "e": dict(hidden_size_per_layer_input=8, num_kv_shared_layers=2, use_double_wide_mlp=True)}
 
 
