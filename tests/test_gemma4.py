@@ -128,7 +128,8 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
 
     e_arch, e_model, _ = gemma4_tiny["e"]
     spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "v", "o", "gate", "up", "down", "experts"))
-    e_names = {"/".join(k) for k in _flat(lora.init_lora(e_model, spec, None, jax.random.key(0)))}
+    e_adapters = lora.init_lora(e_model, spec, None, jax.random.key(0))
+    e_names = {"/".join(k) for k in _flat(e_adapters)}
     assert any(n.startswith("layer_1/attn/kv_einsum/lora/k_a") for n in e_names)
     assert not any(n.startswith(("layer_2/attn/kv_einsum", "layer_3/attn/kv_einsum")) for n in e_names)
 
@@ -139,8 +140,7 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
     assert "layer_0/mlp/lora_experts_gate_a" in names
     assert "layer_0/mlp2/lora_gating_einsum/gate_a" in names
     assert not any("router" in n for n in names)
-    for model_, ad_ in ((model, adapters), (e_model, None)):
-        ad_ = ad_ if ad_ is not None else lora.init_lora(model_, spec, None, jax.random.key(0))
+    for model_, ad_ in ((model, adapters), (e_model, e_adapters)):
         want = {"/".join(k): tuple(v.shape) for k, v in _flat(ad_).items()}
         ours = {"/".join(p): s for p, s in gemma4.lora_shapes(model_.config, 2, spec.targets)}
         assert ours == want  # the estimate's count is the adapters' own
