@@ -18,6 +18,17 @@ def demo_float():
     return load_model(ModelSpec())
 
 
+def _dequantized(params):
+    """``dequantize_params(params, float32)`` as one program (leaf by leaf, op by op, it compiled
+    a few small programs a leaf)."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models.quantize import quantized_base as quantize
+
+    return jax.jit(quantize.dequantize_params, static_argnums=1)(params, jnp.float32)
+
+
 def _rel(a, b) -> float:
     import jax.numpy as jnp
 
@@ -139,8 +150,7 @@ def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, b
         assert quantize.device_bytes(w.qvalue) == math.prod(w.shape) * bits // 8
     tokens = jnp.asarray(TOKENS)
     out = q.model.apply({"params": q.params}, tokens).logits
-    exact = demo_float.model.apply({"params": quantize.dequantize_params(q.params, jnp.float32)},
-                                   tokens).logits
+    exact = demo_float.model.apply({"params": _dequantized(q.params)}, tokens).logits
     np.testing.assert_allclose(np.asarray(out), np.asarray(exact), atol=2e-5, rtol=1e-5)
     ref = demo_float.model.apply({"params": demo_float.params}, tokens).logits
     assert 0 < _rel(out, ref) < tolerance
@@ -241,7 +251,7 @@ def test_a_gemma4_base_reads_its_quantized_weights(gemma4_tiny, kind):
         assert all("per_layer" in k for k in float_matrices)
     tokens = jnp.asarray([[2, 5, 6, 7, 8, 9]])
     out = quantize.with_quantized_base(model).apply({"params": q}, tokens).logits
-    exact = model.apply({"params": quantize.dequantize_params(q, jnp.float32)}, tokens).logits
+    exact = model.apply({"params": _dequantized(q)}, tokens).logits
     np.testing.assert_allclose(np.asarray(out), np.asarray(exact), atol=1e-5, rtol=1e-5)
 
 
@@ -297,8 +307,8 @@ def test_the_cross_entropy_reads_a_quantized_table_a_block_at_a_time(monkeypatch
     def ce(h, t):
         return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8, softcap=30.0, split_vocab=4)
 
-    got, got_dh = jax.value_and_grad(ce)(hidden, table)
-    want, want_dh = jax.value_and_grad(ce)(hidden, dense)
+    got, got_dh = jax.jit(jax.value_and_grad(ce))(hidden, table)  # jitted: one program each
+    want, want_dh = jax.jit(jax.value_and_grad(ce))(hidden, dense)
     np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(got_dh), np.asarray(want_dh), rtol=1e-4, atol=1e-6)
     logits = qarray.vocab_logits(hidden, table)
@@ -367,9 +377,9 @@ def test_a_4bit_table_is_read_as_4_bits_and_its_logits_differentiate_block_by_bl
     assert qarray.table_blocks(1024, 16) == 4
     dense = qarray.dequantize(small)
     x = jax.random.normal(k2, (2, 3, 16))
-    want = jax.grad(lambda x: jnp.sin(x @ dense.T).sum())(x)
+    want = jax.jit(jax.grad(lambda x: jnp.sin(x @ dense.T).sum()))(x)  # jitted: one program each
     for t in (small, qarray.pack(small)):
-        got = jax.grad(lambda x, t=t: jnp.sin(qarray.vocab_logits(x, t)).sum())(x)
+        got = jax.jit(jax.grad(lambda x, t: jnp.sin(qarray.vocab_logits(x, t)).sum()))(x, t)
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(qarray.take_rows(qarray.pack(small), jnp.asarray([[3, 1000]]))),
                                   np.asarray(dense[jnp.asarray([[3, 1000]])]))
