@@ -211,6 +211,8 @@ def test_gemma4_template_keeps_a_system_turn_untrained_and_no_thinking():
 
 
 def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
+    """On the MoE model's first two layers (a local one, a global k=v one; the expert bank
+    is split the same way in each): its programs, one a mesh, compile in about half the time."""
     import jax
     import jax.numpy as jnp
 
@@ -218,7 +220,11 @@ def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
     from adapters_lib import mesh as mesh_lib
     from adapters_lib.config import LoraSpec, MeshSpec
 
-    arch, model, params = gemma4_tiny["moe"]
+    arch, _, params = gemma4_tiny["moe"]
+    arch = dataclasses.replace(arch, num_layers=2, attention=arch.attention[:2])
+    assert arch.attention == ("local", "global")
+    model = families.model_class(arch)(dtype=jnp.float32)
+    params = {k: v for k, v in params.items() if k not in ("layer_2", "layer_3")}
     spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "o", "down", "experts"))
     wrapped = lora.wrap(model, spec)
     adapters = jax.tree.map(lambda x: x + 0.01, lora.init_lora(model, spec, None, jax.random.key(2)))
