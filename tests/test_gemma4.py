@@ -212,7 +212,7 @@ def test_gemma4_template_keeps_a_system_turn_untrained_and_no_thinking():
 
 def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
     """On the MoE model's first two layers (a local one, a global k=v one; the expert bank
-    is split the same way in each): its programs, one a mesh, compile in about half the time."""
+    is split the same way in each): its two programs (one a mesh) unroll half the layers."""
     import jax
     import jax.numpy as jnp
 

@@ -17,8 +17,7 @@ TARGET_SETS = [(t,) for t in LORA_TARGETS] + [("q", "v"), ("gate", "up", "down")
 
 def _two_layer_config(config):
     """The config's first two layers (one local, one global): every target's adapter is wired
-    the same way in each layer, and the file's ~25 model programs trace and compile in about
-    half the time of the 4-layer demo's."""
+    the same way in each layer, and the file's ~25 model programs unroll half the layers."""
     import dataclasses
 
     config = dataclasses.replace(config, attention_types=config.attention_types[:2])

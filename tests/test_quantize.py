@@ -186,7 +186,7 @@ def test_a_sharded_int4_step_over_4_devices_equals_the_one_device_step(demo, lor
     like their weights, scales where their dims still divide): the first train step's loss,
     grad norm and updated adapters equal those on one device. On the demo's first two layers
     (its local and its global one, placed by the same rules as the other two): the two train
-    steps compile in about half the time."""
+    steps unroll half the layers."""
     import dataclasses
 
     import jax

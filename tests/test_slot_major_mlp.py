@@ -25,9 +25,9 @@ ALL = ("q", "k", "v", "o", "gate", "up", "down")
 @pytest.fixture(scope="module")
 def two_layers():
     """The demo's first two layers (its local and its global one) with the demo's weights: the
-    feed-forward and its adapters are the same in every layer, and each of the 8 programs
-    below (a value-and-grad of the whole model) compiles in about half the time of the
-    4-layer demo's; the demo's own train step is compared below."""
+    feed-forward and its adapters are the same in every layer, and the 8 programs below (a
+    value-and-grad of the whole model each) unroll half the layers; the demo's own train step
+    is compared below."""
     import dataclasses
 
     config = demo_lib.demo_transformer_config()
