@@ -329,7 +329,6 @@ def test_generation_on_a_quantized_base_is_generation_on_its_numbers(demo_float)
     """The sampler on an int8 base (table included: the lookup, the logits and the KV cache's
     dtype all read it) generates the greedy tokens the float model generates on the same
     numbers dequantized — prefill and decode loop both."""
-    import jax.numpy as jnp
 
     from adapters_lib.models.quantize import quantized_base as quantize
     from adapters_lib.sample.sampler import Sampler
@@ -339,7 +338,7 @@ def test_generation_on_a_quantized_base_is_generation_on_its_numbers(demo_float)
     settings = SamplingSettings(max_new_tokens=8, temperature=0.0)
     prompts = ["1 + 1 =", "the cat"]
     held = Sampler(quantize.with_quantized_base(demo_float.model), q, demo_float.tokenizer)
-    exact = Sampler(demo_float.model, quantize.dequantize_params(q, jnp.float32), demo_float.tokenizer)
+    exact = Sampler(demo_float.model, _dequantized(q), demo_float.tokenizer)
     got = [c["tokens"] for c in held.generate_grid(prompts, [None], settings, chat=False)[0]]
     want = [c["tokens"] for c in exact.generate_grid(prompts, [None], settings, chat=False)[0]]
     assert got == want and all(len(t) > 0 for t in got)
