@@ -17,7 +17,6 @@ demo tokenizer as it is (Gemma 3's markers).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -62,35 +61,18 @@ def tiny_arch(kind: str):
     return Gemma4Arch("gemma4", **_COMMON, **SHAPES[kind])
 
 
-class _TinyModels(Mapping):
-    """``kind`` → ``(arch, model, params)``, each made on its first read: a file that reads one
-    kind (the sampler's E-style) does not trace the other two inits. Seeded by the kind's
-    place in ``SHAPES``, whatever the order of the reads."""
-
-    def __init__(self) -> None:
-        self._made: dict[str, tuple[Any, Any, Any]] = {}
-
-    def __getitem__(self, kind: str) -> tuple[Any, Any, Any]:
-        if kind not in self._made:
-            import jax.numpy as jnp
-
-            from adapters_lib.models import families
-
-            arch = tiny_arch(kind)  # KeyError for an unknown kind
-            model = families.model_class(arch)(dtype=jnp.float32)
-            self._made[kind] = (arch, model, _random_params(model, list(SHAPES).index(kind)))
-        return self._made[kind]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(SHAPES)
-
-    def __len__(self) -> int:
-        return len(SHAPES)
-
-
 @pytest.fixture(scope="session")
-def gemma4_tiny() -> Mapping[str, tuple[Any, Any, Any]]:
-    return _TinyModels()
+def gemma4_tiny() -> dict[str, tuple[Any, Any, Any]]:
+    import jax.numpy as jnp
+
+    from adapters_lib.models import families
+
+    out = {}
+    for i, kind in enumerate(SHAPES):
+        arch = tiny_arch(kind)
+        model = families.model_class(arch)(dtype=jnp.float32)
+        out[kind] = (arch, model, _random_params(model, i))
+    return out
 
 
 @pytest.fixture(scope="session")
