@@ -19,6 +19,19 @@ def _flat(tree) -> dict[tuple[str, ...], np.ndarray]:
     return {tuple(k.key for k in p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+def _first_two_layers(tiny):
+    """A tiny model's first two layers (a local one, a global one), its own weights: what a
+    check reads in every layer alike (LoRA on the expert bank, its split over a mesh) is there,
+    and each program unrolls half the layers. Not for the KV-shared E-style model."""
+    import jax.numpy as jnp
+
+    arch, _, params = tiny
+    arch = dataclasses.replace(arch, num_layers=2, attention=arch.attention[:2])
+    assert arch.attention == ("local", "global") and not arch.shared_kv()
+    params = {k: v for k, v in params.items() if k not in ("layer_2", "layer_3")}
+    return arch, families.model_class(arch)(dtype=jnp.float32), params
+
+
 def test_known_sizes_mirror_the_library_configs():
     from gemma import gm
 
@@ -116,9 +129,10 @@ def test_multimodal_hf_folder_loads_the_text_tower_and_fills_dropped_kv(gemma4_t
 
 
 def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
-    """MoE: q/k(k_einsum)/v/o, the shared MLP and the expert bank get adapters, the router none;
-    a few steps lower the loss and every expert adapter gets a non-zero gradient. E-style: no
-    adapter on the KV-shared layers' k/v. The fused weights give the adapted logits."""
+    """MoE (its first two layers, ``_first_two_layers``): q/k(k_einsum)/v/o, the shared MLP and
+    the expert bank get adapters, the router none; a few steps lower the loss and every expert
+    adapter gets a non-zero gradient. E-style: no adapter on the KV-shared layers' k/v. The
+    fused weights give the adapted logits."""
     import jax
     import jax.numpy as jnp
 
@@ -133,7 +147,7 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
     assert any(n.startswith("layer_1/attn/kv_einsum/lora/k_a") for n in e_names)
     assert not any(n.startswith(("layer_2/attn/kv_einsum", "layer_3/attn/kv_einsum")) for n in e_names)
 
-    arch, model, params = gemma4_tiny["moe"]
+    arch, model, params = _first_two_layers(gemma4_tiny["moe"])
     adapters = lora.init_lora(model, spec, None, jax.random.key(1))
     names = {"/".join(k) for k in _flat(adapters)}
     assert "layer_1/attn/k_einsum/lora/k_a" in names
@@ -212,8 +226,8 @@ def test_gemma4_template_keeps_a_system_turn_untrained_and_no_thinking():
 
 
 def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
-    """On the MoE model's first two layers (a local one, a global k=v one; the expert bank
-    is split the same way in each): its two programs (one a mesh) unroll half the layers."""
+    """On the MoE model's first two layers (``_first_two_layers``: the expert bank is split the
+    same way in each)."""
     import jax
     import jax.numpy as jnp
 
@@ -221,11 +235,7 @@ def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
     from adapters_lib import mesh as mesh_lib
     from adapters_lib.config import LoraSpec, MeshSpec
 
-    arch, _, params = gemma4_tiny["moe"]
-    arch = dataclasses.replace(arch, num_layers=2, attention=arch.attention[:2])
-    assert arch.attention == ("local", "global")
-    model = families.model_class(arch)(dtype=jnp.float32)
-    params = {k: v for k, v in params.items() if k not in ("layer_2", "layer_3")}
+    arch, model, params = _first_two_layers(gemma4_tiny["moe"])
     spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "o", "down", "experts"))
     wrapped = lora.wrap(model, spec)
     adapters = jax.tree.map(lambda x: x + 0.01, lora.init_lora(model, spec, None, jax.random.key(2)))
