@@ -19,6 +19,19 @@ def _flat(tree) -> dict[tuple[str, ...], np.ndarray]:
     return {tuple(k.key for k in p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+def _first_two_layers(tiny):
+    """A tiny model's first two layers (a local one, a global one), its own weights: what a
+    check reads in every layer alike (LoRA on the expert bank, its split over a mesh) is there,
+    and each program unrolls half the layers. Not for the KV-shared E-style model."""
+    import jax.numpy as jnp
+
+    arch, _, params = tiny
+    arch = dataclasses.replace(arch, num_layers=2, attention=arch.attention[:2])
+    assert arch.attention == ("local", "global") and not arch.shared_kv()
+    params = {k: v for k, v in params.items() if k not in ("layer_2", "layer_3")}
+    return arch, families.model_class(arch)(dtype=jnp.float32), params
+
+
 def test_known_sizes_mirror_the_library_configs():
     from gemma import gm
 
@@ -110,14 +123,16 @@ def test_multimodal_hf_folder_loads_the_text_tower_and_fills_dropped_kv(gemma4_t
     assert np.all(np.asarray(flat[("layer_3", "attn", "kv_einsum", "w")]) == 0)  # filled, unused
     tokens = jnp.asarray(np.random.default_rng(0).integers(1, 256, (2, 12)), jnp.int32)
     forward = jax.jit(lambda p: model.apply({"params": p}, tokens).logits)
-    ref, got = forward(params), forward(loaded)
+    # both as host arrays: one program (the loader's committed device arrays compiled it again)
+    ref, got = forward(params), forward(jax.tree.map(np.asarray, loaded))
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref), atol=1e-5)
 
 
 def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
-    """MoE: q/k(k_einsum)/v/o, the shared MLP and the expert bank get adapters, the router none;
-    a few steps lower the loss and every expert adapter gets a non-zero gradient. E-style: no
-    adapter on the KV-shared layers' k/v. The fused weights give the adapted logits."""
+    """MoE (its first two layers, ``_first_two_layers``): q/k(k_einsum)/v/o, the shared MLP and
+    the expert bank get adapters, the router none; a few steps lower the loss and every expert
+    adapter gets a non-zero gradient. E-style: no adapter on the KV-shared layers' k/v. The
+    fused weights give the adapted logits."""
     import jax
     import jax.numpy as jnp
 
@@ -127,19 +142,19 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
 
     e_arch, e_model, _ = gemma4_tiny["e"]
     spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "v", "o", "gate", "up", "down", "experts"))
-    e_names = {"/".join(k) for k in _flat(lora.init_lora(e_model, spec, None, jax.random.key(0)))}
+    e_adapters = lora.init_lora(e_model, spec, None, jax.random.key(0))
+    e_names = {"/".join(k) for k in _flat(e_adapters)}
     assert any(n.startswith("layer_1/attn/kv_einsum/lora/k_a") for n in e_names)
     assert not any(n.startswith(("layer_2/attn/kv_einsum", "layer_3/attn/kv_einsum")) for n in e_names)
 
-    arch, model, params = gemma4_tiny["moe"]
+    arch, model, params = _first_two_layers(gemma4_tiny["moe"])
     adapters = lora.init_lora(model, spec, None, jax.random.key(1))
     names = {"/".join(k) for k in _flat(adapters)}
     assert "layer_1/attn/k_einsum/lora/k_a" in names
     assert "layer_0/mlp/lora_experts_gate_a" in names
     assert "layer_0/mlp2/lora_gating_einsum/gate_a" in names
     assert not any("router" in n for n in names)
-    for model_, ad_ in ((model, adapters), (e_model, None)):
-        ad_ = ad_ if ad_ is not None else lora.init_lora(model_, spec, None, jax.random.key(0))
+    for model_, ad_ in ((model, adapters), (e_model, e_adapters)):
         want = {"/".join(k): tuple(v.shape) for k, v in _flat(ad_).items()}
         ours = {"/".join(p): s for p, s in gemma4.lora_shapes(model_.config, 2, spec.targets)}
         assert ours == want  # the estimate's count is the adapters' own
@@ -150,21 +165,22 @@ def test_lora_targets_the_real_modules_and_trains_the_experts(gemma4_tiny):
     def loss(ad):
         logits = wrapped.apply({"params": lora.merge_lora(params, ad)}, tokens[:, :-1]).logits
         logp = jax.nn.log_softmax(logits)
-        return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1))
+        return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], -1)), logits
 
-    step = jax.jit(jax.value_and_grad(loss))
-    first, grads = step(adapters)
+    step = jax.jit(jax.value_and_grad(loss, has_aux=True))  # the adapted logits too: no 2nd program
+    (first, _), grads = step(adapters)
     g = _flat(grads)
     for name in ("lora_experts_gate_b", "lora_experts_up_b", "lora_experts_down_b"):
         assert float(jnp.abs(g[("layer_0", "mlp", name)]).sum()) > 0, name
+    update = jax.jit(lambda ad, grads: jax.tree.map(lambda p, d: p - 0.5 * d, ad, grads))  # one program
     ad = adapters
     for _ in range(5):
-        value, grads = step(ad)
-        ad = jax.tree.map(lambda p, d: p - 0.5 * d, ad, grads)
-    assert float(step(ad)[0]) < float(first)
+        _, grads = step(ad)
+        ad = update(ad, grads)
+    (last, adapted), _ = step(ad)
+    assert float(last) < float(first)
     fused = lora_fuse.fuse_lora(lora.merge_lora(params, jax.tree.map(np.asarray, ad)), spec)
-    adapted = jax.jit(lambda p: wrapped.apply({"params": p}, tokens).logits)(lora.merge_lora(params, ad))
-    plain = jax.jit(lambda p: model.apply({"params": p}, tokens).logits)(fused)
+    plain = jax.jit(lambda p: model.apply({"params": p}, tokens[:, :-1]).logits)(fused)
     np.testing.assert_allclose(np.asarray(plain), np.asarray(adapted), atol=2e-4)
 
 
@@ -210,6 +226,8 @@ def test_gemma4_template_keeps_a_system_turn_untrained_and_no_thinking():
 
 
 def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
+    """On the MoE model's first two layers (``_first_two_layers``: the expert bank is split the
+    same way in each)."""
     import jax
     import jax.numpy as jnp
 
@@ -217,7 +235,7 @@ def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
     from adapters_lib import mesh as mesh_lib
     from adapters_lib.config import LoraSpec, MeshSpec
 
-    arch, model, params = gemma4_tiny["moe"]
+    arch, model, params = _first_two_layers(gemma4_tiny["moe"])
     spec = LoraSpec(rank=2, alpha=4.0, targets=("q", "k", "o", "down", "experts"))
     wrapped = lora.wrap(model, spec)
     adapters = jax.tree.map(lambda x: x + 0.01, lora.init_lora(model, spec, None, jax.random.key(2)))

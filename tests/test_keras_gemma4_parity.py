@@ -41,9 +41,16 @@ _FIELDS = {
     "rope": ((10_000.0, 1_000_000.0), (10_000.0, 10_000.0)),
     "final_logit_soft_cap": (30.0, None),
 }
-_KINDS = {"dense": {},
-          "moe": dict(enable_moe_block=True, num_experts=4, expert_intermediate_dim=16, num_experts_per_token=2),
-          "e": dict(hidden_size_per_layer_input=8, num_kv_shared_layers=2, use_double_wide_mlp=True)}
+# the fewest layers that show each kind (every program below, keras-hub's forward, ours and
+# eval's, is per layer): dense and MoE on 3 (local, local, global: one period of the 3:1
+# pattern); E-style on 4 at 1:1 (local, global, then the 2 KV-shared ones, local and global,
+# each reading an unshared layer of its kind). The 3:1 and 5:1 patterns of E-style presets
+# with KV sharing are checked against keras-hub in tests/test_gemma4_kv_sharing.py.
+_KINDS = {"dense": dict(num_layers=3),
+          "moe": dict(num_layers=3, enable_moe_block=True, num_experts=4, expert_intermediate_dim=16,
+                      num_experts_per_token=2),
+          "e": dict(num_layers=4, sliding_window_pattern=2, hidden_size_per_layer_input=8,
+                    num_kv_shared_layers=2, use_double_wide_mlp=True)}
 
 
 def _sweep() -> list[tuple[str, str, dict]]:

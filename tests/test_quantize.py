@@ -18,6 +18,34 @@ def demo_float():
     return load_model(ModelSpec())
 
 
+def _dequantized(params):
+    """``dequantize_params(params, float32)`` as one program (leaf by leaf, op by op, it compiled
+    a few small programs a leaf)."""
+    import jax
+    import jax.numpy as jnp
+
+    from adapters_lib.models.quantize import quantized_base as quantize
+
+    return jax.jit(quantize.dequantize_params, static_argnums=1)(params, jnp.float32)
+
+
+def _first_two_layers(tiny):
+    """A tiny Gemma 4's first two layers (a local one, a global k=v one), its own weights:
+    every weight kind the checks read is there, and each program unrolls half the layers.
+    Not for the KV-shared E-style model."""
+    import dataclasses
+
+    import jax.numpy as jnp
+
+    from adapters_lib.models import families
+
+    arch, _, params = tiny
+    arch = dataclasses.replace(arch, num_layers=2, attention=arch.attention[:2])
+    assert arch.attention == ("local", "global") and not arch.shared_kv()
+    params = {k: v for k, v in params.items() if k not in ("layer_2", "layer_3")}
+    return arch, families.model_class(arch)(dtype=jnp.float32), params
+
+
 def _rel(a, b) -> float:
     import jax.numpy as jnp
 
@@ -139,8 +167,7 @@ def test_quantized_demo_forward_stays_near_the_float_forward(demo_float, mode, b
         assert quantize.device_bytes(w.qvalue) == math.prod(w.shape) * bits // 8
     tokens = jnp.asarray(TOKENS)
     out = q.model.apply({"params": q.params}, tokens).logits
-    exact = demo_float.model.apply({"params": quantize.dequantize_params(q.params, jnp.float32)},
-                                   tokens).logits
+    exact = demo_float.model.apply({"params": _dequantized(q.params)}, tokens).logits
     np.testing.assert_allclose(np.asarray(out), np.asarray(exact), atol=2e-5, rtol=1e-5)
     ref = demo_float.model.apply({"params": demo_float.params}, tokens).logits
     assert 0 < _rel(out, ref) < tolerance
@@ -174,20 +201,30 @@ def test_train_estimate_json_counts_the_quantized_base_as_the_device_holds_it(ca
 def test_a_sharded_int4_step_over_4_devices_equals_the_one_device_step(demo, lora_params, make_batch):
     """The int4 base placed by the sharding rules on a (1, 2, 2) data×fsdp×tensor mesh (qvalues
     like their weights, scales where their dims still divide): the first train step's loss,
-    grad norm and updated adapters equal those on one device."""
+    grad norm and updated adapters equal those on one device. On the demo's first two layers
+    (its local and its global one, placed by the same rules as the other two): the two train
+    steps unroll half the layers."""
+    import dataclasses
+
     import jax
+    import jax.numpy as jnp
     import numpy as np
     import optax
 
     from adapters_lib import mesh
     from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+    from adapters_lib.models import demo as demo_lib
     from adapters_lib.models.quantize import quantized_base as quantize
     from adapters_lib.train import step as step_lib
 
-    model, base = demo
+    config = demo_lib.demo_transformer_config()
+    config = dataclasses.replace(config, attention_types=config.attention_types[:2])
+    assert len(set(config.attention_types)) == 2
+    model = demo_lib.demo_model_class()(config=config, dtype=jnp.float32)
+    base, trainable = ({k: v for k, v in tree.items() if k not in ("layer_2", "layer_3")}
+                       for tree in (demo[1], lora_params(LoraSpec(rank=4))))
     qmodel = quantize.with_quantized_base(model)
     qbase = quantize.quantize_params(base, "int4", config=model.config)  # base's arrays kept
-    trainable = lora_params(LoraSpec(rank=4))
     batch = make_batch(8, 32, seed=5, packed=True)
     out = {}
     for shape in ((1, 1, 1), (1, 2, 2)):
@@ -222,7 +259,8 @@ def test_a_gemma4_base_reads_its_quantized_weights(gemma4_tiny, kind):
 
     from adapters_lib.models.quantize import quantized_base as quantize
 
-    _, model, params = gemma4_tiny[kind]
+    # dense and MoE on their first two layers; E-style whole (its KV-shared layers)
+    _, model, params = gemma4_tiny[kind] if kind == "e" else _first_two_layers(gemma4_tiny[kind])
     q = quantize.quantize_params(jax.tree.map(jnp.asarray, params), "int4", tile=8,
                                  config=model.config)
     flat = jax.tree_util.tree_flatten_with_path(q, is_leaf=lambda x: isinstance(x, qwix.QArray))[0]
@@ -241,7 +279,7 @@ def test_a_gemma4_base_reads_its_quantized_weights(gemma4_tiny, kind):
         assert all("per_layer" in k for k in float_matrices)
     tokens = jnp.asarray([[2, 5, 6, 7, 8, 9]])
     out = quantize.with_quantized_base(model).apply({"params": q}, tokens).logits
-    exact = model.apply({"params": quantize.dequantize_params(q, jnp.float32)}, tokens).logits
+    exact = model.apply({"params": _dequantized(q)}, tokens).logits
     np.testing.assert_allclose(np.asarray(out), np.asarray(exact), atol=1e-5, rtol=1e-5)
 
 
@@ -255,7 +293,7 @@ def test_lora_on_quantized_expert_banks_trains_the_expert_adapters(gemma4_tiny):
     from adapters_lib.config import LoraSpec
     from adapters_lib.models.quantize import quantized_base as quantize
 
-    _, model, params = gemma4_tiny["moe"]
+    _, model, params = _first_two_layers(gemma4_tiny["moe"])
     spec = LoraSpec(rank=2, targets=("q", "experts"))
     q = quantize.quantize_params(jax.tree.map(jnp.asarray, params), "int8", tile=8,
                                  config=model.config)
@@ -265,10 +303,10 @@ def test_lora_on_quantized_expert_banks_trains_the_expert_adapters(gemma4_tiny):
     net = lora.wrap(qmodel, spec)
     tokens = jnp.asarray([[2, 5, 6, 7, 8, 9]])
 
-    def loss(a):
+    def loss(a, q):
         return jnp.mean(net.apply({"params": lora.merge_lora(q, a)}, tokens).logits ** 2)
 
-    grads = jax.grad(loss)(adapters)["layer_0"]["mlp"]
+    grads = jax.jit(jax.grad(loss))(adapters, q)["layer_0"]["mlp"]  # one program
     assert {"lora_experts_gate_a", "lora_experts_down_b"} <= set(grads)
     assert all(float(jnp.abs(g).sum()) > 0 for g in grads.values())
 
@@ -297,8 +335,8 @@ def test_the_cross_entropy_reads_a_quantized_table_a_block_at_a_time(monkeypatch
     def ce(h, t):
         return loss_lib.chunked_ce_sum(h, t, targets, mask, chunk=8, softcap=30.0, split_vocab=4)
 
-    got, got_dh = jax.value_and_grad(ce)(hidden, table)
-    want, want_dh = jax.value_and_grad(ce)(hidden, dense)
+    got, got_dh = jax.jit(jax.value_and_grad(ce))(hidden, table)  # jitted: one program each
+    want, want_dh = jax.jit(jax.value_and_grad(ce))(hidden, dense)
     np.testing.assert_allclose(float(got), float(want), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(got_dh), np.asarray(want_dh), rtol=1e-4, atol=1e-6)
     logits = qarray.vocab_logits(hidden, table)
@@ -309,7 +347,6 @@ def test_generation_on_a_quantized_base_is_generation_on_its_numbers(demo_float)
     """The sampler on an int8 base (table included: the lookup, the logits and the KV cache's
     dtype all read it) generates the greedy tokens the float model generates on the same
     numbers dequantized — prefill and decode loop both."""
-    import jax.numpy as jnp
 
     from adapters_lib.models.quantize import quantized_base as quantize
     from adapters_lib.sample.sampler import Sampler
@@ -319,7 +356,7 @@ def test_generation_on_a_quantized_base_is_generation_on_its_numbers(demo_float)
     settings = SamplingSettings(max_new_tokens=8, temperature=0.0)
     prompts = ["1 + 1 =", "the cat"]
     held = Sampler(quantize.with_quantized_base(demo_float.model), q, demo_float.tokenizer)
-    exact = Sampler(demo_float.model, quantize.dequantize_params(q, jnp.float32), demo_float.tokenizer)
+    exact = Sampler(demo_float.model, _dequantized(q), demo_float.tokenizer)
     got = [c["tokens"] for c in held.generate_grid(prompts, [None], settings, chat=False)[0]]
     want = [c["tokens"] for c in exact.generate_grid(prompts, [None], settings, chat=False)[0]]
     assert got == want and all(len(t) > 0 for t in got)
@@ -367,9 +404,9 @@ def test_a_4bit_table_is_read_as_4_bits_and_its_logits_differentiate_block_by_bl
     assert qarray.table_blocks(1024, 16) == 4
     dense = qarray.dequantize(small)
     x = jax.random.normal(k2, (2, 3, 16))
-    want = jax.grad(lambda x: jnp.sin(x @ dense.T).sum())(x)
+    want = jax.jit(jax.grad(lambda x: jnp.sin(x @ dense.T).sum()))(x)  # jitted: one program each
     for t in (small, qarray.pack(small)):
-        got = jax.grad(lambda x, t=t: jnp.sin(qarray.vocab_logits(x, t)).sum())(x)
+        got = jax.jit(jax.grad(lambda x, t: jnp.sin(qarray.vocab_logits(x, t)).sum()))(x, t)
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(np.asarray(qarray.take_rows(qarray.pack(small), jnp.asarray([[3, 1000]]))),
                                   np.asarray(dense[jnp.asarray([[3, 1000]])]))

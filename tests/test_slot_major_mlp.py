@@ -22,9 +22,24 @@ from adapters_lib.train.variants import with_training_attention
 ALL = ("q", "k", "v", "o", "gate", "up", "down")
 
 
+@pytest.fixture(scope="module")
+def two_layers():
+    """The demo's first two layers (its local and its global one) with the demo's weights: the
+    feed-forward and its adapters are the same in every layer, and the 8 programs below (a
+    value-and-grad of the whole model each) unroll half the layers; the demo's own train step
+    is compared below."""
+    import dataclasses
+
+    config = demo_lib.demo_transformer_config()
+    config = dataclasses.replace(config, attention_types=config.attention_types[:2])
+    assert len(set(config.attention_types)) == 2  # one local (sliding) layer, one global
+    params = {k: v for k, v in demo_lib.demo_params().items() if k not in ("layer_2", "layer_3")}
+    return demo_lib.demo_model_class()(config=config, dtype=jnp.float32), params
+
+
 @pytest.mark.parametrize("targets", [ALL, ("gate",), ("up", "down"), ("q",)], ids="+".join)
-def test_slot_major_feed_forward_equals_gemmas_layout_forward_and_backward(targets):
-    model, params = demo_lib.demo_model("float32"), demo_lib.demo_params()
+def test_slot_major_feed_forward_equals_gemmas_layout_forward_and_backward(two_layers, targets):
+    model, params = two_layers
     hidden = model.config.hidden_dim
     tokens = jnp.asarray(np.random.RandomState(0).randint(4, 1000, (2, 16)), jnp.int32)
     spec = LoraSpec(rank=4, alpha=8.0, targets=targets)
@@ -41,9 +56,10 @@ def test_slot_major_feed_forward_equals_gemmas_layout_forward_and_backward(targe
         def loss(a, params, tokens, wrapped=wrapped):
             return jnp.mean(wrapped.apply({"params": lora.merge_lora(params, a)}, tokens).logits ** 2)
 
-        jaxpr = str(jax.make_jaxpr(jax.grad(loss))(adapters, params, tokens))
-        stacked = re.search(rf"[\[,]2,{hidden}\]", jaxpr) is not None  # an array [..., 2, F]
-        out[slot_major] = (jax.jit(jax.value_and_grad(loss))(adapters, params, tokens), stacked)
+        # one trace: its jaxpr is read, then it is lowered and run (make_jaxpr traced it again)
+        traced = jax.jit(jax.value_and_grad(loss)).trace(adapters, params, tokens)
+        stacked = re.search(rf"[\[,]2,{hidden}\]", str(traced.jaxpr)) is not None  # an array [..., 2, F]
+        out[slot_major] = (traced.lower().compile()(adapters, params, tokens), stacked)
     (ref, ref_grad), gemma_layout = out[False]
     (val, grad), stacked = out[True]
     assert gemma_layout and not stacked  # no [..., 2, F] array in the slot-major step, forward or backward
@@ -66,8 +82,9 @@ def test_lora_matmul_slots_gradients_are_autodiffs():
     def weighted(fn):
         return lambda x, a, bs: sum(jnp.sum(o * c) for o, c in zip(fn(x, a, bs), cts, strict=True))
 
-    got = jax.grad(weighted(lambda x, a, bs: lora.lora_matmul_slots(x, a, bs, 0.5)), argnums=(0, 1, 2))(x, a, bs)
-    want = jax.grad(weighted(plain), argnums=(0, 1, 2))(x, a, bs)
+    # jitted: one program each (op by op, each primitive of the backward compiled on its own)
+    got = jax.jit(jax.grad(weighted(lambda x, a, bs: lora.lora_matmul_slots(x, a, bs, 0.5)), argnums=(0, 1, 2)))(x, a, bs)
+    want = jax.jit(jax.grad(weighted(plain), argnums=(0, 1, 2)))(x, a, bs)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)
 
