@@ -30,8 +30,9 @@ NUMERIC_ENV = {
     "GEMMA_WORKBENCH_RECONNECT_S": (300.0, 0.0, "seconds a dropped --remote link is retried"),
     "GEMMA_WORKBENCH_PROGRAMS_GB": (2.0, 0.0, "GiB the program store keeps (0 = off)"),
     "GEMMA_WORKBENCH_WEIGHTS_CACHE_GB": (8.0, 0.0, "GiB the converted-weights cache keeps (0 = off)"),
-    "GEMMA_WORKBENCH_STACKS_EVERY_S": (0.0, 0.0, "seconds between the engine's dumps of every "
-                                                 "thread's stack to state/stacks.log (0 = off)"),
+    "GEMMA_WORKBENCH_STACKS_EVERY_S": (0.0, 0.0, "seconds between the engine's samples of its "
+                                                 "threads (how long the GIL kept the sampler; the "
+                                                 "stacks after a long wait) in state/stacks.log (0 = off)"),
 }
 """name → (default, smallest allowed value, meaning)."""
 FOLDER_ENV = ("GEMMA_WORKBENCH_HOME", "GEMMA_WORKBENCH_RUNS", "GEMMA_WORKBENCH_COMPILE_CACHE",

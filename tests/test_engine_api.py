@@ -323,8 +323,27 @@ def test_the_engine_starts_without_tensorflow_for_the_gemma_route(engine_process
     assert "TensorFlow imported on first use" not in start_up, start_up[-2000:]
 
 
+def test_an_engine_that_ends_before_it_answers_is_said_to_have_exited(tmp_path, monkeypatch):
+    """``wait_ready`` given the engine's process: one that ends before it answers is reported
+    with its status (and after how long), not as "did not become ready in 60 s" (on the TPU VM
+    a start said that ~20 s after the engine had died)."""
+    from workbench.engine_process import EngineNotRunning
+
+    monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(tmp_path))
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(7)"])
+    t0 = time.monotonic()
+    with EngineClient(socket_path=tmp_path / "engine.sock", token="t") as client:
+        with pytest.raises(EngineNotRunning, match=r"the engine exited with status 7 \d+ s after"):
+            client.wait_ready(timeout=60, proc=proc)
+    assert time.monotonic() - t0 < 30  # at once, not after the timeout
+
+
 def test_the_catalog_and_runs_are_answered_before_jax_is_warm(engine_factory):
-    proc = engine_factory()  # a fresh engine: JAX and gemma import in the background
+    """A fresh engine answers the catalog and the runs while JAX and gemma import. It samples
+    its threads' stacks meanwhile (``GEMMA_WORKBENCH_STACKS_EVERY_S``): on the TPU VM the
+    engine died within seconds of being ready when faulthandler's watchdog read them (without
+    the GIL) during that import; the sampler reads them with the GIL, and the engine lives."""
+    proc = engine_factory(env={"GEMMA_WORKBENCH_STACKS_EVERY_S": "0.05"})  # JAX imports behind
     t0 = time.monotonic()
     models = proc.client.models()
     runs = proc.client.list_runs()
@@ -337,6 +356,12 @@ def test_the_catalog_and_runs_are_answered_before_jax_is_warm(engine_factory):
     status = proc.client.status()
     assert not status.jax.modules_ready  # answered while gemma was still importing
     print(f"catalog + runs on a cold engine in {seconds:.2f} s")
+    stacks = proc.log_path.with_name("stacks.log")
+    deadline = time.monotonic() + 30
+    while not (stacks.exists() and stacks.read_text().count(" late ") >= 3):
+        assert time.monotonic() < deadline and proc.proc.poll() is None, proc.log_text()[-2000:]
+        time.sleep(0.05)
+    assert proc.client.status().version and proc.proc.poll() is None
     proc.stop()  # now: the rest of its imports would only cost CPU (2 cores shared by the suite)
 
 

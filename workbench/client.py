@@ -139,6 +139,11 @@ class EngineClient(EngineCalls):
                 break  # it died (3 = another engine holds the lock: keep waiting for that one)
             time.sleep(0.05)
         log = engine_files()["log"]
+        code = proc.poll() if proc is not None else None
+        if code not in (None, 0, 3):  # not "not ready in N s": it ended, after ~how long
+            how = f"with status {code}" if code > 0 else f"on signal {-code}"
+            raise EngineNotRunning(f"the engine exited {how} {time.monotonic() - t0:.0f} s after it "
+                                   "was started", where=str(log), hint=f"see the engine log: {_tail(log)}")
         raise EngineNotRunning(f"the engine did not become ready in {timeout:.0f} s",
                                where=str(log), hint=f"see the engine log: {_tail(log)}")
 

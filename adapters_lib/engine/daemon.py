@@ -87,15 +87,14 @@ def _setup_logging(log_path: Path, foreground: bool) -> None:
 
 
 def _sample_stacks(log_path: Path) -> None:
-    """With ``GEMMA_WORKBENCH_STACKS_EVERY_S`` > 0: every thread's Python stack written to
-    ``stacks.log`` beside the engine log at that period, by ``faulthandler``'s own C thread. It
-    needs no GIL, so it also catches a thread that holds the GIL in native code (a serialize, a
-    lowering pass) while the device thread waits: what a stall between steps was spent on."""
+    """With ``GEMMA_WORKBENCH_STACKS_EVERY_S`` > 0: a ``StackSampler`` writes to ``stacks.log``
+    beside the engine log how long each of its wake-ups waited for the GIL, and every thread's
+    stack after a long wait: what a stall between steps was spent on."""
     every = paths.env_number("GEMMA_WORKBENCH_STACKS_EVERY_S")
     if every > 0:
-        fd = os.open(log_path.with_name("stacks.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        out = os.fdopen(fd, "a", buffering=1)  # open for the process's life
-        faulthandler.dump_traceback_later(every, repeat=True, file=out)
+        from adapters_lib.engine.stack_sampler import StackSampler
+
+        StackSampler(log_path.with_name("stacks.log"), every).start()
         log.info("thread stacks every %.2f s to %s", every, log_path.with_name("stacks.log"))
 
 
@@ -231,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     try:
         _setup_logging(f["log"], args.foreground)
+        faulthandler.enable(all_threads=True)  # a fatal signal's stacks go to fd 2: the log
         _sample_stacks(f["log"])
         write_private(f["pid"], f"{os.getpid()}\n")
         return asyncio.run(serve(foreground=args.foreground, tcp=args.tcp,

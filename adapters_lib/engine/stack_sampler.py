@@ -1,0 +1,74 @@
+"""What a stall between steps waited for (``GEMMA_WORKBENCH_STACKS_EVERY_S``): a thread that
+wakes at that period and writes how late it woke — how long it waited for the GIL — and, when
+that wait was long, every other thread's Python stack to ``state/stacks.log``.
+
+A thread that holds the GIL in native code (a lowering pass, a serialize) keeps this one
+waiting; when it lets go, its stack still stands at the line that made the call, so a late
+sample names what held the interpreter. The sampler holds the GIL while it reads the stacks
+(``sys._current_frames``), which is what makes it safe: ``faulthandler``'s watchdog reads them
+without the GIL, and on the TPU VM the engine died ~20 s after it was ready with a 0.25 s
+period (its JAX import thread creating frames the while); it did not on the CPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import TextIO
+
+DEPTH = 14
+"""Innermost frames written per thread."""
+
+
+class StackSampler:
+    def __init__(self, path: Path, every: float, *, late_s: float | None = None) -> None:
+        self.path = Path(path)
+        self.every = float(every)
+        self.late_s = max(0.05, self.every / 5) if late_s is None else float(late_s)
+        """A wake-up at least this late writes every thread's stack (else one line)."""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._out: TextIO | None = None
+
+    def start(self) -> StackSampler:
+        self._out = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - the process's life
+        self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._out is not None:
+            self._out.close()
+
+    def _run(self) -> None:
+        due = time.monotonic() + self.every
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            late = time.monotonic() - due
+            try:
+                self._write(late)
+            except (OSError, ValueError):  # the file went away (closed at stop): nothing to say
+                return
+            due += self.every
+            if due < time.monotonic():  # after a stall: the next one a period on, not a burst
+                due = time.monotonic() + self.every
+
+    def _write(self, late: float) -> None:
+        stamp = datetime.datetime.now().strftime("%H:%M:%S.%f")[:-3]
+        lines = [f"{stamp} late {late * 1e3:.0f} ms"]
+        if late >= self.late_s:
+            names = {t.ident: t.name for t in threading.enumerate()}
+            me = threading.get_ident()
+            for ident, frame in sys._current_frames().items():
+                if ident == me:
+                    continue
+                lines.append(f"  thread {names.get(ident, ident)}:")
+                lines += [f"    {f.filename}:{f.lineno} {f.name}"
+                          for f in traceback.extract_stack(frame)[-DEPTH:]]
+        self._out.write("\n".join(lines) + "\n")

@@ -1,0 +1,54 @@
+"""``engine.stack_sampler``: a thread kept from the GIL says how long it waited, and names the
+thread and the line that held it (what a stall between a run's steps was spent on)."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from adapters_lib.engine.stack_sampler import StackSampler
+
+HEADER = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} late (\d+) ms$")
+
+
+def _hold_the_gil() -> float:
+    """One C call that keeps the GIL for its whole length (``sum`` over a range of ints checks
+    for no switch request), then a sleep (the GIL let go): the call's length."""
+    t0 = time.perf_counter()
+    sum(range(30_000_000))
+    held = time.perf_counter() - t0
+    time.sleep(0.2)
+    return held
+
+
+def _records(text: str) -> list[tuple[float, list[str]]]:
+    """(late in ms, the record's stack lines) per sample, in order."""
+    out: list[tuple[float, list[str]]] = []
+    for line in text.splitlines():
+        m = HEADER.match(line)
+        if m:
+            out.append((float(m.group(1)), []))
+        else:
+            assert out and line.startswith("  "), line  # a stack line belongs to a sample
+            out[-1][1].append(line)
+    return out
+
+
+def test_a_long_hold_of_the_gil_is_written_with_the_holders_stack(tmp_path):
+    path = tmp_path / "stacks.log"
+    sampler = StackSampler(path, 0.02).start()
+    try:
+        time.sleep(0.2)  # quiet samples first
+        held = _hold_the_gil()
+    finally:
+        sampler.stop()
+    records = _records(path.read_text())
+    assert held > 0.1 and len(records) >= 5, (held, records)
+    quiet = [stack for late, stack in records if late < sampler.late_s * 1e3]
+    assert not any(quiet)  # a sample on time is one line (under load, few may be on time)
+    stalled = [stack for late, stack in records if late >= 0.5 * held * 1e3]
+    assert stalled, (held, [late for late, _ in records])
+    # the wait's record names the thread that held the GIL, in the function that held it
+    assert any(any("thread MainThread:" in line for line in stack)
+               and any("test_stack_sampler.py" in line and "_hold_the_gil" in line for line in stack)
+               for stack in stalled), stalled
