@@ -1,18 +1,20 @@
 """What a stall between steps waited for (``GEMMA_WORKBENCH_STACKS_EVERY_S``): a thread that
-wakes at that period and writes how late it woke — how long it waited for the GIL — and, when
-that wait was long, every other thread's Python stack to ``state/stacks.log``.
+wakes at that period and writes to ``state/stacks.log`` how late it woke — how long it waited
+for the GIL — and, when that wait was long, every other thread's Python stack; and every
+garbage collection that took as long.
 
 A thread that holds the GIL in native code (a lowering pass, a serialize) keeps this one
 waiting; when it lets go, its stack still stands at the line that made the call, so a late
 sample names what held the interpreter. The sampler holds the GIL while it reads the stacks
 (``sys._current_frames``), which is what makes it safe: ``faulthandler``'s watchdog reads them
-without the GIL, and on the TPU VM the engine died ~20 s after it was ready with a 0.25 s
-period (its JAX import thread creating frames the while); it did not on the CPU.
+without the GIL, and on the TPU VM the engine ended within ~30 s of being ready with a 0.25 s
+period (its JAX import thread making frames the while); it did not on the CPU.
 """
 
 from __future__ import annotations
 
 import datetime
+import gc
 import sys
 import threading
 import time
@@ -25,11 +27,18 @@ DEPTH = 14
 
 
 class StackSampler:
-    def __init__(self, path: Path, every: float, *, late_s: float | None = None) -> None:
+    def __init__(self, path: Path, every: float, *, late_s: float | None = None,
+                 gc_s: float | None = None) -> None:
         self.path = Path(path)
         self.every = float(every)
         self.late_s = max(0.05, self.every / 5) if late_s is None else float(late_s)
         """A wake-up at least this late writes every thread's stack (else one line)."""
+        self.gc_s = self.late_s if gc_s is None else float(gc_s)
+        """A garbage collection at least this long is written (a full one walks the whole heap
+        holding the GIL: on this CPU a trace of the Gemma-3-1B step met one of 0.37 s, the
+        longest pause of the steps beside it)."""
+        self._gc_t0 = 0.0
+        self._gc_lines: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._out: TextIO | None = None
@@ -38,13 +47,19 @@ class StackSampler:
         self._out = open(self.path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - the process's life
         self._thread = threading.Thread(target=self._run, name="stack-sampler", daemon=True)
         self._thread.start()
+        gc.callbacks.append(self._on_gc)
         return self
 
     def stop(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         if self._out is not None:
+            gc_lines = self._flush_gc()
+            if gc_lines:
+                self._out.write("\n".join(gc_lines) + "\n")
             self._out.close()
 
     def _run(self) -> None:
@@ -59,9 +74,27 @@ class StackSampler:
             if due < time.monotonic():  # after a stall: the next one a period on, not a burst
                 due = time.monotonic() + self.every
 
+    def _on_gc(self, phase: str, info: dict) -> None:
+        """Noted here, written by the sampler (a write from the collecting thread could land
+        inside one of the sampler's own, on the same file)."""
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+            return
+        took = time.perf_counter() - self._gc_t0
+        if took >= self.gc_s:
+            stamp = datetime.datetime.now().strftime("%H:%M:%S.%f")[:-3]
+            self._gc_lines.append(f"{stamp} gc generation {info['generation']} took {took * 1e3:.0f} ms "
+                                  f"({info['collected']} collected) in {threading.current_thread().name}")
+
+    def _flush_gc(self) -> list[str]:
+        lines = []
+        while self._gc_lines:
+            lines.append(self._gc_lines.pop(0))
+        return lines
+
     def _write(self, late: float) -> None:
         stamp = datetime.datetime.now().strftime("%H:%M:%S.%f")[:-3]
-        lines = [f"{stamp} late {late * 1e3:.0f} ms"]
+        lines = [*self._flush_gc(), f"{stamp} late {late * 1e3:.0f} ms"]
         if late >= self.late_s:
             names = {t.ident: t.name for t in threading.enumerate()}
             me = threading.get_ident()
