@@ -177,6 +177,9 @@ async def _serve(f: dict[str, Path], *, foreground: bool, address: tuple[str, in
     write_private(f["info"], json.dumps({"pid": os.getpid(), "version": __version__,
                                          "started": time.time(), **engine.listen}) + "\n")
     engine.start()
+    from adapters_lib.engine.gc_policy import IdleCollector
+
+    collector = IdleCollector(engine.idle_for).start()  # full collections while idle, not in runs
     log.info("engine %s ready in %.2f s (pid %d) on %s", __version__, time.perf_counter() - t0,
              os.getpid(), f["socket"])
 
@@ -190,6 +193,7 @@ async def _serve(f: dict[str, Path], *, foreground: bool, address: tuple[str, in
     if idle_exit > 0:
         idle_task.cancel()
     log.info("engine stopping")
+    collector.stop()
     await asyncio.to_thread(engine.shutdown)
     await asyncio.sleep(0.1)  # let the shutdown response go out
     await runner.cleanup()

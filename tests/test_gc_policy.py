@@ -1,0 +1,41 @@
+"""``engine.gc_policy``: the engine's full collections happen while it is idle, once per idle
+period, and what survives is frozen (later collections in a run do not walk it)."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+from adapters_lib.engine.gc_policy import THRESHOLDS, IdleCollector
+
+
+def test_an_idle_engine_collects_once_and_freezes_what_survives_and_a_busy_one_does_not():
+    clock = {"idle": 0.0}
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()  # Python's own frozen at start
+    collector = IdleCollector(lambda: clock["idle"], idle_s=1.0, poll_s=0.01).start()
+    try:
+        assert gc.get_threshold() == THRESHOLDS
+        time.sleep(0.2)  # busy: nothing collected
+        assert collector.collections == 0 and gc.get_freeze_count() == frozen
+        cycles = [[] for _ in range(50_000)]
+        for c in cycles:
+            c.append(c)  # garbage only a collection frees
+        del cycles, c
+        kept = [object() for _ in range(1000)]  # survivors
+        clock["idle"] = 5.0  # idle: one collection, then none while it stays idle
+        deadline = time.monotonic() + 30
+        while collector.collections == 0:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert collector.collections == 1 and gc.get_freeze_count() >= frozen + len(kept)
+        assert gc.collect() < 1000  # the 50,000 cycles were freed by the idle collection
+        clock["idle"] = 0.0  # work, then idle again: one more
+        time.sleep(0.1)
+        clock["idle"] = 5.0
+        while collector.collections == 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+    finally:
+        collector.stop()
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == before  # put back at stop
