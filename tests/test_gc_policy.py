@@ -1,5 +1,6 @@
-"""``engine.gc_policy``: the engine's full collections happen while it is idle, once per idle
-period, and what survives is frozen (later collections in a run do not walk it)."""
+"""``engine.gc_policy``: the engine's full collections happen while it is idle, once after
+each stretch of real work (not after a status poll), and what survives is frozen (later
+collections in a run do not walk it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from adapters_lib.engine.gc_policy import THRESHOLDS, IdleCollector
 def test_an_idle_engine_collects_once_and_freezes_what_survives_and_a_busy_one_does_not():
     clock = {"idle": 0.0}
     before, frozen = gc.get_threshold(), gc.get_freeze_count()  # Python's own frozen at start
-    collector = IdleCollector(lambda: clock["idle"], idle_s=1.0, poll_s=0.01).start()
+    collector = IdleCollector(lambda: clock["idle"], idle_s=1.0, poll_s=0.01, min_young=2).start()
     try:
         assert gc.get_threshold() == THRESHOLDS
         time.sleep(0.2)  # busy: nothing collected
@@ -30,9 +31,13 @@ def test_an_idle_engine_collects_once_and_freezes_what_survives_and_a_busy_one_d
         time.sleep(0.2)
         assert collector.collections == 1 and gc.get_freeze_count() >= frozen + len(kept)
         assert gc.collect() < 1000  # the 50,000 cycles were freed by the idle collection
-        clock["idle"] = 0.0  # work, then idle again: one more
+        clock["idle"] = 0.0  # a request, then idle again: little allocated, no collection
         time.sleep(0.1)
         clock["idle"] = 5.0
+        time.sleep(0.2)
+        assert collector.collections == 1
+        more = [[] for _ in range(150_000)]  # work: 3 of the youngest's collections, then idle
+        del more
         while collector.collections == 1:
             assert time.monotonic() < deadline
             time.sleep(0.01)

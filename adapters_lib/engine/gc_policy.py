@@ -9,9 +9,10 @@ thread. So the engine process:
 - raises the collector's thresholds (``THRESHOLDS``: a collection of the youngest generation
   every 50,000 allocations, not 700, and a full one after 100 of the middle's, not 10): a trace
   meets no full collection;
-- once it has been idle ``IDLE_S``, collects everything and freezes what survives
-  (``gc.freeze``: later collections do not walk it); the next idle period unfreezes first, so
-  what died since is collected then.
+- once it has been idle ``IDLE_S`` after real work (``MIN_YOUNG`` collections of the youngest
+  generation since the last time: a run, a trace, a Compare — not a client's status polls),
+  collects everything and freezes what survives (``gc.freeze``: later collections do not walk
+  it); the next time unfreezes first, so what died since is collected then.
 ``stacks.log`` (``stack_sampler``) lists every collection of 50 ms or more, to check this.
 """
 
@@ -29,16 +30,20 @@ THRESHOLDS = (50_000, 20, 100)
 IDLE_S = 2.0
 """Seconds of idleness (the engine's ``idle_for``) before the collection."""
 POLL_S = 0.5
+MIN_YOUNG = 20
+"""Collections of the youngest generation (each ``THRESHOLDS[0]`` allocations) since the last
+idle collection that make the next one worth its time (~1 M allocations)."""
 
 
 class IdleCollector:
     """``start()``: the thresholds, and a thread that collects once per idle period."""
 
     def __init__(self, idle_for: Callable[[], float], *, idle_s: float = IDLE_S,
-                 poll_s: float = POLL_S) -> None:
+                 poll_s: float = POLL_S, min_young: int = MIN_YOUNG) -> None:
         self.idle_for = idle_for
         self.idle_s = idle_s
         self.poll_s = poll_s
+        self.min_young = min_young
         self.collections = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -61,17 +66,16 @@ class IdleCollector:
             gc.set_threshold(*self._before)
 
     def _run(self) -> None:
-        worked = True  # the start-up's imports: collected at the first idle period
+        young_at = -self.min_young  # the start-up's imports: collected at the first idle time
         while not self._stop.wait(self.poll_s):
             try:
                 idle = self.idle_for()
             except Exception:  # noqa: BLE001 - a clock that fails: no collection
                 continue
-            if idle < self.idle_s:
-                worked = True
-            elif worked:
-                worked = False
+            young = gc.get_stats()[0]["collections"]
+            if idle >= self.idle_s and young - young_at >= self.min_young:
                 self.collect()
+                young_at = gc.get_stats()[0]["collections"]
 
     def collect(self) -> None:
         t0 = time.perf_counter()
