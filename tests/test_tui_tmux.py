@@ -118,6 +118,7 @@ def stop_engine(home: Path, timeout: float = 180.0) -> None:
     this process (no second Python started): ask the engine to shut down — a run still
     training checkpoints at its next step and stops — and wait until it no longer answers."""
     from workbench.client import EngineClient
+    from workbench.commands.engine import _pid_gone
 
     run = home / "run"
     if not (run / "engine.sock").exists():
@@ -130,15 +131,7 @@ def stop_engine(home: Path, timeout: float = 180.0) -> None:
         t0 = time.monotonic()
         while client.ping() and time.monotonic() - t0 < timeout:
             time.sleep(0.1)
-    while time.monotonic() - t0 < timeout:  # and until its process is gone (a zombie counts)
-        try:
-            os.kill(pid, 0)
-            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return
-        except (ProcessLookupError, FileNotFoundError):
-            return
-        time.sleep(0.1)
+    _pid_gone(pid, max(1.0, timeout - (time.monotonic() - t0)))  # and its process (a zombie counts)
 
 
 @pytest.fixture

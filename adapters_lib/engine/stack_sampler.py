@@ -87,9 +87,7 @@ class StackSampler:
                                   f"({info['collected']} collected) in {threading.current_thread().name}")
 
     def _flush_gc(self) -> list[str]:
-        lines = []
-        while self._gc_lines:
-            lines.append(self._gc_lines.pop(0))
+        lines, self._gc_lines = self._gc_lines, []  # one swap under the GIL: none lost
         return lines
 
     def _write(self, late: float) -> None:
