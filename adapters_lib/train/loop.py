@@ -194,11 +194,8 @@ class GemmaTrainer(Trainer):
             batch = self.s.pipeline.train_batch(start)
             # the compiles wait until it is lowered: their tracing would take the GIL its
             # tracing needs (the 1B's cold start on the v5e: 12 s more with three tracers).
-            # Ready or compiling behind (a repeat; a tweak the family's program serves): warm.
-            # A cold family run compiles the family's here too: had it waited for step 1, the
-            # base eval compiled its step first, in the foreground, and the Compare's programs
-            # queued only after step 1 (the chip: the 270M's cold launch 79 → 110 s, its first
-            # Compare 0.4 → 22.9 s)
+            # Ready or compiling behind: warm. A cold family run compiles here too (waiting for
+            # step 1 cost the 270M's cold launch 79 → 110 s, its first Compare 0.4 → 22.9 s)
             warm = not steps._train.compile_now(*first_args(steps, batch), lowered=self._release_warm_ups)
         finally:
             if not warm:
