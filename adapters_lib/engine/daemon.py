@@ -98,6 +98,25 @@ def _sample_stacks(log_path: Path) -> None:
         log.info("thread stacks every %.2f s to %s", every, log_path.with_name("stacks.log"))
 
 
+def _switch_interval(text: str) -> None:
+    """``GEMMA_WORKBENCH_SWITCH_INTERVAL_S``: the interpreter's thread switch interval (Python's
+    default is 5 ms). A thread that wants the GIL waits up to that long each time it takes it
+    back while another thread computes in Python (a trace beside a run's steps): a step that
+    gives the GIL up a few hundred times waits that many intervals. Unset: Python's own."""
+    if not text:
+        return
+    try:
+        seconds = float(text)
+        if not 0 < seconds <= 1:
+            raise ValueError
+    except ValueError:
+        log.warning("GEMMA_WORKBENCH_SWITCH_INTERVAL_S is %r, not seconds in (0, 1]; Python's default "
+                    "is kept", text)
+        return
+    sys.setswitchinterval(seconds)
+    log.info("thread switch interval %.2g ms (GEMMA_WORKBENCH_SWITCH_INTERVAL_S)", seconds * 1e3)
+
+
 def _lock(path: Path):
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -180,6 +199,7 @@ async def _serve(f: dict[str, Path], *, foreground: bool, address: tuple[str, in
     from adapters_lib.engine.gc_policy import IdleCollector
 
     collector = IdleCollector(engine.idle_for).start()  # full collections while idle, not in runs
+    _switch_interval(os.environ.get("GEMMA_WORKBENCH_SWITCH_INTERVAL_S", ""))
     log.info("engine %s ready in %.2f s (pid %d) on %s", __version__, time.perf_counter() - t0,
              os.getpid(), f["socket"])
 
