@@ -174,8 +174,10 @@ def test_after_compile_ahead_the_runs_first_steps_and_eval_compile_nothing_in_th
 def test_a_program_with_no_room_releases_the_others_and_runs():
     """A step's program that the device cannot load beside the engine's other programs (the
     1B's family program on the v5e after earlier runs' programs and Compare's models) frees
-    them — the other programs' executables, the registered releasers' models — and runs once
-    more; still no room, the device's error is the step's."""
+    what holds the room, the cheapest to have again first, trying after each stage: the
+    registered releasers' models, then a full collection, then the other programs'
+    executables (the family's serves every next tweak: kept while something else frees
+    room); still no room, the device's error is the step's."""
     import jax
     import jax.numpy as jnp
 
@@ -187,10 +189,16 @@ def test_a_program_with_no_room_releases_the_others_and_runs():
     other = step_programs.StepProgram(jax.jit(step, static_argnums=(4,)), "eval_step", None)
     batch = {"x": jnp.ones((2, 3))}
     args = (jnp.float32(1), None, None, batch, 2)
-    other.compiled[other.signature(batch, 2)] = other.jitted.lower(*args).compile()
+    other_sig = other.signature(batch, 2)
+    executable = other.jitted.lower(*args).compile()
+    other.compiled[other_sig] = executable
     sig = mine.signature(batch, 2)
     real = jitted.lower(*args).compile()
-    failures = [jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: E0101: Error loading program 'jit_train_fn'")]
+    failures: list[Exception] = []
+
+    def no_room(n: int) -> None:
+        failures.extend([jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: E0101: Error loading program "
+                                                    "'jit_train_fn'")] * n)
 
     def loads(*dynamic):
         if failures:
@@ -201,10 +209,17 @@ def test_a_program_with_no_room_releases_the_others_and_runs():
     freed: list[str] = []
     step_programs.RELEASERS.append(lambda: freed.append("models") or 2)
     try:
+        no_room(1)
         assert float(mine(*args)) == 13.0
-        assert not other.compiled and freed == ["models"]  # the others went; the program ran
-        failures.extend([jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: out of HBM")] * 2)
+        assert freed == ["models"] and other.compiled == {other_sig: executable}  # the models were enough
+        no_room(2)
+        assert float(mine(*args)) == 13.0  # the models, then a collection: the others still kept
+        assert freed == ["models"] * 2 and other.compiled == {other_sig: executable}
+        no_room(3)
+        assert float(mine(*args)) == 13.0 and not other.compiled  # the last stage: the others went
+        assert freed == ["models"] * 3
+        no_room(4)
         with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
-            mine(*args)  # freed, and still no room: the device's error
+            mine(*args)  # every stage, and still no room: the device's error
     finally:
         step_programs.RELEASERS.clear()

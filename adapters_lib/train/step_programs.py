@@ -123,23 +123,38 @@ def out_of_memory(err: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "E0101" in text
 
 
-def release(keep: Any) -> int:
-    """Free what other programs and the engine's caches hold on the devices, for ``keep`` (a
-    ``StepProgram`` that does not fit beside them): other step programs' executables (read
-    back from the program store when needed again) and every ``RELEASERS``'s; how many went."""
+RELEASE_STAGES = ("the Compare's cached models", "unreachable buffers (a full collection)",
+                  "the other step programs")
+"""What ``release`` frees, cheapest to have again first: a cached model is placed again from the
+weights in a second; a full collection takes ~0.6 s on a TPU host's heap; another step program is
+read back from the program store in seconds (the 1B's family program took 8.7 s on the v5e),
+and the family's serves every next tweak."""
+
+
+def release(keep: Any, stage: int | None = None) -> int:
+    """Free what others hold on the devices for ``keep`` (a ``StepProgram`` that does not fit
+    beside them): ``RELEASE_STAGES[stage]``, or every stage when None; how many things went (a
+    full collection counts as one)."""
     import gc
 
+    stages = range(len(RELEASE_STAGES)) if stage is None else (stage,)
     dropped = 0
-    for program in list(_PROGRAMS):
-        if program is not keep and program.compiled:
-            dropped += len(program.compiled)
-            program.compiled.clear()
-    for releaser in RELEASERS:
-        try:
-            dropped += int(releaser() or 0)
-        except Exception:  # noqa: BLE001 - a releaser never hides the step's own error
-            log.warning("a device-memory releaser failed", exc_info=True)
-    gc.collect()
+    for s in stages:
+        if s == 0:
+            for releaser in RELEASERS:
+                try:
+                    dropped += int(releaser() or 0)
+                except Exception:  # noqa: BLE001 - a releaser never hides the step's own error
+                    log.warning("a device-memory releaser failed", exc_info=True)
+        elif s == 1:
+            gc.collect()
+            dropped += 1
+        else:
+            for program in list(_PROGRAMS):
+                if program is not keep and program.compiled:
+                    dropped += len(program.compiled)
+                    program.compiled.clear()
+            gc.collect()
     return dropped
 
 
@@ -271,17 +286,28 @@ class StepProgram:
             return fn(*dynamic)
         except Exception as e:  # checked (or loaded) before anything runs: nothing donated yet
             if out_of_memory(e):  # not loaded: others hold the room (the engine's earlier programs)
-                dropped = release(self)
-                if not dropped:
-                    raise
-                log.warning("%s: no room on the device for its program; %d other program(s) and "
-                            "cached model(s) released, then run", self.name, dropped)
-                return fn(*dynamic)
+                return self._run_after_release(fn, dynamic, e)
             if not isinstance(e, (TypeError, ValueError)):
                 raise
             log.warning("%s: the compiled program does not take these arguments (%s): jitted", self.name, e)
             self.compiled[sig] = self.jitted
             return self.jitted(*args)
+
+    def _run_after_release(self, fn: Any, dynamic: list, error: BaseException) -> Any:
+        """``fn`` run once the device has room: ``release``'s stages one at a time, the
+        cheapest first, each followed by a try; the device's last error when none made room."""
+        for stage, what in enumerate(RELEASE_STAGES):
+            if not release(self, stage):
+                continue
+            log.warning("%s: no room on the device for its program; %s released, then run",
+                        self.name, what)
+            try:
+                return fn(*dynamic)
+            except Exception as e:  # noqa: BLE001 - still no room: the next stage
+                if not out_of_memory(e):
+                    raise
+                error = e
+        raise error
 
 
 _BEHIND: Any = None
