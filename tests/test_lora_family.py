@@ -245,7 +245,7 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
 
     from adapters_lib import runs
     from adapters_lib.config import load_config
-    from adapters_lib.train import step_programs
+    from adapters_lib.train import compile_queue, step_programs
     from adapters_lib.train.loop import run_training
 
     monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "1")
@@ -279,6 +279,21 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
             # for step 1's metrics, their tracing off the set-up's and the first step's GIL
             behind = [j for j in step_programs.jobs() if j["queued_at"] >= t_tweak and j["where"] == "behind"]
             assert behind and all(j["started_at"] >= control.first_at for j in behind), behind
+            # a run that ends before its own program starts compiling (the compile thread busy:
+            # here held) drops it: the next runs' compiles do not queue behind it
+            caplog.clear()
+            t_short = time.time()
+            hold = step_programs._behind().hold(compile_queue.ALL, "the test: nothing starts behind")
+            try:
+                short = load_config(None, demo_overrides(run__name='"short"', run__dir=f'"{tmp_path}"', **settings,
+                                                         lora__rank=2, lora__alpha=2.0, lora__targets='["q"]'))
+                assert run_training(short, runs.create_run(short)).state == "completed"
+            finally:
+                hold()
+            assert "the family's compiled program serves the run" in caplog.text
+            assert "the run's own program not started by its end" in caplog.text
+            dropped = {j["what"] for j in step_programs.jobs() if j["queued_at"] >= t_short and j["state"] == "dropped"}
+            assert "train step" in dropped, step_programs.jobs()
         monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "0")
         exact, _ = train_demo(tmp_path, "exact", **{**settings, "train__programs": '"exact"'}, **tweak)
         np.testing.assert_allclose([m["loss"] for m in control.metrics if "loss" in m],

@@ -145,13 +145,14 @@ class GemmaTrainer(Trainer):
         self.log_ = MetricLog(self)
         self.em = ProbeModel(cfg, loaded, plan.family)
         self.takeover = None
-        for program, args in plan.behind:  # after the evals: the run's own, or the next tweak's
-            program.compile_behind(*args)
+        behind = [program.compile_behind(*args) for program, args in plan.behind]  # the run's own, or the next tweak's
         if plan.own_steps is not None:  # the family's program serves until the run's own is compiled
             from adapters_lib.train.plan import compile_takeover
 
             evals = plan.own_steps.compile_eval_behind(self.s.eval_data)
             self.takeover = (plan.own_steps, plan.behind[0][1], [*evals, compile_takeover(steps, plan.own)])
+            # the run's own: dropped at its end if not started (``close``): the next runs' jobs first
+            self._own_jobs = [f for f in [behind[0], *self.takeover[2]] if f is not None]
         clock.mark("eval batches")
         plan.timeline.update(clock.phases)
         log.info("set-up %.1f s (%s): %s", sum(plan.timeline.values()), plan.describe_timeline(),
@@ -358,6 +359,9 @@ class GemmaTrainer(Trainer):
             release()
 
     def close(self, quiet: bool) -> None:
+        dropped = sum(f.cancel() for f in getattr(self, "_own_jobs", ()))  # one under way finishes
+        if dropped:
+            log.info("LoRA: the run's own program not started by its end: %d compile(s) dropped", dropped)
         self._release_warm_ups()
         self._release_writes()
         store = getattr(self, "store", None)
