@@ -128,3 +128,30 @@ def test_an_engine_starts_by_compiling_ahead_for_the_last_launched_config(ahead_
     jobs = settled(again.client, latest.request).jobs
     assert {j.what for j in jobs} >= {"train step", "eval step"}
     assert "compiling ahead for the last launched config" in again.log_text()
+
+
+def test_after_a_run_its_neighbouring_lengths_compile_ahead_and_a_length_tweak_compiles_nothing(engine_factory):
+    """A completed run's config at twice and half its ``max_length`` compiles ahead on the
+    compile thread (on an accelerator; here forced): a run at either length then finds its
+    first step compiled."""
+    engine = engine_factory(env={"GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS": "on"})
+    client = engine.client
+    first = client.create_run(demo_run_config(steps=2))  # max_length 64
+    assert client.wait_run(first.id, timeout=300).state == "completed"
+    t0 = time.monotonic()
+    while True:
+        jobs = [j for j in client.compile_jobs().jobs if j.about.endswith("max_length 128 and 32")]
+        if sum(j.what == "train step" for j in jobs) == 2 and not any(j.state in LIVE for j in jobs):
+            break
+        assert time.monotonic() - t0 < 300, (jobs, engine.log_text()[-3000:])
+        time.sleep(0.2)
+    assert all(j.state == "ready" for j in jobs), jobs
+    assert {j.what for j in jobs} >= {"set-up", "train step", "eval step"}
+    log = engine.log_text()
+    assert "compile ahead of max_length 128 (the last run's was 64): set up in" in log
+    for length in (128, 32):
+        cfg = demo_run_config(steps=2)
+        cfg["data"]["max_length"] = length
+        run = client.create_run(cfg)
+        assert client.wait_run(run.id, timeout=300).state == "completed"
+        assert "compile_s" not in client.get_run(run.id).metrics[0], length  # nothing compiled at step 1

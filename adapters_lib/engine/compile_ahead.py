@@ -19,8 +19,16 @@ reply says so (``ahead`` false), and the programs compile at launch. ``force`` (
 **At start**, on an accelerator, the engine compiles ahead for the last launched config
 (``last-config.toml`` in the engine's folder, written at each ``create_run``).
 
+**After a run**, on an accelerator, the run's config at its neighbouring ``max_length`` values
+(twice and half: ``neighbour_lengths``) compiles ahead too, so that a length tweak finds its
+programs ready as a rank tweak finds the family's: a set-up job on the compile thread (purpose
+``"neighbour lengths"``, behind every job queued before it; the next run's end supersedes it),
+which queues the family's train step and the eval steps at each length the memory estimate
+fits. Nothing runs on the device thread: a run launched meanwhile does not wait for it.
+
 ``GEMMA_WORKBENCH_COMPILE_AHEAD``: ``auto`` (the default: on an accelerator), ``on`` (a CPU
-too, the engine's start included) or ``off``.
+too, the engine's start included) or ``off``. ``GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS``: ``auto``
+(the default: on an accelerator), ``on`` (a CPU too) or ``off``.
 """
 
 from __future__ import annotations
@@ -38,7 +46,9 @@ from adapters_lib.errors import WorkbenchError
 log = logging.getLogger("adapters_lib.engine")
 
 ENV = "GEMMA_WORKBENCH_COMPILE_AHEAD"
+NEIGHBOURS_ENV = "GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS"
 PURPOSE = "next run"
+NEIGHBOURS = "neighbour lengths"
 LAST_CONFIG = "last-config.toml"
 CPU_MESSAGE = "the programs compile at launch (a CPU engine compiles nothing ahead)"
 
@@ -52,6 +62,12 @@ def mode() -> str:
     return "auto"
 
 
+def neighbour_lengths(length: int) -> list[int]:
+    """The ``max_length`` values compiled ahead after a run of ``length``: twice, then half (at
+    least 16 tokens)."""
+    return [n for n in (2 * length, length // 2) if n >= 16 and n != length]
+
+
 def last_config_path() -> Path:
     return locations.engine_dir() / LAST_CONFIG
 
@@ -60,6 +76,27 @@ def describe(cfg: Any) -> str:
     """A config in a few words: the model, the adapter, the batch (the jobs' ``about``)."""
     lora = f"LoRA r{cfg.lora.rank}" if cfg.lora.enabled else "full"
     return f"{cfg.model.source} · {lora} · {cfg.train.batch_size}×{cfg.data.max_length}"
+
+
+def _does_not_fit(cfg: Any) -> str:
+    """Why ``cfg``'s run would not fit its device by the memory estimate ("" when it fits, or
+    the device's memory is not known)."""
+    import jax
+
+    from adapters_lib.memory import estimate as memory
+    from adapters_lib.memory.device import device_memory_bytes
+    from adapters_lib.models.loader import load_model
+
+    devices = jax.devices()
+    limit = device_memory_bytes(devices[0])
+    if not limit:
+        return ""
+    config = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype).config  # the cached model
+    got = memory.estimate_run(cfg, config, device_count=len(devices), device_bytes=limit,
+                              platform=devices[0].platform)
+    if got.total <= limit * memory.FITS:
+        return ""
+    return f"its step would need {got.total / 2**30:.1f} of {limit / 2**30:.1f} GiB"
 
 
 def _processes() -> int:
@@ -117,8 +154,14 @@ class AheadCompiler:
             self._submit(cfg, req, force)
         return api.CompileAheadReply(ahead=True, backend=backend, request=info)
 
-    def after_run(self) -> None:
-        """A run ended (the device thread): a deferred request starts, unless another run waits."""
+    def after_run(self, run: Any = None) -> None:
+        """A run ended (the device thread): a deferred request starts, unless another run waits;
+        a completed ``run``'s neighbouring lengths compile ahead (``neighbours``)."""
+        if run is not None and run.state == "completed":
+            try:
+                self.neighbours(run.config())
+            except Exception:  # noqa: BLE001 - a guess never fails the run's end
+                log.warning("compile ahead of the neighbouring lengths not queued", exc_info=True)
         with self._lock:
             deferred, self._deferred = self._deferred, None
         if deferred is None:
@@ -132,6 +175,52 @@ class AheadCompiler:
             return
         self._set(req, "planning")
         self._submit(cfg, req, force)
+
+    def neighbours(self, cfg: Any) -> None:
+        """A run of ``cfg`` ended: its config at ``neighbour_lengths`` compiled ahead (the
+        module doc), on an accelerator, for a gemma-route LoRA run."""
+        from adapters_lib.train import step_programs
+
+        setting = os.environ.get(NEIGHBOURS_ENV, "auto").strip().lower()
+        if setting in ("0", "off", "false", "no") or cfg.model.backend != "gemma" or not cfg.lora.enabled:
+            return
+        ok, _ = self.allowed(force=setting in ("1", "on", "true", "yes"))
+        lengths = neighbour_lengths(int(cfg.data.max_length))
+        if not ok or not lengths or (self.engine.runtime.backend == "cpu" and setting == "auto"):
+            return
+        queue = step_programs._behind()
+        req = queue.request(NEIGHBOURS, f"{describe(cfg)}, max_length {' and '.join(map(str, lengths))}")
+        with queue.for_request(req):
+            queue.submit(self._plan_neighbours, cfg, req, lengths, what="set-up", purpose=NEIGHBOURS)
+
+    def _plan_neighbours(self, cfg: Any, req: Any, lengths: list[int]) -> None:
+        """(The compile thread.) Each length's set-up and programs queued, where it fits."""
+        import dataclasses
+
+        from adapters_lib.train import step_programs
+        from adapters_lib.train.plan import compile_ahead
+
+        for length in lengths:
+            if req.superseded:
+                return
+            other = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, max_length=length))
+            why = _does_not_fit(other)
+            if why:
+                log.info("compile ahead of max_length %d (the last run's was %d): skipped, %s", length,
+                         cfg.data.max_length, why)
+                continue
+            t0 = time.perf_counter()
+            try:
+                with step_programs._behind().for_request(req):
+                    futures = compile_ahead(other, force=True, own=False)
+            except WorkbenchError as e:
+                log.info("compile ahead of max_length %d: %s", length, e)
+                continue
+            except Exception:  # noqa: BLE001 - a guess never fails anything else
+                log.warning("compile ahead of max_length %d failed", length, exc_info=True)
+                continue
+            log.info("compile ahead of max_length %d (the last run's was %d): set up in %.1f s, %d program(s) "
+                     "queued", length, cfg.data.max_length, time.perf_counter() - t0, len(futures))
 
     def at_start(self) -> None:
         """Compile ahead for the last launched config once the devices are known (in a thread;

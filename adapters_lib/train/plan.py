@@ -298,10 +298,11 @@ def widest_slots(steps: Any, pipeline: Any, total_steps: int, budget: float = SL
     return widest or None
 
 
-def compile_ahead(cfg: RunConfig, *, force: bool = False) -> list[Any]:
+def compile_ahead(cfg: RunConfig, *, force: bool = False, own: bool = True) -> list[Any]:
     """Queue the compiles of ``cfg``'s first train step and its eval steps on the compile thread
     (``StepProgram.compile_behind``); the futures started (none when each is ready or under way,
-    or on a CPU unless ``force``: there a compile takes the cores the steps need)."""
+    or on a CPU unless ``force``: there a compile takes the cores the steps need). ``own``
+    False: a LoRA family's program only, not the run's own that would take over from it."""
     plan = plan_run(cfg)
     steps = plan.steps
     if not (steps.compile_behind or force):
@@ -313,7 +314,7 @@ def compile_ahead(cfg: RunConfig, *, force: bool = False) -> list[Any]:
         futures += steps.compile_eval_behind([steps.put_batch(b) for b in eval_host])
     finally:
         steps.compile_behind = saved
-    futures += [program.compile_behind(*args) for program, args in plan.behind]
+    futures += [program.compile_behind(*args) for program, args in plan.behind if own or plan.own_steps is None]
     return [f for f in futures if f is not None]
 
 
