@@ -77,6 +77,24 @@ def test_a_hold_keeps_the_warm_ups_jobs_back_and_lets_the_runs_own_go_first():
     assert [j["state"] for j in q.jobs() if j["what"] == "sampler"] == ["ready", "ready", "dropped"]
 
 
+def test_a_guess_starts_only_when_no_other_job_waits():
+    """The neighbouring lengths' jobs (``LOW``) queued first start after the jobs queued later
+    for a run or a request: a guess never delays a program someone asked for."""
+    q = compile_queue.CompileQueue()
+    order: list[str] = []
+    release = q.hold(compile_queue.ALL, "the test: everything queued first")
+    guesses = [q.submit(order.append, f"guess {i}", what="train step", purpose=compile_queue.LOW[0]) for i in range(2)]
+    asked = [q.submit(order.append, "next run", what="train step", purpose="next run"),
+             q.submit(order.append, "eval step", what="eval step")]
+    release()
+    for f in [*guesses, *asked]:
+        f.result(30)
+    assert order == ["next run", "eval step", "guess 0", "guess 1"]
+    from adapters_lib.engine import compile_ahead
+
+    assert compile_ahead.NEIGHBOURS in compile_queue.LOW  # the engine's guesses are such jobs
+
+
 def test_a_hold_of_every_purpose_keeps_both_lanes_back_until_released():
     """A warm start holds ``ALL`` until its step 1: the run's own jobs and the Compare's wait;
     ``wait_free`` (the Compare's queuing thread) waits too."""

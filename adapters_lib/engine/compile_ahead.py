@@ -48,7 +48,7 @@ log = logging.getLogger("adapters_lib.engine")
 ENV = "GEMMA_WORKBENCH_COMPILE_AHEAD"
 NEIGHBOURS_ENV = "GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS"
 PURPOSE = "next run"
-NEIGHBOURS = "neighbour lengths"
+NEIGHBOURS = "neighbour lengths"  # a ``compile_queue.LOW`` purpose: after every other job
 LAST_CONFIG = "last-config.toml"
 CPU_MESSAGE = "the programs compile at launch (a CPU engine compiles nothing ahead)"
 

@@ -52,6 +52,9 @@ THREAD_NAME = "compile-behind"
 LANES = {"compare": f"{THREAD_NAME}-compare"}
 """Purposes with a thread of their own: the Compare's sampler and scorer (seconds each) never
 wait behind a train step's compile (~90 s on a TPU), nor it behind them."""
+LOW = ("neighbour lengths",)
+"""Purposes whose jobs start only when no other job waits: guesses (``engine.compile_ahead``'s
+neighbouring lengths) never delay a program someone asked for."""
 ALL = ("*",)
 """``hold(ALL)``: every purpose, the run's own jobs too."""
 KEEP_DONE = 64
@@ -198,15 +201,17 @@ class CompileQueue:
         return any(job.purpose in held or ALL[0] in held for held in self._holds.values())
 
     def _next(self, lane: str) -> tuple[CompileJob, Callable[..., Any], tuple]:
-        """The oldest pending job of ``lane`` not held (waits for one)."""
+        """The oldest pending job of ``lane`` not held, a ``LOW`` one only when no other can
+        start (waits for one)."""
         with self._ready:
             while True:
-                for i, item in enumerate(self._pending):
-                    job = item[0]
-                    if (job.purpose if job.purpose in LANES else "") != lane:
-                        continue
-                    if job.future.cancelled() or not self._held(job):
-                        return self._pending.pop(i)
+                for low in (False, True):  # the guesses (``LOW``) last
+                    for i, item in enumerate(self._pending):
+                        job = item[0]
+                        if (job.purpose if job.purpose in LANES else "") != lane or (job.purpose in LOW) != low:
+                            continue
+                        if job.future.cancelled() or not self._held(job):
+                            return self._pending.pop(i)
                 self._ready.wait()
 
     def adopt(self, future: Future | None, what: str) -> None:
