@@ -255,10 +255,12 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                              "seconds": time.perf_counter() - t, "loss": getattr(ev, "loss", None)})
                 _log(f"{model}: eval: {rows[-1]['seconds']:.2f} s")
                 save()
-            if os.environ.get("LOOP_LENGTHS", "1") != "0":
-                if os.environ.get("LOOP_LENGTHS") != "ahead":  # "ahead": the prepared row only
+            which = os.environ.get("LOOP_LENGTHS", "1")  # "ahead": the prepared row only; "plain": the other
+            if which != "0":
+                if which != "ahead":
                     train_row(f"max_length → {length}", lengths[0])
-                train_row(f"max_length → {ahead}, prepared first", lengths[1])
+                if which != "plain":
+                    train_row(f"max_length → {ahead}, prepared first", lengths[1])
     finally:
         subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
         save()
