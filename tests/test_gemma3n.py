@@ -165,6 +165,10 @@ def test_an_orbax_checkpoint_with_its_config_is_listed_and_loads(gemma3n_tiny, t
 
 
 def test_a_rank_tweak_derives_the_adapter_shapes_of_gemma3n(gemma3n_tiny):
-    from test_lora import assert_rank_derived_shapes_are_traced_shapes
+    from test_lora import (
+        assert_rank_derived_shapes_are_traced_shapes,
+        assert_subset_shapes_are_traced_shapes,
+    )
 
     assert_rank_derived_shapes_are_traced_shapes(gemma3n_tiny[1], ("q", "k", "v", "o", "gate", "up", "down"))
+    assert_subset_shapes_are_traced_shapes(gemma3n_tiny[1], [("k", "v"), ("q", "down")])

@@ -263,7 +263,16 @@ def test_a_4_device_step_with_the_experts_split_equals_1_device(gemma4_tiny):
 
 @pytest.mark.parametrize("kind", ["e", "moe"])
 def test_a_rank_tweak_derives_the_adapter_shapes_of_gemma4(gemma4_tiny, kind):
-    from test_lora import assert_rank_derived_shapes_are_traced_shapes
+    from test_lora import (
+        SUBSETS,
+        assert_rank_derived_shapes_are_traced_shapes,
+        assert_subset_shapes_are_traced_shapes,
+    )
 
     targets = ("q", "k", "v", "o", "gate", "up", "down") + (("experts",) if kind == "moe" else ())
     assert_rank_derived_shapes_are_traced_shapes(gemma4_tiny[kind][1], targets)
+    # and a targets tweak keeps the leaves of the one trace (k=v global layers, KV-shared ones,
+    # the expert bank with and without its neighbours)
+    assert_subset_shapes_are_traced_shapes(gemma4_tiny[kind][1], SUBSETS[:4])
+    if kind == "moe":
+        assert_subset_shapes_are_traced_shapes(gemma4_tiny[kind][1], [(), ("v", "down")], extra=("experts",))

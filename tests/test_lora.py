@@ -194,3 +194,52 @@ def test_a_rank_tweak_derives_the_adapter_shapes_without_a_trace(base, targets):
     before = lora._traced_shapes.cache_info().misses
     lora._adapter_shapes(base[0], spec)
     assert lora._traced_shapes.cache_info().misses == before
+
+
+SUBSETS = [("q",), ("v",), ("k", "v"), ("q", "v"), ("gate", "down"), ("up",), ("o", "up", "down")]
+
+
+def assert_subset_shapes_are_traced_shapes(model, subsets=SUBSETS, extra=()) -> None:
+    """A targets subset's adapters, kept from the one trace of every target
+    (``lora.family.subset``), are the paths, shapes and tree of a trace of the subset alone."""
+    import dataclasses
+
+    for targets in subsets:
+        spec = LoraSpec(rank=3, alpha=6.0, targets=(*targets, *extra))
+        derived = lora._adapter_shapes.__wrapped__(model, spec)
+        traced = lora._traced_shapes.__wrapped__(model, dataclasses.replace(spec, alpha=1.0))
+        assert derived[1] == traced[1], targets
+        assert [(p, tuple(x.shape)) for p, x in derived[0]] == [(p, tuple(x.shape)) for p, x in traced[0]]
+
+
+def test_a_targets_subset_keeps_the_traced_shapes_of_local_and_global_layers(base):
+    assert_subset_shapes_are_traced_shapes(base[0])
+
+
+def test_a_targets_subset_of_a_gemma3_config_keeps_the_traced_shapes():
+    # the Gemma-3-1B config (4 query heads on 1 k/v head: a kv_einsum) cut to one local and one
+    # global layer; abstract only, no weights
+    import dataclasses
+
+    from gemma import gm
+
+    config = gm.nn.Gemma3_1B.config
+    kinds = sorted(set(config.attention_types), key=str)
+    model = gm.nn.Gemma3_1B(config=dataclasses.replace(config, attention_types=tuple(kinds)))
+    assert len(kinds) == 2
+    assert_subset_shapes_are_traced_shapes(model, [("q", "v"), ("k", "gate", "down")])
+
+
+def test_a_targets_or_rank_tweak_traces_and_compiles_nothing(base):
+    from forbid_compile import forbid_compiles
+
+    model = base[0]
+    keys = [jax.random.key(s) for s in (0, 1, 2)]
+    lora.init_lora(model, LoraSpec(rank=4, targets=LORA_TARGETS), None, keys[0])  # the one trace
+    with forbid_compiles():
+        for spec, key in [(LoraSpec(rank=11, alpha=3.0, targets=("q", "v")), keys[1]),
+                          (LoraSpec(rank=37, targets=("k", "o", "down"), dtype="bfloat16"), keys[2])]:
+            made = lora.init_lora(model, spec, None, key)
+            assert {a.target for a in lora_fuse.iter_adapters(made)} == set(spec.targets)
+            assert lora.count_params(made) == lora.expected_lora_params(model.config, spec)
+            assert {x.dtype for x in jax.tree.leaves(made)} == {jnp.dtype(spec.dtype)}

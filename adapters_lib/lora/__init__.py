@@ -6,6 +6,7 @@ fusion into the base weights, and the compiled program's family.
 - ``experts`` — LoRA on a MoE expert bank (Gemma 4's ``experts`` target); JAX;
 - ``fuse`` — adapters folded into the base weights and listed in PEFT terms (numpy only);
 - ``family`` — one compiled program for a family of LoRA configs (rank bucket, masks);
+- ``fresh`` — fresh adapters made on the host (numpy: no program compiled per rank);
 - ``shapes`` — the adapters' shapes and count from a model config (arithmetic only).
 
 Names are imported on first use (``adapters_lib.lazy_face``) (``from adapters_lib.lora import wrap`` imports JAX, ``from
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from .family import rank_bucket as rank_bucket
     from .family import run_family as run_family
     from .family import wants_family as wants_family
+    from .fresh import init_adapters as init_adapters
     from .fuse import EXPERTS_KEY as EXPERTS_KEY
     from .fuse import LORA_PREFIX as LORA_PREFIX
     from .fuse import AdapterTensor as AdapterTensor
@@ -41,7 +43,6 @@ if TYPE_CHECKING:
     from .targeted import adapter_shapes as adapter_shapes
     from .targeted import count_params as count_params
     from .targeted import expected_lora_params as expected_lora_params
-    from .targeted import init_adapters as init_adapters
     from .targeted import init_lora as init_lora
     from .targeted import kv_shared_layers as kv_shared_layers
     from .targeted import lora_in_out as lora_in_out

@@ -124,6 +124,28 @@ def _leaf_name(path: tuple) -> str:
     return str(getattr(last, "key", getattr(last, "name", last)))
 
 
+def subset(leaves: list, targets: tuple[str, ...]) -> tuple[list, Any] | None:
+    """The ``(path, leaf)`` pairs and tree of ``targets``' adapters among ``leaves`` (a flattened
+    nested dict of adapters of more targets, ``tree_flatten_with_path``): the leaves whose target
+    (``_target_of`` their name) is one of ``targets``, at the same paths, which ``fit`` relies
+    on (tests/test_lora.py compares them with a trace of ``targets`` alone). None where a
+    leaf's target is not read off its name or a key is not a dict's."""
+    import jax
+
+    kept: dict = {}
+    for path, leaf in leaves:
+        keys = [getattr(k, "key", None) for k in path]
+        target = _target_of(str(keys[-1])) if keys else None
+        if target is None or not all(isinstance(k, str) for k in keys):
+            return None
+        if target in targets:
+            node = kept
+            for k in keys[:-1]:
+                node = node.setdefault(k, {})
+            node[keys[-1]] = leaf
+    return jax.tree_util.tree_flatten_with_path(kept)
+
+
 def apply_runtime(adapters: Any, runtime: Any, *, host: bool = False) -> Any:
     """The adapter tree the program's modules see: each A times ``scale``, its target's switch
     and the rank mask (columns), each B times the rank mask (rows). Differentiable: the masked

@@ -30,7 +30,7 @@ import contextlib
 import dataclasses
 import functools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -40,6 +40,8 @@ from gemma import peft
 
 from adapters_lib.config import LoraSpec
 from adapters_lib.kernels.lora_matmul import lora_matmul, lora_matmul_slots
+from adapters_lib.lora import family as lora_family
+from adapters_lib.lora.fresh import init_adapters
 from adapters_lib.lora.fuse import (
     _EINSUM_TARGETS,
     LORA_PREFIX,
@@ -337,35 +339,12 @@ def _adapter_init(model: nn.Module, spec: LoraSpec):
     """An ``rng -> adapters`` for (model, spec), made once.
 
     The wrapped model is traced abstractly for the adapter shapes (no base weights made),
-    then each adapter is initialised directly: A as flax's kaiming-uniform, B zeros (so
-    step 0 equals the base model); one key per adapter, in path order.
+    then each adapter is made on the host (``lora.fresh``): A as flax's kaiming-uniform, B
+    zeros (so step 0 equals the base model); no program compiled.
     """
     leaves, tree = _adapter_shapes(model, spec)
     return functools.partial(init_adapters, leaves, tree, jnp.dtype(spec.dtype),
                              is_b=lambda name: name.endswith("_b"))
-
-
-def init_adapters(leaves: list, tree: Any, dtype: Any, rng: jax.Array, *,
-                  is_b: Callable[[str], bool]) -> Any:
-    """Fresh LoRA params from abstract ``(path, shape)`` leaves (``tree_flatten_with_path``):
-    B zeros (``is_b`` of the last path key), A flax's kaiming-uniform with one key per adapter
-    (``fold_in(rng, i)``, in path order). gm.nn.LoRA's initialisers too (the bench reference)."""
-    out = []
-    for i, (path, leaf) in enumerate(leaves):
-        if is_b(str(getattr(path[-1], "key", path[-1]))):
-            out.append(jnp.zeros(leaf.shape, dtype))
-        else:
-            out.append(_a_init(tuple(leaf.shape), jnp.dtype(dtype).name)(jax.random.fold_in(rng, i)))
-    return jax.tree.unflatten(tree, out)
-
-
-@functools.lru_cache(maxsize=256)
-def _a_init(shape: tuple[int, ...], dtype: str):
-    """One adapter A's initialiser, jitted per shape: a model's adapters have a handful of
-    shapes, so a few small programs (one program for all ~250 adapters of the 270M took
-    15 s to compile on 2 cores)."""
-    a_init = nn.initializers.kaiming_uniform()
-    return jax.jit(lambda r: a_init(r, shape, jnp.float32).astype(dtype))
 
 
 PROBE_RANK = 7919
@@ -376,11 +355,15 @@ each adapter leaf's axis of that size is its rank axis, so one trace serves ever
 @functools.lru_cache(maxsize=32)
 def _adapter_shapes(model: nn.Module, spec: LoraSpec):
     """The adapters' ``(path, shape)`` leaves and tree for (model, spec). The model is traced
-    once for a set of targets (at ``PROBE_RANK``; ~1-2 s for the 270M, on a TPU host too), and
-    a rank tweak only renames that axis. A leaf without exactly one such axis (a model whose
-    adapter shapes are not linear in the rank) is traced at the rank itself."""
+    once (at ``PROBE_RANK``, with every target of the family: ~1-2 s for the 270M, on a TPU
+    host too); a rank tweak only renames that axis, a targets tweak keeps its targets' leaves
+    (``lora.family.subset``). A leaf without exactly one such axis (a model whose adapter
+    shapes are not linear in the rank) is traced at the rank itself."""
     probe = dataclasses.replace(spec, rank=PROBE_RANK, alpha=1.0, dtype="float32", enabled=True)
-    leaves, tree = _traced_shapes(model, probe)
+    every = dataclasses.replace(probe, targets=lora_family.family_targets(probe))
+    got = lora_family.subset(_traced_shapes(model, every)[0], probe.targets) \
+        if set(probe.targets) <= set(every.targets) else None
+    leaves, tree = got if got is not None else _traced_shapes(model, probe)
 
     def at_rank(x: Any) -> Any:
         return jax.ShapeDtypeStruct(tuple(spec.rank if d == PROBE_RANK else d for d in x.shape), x.dtype)
