@@ -212,6 +212,7 @@ class Warmer:
         """The device job: load, queue the compiles, return."""
         from adapters_lib import program_store
         from adapters_lib.engine import api, sampling
+        from adapters_lib.tuned import phases
 
         t0 = time.perf_counter()
         try:
@@ -222,9 +223,12 @@ class Warmer:
             log.info("warming Compare for run %s", run.run_id)
             before = dict(program_store.stats)
             cmd = api.Compare(prompt=PROMPT, run_id=str(run.path), step=step, save=False)
-            prepared = sampling.prepare(self.engine, cmd)
-            model = sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
+            with phases.recording() as took:
+                prepared = sampling.prepare(self.engine, cmd)
+                phases.mark("request")
+                model = sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
             loaded_s = time.perf_counter() - t0
+            loaded = f"{loaded_s:.1f} s ({phases.describe(took)})" if len(took) > 1 else f"{loaded_s:.1f} s"
             self._drop_older()
             about = f"run {run.run_id}"
             futures = []
@@ -234,8 +238,8 @@ class Warmer:
             if not self._other_work() and hasattr(model, "prime"):
                 model.prime()  # the sides' adapter stack compiled now, not in the Compare
             if self._other_work():  # a run or a request came meanwhile: it goes first
-                log.info("run %s: Compare warm-up gives way after the model (%.1f s); eval's "
-                         "scorer compiles on first use", run.run_id, loaded_s)
+                log.info("run %s: Compare warm-up gives way after the model (%s); eval's "
+                         "scorer compiles on first use", run.run_id, loaded)
             else:
                 futures += self._eval_behind(run, step, _submitter("eval scorer", about))
         except Exception as e:  # noqa: BLE001 - a warm-up never fails anything: the Compare will say
@@ -245,8 +249,8 @@ class Warmer:
             return
         with self._lock:
             self.futures = list(futures)
-        log.info("run %s: Compare warm-up queued %d compile(s) behind in %.1f s (model loaded in %.1f s)",
-                 run.run_id, len(futures), time.perf_counter() - t0, loaded_s)
+        log.info("run %s: Compare warm-up queued %d compile(s) behind in %.1f s (model loaded in %s)",
+                 run.run_id, len(futures), time.perf_counter() - t0, loaded)
         self._when_done(run.run_id, futures, t0, before)
 
     def _eval_behind(self, run: Any, step: int, submit: Any) -> list[Any]:

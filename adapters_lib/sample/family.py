@@ -73,7 +73,8 @@ def _on_host(adapters: Any) -> bool:
 
 def _in_family_on_host(family: Any, adapters: Any, like: Any, dtype: Any) -> Any:
     """``in_family`` in numpy, then one transfer: each leaf placed as the run's leaf at its path
-    was (its sharding: the padding is on the rank axis only), a new target's as a sibling's."""
+    was (its sharding: the padding is on the rank axis only), a new target's as a sibling's; a
+    host tree's (a run's final adapters kept in memory) on this process's first device."""
     import jax
     import numpy as np
 
@@ -81,28 +82,60 @@ def _in_family_on_host(family: Any, adapters: Any, like: Any, dtype: Any) -> Any
 
     placed = {jax.tree_util.keystr(p): getattr(x, "sharding", None)
               for p, x in jax.tree_util.tree_flatten_with_path(adapters)[0]}
-    fallback = next((s for s in placed.values() if s is not None), None)
+    fallback = next((s for s in placed.values() if s is not None), None) or first_device()
     padded = lora_family.fit(adapters, like, host=True)
     folded = lora_family.apply_runtime(padded, family.runtime(), host=True)
+    paths, treedef = jax.tree_util.tree_flatten_with_path(folded)
+    values = [np.asarray(x).astype(dtype) for _, x in paths]
+    shardings = [placed.get(jax.tree_util.keystr(p)) or fallback for p, _ in paths]
+    try:  # one transfer call (a device_put for each leaf: a few hundred dispatched apart on a TPU)
+        return jax.tree_util.tree_unflatten(treedef, jax.device_put(values, shardings))
+    except ValueError:  # a sharding a padded shape does not divide: that leaf on the default device
+        pass
 
-    def put(path: Any, x: Any) -> Any:
-        x = np.asarray(x).astype(dtype)
-        sharding = placed.get(jax.tree_util.keystr(path)) or fallback
-        if sharding is not None:
-            try:
-                return jax.device_put(x, sharding)
-            except ValueError:  # a sharding this padded shape does not divide: the default device
-                pass
-        return jax.device_put(x)
+    def put(x: Any, sharding: Any) -> Any:
+        try:
+            return jax.device_put(x, sharding)
+        except ValueError:
+            return jax.device_put(x)
 
-    return jax.tree_util.tree_map_with_path(put, folded)
+    return jax.tree_util.tree_unflatten(treedef, [put(x, s) for x, s in zip(values, shardings, strict=True)])
+
+
+def first_device() -> Any:
+    """This process's first device, as a sharding (where a checkpoint's adapters are restored for
+    sampling: ``train.checkpoints.abstract_trainable``)."""
+    import jax
+
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+
+def on_host(tree: Any) -> bool:
+    """Whether every leaf of ``tree`` is a host (numpy) array: a run's final adapters as this
+    process kept them (``train.checkpoints.saved_host``), not placed yet."""
+    import jax
+    import numpy as np
+
+    leaves = jax.tree.leaves(tree)
+    return bool(leaves) and all(isinstance(x, np.ndarray | np.generic) for x in leaves)
+
+
+def placed(tree: Any) -> Any:
+    """``tree`` on this process's first device in one transfer call when it is on the host
+    (``on_host``); as it is otherwise."""
+    import jax
+
+    if tree is None or not on_host(tree):
+        return tree
+    return jax.device_put(tree, first_device())
 
 
 def serving(model: Any, spec: LoraSpec | None, adapters: Any, cfg: Any = None,
             platform: str = "") -> tuple[LoraSpec | None, Any]:
     """``(spec, adapters)`` to build the sampler (or the scorer) with: the family's program
-    spec and the folded adapters, or the run's own two where the exact program serves."""
+    spec and the folded adapters, or the run's own two where the exact program serves.
+    ``adapters`` on the host (``on_host``) come back placed on this process's first device."""
     family = family_of(spec, cfg, platform) if adapters is not None else None
     if family is None:
-        return spec, adapters
+        return spec, placed(adapters)
     return family.program, in_family(model, family, adapters)
