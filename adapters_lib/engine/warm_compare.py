@@ -32,7 +32,8 @@ The device job is skipped when a run trains or waits, or a request waits (it wou
 model beside the run's); one that comes while the model loads goes first after it (the eval
 tree is not read then: its scorer compiles on first use). ``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite
 does, ``tests/conftest.py``). ``status.warming`` names the run until its compiles end; the
-engine log says when they were queued and how long they took.
+engine log says when they were queued and how long they took, and how long the model's load
+took by phase (``tuned.phases``: request, config, base, adapters, sides).
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ class Warmer:
                 phases.mark("request")
                 model = sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
             loaded_s = time.perf_counter() - t0
-            loaded = f"{loaded_s:.1f} s ({phases.describe(took)})" if len(took) > 1 else f"{loaded_s:.1f} s"
+            loaded = f"{loaded_s:.1f} s: {phases.describe(took)}" if len(took) > 1 else f"{loaded_s:.1f} s"
             self._drop_older()
             about = f"run {run.run_id}"
             futures = []
