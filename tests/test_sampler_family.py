@@ -59,26 +59,35 @@ def test_the_family_program_answers_as_the_exact_one(demo_lora):
                                rtol=2e-4, atol=2e-4)
 
 
-def test_the_family_fold_on_the_host_is_the_devices_fold(demo_lora):
-    """A checkpoint's adapters are folded in numpy and placed once (on a TPU the eager pad,
-    multiply and cast compiled per new shape): the very values, dtype and placement."""
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_family_fold_on_the_host_is_the_devices_fold(demo_lora, dtype):
+    """A checkpoint's adapters are folded in numpy (at the run's own rank, then padded) and
+    placed once (on a TPU the eager pad, multiply and cast compiled per new shape): the very
+    values, dtype and placement; from a host tree (a run's final adapters kept in memory) too,
+    and from a tree already at the bucket's rank (folded after the padding)."""
     import jax
     import numpy as np
 
+    from adapters_lib.lora import family as lora_family
+    from adapters_lib.lora import targeted as lora
     from adapters_lib.sample.family import in_family
 
     loaded, spec, _ = demo_lora
     own = dataclasses.replace(spec, rank=3, alpha=5.0, targets=("k", "gate"))  # padded and masked
-    trained = perturbed_lora(loaded, own, seed=11)
+    trained = jax.tree.map(lambda x: x.astype(dtype), perturbed_lora(loaded, own, seed=11))
     family = _family(own)
     on_device = in_family(loaded.model, family, trained, host=False)
-    on_host = in_family(loaded.model, family, trained, host=True)
-    assert jax.tree.structure(on_host) == jax.tree.structure(on_device)
-    for h, d in zip(jax.tree.leaves(on_host), jax.tree.leaves(on_device), strict=True):
-        assert isinstance(h, jax.Array) and h.dtype == d.dtype and h.shape == d.shape
-        assert h.sharding.is_equivalent_to(d.sharding, h.ndim)
-        np.testing.assert_array_equal(np.asarray(h), np.asarray(d))
-    assert any(np.any(np.asarray(x)) for x in jax.tree.leaves(on_host))
+    padded = jax.tree.map(lambda x: x.astype(dtype), lora_family.fit(trained, lora.adapter_shapes(loaded.model,
+                                                                                              family.program)))
+    for got in (in_family(loaded.model, family, trained, host=True),
+                in_family(loaded.model, family, jax.device_get(trained)),
+                in_family(loaded.model, family, padded, host=True)):
+        assert jax.tree.structure(got) == jax.tree.structure(on_device)
+        for h, d in zip(jax.tree.leaves(got), jax.tree.leaves(on_device), strict=True):
+            assert isinstance(h, jax.Array) and h.dtype == d.dtype == np.dtype(jax.numpy.dtype(dtype))
+            assert h.shape == d.shape and h.sharding.is_equivalent_to(d.sharding, h.ndim)
+            np.testing.assert_array_equal(np.asarray(h), np.asarray(d))
+    assert any(np.any(np.asarray(x)) for x in jax.tree.leaves(on_device))
 
 
 def test_another_rank_alpha_or_targets_reuses_the_family_programs(demo_lora):

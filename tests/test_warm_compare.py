@@ -4,6 +4,7 @@ answered as it would be without it."""
 
 from __future__ import annotations
 
+import re
 import time
 import types
 
@@ -41,6 +42,9 @@ def test_after_a_run_the_engine_warms_its_compare_and_a_request_meanwhile_is_ans
     text = _wait_log(proc, f"run {run.id}: Compare warmed in ")
     start = text.index(f"warming Compare for run {run.id}")
     warmed = proc.log_text()[start:]
+    assert re.search(rf"run {run.id}: Compare warm-up queued \d+ compile\(s\) behind in [\d.]+ s \(model loaded "
+                     r"in [\d.]+ s: request [\d.]+, config [\d.]+, base [\d.]+, adapters [\d.]+, sides [\d.]+\)",
+                     warmed), warmed[-3000:]  # the load by phase, for the chip's log
     for name in ("prefill", "decode"):  # compiled by the warm-up ...
         assert f"{name}: compiled in " in warmed, warmed[-3000:]
         _wait_log(proc, f"{name}: program kept for the next engine", after=start)  # ... kept once idle

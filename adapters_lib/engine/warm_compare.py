@@ -32,7 +32,8 @@ The device job is skipped when a run trains or waits, or a request waits (it wou
 model beside the run's); one that comes while the model loads goes first after it (the eval
 tree is not read then: its scorer compiles on first use). ``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite
 does, ``tests/conftest.py``). ``status.warming`` names the run until its compiles end; the
-engine log says when they were queued and how long they took.
+engine log says when they were queued and how long they took, and how long the model's load
+took by phase (``tuned.phases``: request, config, base, adapters, sides).
 """
 
 from __future__ import annotations
@@ -212,6 +213,7 @@ class Warmer:
         """The device job: load, queue the compiles, return."""
         from adapters_lib import program_store
         from adapters_lib.engine import api, sampling
+        from adapters_lib.tuned import phases
 
         t0 = time.perf_counter()
         try:
@@ -222,9 +224,12 @@ class Warmer:
             log.info("warming Compare for run %s", run.run_id)
             before = dict(program_store.stats)
             cmd = api.Compare(prompt=PROMPT, run_id=str(run.path), step=step, save=False)
-            prepared = sampling.prepare(self.engine, cmd)
-            model = sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
+            with phases.recording() as took:
+                prepared = sampling.prepare(self.engine, cmd)
+                phases.mark("request")
+                model = sampling._model(cmd, prepared)  # the real Compare's model, kept in sampling's cache
             loaded_s = time.perf_counter() - t0
+            loaded = f"{loaded_s:.1f} s: {phases.describe(took)}" if len(took) > 1 else f"{loaded_s:.1f} s"
             self._drop_older()
             about = f"run {run.run_id}"
             futures = []
@@ -234,8 +239,8 @@ class Warmer:
             if not self._other_work() and hasattr(model, "prime"):
                 model.prime()  # the sides' adapter stack compiled now, not in the Compare
             if self._other_work():  # a run or a request came meanwhile: it goes first
-                log.info("run %s: Compare warm-up gives way after the model (%.1f s); eval's "
-                         "scorer compiles on first use", run.run_id, loaded_s)
+                log.info("run %s: Compare warm-up gives way after the model (%s); eval's "
+                         "scorer compiles on first use", run.run_id, loaded)
             else:
                 futures += self._eval_behind(run, step, _submitter("eval scorer", about))
         except Exception as e:  # noqa: BLE001 - a warm-up never fails anything: the Compare will say
@@ -245,8 +250,8 @@ class Warmer:
             return
         with self._lock:
             self.futures = list(futures)
-        log.info("run %s: Compare warm-up queued %d compile(s) behind in %.1f s (model loaded in %.1f s)",
-                 run.run_id, len(futures), time.perf_counter() - t0, loaded_s)
+        log.info("run %s: Compare warm-up queued %d compile(s) behind in %.1f s (model loaded in %s)",
+                 run.run_id, len(futures), time.perf_counter() - t0, loaded)
         self._when_done(run.run_id, futures, t0, before)
 
     def _eval_behind(self, run: Any, step: int, submit: Any) -> list[Any]:

@@ -73,7 +73,8 @@ def _on_host(adapters: Any) -> bool:
 
 def _in_family_on_host(family: Any, adapters: Any, like: Any, dtype: Any) -> Any:
     """``in_family`` in numpy, then one transfer: each leaf placed as the run's leaf at its path
-    was (its sharding: the padding is on the rank axis only), a new target's as a sibling's."""
+    was (its sharding: the padding is on the rank axis only), a new target's as a sibling's; a
+    host tree's (a run's final adapters kept in memory) on this process's first device."""
     import jax
     import numpy as np
 
@@ -81,28 +82,103 @@ def _in_family_on_host(family: Any, adapters: Any, like: Any, dtype: Any) -> Any
 
     placed = {jax.tree_util.keystr(p): getattr(x, "sharding", None)
               for p, x in jax.tree_util.tree_flatten_with_path(adapters)[0]}
-    fallback = next((s for s in placed.values() if s is not None), None)
-    padded = lora_family.fit(adapters, like, host=True)
-    folded = lora_family.apply_runtime(padded, family.runtime(), host=True)
+    fallback = next((s for s in placed.values() if s is not None), None) or first_device()
+    paths, treedef = jax.tree_util.tree_flatten_with_path(like)
+    try:  # folded at the run's own rank, then padded (the products over the padding are zeros)
+        values = _padded(_folded_at_rank(family, jax.device_get(adapters)), paths, dtype)
+    except ValueError:  # not the run's own rank: folded after the padding
+        padded = lora_family.fit(adapters, like, host=True)
+        folded = lora_family.apply_runtime(padded, family.runtime(), host=True)
+        values = [np.asarray(x).astype(dtype) for x in jax.tree.leaves(folded)]
+    shardings = [placed.get(jax.tree_util.keystr(p)) or fallback for p, _ in paths]
+    try:  # one transfer call (a device_put for each leaf: a few hundred dispatched apart on a TPU)
+        return jax.tree_util.tree_unflatten(treedef, jax.device_put(values, shardings))
+    except ValueError:  # a sharding a padded shape does not divide: that leaf on the default device
+        pass
 
-    def put(path: Any, x: Any) -> Any:
-        x = np.asarray(x).astype(dtype)
-        sharding = placed.get(jax.tree_util.keystr(path)) or fallback
-        if sharding is not None:
-            try:
-                return jax.device_put(x, sharding)
-            except ValueError:  # a sharding this padded shape does not divide: the default device
-                pass
-        return jax.device_put(x)
+    def put(x: Any, sharding: Any) -> Any:
+        try:
+            return jax.device_put(x, sharding)
+        except ValueError:
+            return jax.device_put(x)
 
-    return jax.tree_util.tree_map_with_path(put, folded)
+    return jax.tree_util.tree_unflatten(treedef, [put(x, s) for x, s in zip(values, shardings, strict=True)])
+
+
+def _folded_at_rank(family: Any, adapters: Any) -> Any:
+    """``lora.family.apply_runtime`` on the run's own tree (host numpy): its rank mask cut to the
+    run's rank, so each A is multiplied by its scale and switch over the run's rank only (the
+    padding's products are zeros: at rank 8 in a bucket of 128, 1/16 of the work). ValueError
+    when a leaf's rank axis is not the run's rank."""
+    import jax
+    import numpy as np
+
+    from adapters_lib.lora import family as lora_family
+
+    runtime = family.runtime()
+    rank = int(family.spec.rank)
+    for path, x in jax.tree_util.tree_flatten_with_path(adapters)[0]:
+        name = lora_family._leaf_name(path)
+        if lora_family._target_of(name) is not None and np.shape(x)[-1 if name.endswith("_a") else -2] != rank:
+            raise ValueError(f"{name}: rank axis {np.shape(x)} is not the run's rank {rank}")
+    return lora_family.apply_runtime(adapters, {**runtime, "rank_mask": runtime["rank_mask"][:rank]}, host=True)
+
+
+def _padded(tree: Any, paths: list[Any], dtype: Any) -> list[Any]:
+    """``lora.family.fit(host=True)`` then the cast to ``dtype``, in one pass: for each ``(path,
+    like)`` of ``paths``, zeros of ``like``'s shape in ``dtype`` holding ``tree``'s leaf at that
+    path at the start of each axis (none for a target the run did not choose)."""
+    import jax
+    import numpy as np
+
+    have = {jax.tree_util.keystr(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    out = []
+    for path, want in paths:
+        leaf = np.zeros(tuple(want.shape), dtype)
+        x = have.get(jax.tree_util.keystr(path))
+        if x is not None:
+            if np.ndim(x) != leaf.ndim:
+                raise ValueError(f"{jax.tree_util.keystr(path)}: shape {np.shape(x)} does not fit {leaf.shape}")
+            cut = tuple(slice(0, min(a, b)) for a, b in zip(np.shape(x), leaf.shape, strict=True))
+            leaf[cut] = np.asarray(x)[cut]
+        out.append(leaf)
+    return out
+
+
+def first_device() -> Any:
+    """This process's first device, as a sharding (where a checkpoint's adapters are restored for
+    sampling: ``train.checkpoints.abstract_trainable``)."""
+    import jax
+
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+
+def on_host(tree: Any) -> bool:
+    """Whether every leaf of ``tree`` is a host (numpy) array: a run's final adapters as this
+    process kept them (``train.checkpoints.saved_host``), not placed yet."""
+    import jax
+    import numpy as np
+
+    leaves = jax.tree.leaves(tree)
+    return bool(leaves) and all(isinstance(x, np.ndarray | np.generic) for x in leaves)
+
+
+def placed(tree: Any) -> Any:
+    """``tree`` on this process's first device in one transfer call when it is on the host
+    (``on_host``); as it is otherwise."""
+    import jax
+
+    if tree is None or not on_host(tree):
+        return tree
+    return jax.device_put(tree, first_device())
 
 
 def serving(model: Any, spec: LoraSpec | None, adapters: Any, cfg: Any = None,
             platform: str = "") -> tuple[LoraSpec | None, Any]:
     """``(spec, adapters)`` to build the sampler (or the scorer) with: the family's program
-    spec and the folded adapters, or the run's own two where the exact program serves."""
+    spec and the folded adapters, or the run's own two where the exact program serves.
+    ``adapters`` on the host (``on_host``) come back placed on this process's first device."""
     family = family_of(spec, cfg, platform) if adapters is not None else None
     if family is None:
-        return spec, adapters
+        return spec, placed(adapters)
     return family.program, in_family(model, family, adapters)

@@ -30,7 +30,7 @@ import orbax.checkpoint as ocp
 from adapters_lib.runs import checkpoints as rule
 
 __all__ = ["ITEMS", "CheckpointStore", "NonFiniteState", "abstract_of", "abstract_trainable",
-           "all_finite", "restore_params", "rng_from_json", "rng_to_json"]
+           "all_finite", "place", "restore_params", "rng_from_json", "rng_to_json", "saved_host"]
 
 log = logging.getLogger(__name__)
 
@@ -247,10 +247,10 @@ def remember_saved(directory: str | Path, step: int, trainable: Any) -> bool:
     return True
 
 
-def _saved(directory: str | Path, step: int, abstract: Any) -> Any:
-    """The remembered tree of checkpoint ``step``, placed as ``abstract`` says; None when there
-    is none, the step folder is not the one written (deleted, written again) or the tree's
-    structure or shapes differ."""
+def saved_host(directory: str | Path, step: int, abstract: Any) -> Any:
+    """The remembered tree of checkpoint ``step`` on the host (numpy, in ``abstract``'s dtypes),
+    not placed; None when there is none, the step folder is not the one written (deleted,
+    written again) or the tree's structure or shapes differ."""
     root = Path(directory).absolute()
     got = _SAVED.get(str(root))
     if got is None or got[0] != int(step) or _identity(root / str(step)) != got[1]:
@@ -261,21 +261,37 @@ def _saved(directory: str | Path, step: int, abstract: Any) -> Any:
                 tuple(x.shape) != tuple(a.shape) for x, a in zip(jax.tree.leaves(tree), jax.tree.leaves(abstract),
                                                                  strict=True)):
             return None
-        return jax.tree.map(lambda x, a: jax.device_put(np.asarray(x, dtype=a.dtype), a.sharding), tree, abstract)
+        return jax.tree.map(lambda x, a: np.asarray(x, dtype=a.dtype), tree, abstract)
     except (TypeError, ValueError):
         return None
 
 
-def restore_params(directory: str | Path, step: int, abstract_trainable: Any) -> Any:
+def place(tree: Any, abstract: Any) -> Any:
+    """A host tree placed as ``abstract`` says, in one transfer call (a ``device_put`` for each
+    leaf is dispatched apart: on a TPU a few hundred transfers for a LoRA tree)."""
+    leaves, treedef = jax.tree.flatten(tree)
+    shardings = [a.sharding for a in jax.tree.leaves(abstract)]
+    return jax.tree.unflatten(treedef, jax.device_put(leaves, shardings))
+
+
+def _saved(directory: str | Path, step: int, abstract: Any) -> Any:
+    """The remembered tree of checkpoint ``step``, placed as ``abstract`` says; None when there
+    is none (``saved_host``)."""
+    tree = saved_host(directory, step, abstract)
+    return None if tree is None else place(tree, abstract)
+
+
+def restore_params(directory: str | Path, step: int, abstract_trainable: Any, *, host: bool = False) -> Any:
     """Only the trainable params of one checkpoint (for sampling and export); reads nothing else.
     The checkpoint this process wrote last for the directory is placed from memory
-    (``remember_saved``) when its step folder is still the one written.
+    (``remember_saved``) when its step folder is still the one written; ``host``: that one is
+    returned as it is kept (numpy, not placed: the caller folds it and places it once).
 
     Process-local: in a multi-host job only the calling process reads (the target's shardings
     are on its own devices), so it does not wait in orbax's all-process barrier for processes
     that are busy elsewhere (the multi-host engine samples on process 0 alone).
     """
-    kept = _saved(directory, step, abstract_trainable)
+    kept = (saved_host if host else _saved)(directory, step, abstract_trainable)
     if kept is not None:
         return kept
     path = Path(directory).absolute() / str(step) / "params"

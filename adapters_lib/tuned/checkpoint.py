@@ -25,7 +25,7 @@ def checkpoint_step(run: Any, step: int | None) -> int:
 
 
 def load_checkpoint(run_dir: Any, step: int | None = None, *, quantize: str = "",
-                    generation_dtype: str = "") -> tuple[Any, Any, Any, int]:
+                    generation_dtype: str = "", host: bool = False) -> tuple[Any, Any, Any, int]:
     """``(cfg, LoadedModel, trainable, step)`` of a run's checkpoint (latest when ``step`` is None).
 
     ``trainable`` is the adapter tree for a LoRA run (merge it with ``loaded.params`` through
@@ -33,10 +33,14 @@ def load_checkpoint(run_dir: Any, step: int | None = None, *, quantize: str = ""
     fine-tune (``cfg.lora.enabled = false``) it is the whole tuned params tree. The base is
     held as the run's ``[model] quantize``, or as ``quantize`` when given (not ""); a
     generation copy in ``generation_dtype`` when given (``models.loader.load_model``).
+    ``host``: a final checkpoint this process kept in memory (``checkpoints.remember_saved``)
+    comes back as that host tree, not placed (numpy: ``GemmaTuned`` folds it and places it once).
+    The phases are marked for ``tuned.phases`` (config, base, adapters).
     """
     from adapters_lib import runs
     from adapters_lib.models.loader import load_model
     from adapters_lib.train import checkpoints
+    from adapters_lib.tuned.phases import mark
 
     run = run_dir if isinstance(run_dir, runs.RunDir) else runs.RunDir(Path(run_dir))
     if not run.exists():
@@ -44,6 +48,7 @@ def load_checkpoint(run_dir: Any, step: int | None = None, *, quantize: str = ""
                              hint="pass a directory made by `gemma-workbench train`")
     cfg = run.config()
     step = checkpoint_step(run, step)
+    mark("config")
     spec = cfg.model_spec() if not quantize else dataclasses.replace(cfg.model_spec(), quantize=quantize)
     loaded = load_model(spec, param_dtype=cfg.train.param_dtype, generation_dtype=generation_dtype)
     plain = loaded
@@ -53,6 +58,8 @@ def load_checkpoint(run_dir: Any, step: int | None = None, *, quantize: str = ""
         from adapters_lib.models import decode_layout
 
         plain = dataclasses.replace(loaded, params=jax.eval_shape(decode_layout.standard, loaded.params))
+    mark("base")
     abstract = checkpoints.abstract_trainable(plain, cfg)
-    trainable = checkpoints.restore_params(run.checkpoints_dir, step, abstract)
+    trainable = checkpoints.restore_params(run.checkpoints_dir, step, abstract, host=host)
+    mark("adapters")
     return cfg, loaded, trainable, step

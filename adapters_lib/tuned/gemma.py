@@ -30,13 +30,18 @@ class GemmaTuned(TunedModel):
     def __init__(self, loaded: Any, *, lora: LoraSpec | None = None, adapters: Any = None,
                  tuned_params: Any = None, step: int | None = None, run: Any = None, cfg: Any = None,
                  source: str = ""):
+        from adapters_lib.sample.family import on_host, serving
         from adapters_lib.sample.sampler import Sampler
 
         self.loaded = loaded
         self.lora = lora if lora is not None and lora.enabled and adapters is not None else None
-        self.adapters = adapters if self.lora is not None else None
+        adapters = adapters if self.lora is not None else None
+        # a run's final adapters as the trainer left them in memory (host numpy): the sampler
+        # takes them folded and placed once; the run's own tree is placed when asked (export)
+        self._host_adapters = adapters if adapters is not None and on_host(adapters) else None
+        self._adapters = None if self._host_adapters is not None else adapters
         self.tuned_params = tuned_params
-        self.has_tuned = self.adapters is not None or tuned_params is not None
+        self.has_tuned = adapters is not None or tuned_params is not None
         self.step = step
         self.cfg = cfg
         self.run_path = Path(run.path) if run is not None else None
@@ -44,12 +49,21 @@ class GemmaTuned(TunedModel):
         self.source = source or (cfg.model.source if cfg is not None else "")
         # the sampler's program serves the run's LoRA family where ``train.programs`` asks
         # (``sample.family``): the tuned side's adapters padded, scale and masks folded in
-        from adapters_lib.sample.family import serving
-
-        self.serving_spec, self.serving_adapters = serving(loaded.model, self.lora, self.adapters, cfg)
+        self.serving_spec, self.serving_adapters = serving(loaded.model, self.lora, adapters, cfg)
+        if self._host_adapters is not None and self.serving_spec is self.lora:  # the exact program:
+            self._adapters, self._host_adapters = self.serving_adapters, None  # the same tree, placed
         self.sampler = Sampler.from_loaded(loaded, self.serving_spec)
         self._tuned_sampler: Any = None
         self._apply: dict[str, Any] = {}
+
+    @property
+    def adapters(self) -> Any:
+        """The tuned side's adapters in the run's own shapes, on the device (None: no LoRA)."""
+        if self._adapters is None and self._host_adapters is not None:
+            from adapters_lib.sample.family import placed
+
+            self._adapters, self._host_adapters = placed(self._host_adapters), None
+        return self._adapters
 
     # ---------------------------------------------------------------- loading
 
@@ -58,10 +72,14 @@ class GemmaTuned(TunedModel):
                  generation_dtype: str = "") -> GemmaTuned:
         """A run's checkpoint; ``generation_dtype`` (not ""): its base as a generation copy in
         that dtype (``models.loader.load_model``), the trained tree cast alike."""
+        from adapters_lib.sample.family import placed
         from adapters_lib.tuned.checkpoint import load_checkpoint
+        from adapters_lib.tuned.phases import mark
 
         cfg, loaded, trainable, got = load_checkpoint(run, step, quantize=quantize,
-                                                      generation_dtype=generation_dtype)
+                                                      generation_dtype=generation_dtype, host=True)
+        if not cfg.lora.enabled:  # a full fine-tune's tree kept on the host: placed as a restore
+            trainable = placed(trainable)
         if generation_dtype:
             trainable = _cast(trainable, loaded)
             if not cfg.lora.enabled:  # a full fine-tune's tree is the model: the same layout
@@ -69,8 +87,11 @@ class GemmaTuned(TunedModel):
 
                 trainable = decode_layout.permute(trainable, loaded.config, loaded.family)
         if cfg.lora.enabled:
-            return cls(loaded, lora=cfg.lora, adapters=trainable, step=got, run=run, cfg=cfg)
-        return cls(loaded, tuned_params=trainable, step=got, run=run, cfg=cfg)
+            model = cls(loaded, lora=cfg.lora, adapters=trainable, step=got, run=run, cfg=cfg)
+        else:
+            model = cls(loaded, tuned_params=trainable, step=got, run=run, cfg=cfg)
+        mark("sides")
+        return model
 
     @classmethod
     def from_adapter_dir(cls, directory: str | Path, model: str = "", *,
@@ -157,7 +178,7 @@ class GemmaTuned(TunedModel):
     def prime(self) -> None:
         """Run the Compare's per-call preparation once (the base and tuned sides' adapters
         stacked: ``Sampler._stack``), so that its program is compiled before the first Compare."""
-        if self.adapters is not None:
+        if self.lora is not None:
             import jax
 
             jax.block_until_ready(self.sampler._stack([None, self.serving_adapters])[0])
@@ -172,7 +193,7 @@ class GemmaTuned(TunedModel):
 
         self.check_sides([side])
         if side not in self._apply:
-            if side == "tuned" and self.adapters is not None:
+            if side == "tuned" and self.lora is not None:
                 net = lora_lib.wrap(self.loaded.model, self.serving_spec)
                 self._apply[side] = (evaluate.model_apply_fn(net),
                                      lora_lib.merge_lora(self.loaded.params, self.serving_adapters))
@@ -216,11 +237,13 @@ def _float_dtype(tree: Any) -> str:
 
 def _cast(tree: Any, loaded: Any) -> Any:
     """Adapters (or a full fine-tune's tree) in the base's float dtype: a bf16 generation copy
-    reads bf16 adapters too (one dtype through the model)."""
+    reads bf16 adapters too (one dtype through the model). A host tree is cast in numpy
+    (``ml_dtypes``: the same rounding as the device's cast)."""
     import jax
     import jax.numpy as jnp
 
     dtype = _float_dtype(loaded.params)
     if not dtype or tree is None:
         return tree
+    dtype = jnp.dtype(dtype)
     return jax.tree.map(lambda x: x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
