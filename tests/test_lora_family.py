@@ -245,10 +245,11 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
 
     from adapters_lib import runs
     from adapters_lib.config import load_config
-    from adapters_lib.train import compile_queue, step_programs
+    from adapters_lib.train import compile_queue, own_program, step_programs
     from adapters_lib.train.loop import run_training
 
     monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "1")
+    monkeypatch.setenv(own_program.ENV, "0")  # the run's own compiles from the set-up on, however short the run
     step_programs.forget()
     settings = dict(train__steps=6, train__checkpoint_every=6, train__eval_every=6, train__programs='"family"',
                     train__rank_bucket=16)
@@ -294,6 +295,13 @@ def test_on_an_accelerator_a_tweak_starts_in_the_family_program_and_its_own_take
             assert "the run's own program not started by its end" in caplog.text
             dropped = {j["what"] for j in step_programs.jobs() if j["queued_at"] >= t_short and j["state"] == "dropped"}
             assert "train step" in dropped, step_programs.jobs()
+            # by default a run with less left than a compile takes never compiles its own program
+            monkeypatch.delenv(own_program.ENV)
+            caplog.clear()
+            t_default = time.time()
+            assert run_training(short, runs.create_run(short)).state == "completed"
+            assert "the run's own program is not compiled" in caplog.text
+            assert not [j for j in step_programs.jobs() if j["queued_at"] >= t_default and j["what"] == "train step"]
         monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "0")
         exact, _ = train_demo(tmp_path, "exact", **{**settings, "train__programs": '"exact"'}, **tweak)
         np.testing.assert_allclose([m["loss"] for m in control.metrics if "loss" in m],

@@ -144,15 +144,14 @@ class GemmaTrainer(Trainer):
 
         self.log_ = MetricLog(self)
         self.em = ProbeModel(cfg, loaded, plan.family)
-        self.takeover = None
-        behind = [program.compile_behind(*args) for program, args in plan.behind]  # the run's own, or the next tweak's
-        if plan.own_steps is not None:  # the family's program serves until the run's own is compiled
-            from adapters_lib.train.plan import compile_takeover
+        self.takeover, self.own_later = None, None
+        own = plan.own_steps is not None  # the family's program serves until the run's own is compiled
+        for program, args in plan.behind[own:]:  # the next tweak's
+            program.compile_behind(*args)
+        if own:
+            from adapters_lib.train import own_program
 
-            evals = plan.own_steps.compile_eval_behind(self.s.eval_data)
-            self.takeover = (plan.own_steps, plan.behind[0][1], [*evals, compile_takeover(steps, plan.own)])
-            # the run's own: dropped at its end if not started (``close``): the next runs' jobs first
-            self._own_jobs = [f for f in [behind[0], *self.takeover[2]] if f is not None]
+            self.own_later = own_program.later(lambda: self._compile_own(plan, steps), t.steps)
         clock.mark("eval batches")
         plan.timeline.update(clock.phases)
         log.info("set-up %.1f s (%s): %s", sum(plan.timeline.values()), plan.describe_timeline(),
@@ -243,6 +242,17 @@ class GemmaTrainer(Trainer):
                 "sft_weight": getattr(t, "sft_weight", None),
                 "eval_batches": self.eval_digest}
 
+    def _compile_own(self, plan: Any, steps: Any) -> None:
+        """The run's own train and eval steps and the move to its shapes, queued behind; dropped
+        at the run's end if not started (``close``): the next runs' jobs first."""
+        from adapters_lib.train.plan import compile_takeover
+
+        program, args = plan.behind[0]
+        first = program.compile_behind(*args)
+        evals = plan.own_steps.compile_eval_behind(self.s.eval_data)
+        self.takeover = (plan.own_steps, args, [*evals, compile_takeover(steps, plan.own)])
+        self._own_jobs = [f for f in [first, *self.takeover[2]] if f is not None]
+
     def step(self, start: int, stop: int) -> dict[str, Any] | None:
         """Steps start+1..stop. The host does not wait for the device between steps: the
         metrics are fetched in groups, one step behind (``metric_log.MetricLog``)."""
@@ -250,6 +260,8 @@ class GemmaTrainer(Trainer):
 
         s, t = self.s, self.cfg.train
         for step in range(start + 1, stop + 1):
+            if self.own_later is not None and self.own_later.due(step):
+                self.own_later = None
             if self.takeover is not None:
                 self._take_over()
             batch = s.pipeline.train_batch(step - 1)

@@ -1,0 +1,81 @@
+"""When a LoRA family run's own program compiles (#48).
+
+A tweak of rank, alpha or targets trains at once in the LoRA family's compiled program
+(``lora.family``); the run's own (exact) program, a few per cent faster a step, compiles behind
+and takes over once ready (``GemmaTrainer._take_over``). That compile takes what a cold one
+does (55-120 s on the v5e), so for a run shorter than that it only costs: on the chip, a loop of
+10-step tweaks queued one such compile per run, each ending after its run, and the programs the
+next runs and the Compare needed waited behind them. So the run's own program compiles once the
+run is seen to have more than ``worth_s()`` seconds left (its step time measured over its first
+steps), and never for a run that ends sooner: it trains on in the family's program.
+
+``GEMMA_WORKBENCH_TAKEOVER_AFTER_S``: those seconds (default ``DEFAULT_WORTH_S``); 0 compiles the
+run's own program from the set-up on, whatever the run's length.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+ENV = "GEMMA_WORKBENCH_TAKEOVER_AFTER_S"
+DEFAULT_WORTH_S = 120.0
+"""About a train step's XLA compile on the v5e (the 270M's ~55-75 s, the 1B's ~95-120 s): a run
+with less left ends before its own program would be ready."""
+MEASURED_STEPS = 2
+"""Steps timed before the run's length in seconds is judged (step 1's own wait left out)."""
+
+
+def worth_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get(ENV, DEFAULT_WORTH_S)))
+    except ValueError:
+        log.warning("%s is %r, not seconds: %.0f s", ENV, os.environ.get(ENV), DEFAULT_WORTH_S)
+        return DEFAULT_WORTH_S
+
+
+def later(start: Callable[[], None], total_steps: int) -> OwnProgramLater | None:
+    """``start`` now (``worth_s()`` 0: None), or an ``OwnProgramLater`` to ask before each step."""
+    worth = worth_s()
+    if worth == 0:
+        start()
+        return None
+    return OwnProgramLater(start, total_steps, worth)
+
+
+class OwnProgramLater:
+    """``start`` (it queues the run's own program's compiles) called by ``due`` once the run
+    has more than ``worth`` seconds left; or never."""
+
+    def __init__(self, start: Callable[[], None], total_steps: int, worth: float):
+        self.start, self.total, self.worth = start, int(total_steps), float(worth)
+        self.since: tuple[int, float] | None = None
+        self.done = False
+
+    def due(self, step: int, now: float | None = None) -> bool:
+        """Called before each step (the global index): True once ``start`` ran."""
+        if self.done:
+            return True
+        now = time.perf_counter() if now is None else now
+        if self.since is None:
+            self.since = (step, now)
+            return False
+        first, t0 = self.since
+        if step - first < MEASURED_STEPS:
+            return False
+        per_step = (now - t0) / (step - first)
+        left = (self.total - step + 1) * per_step
+        if left < self.worth:
+            if step - first == MEASURED_STEPS:  # said once
+                log.info("LoRA: the run's own program is not compiled: %.0f s left at %.2f s a step, less "
+                         "than its compile (%s = %.0f s); the family's program serves the run", left,
+                         per_step, ENV, self.worth)
+            return False
+        log.info("LoRA: the run's own program compiles behind from step %d (%.0f s left)", step, left)
+        self.done = True
+        self.start()
+        return True
