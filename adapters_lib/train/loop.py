@@ -146,7 +146,7 @@ class GemmaTrainer(Trainer):
         self.em = ProbeModel(cfg, loaded, plan.family)
         self.takeover, self.own_later = None, None
         own = plan.own_steps is not None  # the family's program serves until the run's own is compiled
-        for program, args in plan.behind[own:]:  # the next tweak's
+        for program, args in plan.behind[int(own):]:  # the next tweak's
             program.compile_behind(*args)
         if own:
             from adapters_lib.train import own_program

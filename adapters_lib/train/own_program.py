@@ -53,16 +53,20 @@ class OwnProgramLater:
 
     def __init__(self, start: Callable[[], None], total_steps: int, worth: float):
         self.start, self.total, self.worth = start, int(total_steps), float(worth)
+        self.calls = 0
         self.since: tuple[int, float] | None = None
         self.done = False
 
     def due(self, step: int, now: float | None = None) -> bool:
-        """Called before each step (the global index): True once ``start`` ran."""
+        """Called before each step (the global index): True once ``start`` ran. The clock starts
+        at the second call: the first step's time (a compile, a program's load) is left out."""
         if self.done:
             return True
         now = time.perf_counter() if now is None else now
-        if self.since is None:
+        self.calls += 1
+        if self.calls == 2:
             self.since = (step, now)
+        if self.since is None:
             return False
         first, t0 = self.since
         if step - first < MEASURED_STEPS:
