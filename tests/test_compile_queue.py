@@ -95,6 +95,28 @@ def test_a_guess_starts_only_when_no_other_job_waits():
     assert compile_ahead.NEIGHBOURS in compile_queue.LOW  # the engine's guesses are such jobs
 
 
+def test_a_guess_asked_for_is_no_longer_one():
+    """A queued guess that a request adopts (Configure asks for the program the guess queued)
+    starts ahead of the other guesses, and a newer guess does not drop it."""
+    q = compile_queue.CompileQueue()
+    order: list[str] = []
+    release = q.hold(compile_queue.ALL, "the test: everything queued first")
+    guess = q.request(compile_queue.LOW[0], "after a run")
+    with q.for_request(guess):
+        wanted = q.submit(order.append, "guess 256", what="train step")
+        other = q.submit(order.append, "guess 64", what="train step")
+    asked = q.submit(order.append, "eval step", what="eval step")
+    edit = q.request("next run", "Configure: max_length 256")
+    with q.for_request(edit):
+        q.adopt(wanted, "train step")
+    q.request(compile_queue.LOW[0], "after the next run")  # drops the older guesses' queued jobs
+    release()
+    asked.result(30), wanted.result(30)
+    assert other.cancelled() and order == ["guess 256", "eval step"]
+    [job] = [j for j in q.jobs() if j["request"] == edit.id]
+    assert job["purpose"] == "next run" and job["state"] == "ready"
+
+
 def test_a_hold_of_every_purpose_keeps_both_lanes_back_until_released():
     """A warm start holds ``ALL`` until its step 1: the run's own jobs and the Compare's wait;
     ``wait_free`` (the Compare's queuing thread) waits too."""

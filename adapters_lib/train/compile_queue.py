@@ -224,6 +224,8 @@ class CompileQueue:
             job = next((j for j in self._jobs if future is not None and j.future is future), None)
             if job is not None and job.state in LIVE:  # its purpose stays: only its own may drop it
                 job.request, job.about = req.id, req.about
+                if job.purpose in LOW and req.purpose not in LOW:  # a guess asked for: no longer one
+                    job.purpose = req.purpose
             else:
                 job = self._new_job(what, None, None, req)
                 job.state, job.started_at = READY, None
