@@ -131,9 +131,9 @@ def test_an_engine_starts_by_compiling_ahead_for_the_last_launched_config(ahead_
 
 
 def test_after_a_run_its_neighbouring_lengths_compile_ahead_and_a_length_tweak_compiles_nothing(engine_factory):
-    """A completed run's config at twice and half its ``max_length`` compiles ahead on the
-    compile thread (on an accelerator; here forced): a run at either length then finds its
-    first step compiled."""
+    """A run's config at twice and half its ``max_length`` compiles ahead on the compile thread
+    while it trains (queued at its set-up; on an accelerator, here forced): a run at either
+    length then finds its first step compiled."""
     engine = engine_factory(env={"GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS": "on"})
     client = engine.client
     first = client.create_run(demo_run_config(steps=2))  # max_length 64

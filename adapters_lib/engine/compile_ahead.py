@@ -19,12 +19,14 @@ reply says so (``ahead`` false), and the programs compile at launch. ``force`` (
 **At start**, on an accelerator, the engine compiles ahead for the last launched config
 (``last-config.toml`` in the engine's folder, written at each ``create_run``).
 
-**After a run**, on an accelerator, the run's config at its neighbouring ``max_length`` values
+**While a run trains**, on an accelerator, its config at its neighbouring ``max_length`` values
 (twice and half: ``neighbour_lengths``) compiles ahead too, so that a length tweak finds its
-programs ready as a rank tweak finds the family's: a set-up job on the compile thread (purpose
-``"neighbour lengths"``, behind every job queued before it; the next run's end supersedes it),
-which queues the family's train step and the eval steps at each length the memory estimate
-fits. Nothing runs on the device thread: a run launched meanwhile does not wait for it.
+programs ready as a rank tweak finds the family's: a set-up job on the compile thread, queued
+at the run's set-up (``start_hook``: held, like every job, until the run's first step is
+lowered or has run), which queues the family's train step and the eval steps at each length the
+memory estimate fits. Its purpose, ``"neighbour lengths"``, is a guess (``compile_queue.LOW``):
+its jobs start only when no other job waits, and the next run's guess supersedes it. Nothing
+runs on the device thread: a run launched meanwhile does not wait for it.
 
 ``GEMMA_WORKBENCH_COMPILE_AHEAD``: ``auto`` (the default: on an accelerator), ``on`` (a CPU
 too, the engine's start included) or ``off``. ``GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS``: ``auto``
@@ -154,14 +156,8 @@ class AheadCompiler:
             self._submit(cfg, req, force)
         return api.CompileAheadReply(ahead=True, backend=backend, request=info)
 
-    def after_run(self, run: Any = None) -> None:
-        """A run ended (the device thread): a deferred request starts, unless another run waits;
-        a completed ``run``'s neighbouring lengths compile ahead (``neighbours``)."""
-        if run is not None and run.state == "completed":
-            try:
-                self.neighbours(run.config())
-            except Exception:  # noqa: BLE001 - a guess never fails the run's end
-                log.warning("compile ahead of the neighbouring lengths not queued", exc_info=True)
+    def after_run(self) -> None:
+        """A run ended (the device thread): a deferred request starts, unless another run waits."""
         with self._lock:
             deferred, self._deferred = self._deferred, None
         if deferred is None:
@@ -176,8 +172,25 @@ class AheadCompiler:
         self._set(req, "planning")
         self._submit(cfg, req, force)
 
+    def start_hook(self, cfg: Any) -> Any:
+        """The ``TrainHook`` that queues ``neighbours(cfg)`` at the run's set-up."""
+        from adapters_lib.train.hooks import TrainHook
+
+        ahead = self
+
+        class NeighbourLengths(TrainHook):
+            name = "neighbour lengths"
+
+            def on_setup(self, session: Any) -> None:
+                try:
+                    ahead.neighbours(cfg)
+                except Exception:  # noqa: BLE001 - a guess never fails a run
+                    log.warning("compile ahead of the neighbouring lengths not queued", exc_info=True)
+
+        return NeighbourLengths()
+
     def neighbours(self, cfg: Any) -> None:
-        """A run of ``cfg`` ended: its config at ``neighbour_lengths`` compiled ahead (the
+        """A run of ``cfg`` sets up: its config at ``neighbour_lengths`` compiled ahead (the
         module doc), on an accelerator, for a gemma-route LoRA run."""
         from adapters_lib.train import step_programs
 

@@ -139,7 +139,7 @@ class Engine:
         log.info("run %s: %s", run.run_id, run.state)
         if not queued_again:  # before the stream's end: a client then sees status.warming
             self.warmer.after_run(run)
-            self.ahead.after_run(run)
+            self.ahead.after_run()
         self.publish_status(run, end=not queued_again)
 
     def ensure_jax(self) -> None:

@@ -82,10 +82,10 @@ def run_here(engine: TrainingHost, item: QueuedRun) -> None:
     if sampling.forget_all not in step_programs.RELEASERS:  # a step with no room drops Compare's models
         step_programs.RELEASERS.append(sampling.forget_all)
     run = item.run
-    warmer = getattr(engine, "warmer", None)
+    starts = [x for x in (getattr(engine, "warmer", None), getattr(engine, "ahead", None)) if x is not None]
 
-    def hooks(cfg: Any) -> list[Any]:  # the Compare's sampler queued at the start (warm_compare)
-        return [*default_hooks(cfg), *([warmer.start_hook(cfg)] if warmer is not None else [])]
+    def hooks(cfg: Any) -> list[Any]:  # queued at the start: the Compare's sampler, the neighbouring lengths
+        return [*default_hooks(cfg), *(x.start_hook(cfg) for x in starts)]
 
     run_training(run.config(), run.path, control=RunControl(engine, item), resume=item.resume,
                  hooks=hooks)
