@@ -65,9 +65,12 @@ class StackSampler:
     def _run(self) -> None:
         due = time.monotonic() + self.every
         while not self._stop.wait(max(0.0, due - time.monotonic())):
-            late = time.monotonic() - due
+            woke = time.monotonic()
             try:
-                self._write(late)
+                self._write(woke - due)
+                stalled = time.monotonic() - woke  # the write gave the GIL up and waited to have it back:
+                if stalled >= self.late_s:  # a stall met mid-write, written as one met at the wake-up
+                    self._write(stalled)
             except (OSError, ValueError):  # the file went away (closed at stop): nothing to say
                 return
             due += self.every
