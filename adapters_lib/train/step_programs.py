@@ -123,18 +123,19 @@ def out_of_memory(err: BaseException) -> bool:
     return "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "E0101" in text
 
 
-RELEASE_STAGES = ("the Compare's cached models", "unreachable buffers (a full collection)",
-                  "the other step programs")
-"""What ``release`` frees, cheapest to have again first: a cached model is placed again from the
-weights in a second; a full collection takes ~0.6 s on a TPU host's heap; another step program is
-read back from the program store in seconds (the 1B's family program took 8.7 s on the v5e),
-and the family's serves every next tweak."""
+RELEASE_STAGES = ("the Compare's cached models", "the other step programs")
+"""What ``release`` frees, cheapest to have again first, each stage with a full collection (a
+dropped model's buffers held in reference cycles are freed only then: on the v5e the 1B's steps
+after a release without one took 7.5 s each while the device was near full): a cached model is
+placed again from the weights in a second; another step program is read back from the program
+store in seconds (the 1B's family program took 8.7 s on the v5e), and the family's serves every
+next tweak."""
 
 
 def release(keep: Any, stage: int | None = None) -> int:
     """Free what others hold on the devices for ``keep`` (a ``StepProgram`` that does not fit
-    beside them): ``RELEASE_STAGES[stage]``, or every stage when None; how many things went (a
-    full collection counts as one)."""
+    beside them): ``RELEASE_STAGES[stage]``, or every stage when None, then a full collection;
+    how many things went."""
     import gc
 
     stages = range(len(RELEASE_STAGES)) if stage is None else (stage,)
@@ -146,15 +147,13 @@ def release(keep: Any, stage: int | None = None) -> int:
                     dropped += int(releaser() or 0)
                 except Exception:  # noqa: BLE001 - a releaser never hides the step's own error
                     log.warning("a device-memory releaser failed", exc_info=True)
-        elif s == 1:
-            gc.collect()
-            dropped += 1
         else:
             for program in list(_PROGRAMS):
                 if program is not keep and program.compiled:
                     dropped += len(program.compiled)
                     program.compiled.clear()
-            gc.collect()
+    if dropped:
+        gc.collect()
     return dropped
 
 
