@@ -173,8 +173,8 @@ class Warmer:
             # zero adapters live while this queues (abstract arguments in the jobs), before the
             # run's step program is loaded; nothing runs on the devices (``prime`` is the warm-up's)
             loaded = load_model(spec, param_dtype=cfg.train.param_dtype, generation_dtype=dtype)
-            zeros = jax.tree.map(lambda x: jax.device_put(np.zeros(x.shape, x.dtype)),
-                                 lora.adapter_shapes(loaded.model, cfg.lora))
+            zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype),  # on the host: folded and placed
+                                 lora.adapter_shapes(loaded.model, cfg.lora))  # in one transfer, not a leaf at a time
             model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
             sampler, settings = _submitter("sampler prefill + decode", about), sampling_settings(run)
             # in the order a user asks after the run: a Compare of a short prompt, eval, a longer one
