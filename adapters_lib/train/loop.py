@@ -144,14 +144,14 @@ class GemmaTrainer(Trainer):
 
         self.log_ = MetricLog(self)
         self.em = ProbeModel(cfg, loaded, plan.family)
-        self.takeover, self.own_later = None, None
+        self.takeover = None
         own = plan.own_steps is not None  # the family's program serves until the run's own is compiled
         for program, args in plan.behind[int(own):]:  # the next tweak's
             program.compile_behind(*args)
         if own:
-            from adapters_lib.train import own_program
+            from adapters_lib.train.own_program import Takeover
 
-            self.own_later = own_program.later(lambda: self._compile_own(plan, steps), t.steps)
+            self.takeover = Takeover(plan, steps, self.s.eval_data, t.steps)
         clock.mark("eval batches")
         plan.timeline.update(clock.phases)
         log.info("set-up %.1f s (%s): %s", sum(plan.timeline.values()), plan.describe_timeline(),
@@ -242,17 +242,6 @@ class GemmaTrainer(Trainer):
                 "sft_weight": getattr(t, "sft_weight", None),
                 "eval_batches": self.eval_digest}
 
-    def _compile_own(self, plan: Any, steps: Any) -> None:
-        """The run's own train and eval steps and the move to its shapes, queued behind; dropped
-        at the run's end if not started (``close``): the next runs' jobs first."""
-        from adapters_lib.train.plan import compile_takeover
-
-        program, args = plan.behind[0]
-        first = program.compile_behind(*args)
-        evals = plan.own_steps.compile_eval_behind(self.s.eval_data)
-        self.takeover = (plan.own_steps, args, [*evals, compile_takeover(steps, plan.own)])
-        self._own_jobs = [f for f in [first, *self.takeover[2]] if f is not None]
-
     def step(self, start: int, stop: int) -> dict[str, Any] | None:
         """Steps start+1..stop. The host does not wait for the device between steps: the
         metrics are fetched in groups, one step behind (``metric_log.MetricLog``)."""
@@ -260,10 +249,8 @@ class GemmaTrainer(Trainer):
 
         s, t = self.s, self.cfg.train
         for step in range(start + 1, stop + 1):
-            if self.own_later is not None and self.own_later.due(step):
-                self.own_later = None
             if self.takeover is not None:
-                self._take_over()
+                self._take_over(step)
             batch = s.pipeline.train_batch(step - 1)
             n_tokens = sum(int(np.count_nonzero(v)) for k, v in batch.items() if k.endswith("segment_ids"))
             self.state, metrics = s.steps.train_step(self.state, s.steps.put_batch(batch))
@@ -281,28 +268,14 @@ class GemmaTrainer(Trainer):
         self._first_step_in(stop)
         return record
 
-    def _take_over(self) -> None:
-        """The run's own (exact) program takes over from the family's once compiled: the state
-        moves to the run's own shapes (the same values: the family's padding is zeros)."""
-        import jax
-
-        from adapters_lib.train.compiled_steps import TrainState
-        from adapters_lib.train.plan import ready
-
-        own_steps, args, futures = self.takeover
-        if not ready(own_steps, args) or not all(f.done() for f in futures):
+    def _take_over(self, step: int) -> None:
+        """The run's own (exact) program takes over from the family's once compiled."""
+        state = self.takeover.poll(step, self.state)
+        if state is None:
+            if self.takeover.failed:
+                self.takeover = None
             return
-        try:
-            move = futures[-1].result()  # the compiled move (``plan.compile_takeover``)
-        except Exception as e:  # noqa: BLE001 - the family's program keeps serving
-            log.warning("LoRA: the takeover program failed to compile (%s); the family's program serves on", e)
-            self.takeover = None
-            return
-        params, opt = move(self.state.params, self.state.opt_state)
-        params = jax.device_put(params, own_steps.trainable_shardings)
-        opt = jax.device_put(opt, own_steps.state_shardings.opt_state)
-        self.state = TrainState(self.state.step, params, opt)
-        self.s.steps = own_steps
+        self.state, self.s.steps = state, self.takeover.plan.own_steps
         self.own, self.takeover = None, None
         self.em = ProbeModel(self.cfg, self.s.loaded, None)
         log.info("LoRA: the run's own program took over at step %d (the family's served until it compiled)",
@@ -371,9 +344,8 @@ class GemmaTrainer(Trainer):
             release()
 
     def close(self, quiet: bool) -> None:
-        dropped = sum(f.cancel() for f in getattr(self, "_own_jobs", ()))  # one under way finishes
-        if dropped:
-            log.info("LoRA: the run's own program not started by its end: %d compile(s) dropped", dropped)
+        if getattr(self, "takeover", None) is not None:
+            self.takeover.drop()
         self._release_warm_ups()
         self._release_writes()
         store = getattr(self, "store", None)

@@ -1,4 +1,4 @@
-"""When a LoRA family run's own program compiles (#48).
+"""When a LoRA family run's own program compiles, and how it takes over (#48).
 
 A tweak of rank, alpha or targets trains at once in the LoRA family's compiled program
 (``lora.family``); the run's own (exact) program, a few per cent faster a step, compiles behind
@@ -19,6 +19,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -83,3 +84,55 @@ class OwnProgramLater:
         self.done = True
         self.start()
         return True
+
+
+class Takeover:
+    """A family run's own program (``plan.own_steps``): its compiles queued behind once the run
+    is seen to outlast them (``later``), then, once compiled, the run's state moved to its
+    shapes (the same values: the family's padding is zeros). ``drop`` at the run's end: the
+    compiles not started leave the queue (one under way finishes)."""
+
+    def __init__(self, plan: Any, steps: Any, eval_data: list, total_steps: int):
+        self.plan, self.steps, self.eval_data = plan, steps, eval_data
+        self.futures: list[Any] = []  # the own eval steps', then the move's (last)
+        self.jobs: list[Any] = []
+        self.failed = False
+        self.timing = later(self._start, total_steps)
+
+    def _start(self) -> None:
+        from adapters_lib.train.plan import compile_takeover
+
+        program, args = self.plan.behind[0]
+        first = program.compile_behind(*args)
+        self.futures = [*self.plan.own_steps.compile_eval_behind(self.eval_data),
+                        compile_takeover(self.steps, self.plan.own)]
+        self.jobs = [f for f in [first, *self.futures] if f is not None]
+
+    def poll(self, step: int, state: Any) -> Any:
+        """Before step ``step``: the state in the run's own shapes once its program is compiled
+        (then the run's steps are ``plan.own_steps``); None until then, or when it failed
+        (``failed``: the family's program serves on)."""
+        import jax
+
+        from adapters_lib.train.compiled_steps import TrainState
+        from adapters_lib.train.plan import ready
+
+        if self.timing is not None and self.timing.due(step):
+            self.timing = None
+        own = self.plan.own_steps
+        if not self.futures or not ready(own, self.plan.behind[0][1]) or not all(f.done() for f in self.futures):
+            return None
+        try:
+            move = self.futures[-1].result()  # the compiled move (``plan.compile_takeover``)
+        except Exception as e:  # noqa: BLE001 - the family's program keeps serving
+            log.warning("LoRA: the takeover program failed to compile (%s); the family's program serves on", e)
+            self.failed = True
+            return None
+        params, opt = move(state.params, state.opt_state)
+        return TrainState(state.step, jax.device_put(params, own.trainable_shardings),
+                          jax.device_put(opt, own.state_shardings.opt_state))
+
+    def drop(self) -> None:
+        dropped = sum(f.cancel() for f in self.jobs)
+        if dropped:
+            log.info("LoRA: the run's own program not started by its end: %d compile(s) dropped", dropped)
