@@ -55,8 +55,9 @@ LAST_CONFIG = "last-config.toml"
 CPU_MESSAGE = "the programs compile at launch (a CPU engine compiles nothing ahead)"
 
 
-def mode() -> str:
-    value = os.environ.get(ENV, "auto").strip().lower()
+def mode(env: str = ENV) -> str:
+    """``env``'s setting: "on", "off" or "auto"."""
+    value = os.environ.get(env, "auto").strip().lower()
     if value in ("0", "off", "false", "no"):
         return "off"
     if value in ("1", "on", "true", "yes", "force"):
@@ -81,24 +82,20 @@ def describe(cfg: Any) -> str:
 
 
 def _does_not_fit(cfg: Any) -> str:
-    """Why ``cfg``'s run would not fit its device by the memory estimate ("" when it fits, or
-    the device's memory is not known)."""
+    """Why a launch of ``cfg`` would be refused by the memory estimate (its ``verdict``
+    "exceeds", as the launch's check says: ``engine.compute``); "" otherwise."""
     import jax
 
     from adapters_lib.memory import estimate as memory
     from adapters_lib.memory.device import device_memory_bytes
     from adapters_lib.models.loader import load_model
+    from adapters_lib.train.loss import ce_chunk_budget
 
     devices = jax.devices()
-    limit = device_memory_bytes(devices[0])
-    if not limit:
-        return ""
     config = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype).config  # the cached model
-    got = memory.estimate_run(cfg, config, device_count=len(devices), device_bytes=limit,
-                              platform=devices[0].platform)
-    if got.total <= limit * memory.FITS:
-        return ""
-    return f"its step would need {got.total / 2**30:.1f} of {limit / 2**30:.1f} GiB"
+    got = memory.estimate_run(cfg, config, device_count=len(devices), device_bytes=device_memory_bytes(devices[0]),
+                              ce_chunk_bytes=ce_chunk_budget(devices[0]), platform=devices[0].platform)
+    return f"its step would need {got.summary()}" if got.verdict == "exceeds" else ""
 
 
 def _processes() -> int:
@@ -194,10 +191,10 @@ class AheadCompiler:
         module doc), on an accelerator, for a gemma-route LoRA run."""
         from adapters_lib.train import step_programs
 
-        setting = os.environ.get(NEIGHBOURS_ENV, "auto").strip().lower()
-        if setting in ("0", "off", "false", "no") or cfg.model.backend != "gemma" or not cfg.lora.enabled:
+        setting = mode(NEIGHBOURS_ENV)
+        if setting == "off" or cfg.model.backend != "gemma" or not cfg.lora.enabled:
             return
-        ok, _ = self.allowed(force=setting in ("1", "on", "true", "yes"))
+        ok, _ = self.allowed(force=setting == "on")
         lengths = neighbour_lengths(int(cfg.data.max_length))
         if not ok or not lengths or (self.engine.runtime.backend == "cpu" and setting == "auto"):
             return

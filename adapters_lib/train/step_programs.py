@@ -132,26 +132,23 @@ store in seconds (the 1B's family program took 8.7 s on the v5e), and the family
 next tweak."""
 
 
-def release(keep: Any, stage: int | None = None) -> int:
+def release(keep: Any, stage: int) -> int:
     """Free what others hold on the devices for ``keep`` (a ``StepProgram`` that does not fit
-    beside them): ``RELEASE_STAGES[stage]``, or every stage when None, then a full collection;
-    how many things went."""
+    beside them): ``RELEASE_STAGES[stage]``, then a full collection; how many things went."""
     import gc
 
-    stages = range(len(RELEASE_STAGES)) if stage is None else (stage,)
     dropped = 0
-    for s in stages:
-        if s == 0:
-            for releaser in RELEASERS:
-                try:
-                    dropped += int(releaser() or 0)
-                except Exception:  # noqa: BLE001 - a releaser never hides the step's own error
-                    log.warning("a device-memory releaser failed", exc_info=True)
-        else:
-            for program in list(_PROGRAMS):
-                if program is not keep and program.compiled:
-                    dropped += len(program.compiled)
-                    program.compiled.clear()
+    if stage == 0:
+        for releaser in RELEASERS:
+            try:
+                dropped += int(releaser() or 0)
+            except Exception:  # noqa: BLE001 - a releaser never hides the step's own error
+                log.warning("a device-memory releaser failed", exc_info=True)
+    else:
+        for program in list(_PROGRAMS):
+            if program is not keep and program.compiled:
+                dropped += len(program.compiled)
+                program.compiled.clear()
     if dropped:
         gc.collect()
     return dropped

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Iterator
+
+from adapters_lib.train.plan import Timeline
 
 _local = threading.local()
 
@@ -29,24 +30,19 @@ _local = threading.local()
 @contextlib.contextmanager
 def recording() -> Iterator[dict[str, float]]:
     """A dict that fills with ``{phase: seconds}`` while the block runs (this thread's marks)."""
-    phases: dict[str, float] = {}
-    outer = getattr(_local, "state", None)
-    _local.state = (phases, [time.perf_counter()])
+    outer = getattr(_local, "clock", None)
+    _local.clock = clock = Timeline()
     try:
-        yield phases
+        yield clock.phases
     finally:
-        _local.state = outer
+        _local.clock = outer
 
 
 def mark(name: str) -> None:
-    """End the phase ``name`` now (adds the seconds since the last mark); nothing outside a recording."""
-    state = getattr(_local, "state", None)
-    if state is None:
-        return
-    phases, last = state
-    now = time.perf_counter()
-    phases[name] = phases.get(name, 0.0) + now - last[0]
-    last[0] = now
+    """End the phase ``name`` now (``Timeline.mark``); nothing outside a recording."""
+    clock = getattr(_local, "clock", None)
+    if clock is not None:
+        clock.mark(name)
 
 
 def describe(phases: dict[str, float]) -> str:
