@@ -203,6 +203,8 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
         stacks = home / "state" / "stacks.log"  # GEMMA_WORKBENCH_STACKS_EVERY_S: what a stall held
         if stacks.exists():
             shutil.copyfile(stacks, out / f"stacks-{model}.log")
+        for summary in (home / "state" / "traces").glob("run-*/summary.txt"):  # GEMMA_WORKBENCH_TRACE_RUNS
+            shutil.copyfile(summary, out / f"trace-{model}-{summary.parent.name}.txt")
         (out / f"loop-{model}.json").write_text(json.dumps(result, indent=1, default=str))
 
     t0 = time.perf_counter()
@@ -268,7 +270,7 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
 
 
 def _eval_data(model: str, work: Path) -> str:
-    if model == "270m":
+    if model in ("270m", "demo"):
         return str(REPO / "examples" / "answer-format" / "eval.jsonl")
     if model == "1b":
         return str(work / "docs.jsonl") if (work / "docs.jsonl").exists() else ""

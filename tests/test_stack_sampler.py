@@ -4,12 +4,13 @@ thread and the line that held it (what a stall between a run's steps was spent o
 from __future__ import annotations
 
 import re
+import threading
 import time
 from pathlib import Path
 
 from adapters_lib.engine.stack_sampler import StackSampler
 
-HEADER = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} late (\d+) ms$")
+HEADER = re.compile(r"^\d\d:\d\d:\d\d\.\d{3} late (\d+) ms(; .*)?$")
 
 
 def _hold_the_gil() -> float:
@@ -122,3 +123,38 @@ def test_a_wait_met_while_writing_a_sample_is_written_too(tmp_path):
         sampler.stop()
     lates = [late for late, _ in _records((tmp_path / "stacks.log").read_text())]
     assert any(late >= 190 for late in lates), lates
+
+
+def _run_item(release: threading.Event) -> None:
+    """As the engine's scheduler runs a run: under a function of that name (``BUSY``)."""
+    release.wait()  # without the GIL, at one line: as a step waiting on the runtime
+
+
+def test_the_device_thread_waiting_at_one_line_is_written_with_every_stack(tmp_path):
+    """A wait that holds no GIL (the runtime, a transfer, a lock) never makes the sampler late;
+    the device thread standing at one line for ``stuck_s`` is written once, with the line it
+    waits at. Idle (not under the scheduler's run or job), the same wait says nothing."""
+    path = tmp_path / "stacks.log"
+    sampler = StackSampler(path, 0.02, stuck_s=0.2).start()
+    busy, idle = threading.Event(), threading.Event()
+    working = threading.Thread(target=_run_item, args=(busy,), name="device")
+    try:
+        working.start()
+        time.sleep(0.6)
+        busy.set()
+        working.join()
+        waiting = threading.Thread(target=idle.wait, name="device")  # the scheduler waits for work
+        waiting.start()
+        time.sleep(0.6)
+        idle.set()
+        waiting.join()
+    finally:
+        busy.set()
+        idle.set()
+        sampler.stop()
+    text = path.read_text()
+    told = [line for line in text.splitlines() if "at one line for" in line]
+    assert len(told) == 1, told  # once a wait, and never for the idle one
+    assert float(re.search(r"for ([\d.]+) s", told[0]).group(1)) >= 0.2
+    device = [stack for _, stack in _records(text) if any("thread device:" in line for line in stack)]
+    assert device and any("test_stack_sampler.py" in line and "_run_item" in line for line in device[0]), device

@@ -1,7 +1,10 @@
 """What a stall between steps waited for (``GEMMA_WORKBENCH_STACKS_EVERY_S``): a thread that
 wakes at that period and writes to ``state/stacks.log`` how late it woke — how long it waited
 for the GIL — and, when that wait was long, every other thread's Python stack; and every
-garbage collection that took as long.
+garbage collection that took as long. And when the thread that runs the steps (``watch``: the
+engine's ``device``) stands at one line for ``stuck_s`` or more — a call that waits without the
+GIL (a transfer, a lock, the runtime), which no late wake-up shows — every thread's stack, once
+a wait.
 
 A thread that holds the GIL in native code (a lowering pass, a serialize) keeps this one
 waiting; when it lets go, its stack still stands at the line that made the call, so a late
@@ -24,11 +27,22 @@ from typing import TextIO
 
 DEPTH = 14
 """Innermost frames written per thread."""
+BUSY = frozenset({"_run_item", "_run_job"})
+"""The engine scheduler's functions under which its device thread works (elsewhere it waits
+for work, at one line as long as it is idle)."""
+
+
+def _busy(frame: object | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name in BUSY:  # type: ignore[attr-defined]
+            return True
+        frame = frame.f_back  # type: ignore[attr-defined]
+    return False
 
 
 class StackSampler:
     def __init__(self, path: Path, every: float, *, late_s: float | None = None,
-                 gc_s: float | None = None) -> None:
+                 gc_s: float | None = None, watch: str = "device", stuck_s: float = 1.0) -> None:
         self.path = Path(path)
         self.every = float(every)
         self.late_s = max(0.05, self.every / 5) if late_s is None else float(late_s)
@@ -37,6 +51,11 @@ class StackSampler:
         """A garbage collection at least this long is written (a full one walks the whole heap
         holding the GIL: on this CPU a trace of the Gemma-3-1B step met one of 0.37 s, the
         longest pause of the steps beside it)."""
+        self.watch, self.stuck_s = watch, float(stuck_s)
+        self._at: tuple[int, int] | None = None
+        """The watched thread's innermost frame and line at the last wake-up, and since when."""
+        self._at_since = 0.0
+        self._told = False
         self._gc_t0 = 0.0
         self._gc_lines: list[str] = []
         self._stop = threading.Event()
@@ -93,13 +112,32 @@ class StackSampler:
         lines, self._gc_lines = self._gc_lines, []  # one swap under the GIL: none lost
         return lines
 
+    def _stuck(self, frames: dict[int, object], names: dict[int, str]) -> float:
+        """Seconds the watched thread has stood at its present line (0: it moved, or the
+        wait was written already)."""
+        ident = next((i for i, n in names.items() if n == self.watch), None)
+        frame = frames.get(ident) if ident is not None else None
+        at = (id(frame), frame.f_lineno) if _busy(frame) else None  # type: ignore[attr-defined]
+        now = time.monotonic()
+        if at != self._at:
+            self._at, self._at_since, self._told = at, now, False
+            return 0.0
+        if at is None or self._told or now - self._at_since < self.stuck_s:
+            return 0.0
+        self._told = True
+        return now - self._at_since
+
     def _write(self, late: float) -> None:
         stamp = datetime.datetime.now().strftime("%H:%M:%S.%f")[:-3]
         lines = [*self._flush_gc(), f"{stamp} late {late * 1e3:.0f} ms"]
-        if late >= self.late_s:
-            names = {t.ident: t.name for t in threading.enumerate()}
+        names = {t.ident: t.name for t in threading.enumerate()}
+        frames = sys._current_frames()
+        stuck = self._stuck(frames, names)
+        if stuck:
+            lines[-1] += f"; thread {self.watch} at one line for {stuck:.2f} s"
+        if late >= self.late_s or stuck:
             me = threading.get_ident()
-            for ident, frame in sys._current_frames().items():
+            for ident, frame in frames.items():
                 if ident == me:
                     continue
                 lines.append(f"  thread {names.get(ident, ident)}:")

@@ -74,7 +74,8 @@ def jsonable(record: dict[str, Any]) -> dict[str, Any]:
 
 def run_here(engine: TrainingHost, item: QueuedRun) -> None:
     """Train ``item`` on this process's devices (the multi-host leader trains it on all)."""
-    from adapters_lib.engine import sampling
+    from adapters_lib import paths
+    from adapters_lib.engine import device_trace, sampling
     from adapters_lib.evals.hooks import default_hooks
     from adapters_lib.train import step_programs
     from adapters_lib.train.loop import run_training
@@ -87,8 +88,9 @@ def run_here(engine: TrainingHost, item: QueuedRun) -> None:
     def hooks(cfg: Any) -> list[Any]:  # queued at the start: the Compare's sampler, the neighbouring lengths
         return [*default_hooks(cfg), *(x.start_hook(cfg) for x in starts)]
 
-    run_training(run.config(), run.path, control=RunControl(engine, item), resume=item.resume,
-                 hooks=hooks)
+    with device_trace.maybe_trace(paths.state_dir() / "traces"):  # GEMMA_WORKBENCH_TRACE_RUNS
+        run_training(run.config(), run.path, control=RunControl(engine, item), resume=item.resume,
+                     hooks=hooks)
 
 
 def train(engine: TrainingHost, item: QueuedRun) -> None:

@@ -306,7 +306,10 @@ class CompileQueue:
                 job.state, job.started_at = COMPILING, time.time()
             self._notify(job)
             try:
-                result = fn(*args)
+                from jax.profiler import TraceAnnotation  # a device trace names the job's thread
+
+                with TraceAnnotation(f"compile job {job.what} ({job.purpose or job.about})"):
+                    result = fn(*args)
             except BaseException as e:  # noqa: BLE001 - the future carries it
                 self._finish(job, FAILED, f"{type(e).__name__}: {str(e)[:300]}")
                 job.future.set_exception(e)
