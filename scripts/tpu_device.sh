@@ -126,7 +126,7 @@ load_env() {
   WB=$ROOT/bin/gemma-workbench
 }
 
-CHECKS="jax ce speed ratio first-step behind compile flow tui decode big memory bench keras loop family beside"
+CHECKS="jax ce speed ratio first-step behind compile flow tui decode big memory bench keras loop family beside gil"
 check() {
   [ "${1:-}" = --list ] && { echo "$CHECKS"; return; }
   load_env
@@ -155,6 +155,8 @@ check() {
           --steps "${LOOP_STEPS:-20}" || return 1; done ;;
       family) "$PY" -m bench.family_cost --out "$OUT" ;;  # the family's program against the exact one
       # a compile's phases (XLA, serialize, load) against the steps running beside it, device empty and full
+      # a step and an eval beside a thread busy in Python: the GIL's waits, 5 ms and 0.5 ms switch interval
+      gil) "$PY" -m bench.gil_waits --out "$OUT" ;;
       beside) "$PY" -m bench.compile_beside_steps --out "$OUT" --layers "${BESIDE_LAYERS:-64}" --fill "${BESIDE_FILL:-0,0.95}" ;;
       bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only ${BENCH_ONLY:-ab_pair} --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;
       *) echo "unknown check $name; one of: $CHECKS" >&2; return 2 ;;

@@ -98,23 +98,34 @@ def _sample_stacks(log_path: Path) -> None:
         log.info("thread stacks every %.2f s to %s", every, log_path.with_name("stacks.log"))
 
 
+SWITCH_INTERVAL_S = 0.0005
+"""The engine's thread switch interval unless ``GEMMA_WORKBENCH_SWITCH_INTERVAL_S`` says
+otherwise (Python's default is 5 ms)."""
+
+
 def _switch_interval(text: str) -> None:
-    """``GEMMA_WORKBENCH_SWITCH_INTERVAL_S``: the interpreter's thread switch interval (Python's
-    default is 5 ms). A thread that wants the GIL waits up to that long each time it takes it
-    back while another thread computes in Python (a trace beside a run's steps): a step that
-    gives the GIL up a few hundred times waits that many intervals. Unset: Python's own."""
-    if not text:
-        return
-    try:
-        seconds = float(text)
-        if not 0 < seconds <= 1:
-            raise ValueError
-    except ValueError:
-        log.warning("GEMMA_WORKBENCH_SWITCH_INTERVAL_S is %r, not seconds in (0, 1]; Python's default "
-                    "is kept", text)
-        return
+    """The interpreter's thread switch interval: ``GEMMA_WORKBENCH_SWITCH_INTERVAL_S``, else
+    ``SWITCH_INTERVAL_S``. A thread that wants the GIL waits up to that long each time it takes
+    it back while another thread computes in Python (a compile job's trace beside a run's
+    steps, or beside an ``eval``). On the v5e, while a job traced beside the 1B's steps, the
+    stack sampler woke 2–16 ms late (0 before and after) and the steps took 1.5–3.1 s instead
+    of 0.31 s. On this CPU (``bench.gil_waits --dry``), beside a Python-busy thread, the 1B's
+    reduced-shape step (its state to ``train.reaper``) took 50 ms at 5 ms and 22 ms at 0.5 ms
+    (14 ms alone), and the demo's ``eval --run`` 531 and 143 ms (67 ms alone). Switches happen
+    only when a thread waits, so a short interval costs nothing when none does."""
+    seconds = SWITCH_INTERVAL_S
+    if text:
+        try:
+            seconds = float(text)
+            if not 0 < seconds <= 1:
+                raise ValueError
+        except ValueError:
+            log.warning("GEMMA_WORKBENCH_SWITCH_INTERVAL_S is %r, not seconds in (0, 1]; %.2g ms is kept",
+                        text, SWITCH_INTERVAL_S * 1e3)
+            seconds = SWITCH_INTERVAL_S
     sys.setswitchinterval(seconds)
-    log.info("thread switch interval %.2g ms (GEMMA_WORKBENCH_SWITCH_INTERVAL_S)", seconds * 1e3)
+    log.info("thread switch interval %.2g ms%s", seconds * 1e3,
+             " (GEMMA_WORKBENCH_SWITCH_INTERVAL_S)" if text and seconds != SWITCH_INTERVAL_S else "")
 
 
 def _lock(path: Path):
