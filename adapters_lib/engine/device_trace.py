@@ -1,11 +1,12 @@
-"""A device trace of chosen runs (``GEMMA_WORKBENCH_TRACE_RUNS``): what the accelerator ran while
-a run's steps were slow and the host was free (the stack sampler never late).
+"""A device trace of chosen runs (``GEMMA_WORKBENCH_TRACE_RUNS``): what the accelerator and each
+host thread did while a run's steps were slow.
 
-``GEMMA_WORKBENCH_TRACE_RUNS="2,3"`` records JAX's profiler trace of the engine's 2nd and 3rd runs
-(counted from 1 in this engine process) under ``state/traces/run-N/``, and beside each
-``summary.txt``: every program the device ran, when and for how long, its other events of 1 ms or
-more, and the host runtime's events of 100 ms or more (``summarize``). Unset or empty: nothing is traced. A value that is not a list of
-run numbers is a warning, and nothing is traced.
+``GEMMA_WORKBENCH_TRACE_RUNS="2,3"`` records JAX's profiler trace of the engine's 2nd and 3rd
+runs (counted from 1 in this engine process) under ``state/traces/run-N/``, and beside each a
+``summary.txt`` (``summarize``): every program the device ran, when and for how long; its other
+events of 1 ms or more; each host thread's calls of 100 ms or more, with the labels the thread
+ran under (the run, a compile job). Unset or empty: nothing is traced. A value that is not a
+list of run numbers is a warning, and nothing is traced.
 """
 
 from __future__ import annotations

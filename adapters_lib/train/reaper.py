@@ -42,7 +42,7 @@ def drop(obj: Any) -> None:
 
 
 def settle(timeout: float = 10.0) -> bool:
-    """Wait until everything handed over so far is dropped (tests; a run's end)."""
+    """Wait until everything handed over so far is dropped (the tests' check)."""
     if _thread is None:
         return True
     done = threading.Event()
