@@ -109,10 +109,11 @@ def _switch_interval(text: str) -> None:
     it back while another thread computes in Python (a compile job's trace beside a run's
     steps, or beside an ``eval``). On the v5e, while a job traced beside the 1B's steps, the
     stack sampler woke 2–16 ms late (0 before and after) and the steps took 1.5–3.1 s instead
-    of 0.31 s. On this CPU (``bench.gil_waits --dry``), beside a Python-busy thread, the 1B's
-    reduced-shape step (its state to ``train.reaper``) took 50 ms at 5 ms and 22 ms at 0.5 ms
-    (14 ms alone), and the demo's ``eval --run`` 531 and 143 ms (67 ms alone). Switches happen
-    only when a thread waits, so a short interval costs nothing when none does."""
+    of 0.31 s. On this CPU (``bench.gil_waits --dry``, 9 processes), beside a Python-busy
+    thread, the 1B's reduced-shape step took 25–205 ms at 5 ms and 20–26 ms at 0.5 ms
+    (14–17 ms alone), and the demo's ``eval --run`` 516–600 and 132–164 ms (65–83 ms alone).
+    Switches happen only when a thread waits, so a short interval costs nothing when none
+    does."""
     seconds = SWITCH_INTERVAL_S
     if text:
         try:

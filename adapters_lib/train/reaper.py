@@ -8,8 +8,8 @@ is dropped once the next state is in hand. For the Gemma-3-1B's rank-32 family t
   The stack sampler was 2–16 ms late all that window and 0 ms before and after, and the
   device was idle between the steps.
 - On this CPU (``bench.gil_waits --dry``: the 1B's reduced shape, 171 state arrays), beside a
-  Python-busy thread, a step took 202 ms with its state dropped on its own thread, 50 ms with
-  the state handed here, and 14 ms alone.
+  Python-busy thread, a step took 25–205 ms over 9 processes (158–205 in 5) with its state
+  dropped on its own thread, 28–60 ms with the state handed here, and 14–17 ms alone.
 
 On the reaper's thread the same waits hold up nothing the device waits for. The buffers of
 donated arrays are gone already, so dropping them later costs no device memory. Anything else
