@@ -4,9 +4,9 @@ back, up to the interpreter's switch interval.
 
 ``python -m bench.gil_waits [--out DIR] [--dry] [--reps N]``: a thread busy in Python bytecode
 (what a compile job's trace is, between its native calls) beside:
-- ``step``: one LoRA train step at the Gemma-3-1B shape (``--dry``: its reduced shape, 171 state
-  arrays, batch 2 × 64; without it the full shape, for a TPU), the batch placed, the loss
-  fetched, the donated state dropped here or handed to ``train.reaper``;
+- ``step``: one LoRA train step at the Gemma-3-1B shape (``--dry``: its reduced shape, 171
+  state arrays, batch 2 × 64; without it the full shape at 2 × 2048, for a TPU), the batch
+  placed, the loss fetched, the donated state dropped here or handed to ``train.reaper``;
 - ``eval``: ``eval --run`` of a 3-step demo run on ``examples/answer-format/eval.jsonl``.
 
 Each at Python's 5 ms switch interval and at the engine's 0.5 ms (``engine.daemon``), against
@@ -73,7 +73,7 @@ def _step_work(dry: bool) -> tuple[Any, Any, int]:
     from bench.tpu_speed.shapes import random_params, shape_model
 
     shapes.DRY = dry
-    batch, seq = (2, 64) if dry else (4, 2048)
+    batch, seq = (2, 64) if dry else (2, 2048)  # 4 × 2048 without remat does not fit 16 GiB (family_cost)
     model = shape_model("1b")
     base = random_params(model)
     data = _random_batch(np.random.default_rng(0), batch, seq, model.config.num_embed)
