@@ -45,3 +45,20 @@ def test_a_chosen_run_is_traced_and_its_long_calls_named_by_thread(tmp_path, mon
     job_tid = next(k.split()[1] for k, v in named.items() if v.startswith("compile job"))
     waits = [line for line in summary.splitlines() if f"[{job_tid}]: compile job" in line]
     assert waits and float(waits[0].split()[1]) >= 140  # its 0.15 s, in ms, on its own thread
+
+
+def test_a_trace_that_cannot_start_leaves_the_run_alone(tmp_path, monkeypatch, caplog):
+    """Another trace running (a user's own ``jax.profiler``): the run goes on untraced."""
+    import jax
+
+    monkeypatch.setattr(device_trace, "_count", 0)
+    monkeypatch.setenv(device_trace.ENV, "1")
+    jax.profiler.start_trace(str(tmp_path / "theirs"))
+    try:
+        ran = False
+        with caplog.at_level(logging.WARNING), device_trace.maybe_trace(tmp_path / "ours"):
+            ran = True
+    finally:
+        jax.profiler.stop_trace()
+    assert ran and "device trace of run 1 not started" in caplog.text
+    assert not (tmp_path / "ours" / "run-1" / "summary.txt").exists()

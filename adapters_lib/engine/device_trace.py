@@ -55,17 +55,22 @@ def maybe_trace(folder: Path) -> Iterator[None]:
     options = jax.profiler.ProfileOptions()
     options.python_tracer_level = 0  # the runtime's events, not every Python call
     options.host_tracer_level = 1
-    jax.profiler.start_trace(str(out), profiler_options=options)
+    try:
+        jax.profiler.start_trace(str(out), profiler_options=options)
+    except Exception as e:  # noqa: BLE001 - a trace never fails the run (another one running…)
+        log.warning("device trace of run %d not started (%s: %s)", number, type(e).__name__, e)
+        yield
+        return
     log.info("device trace of run %d to %s", number, out)
     try:
         with jax.profiler.TraceAnnotation(f"run {number} (the device thread)"):
             yield
     finally:
-        jax.profiler.stop_trace()
         try:
+            jax.profiler.stop_trace()
             (out / "summary.txt").write_text(summarize(out))
-        except Exception as e:  # noqa: BLE001 - the trace stays; its summary is a convenience
-            log.warning("device trace of run %d: no summary (%s)", number, e)
+        except Exception as e:  # noqa: BLE001 - the run's own end matters, not its trace's
+            log.warning("device trace of run %d: no summary (%s: %s)", number, type(e).__name__, e)
 
 
 def summarize(folder: Path, host_min_ms: float = 100.0) -> str:
