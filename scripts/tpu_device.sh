@@ -154,9 +154,9 @@ check() {
       loop) for m in ${LOOP_MODELS:-270m 1b}; do "$PY" -m bench.tpu_loop --model "$m" --out "$OUT" \
           --steps "${LOOP_STEPS:-20}" || return 1; done ;;
       family) "$PY" -m bench.family_cost --out "$OUT" ;;  # the family's program against the exact one
-      # a compile's phases (XLA, serialize, load) against the steps running beside it, device empty and full
       # a step and an eval beside a thread busy in Python: the GIL's waits, 5 ms and 0.5 ms switch interval
       gil) "$PY" -m bench.gil_waits --out "$OUT" ;;
+      # a compile's phases (XLA, serialize, load) against the steps running beside it, device empty and full
       beside) "$PY" -m bench.compile_beside_steps --out "$OUT" --layers "${BESIDE_LAYERS:-64}" --fill "${BESIDE_FILL:-0,0.95}" ;;
       bench) BENCH_STUB_MISSING=1 "$PY" -m bench --quick --only ${BENCH_ONLY:-ab_pair} --json "$OUT/bench.json" --out "$OUT/BENCHMARKS.tpu.md" ;;
       *) echo "unknown check $name; one of: $CHECKS" >&2; return 2 ;;

@@ -41,8 +41,9 @@ def test_a_chosen_run_is_traced_and_its_long_calls_named_by_thread(tmp_path, mon
         other.join()
     summary = (tmp_path / "run-2" / "summary.txt").read_text()
     named = dict(line.strip().split(": ", 1) for line in summary.splitlines() if line.startswith("   thread "))
-    assert sorted(named.values()) == ["compile job train_step (neighbour lengths)", "run 2 (the device thread)"]
-    job_tid = next(k.split()[1] for k, v in named.items() if v.startswith("compile job"))
+    ours = ["compile job train_step (neighbour lengths)", "run 2 (the device thread)"]
+    assert set(ours) <= set(named.values()), named  # (a compile thread of another test may show too)
+    job_tid = next(k.split()[1] for k, v in named.items() if v == ours[0])
     waits = [line for line in summary.splitlines() if f"[{job_tid}]: compile job" in line]
     assert waits and float(waits[0].split()[1]) >= 140  # its 0.15 s, in ms, on its own thread
 

@@ -135,15 +135,16 @@ def test_the_device_thread_waiting_at_one_line_is_written_with_every_stack(tmp_p
     the device thread standing at one line for ``stuck_s`` is written once, with the line it
     waits at. Idle (not under the scheduler's run or job), the same wait says nothing."""
     path = tmp_path / "stacks.log"
-    sampler = StackSampler(path, 0.02, stuck_s=0.2).start()
+    name = "device-under-test"  # an engine's own "device" thread may live on in this process
+    sampler = StackSampler(path, 0.02, stuck_s=0.2, watch=name).start()
     busy, idle = threading.Event(), threading.Event()
-    working = threading.Thread(target=_run_item, args=(busy,), name="device")
+    working = threading.Thread(target=_run_item, args=(busy,), name=name)
     try:
         working.start()
         time.sleep(0.6)
         busy.set()
         working.join()
-        waiting = threading.Thread(target=idle.wait, name="device")  # the scheduler waits for work
+        waiting = threading.Thread(target=idle.wait, name=name)  # the scheduler waits for work
         waiting.start()
         time.sleep(0.6)
         idle.set()
@@ -156,5 +157,5 @@ def test_the_device_thread_waiting_at_one_line_is_written_with_every_stack(tmp_p
     told = [line for line in text.splitlines() if "at one line for" in line]
     assert len(told) == 1, told  # once a wait, and never for the idle one
     assert float(re.search(r"for ([\d.]+) s", told[0]).group(1)) >= 0.2
-    device = [stack for _, stack in _records(text) if any("thread device:" in line for line in stack)]
+    device = [stack for _, stack in _records(text) if any(f"thread {name}:" in line for line in stack)]
     assert device and any("test_stack_sampler.py" in line and "_run_item" in line for line in device[0]), device
