@@ -9,6 +9,7 @@ import pytest
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
 from adapters_lib.memory import device as device_memory
 from adapters_lib.memory import estimate as memory
+from adapters_lib.memory import run_estimate
 
 DEMO = {"num_embed": 1024, "embed_dim": 256, "hidden_dim": 1024, "num_heads": 4, "head_dim": 64,
         "num_kv_heads": 1, "attention_types": [0, 1, 0, 1], "use_qk_norm": True,
@@ -93,7 +94,7 @@ def test_estimate_is_within_15_percent_of_the_compiled_step(demo, cfg):
                  if cfg.lora.enabled else base)
     steps = build_steps(model, cfg, optax.adamw(1e-3), mesh.make_mesh(cfg.mesh), base, trainable)
     compiled = steps.compiled_memory((cfg.train.batch_size, cfg.data.max_length))
-    est = memory.estimate_run(cfg, model.config, device_count=cfg.mesh.devices)
+    est = run_estimate.estimate_run(cfg, model.config, device_count=cfg.mesh.devices)
     assert est.total == pytest.approx(compiled["total"], rel=0.15), (est.summary(), compiled)
 
 
@@ -116,17 +117,17 @@ def test_auto_takes_the_largest_rank_bucket_that_fits_the_device():
     (XLA asked 15.99 of 15.75 GiB on the chip), so "auto" halves the bucket until one does
     instead of compiling every rank on its own; the estimate is of that program."""
     cfg, config = _gemma3_1b_run()
-    family = memory.run_program(cfg, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
+    family = run_estimate.run_program(cfg, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
     assert family is not None and family.program.rank == 32 and family.spec.rank == 8
     full = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="family"))
-    padded = memory.estimate_run(full, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
-    chosen = memory.estimate_run(cfg, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
-    assert padded.total > V5E_BYTES * memory.FITS >= chosen.total > 0
+    padded = run_estimate.estimate_run(full, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
+    chosen = run_estimate.estimate_run(cfg, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu")
+    assert padded.total > V5E_BYTES * run_estimate.FITS >= chosen.total > 0
     # a rank above every bucket that fits: the exact program (it is the smaller)
     big, _ = _gemma3_1b_run(rank=64)
-    assert memory.run_program(big, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu") is None
+    assert run_estimate.run_program(big, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu") is None
     # room to spare (a v5p's 95 GiB): the platform's bucket; "family" and "exact" are taken as set
-    assert memory.run_program(cfg, config, device_count=1, device_bytes=95 << 30, platform="tpu").program.rank == 128
-    assert memory.run_program(full, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu").program.rank == 128
+    assert run_estimate.run_program(cfg, config, device_count=1, device_bytes=95 << 30, platform="tpu").program.rank == 128
+    assert run_estimate.run_program(full, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu").program.rank == 128
     exact = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="exact"))
-    assert memory.run_program(exact, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu") is None
+    assert run_estimate.run_program(exact, config, device_count=1, device_bytes=V5E_BYTES, platform="tpu") is None

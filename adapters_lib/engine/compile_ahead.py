@@ -86,14 +86,14 @@ def _does_not_fit(cfg: Any) -> str:
     "exceeds", as the launch's check says: ``engine.compute``); "" otherwise."""
     import jax
 
-    from adapters_lib.memory import estimate as memory
+    from adapters_lib.memory import run_estimate
     from adapters_lib.memory.device import device_memory_bytes
     from adapters_lib.models.loader import load_model
     from adapters_lib.train.loss import ce_chunk_budget
 
     devices = jax.devices()
     config = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype).config  # the cached model
-    got = memory.estimate_run(cfg, config, device_count=len(devices), device_bytes=device_memory_bytes(devices[0]),
+    got = run_estimate.estimate_run(cfg, config, device_count=len(devices), device_bytes=device_memory_bytes(devices[0]),
                               ce_chunk_bytes=ce_chunk_budget(devices[0]), platform=devices[0].platform)
     return f"its step would need {got.summary()}" if got.verdict == "exceeds" else ""
 

@@ -131,6 +131,7 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]], device: str = "") ->
     from adapters_lib.memory import advice as memory_advice
     from adapters_lib.memory import device as device_memory
     from adapters_lib.memory import estimate as memory
+    from adapters_lib.memory import run_estimate
     from adapters_lib.train.loss import ce_chunk_budget
 
     entry = catalog.resolve(cfg.model.source)  # once: the config and the quantize check read it
@@ -163,7 +164,7 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]], device: str = "") ->
     problems += quantize_problems(cfg, entry)
     kw = {"device_count": count, "ce_chunk_bytes": ce_bytes, "platform": platform}
     try:
-        est = memory.estimate_run(cfg, config, device_bytes=device_bytes, **kw)
+        est = run_estimate.estimate_run(cfg, config, device_bytes=device_bytes, **kw)
     except WorkbenchError as e:  # a mesh that cannot be resolved: the problems say why
         if not any(p["level"] == "error" for p in problems):
             problems.append({"level": "error", "message": e.message, "hint": e.hint or ""})

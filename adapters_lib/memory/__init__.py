@@ -2,7 +2,9 @@
 and what hardware this machine has.
 
 - ``estimate`` — the per-device estimate of a train step, from a model config alone
-  (``estimate.estimate``, ``estimate_run``, ``MemoryEstimate``, ``TERMS``; pure: no JAX);
+  (``estimate.estimate``, ``MemoryEstimate``, ``TERMS``; pure: no JAX);
+- ``run_estimate`` — a run config's estimate, in the LoRA family it trains in (``estimate_run``,
+  ``run_program``, ``FITS``);
 - ``advice`` — a launch that does not fit, refused with the settings that do (``fit_problem``);
 - ``device`` — accelerator memory by chip (``Chip``, ``CHIPS``, ``find_chip``), and what a
   device or the host has (``device_memory_bytes``, ``host_memory_bytes``);
@@ -32,16 +34,13 @@ if TYPE_CHECKING:
     from .estimate import ATTENTION_GLOBAL_BLOCK as ATTENTION_GLOBAL_BLOCK
     from .estimate import DTYPE_BYTES as DTYPE_BYTES
     from .estimate import FIT_FRACTION as FIT_FRACTION
-    from .estimate import FITS as FITS
     from .estimate import KERNEL_CE_LANE as KERNEL_CE_LANE
     from .estimate import TERMS as TERMS
     from .estimate import MemoryEstimate as MemoryEstimate
     from .estimate import base_param_shapes as base_param_shapes
     from .estimate import ce_chunk_budget_for as ce_chunk_budget_for
-    from .estimate import estimate_run as estimate_run
     from .estimate import fmt_bytes as fmt_bytes
     from .estimate import kernel_ce_why_not as kernel_ce_why_not
-    from .estimate import run_program as run_program
     from .estimate import scored_keys as scored_keys
     from .hardware import LIBTPU_LOCKFILE as LIBTPU_LOCKFILE
     from .hardware import Hardware as Hardware
@@ -49,5 +48,8 @@ if TYPE_CHECKING:
     from .hardware import probe_nvidia as probe_nvidia
     from .hardware import probe_tpu_files as probe_tpu_files
     from .hardware import probe_tpu_holders as probe_tpu_holders
+    from .run_estimate import FITS as FITS
+    from .run_estimate import estimate_run as estimate_run
+    from .run_estimate import run_program as run_program
 
 __getattr__, __dir__ = lazy_face(__name__)

@@ -13,10 +13,11 @@ import dataclasses
 from typing import Any
 
 from adapters_lib.memory import estimate as memory
+from adapters_lib.memory.run_estimate import estimate_run
 
 
 def _estimate(cfg: Any, config: Any, **kw: Any) -> memory.MemoryEstimate:
-    return memory.estimate_run(cfg, config, **kw)
+    return estimate_run(cfg, config, **kw)
 
 
 def _with(cfg: Any, **train: Any) -> Any:

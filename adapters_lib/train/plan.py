@@ -252,10 +252,10 @@ def compile_takeover(steps: Any, own: OwnShapes) -> Any:
 
 
 def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
-    """The run's LoRA family (``memory.run_program``: with "auto", the largest rank bucket whose
+    """The run's LoRA family (``run_estimate.run_program``: with "auto", the largest rank bucket whose
     padded adapters fit the device), or None for the exact program."""
     from adapters_lib.lora import family as lora_family
-    from adapters_lib.memory import estimate as memory
+    from adapters_lib.memory import run_estimate
     from adapters_lib.memory.device import device_memory_bytes
 
     platform = devices[0].platform
@@ -265,11 +265,11 @@ def _family(cfg: RunConfig, config: Any, devices: list) -> Any:
     limit = device_memory_bytes(devices[0])
     if not limit:
         return family
-    got = memory.run_program(cfg, config, device_count=len(devices), device_bytes=limit, platform=platform)
+    got = run_estimate.run_program(cfg, config, device_count=len(devices), device_bytes=limit, platform=platform)
     if got is None or got.program.rank != family.program.rank:
         full = dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, programs="family"))
-        padded = memory.estimate_run(full, config, device_count=len(devices), device_bytes=limit,
-                                     platform=platform)
+        padded = run_estimate.estimate_run(full, config, device_count=len(devices), device_bytes=limit,
+                                           platform=platform)
         log.info("LoRA: %s (a rank-%d family's adapters would need %.1f of %.1f GiB)",
                  "the exact program" if got is None else f"a rank-{got.program.rank} family",
                  family.program.rank, padded.total / 2**30, limit / 2**30)
