@@ -17,6 +17,7 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +94,12 @@ def summarize(folder: Path, host_min_ms: float = 100.0) -> str:
         if not spans:
             continue
         t0 = min(e["ts"] for e in spans)
-        labels: dict[tuple, list[str]] = {}
+        labels: dict[Any, list[str]] = {}  # thread -> the labels it ran under, in order
         for e in spans:
             name = str(e.get("name", ""))
-            if name.startswith(("compile job ", "run ")):
-                labels.setdefault((e["pid"], e.get("tid")), [])
-                if name not in labels[(e["pid"], e.get("tid"))]:
-                    labels[(e["pid"], e.get("tid"))].append(name)
+            seen = labels.setdefault(e.get("tid"), []) if name.startswith(("compile job ", "run ")) else None
+            if seen is not None and name not in seen:
+                seen.append(name)
         kept = []
         for e in spans:
             proc = procs.get(e["pid"], str(e["pid"]))
@@ -110,10 +110,8 @@ def summarize(folder: Path, host_min_ms: float = 100.0) -> str:
                 continue
             if (device and (thread == "XLA Modules" or dur_ms >= 1)) or dur_ms >= host_min_ms:
                 kept.append((e["ts"], dur_ms, proc, thread, e.get("tid"), str(e.get("name", ""))))
-        named = {tid: "; ".join(names[:3]) for (_pid, tid), names in labels.items()}
         lines.append(f"== {path.name}: {len(kept)} events, seconds from the first")
-        for tid, text in named.items():
-            lines.append(f"   thread {tid}: {text}")
+        lines += [f"   thread {tid}: {'; '.join(names[:3])}" for tid, names in labels.items()]
         for ts, dur_ms, proc, thread, tid, name in sorted(kept, key=lambda k: k[0]):
             where = thread if proc.startswith("/device") else f"{thread} [{tid}]"
             lines.append(f"{(ts - t0) / 1e6:9.3f} {dur_ms:10.1f} ms  {proc} {where}: {name[:120]}")

@@ -53,14 +53,14 @@ def in_family(model: Any, family: Any, adapters: Any, *, host: bool | None = Non
     dtype = next((x.dtype for x in jax.tree.leaves(adapters) if jnp.issubdtype(x.dtype, jnp.floating)),
                  jnp.dtype(family.program.dtype))
     like = lora.adapter_shapes(model, family.program)
-    if _on_host(adapters) if host is None else host:
+    if _foldable_on_host(adapters) if host is None else host:
         return _in_family_on_host(family, adapters, like, dtype)
     padded = lora_family.fit(adapters, like)
     folded = lora_family.apply_runtime(padded, family.runtime())
     return jax.tree.map(lambda x: x.astype(dtype), folded)
 
 
-def _on_host(adapters: Any) -> bool:
+def _foldable_on_host(adapters: Any) -> bool:
     """Whether ``in_family`` folds in numpy: one process, every value addressable here. On a
     TPU each leaf's pad, multiply and cast is an op compiled apart, per new shape: ~1-2 s of
     the Compare warm-up's device time at every new rank (the run after waited for it)."""
