@@ -159,3 +159,40 @@ def test_the_device_thread_waiting_at_one_line_is_written_with_every_stack(tmp_p
     assert float(re.search(r"for ([\d.]+) s", told[0]).group(1)) >= 0.2
     device = [stack for _, stack in _records(text) if any(f"thread {name}:" in line for line in stack)]
     assert device and any("test_stack_sampler.py" in line and "_run_item" in line for line in device[0]), device
+
+
+def test_a_sample_keeps_no_threads_frame_alive_after_it(tmp_path):
+    """A frame the sampler read dies with its function, not in a later collection: its
+    locals (on Python 3.12.1 a ``BytesIO`` and its ``getbuffer()`` view, collected together in
+    a cycle, crash the interpreter: gh-111049, which killed the engine on the v5e) go at once."""
+    import gc
+    import weakref
+
+    class Held:  # a local of the sampled thread's frame
+        pass
+
+    sampler = StackSampler(tmp_path / "stacks.log", every=60.0, late_s=0.0)  # every sample has stacks
+    sampler._out = open(tmp_path / "stacks.log", "a", encoding="utf-8")
+    sampled, finish = threading.Event(), threading.Event()
+    refs: list[weakref.ref] = []
+
+    def work() -> None:
+        held = Held()
+        refs.append(weakref.ref(held))
+        sampled.wait(10)
+        finish.set()
+
+    gc.disable()  # only reference counts free it, as between two collections in the engine
+    try:
+        t = threading.Thread(target=work, name="sampled")
+        t.start()
+        while not refs:
+            time.sleep(0.01)
+        sampler._write(1.0)  # reads every thread's frame, ``work``'s among them
+        sampled.set()
+        t.join(10)
+        assert finish.is_set() and refs[0]() is None, "a finished frame's locals outlived it"
+    finally:
+        gc.enable()
+        sampler._out.close()
+    assert "thread sampled:" in (tmp_path / "stacks.log").read_text()

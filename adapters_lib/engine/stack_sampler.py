@@ -12,6 +12,13 @@ sample names what held the interpreter. The sampler holds the GIL while it reads
 (``sys._current_frames``), which is what makes it safe: ``faulthandler``'s watchdog reads them
 without the GIL, and on the TPU VM the engine ended within ~30 s of being ready with a 0.25 s
 period (its JAX import thread making frames the while); it did not on the CPU.
+
+The frames it reads are let go before each sample ends (its own taken out of the dict, the dict
+cleared): the sampler's frame in that dict made a reference cycle holding every thread's frame
+of the moment, so a frame whose function had returned (its locals with it) died only in a
+later collection. On the v5e, with Python 3.12.1, that killed the engine at a run's end twice:
+the finished frame of tensorboardX's queue feeder held a ``BytesIO.getbuffer()`` view, and a
+collection of a ``BytesIO`` with its view in one cycle is CPython's segfault gh-111049.
 """
 
 from __future__ import annotations
@@ -132,15 +139,17 @@ class StackSampler:
         lines = [*self._flush_gc(), f"{stamp} late {late * 1e3:.0f} ms"]
         names = {t.ident: t.name for t in threading.enumerate()}
         frames = sys._current_frames()
-        stuck = self._stuck(frames, names)
-        if stuck:
-            lines[-1] += f"; thread {self.watch} at one line for {stuck:.2f} s"
-        if late >= self.late_s or stuck:
-            me = threading.get_ident()
-            for ident, frame in frames.items():
-                if ident == me:
-                    continue
-                lines.append(f"  thread {names.get(ident, ident)}:")
-                lines += [f"    {f.filename}:{f.lineno} {f.name}"
-                          for f in traceback.extract_stack(frame)[-DEPTH:]]
+        frames.pop(threading.get_ident(), None)  # this frame: in the dict, a cycle (see below)
+        try:
+            stuck = self._stuck(frames, names)
+            if stuck:
+                lines[-1] += f"; thread {self.watch} at one line for {stuck:.2f} s"
+            if late >= self.late_s or stuck:
+                for ident, frame in frames.items():
+                    lines.append(f"  thread {names.get(ident, ident)}:")
+                    lines += [f"    {f.filename}:{f.lineno} {f.name}"
+                              for f in traceback.extract_stack(frame)[-DEPTH:]]
+                del frame
+        finally:
+            frames.clear()  # no thread's frame outlives this call here
         self._out.write("\n".join(lines) + "\n")
