@@ -150,6 +150,12 @@ def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
     """The compiled program for ``key`` (hashable, its ``repr`` stable across processes):
     read back from the store, or ``lower().compile()`` (and stored)."""
     path = entry_path(name, key)
+    waiting = _waiting(path)
+    if waiting is not None:
+        stats["loaded"] += 1
+        log.info("%s: the program compiled earlier in this engine, its copy not yet written "
+                 "(nothing traced or compiled)", name)
+        return waiting
     if path is not None and path.is_file():
         t0 = time.perf_counter()
         compiled = _read(path)
@@ -176,6 +182,8 @@ _QUIET = threading.Condition()
 _running = 0
 """Runs whose steps run now (``steps_running``)."""
 _deferred: list[tuple[Path, Any, str, bytes | None]] = []
+_writing: list[tuple[Path, Any, str, bytes | None]] = []
+"""Deferred programs being written now (off ``_deferred``, their file not yet in place)."""
 _writer: threading.Thread | None = None
 
 
@@ -201,6 +209,17 @@ def steps_running() -> Callable[[], None]:
             _QUIET.notify_all()
 
     return release
+
+
+def _waiting(path: Path | None) -> Any:
+    """The program compiled for ``path`` whose write waits (``_write_or_defer``), else None:
+    a set-up that needs it again (its programs no longer kept in memory: ``step_programs.kept``
+    holds eight) takes it from here, not from a second compile (on the v5e the 270M's length
+    tweak waited 48 s for a program compiled a minute earlier, its copy waiting for idle)."""
+    if path is None:
+        return None
+    with _QUIET:
+        return next((item[1] for item in (*_deferred, *_writing) if item[0] == path), None)
 
 
 def _write_or_defer(path: Path, compiled: Any, name: str, served: bytes | None) -> None:
@@ -261,7 +280,8 @@ def _write_when_quiet() -> None:
             if not _deferred or _running:
                 continue
             item = _deferred.pop(0)
-        _write(*item)
+            _writing.append(item)
+        _write_taken(item)
 
 
 def flush() -> int:
@@ -272,8 +292,19 @@ def flush() -> int:
             if not _deferred:
                 return n
             item = _deferred.pop(0)
-        _write(*item)
+            _writing.append(item)
+        _write_taken(item)
         n += 1
+
+
+def _write_taken(item: tuple[Path, Any, str, bytes | None]) -> None:
+    """Write a deferred program taken off ``_deferred`` (listed in ``_writing`` meanwhile, so
+    that ``_waiting`` still finds it until its file is there)."""
+    try:
+        _write(*item)
+    finally:
+        with _QUIET:
+            _writing.remove(item)
 
 
 atexit.register(flush)
