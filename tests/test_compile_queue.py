@@ -95,6 +95,39 @@ def test_a_guess_starts_only_when_no_other_job_waits():
     assert compile_ahead.NEIGHBOURS in compile_queue.LOW  # the engine's guesses are such jobs
 
 
+def test_a_gate_keeps_the_guesses_back_while_a_run_waits_to_start(tmp_path):
+    """The engine's gate (``AheadCompiler.gate_guesses``: no run in its queue): a guess queued
+    while a run waits starts once the device thread took that run; other jobs never wait."""
+    from types import SimpleNamespace
+
+    from adapters_lib import runs
+    from adapters_lib.config import RunConfig
+    from adapters_lib.engine.compile_ahead import AheadCompiler
+    from adapters_lib.engine.run_queue import RunQueue
+
+    q = compile_queue.CompileQueue()
+    run_queue = RunQueue(runs.Registry(tmp_path / "runs"))
+    ahead = AheadCompiler(SimpleNamespace(run_queue=run_queue))
+    old, step_programs._BEHIND = step_programs._BEHIND, q
+    try:
+        ahead.gate_guesses()
+        run_queue.create(RunConfig())  # a run waits to start
+        order: list[str] = []
+        guess = q.submit(order.append, "guess", what="train step", purpose=compile_queue.LOW[0])
+        asked = q.submit(order.append, "eval step", what="eval step")
+        asked.result(30)
+        time.sleep(3 * compile_queue.GATE_POLL_S)
+        assert order == ["eval step"] and not guess.done()
+        assert run_queue.take_next() is not None  # the device thread took it: the gate opens
+        guess.result(30)
+        assert order == ["eval step", "guess"]
+        ahead.close()
+        run_queue.create(RunConfig())
+        q.submit(order.append, "guess 2", what="train step", purpose=compile_queue.LOW[0]).result(30)
+    finally:
+        step_programs._BEHIND = old
+
+
 def test_a_guess_asked_for_is_no_longer_one():
     """A queued guess that a request adopts (Configure asks for the program the guess queued)
     starts ahead of the other guesses, and a newer guess does not drop it."""

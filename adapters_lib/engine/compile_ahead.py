@@ -25,8 +25,9 @@ programs ready as a rank tweak finds the family's: a set-up job on the compile t
 at the run's set-up (``start_hook``: held, like every job, until the run's first step is
 lowered or has run), which queues the family's train step and the eval steps at each length the
 memory estimate fits. Its purpose, ``"neighbour lengths"``, is a guess (``compile_queue.LOW``):
-its jobs start only when no other job waits, and the next run's guess supersedes it. Nothing
-runs on the device thread: a run launched meanwhile does not wait for it.
+its jobs start only when no other job waits and no run waits in the queue (``gate_guesses``),
+and the next run's guess supersedes it. Nothing runs on the device thread: a run launched
+meanwhile does not wait for it.
 
 ``GEMMA_WORKBENCH_COMPILE_AHEAD``: ``auto`` (the default: on an accelerator), ``on`` (a CPU
 too, the engine's start included) or ``off``. ``GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS``: ``auto``
@@ -113,6 +114,28 @@ class AheadCompiler:
         self._lock = threading.Lock()
         self.latest: api.CompileRequestInfo | None = None
         self._deferred: tuple[Any, Any, bool] | None = None
+        self._ungate: Any = None
+
+    def gate_guesses(self) -> None:
+        """While a run waits in the queue, no guess starts (``CompileQueue.gate_low``): its
+        set-up would take the GIL from that run's set-up, which starts any moment."""
+        import weakref
+
+        from adapters_lib.train import step_programs
+
+        queue = weakref.ref(self.engine.run_queue)  # a closed engine's gate never holds
+
+        def no_run_waits() -> bool:
+            runs = queue()
+            return runs is None or not runs.has_queued()
+
+        if self._ungate is None:
+            self._ungate = step_programs._behind().gate_low(no_run_waits)
+
+    def close(self) -> None:
+        ungate, self._ungate = self._ungate, None
+        if ungate is not None:
+            ungate()
 
     # ----------------------------------------------------------------- policy
 

@@ -86,6 +86,7 @@ class Engine:
         from adapters_lib import program_store
 
         program_store.write_when_idle(self.idle_for)  # a deferred program: written while idle
+        self.ahead.gate_guesses()  # no guess starts while a run waits to start
         self.ahead.at_start()  # the last launched config's programs, on an accelerator
         if self.runtime.warm:
             threading.Thread(target=self._scan_catalog, name="catalog-scan", daemon=True).start()
@@ -124,6 +125,7 @@ class Engine:
 
         for item in self.scheduler.shutdown(settle, timeout):
             self.publish_status(item.run, end=True)
+        self.ahead.close()
 
     def _run_failed(self, item: QueuedRun, err: BaseException) -> None:
         """What escaped ``training.train`` (a bug): the one failure path."""

@@ -26,6 +26,9 @@ start as before, ahead of the held ones; a job already under way finishes. When 
 step needs no compile (a repeat, a tweak the family's program serves), every job waits
 (``ALL``) until step 1's metrics are in: on the v5e the 1B's rank tweak reached step 1 in 13.5 s
 while its own program traced beside the base eval and step 1, a repeat 8.1 s beside the scorer's.
+A hold starts with the run's set-up; before it, while the run waits in the engine's queue, a
+**gate** (``gate_low``: the engine's "no run is queued") keeps the guesses (``LOW``) from
+starting.
 
 ``listen(callback)`` calls ``callback(job_dict)`` on every state change (from the thread that
 made it: keep it short); ``jobs()`` lists the live jobs and the most recent finished ones.
@@ -55,6 +58,8 @@ wait behind a train step's compile (~90 s on a TPU), nor it behind them."""
 LOW = ("neighbour lengths",)
 """Purposes whose jobs start only when no other job waits: guesses (``engine.compile_ahead``'s
 neighbouring lengths) never delay a program someone asked for."""
+GATE_POLL_S = 0.25
+"""How often a guess held by a gate (``gate_low``) asks it again."""
 ALL = ("*",)
 """``hold(ALL)``: every purpose, the run's own jobs too."""
 KEEP_DONE = 64
@@ -111,6 +116,7 @@ class CompileQueue:
         self._ready = threading.Condition(self._lock)
         self._pending: list[tuple[CompileJob, Callable[..., Any], tuple]] = []
         self._holds: dict[int, frozenset[str]] = {}
+        self._low_gates: list[Callable[[], bool]] = []
         self._jobs: list[CompileJob] = []
         self._ids = itertools.count(1)
         self._requests: dict[str, Request] = {}
@@ -191,6 +197,32 @@ class CompileQueue:
 
         return release
 
+    def gate_low(self, may_start: Callable[[], bool]) -> Callable[[], None]:
+        """Start no ``LOW`` job (a guess) while ``may_start()`` is false: the engine's "no run
+        waits to start" (on the v5e a guess's set-up that began as the next run was queued took
+        the GIL from that run's set-up: the 1B's lr tweak reached step 1 in 9.7 s, not 2-3 s).
+        Polled (``GATE_POLL_S``) while a guess waits; returns the function that removes it."""
+        with self._ready:
+            self._low_gates.append(may_start)
+            self._ready.notify_all()
+
+        def remove() -> None:
+            with self._ready:
+                if may_start in self._low_gates:
+                    self._low_gates.remove(may_start)
+                    self._ready.notify_all()
+
+        return remove
+
+    def _low_may_start(self) -> bool:
+        for may_start in list(self._low_gates):
+            try:
+                if not may_start():
+                    return False
+            except Exception:  # noqa: BLE001 - a gate that fails never holds guesses back
+                continue
+        return True
+
     def wait_free(self, purpose: str, timeout: float | None = None) -> bool:
         """Wait until no hold covers ``purpose``; False when ``timeout`` passed first."""
         with self._ready:
@@ -205,14 +237,20 @@ class CompileQueue:
         start (waits for one)."""
         with self._ready:
             while True:
+                gated = False
                 for low in (False, True):  # the guesses (``LOW``) last
                     for i, item in enumerate(self._pending):
                         job = item[0]
                         if (job.purpose if job.purpose in LANES else "") != lane or (job.purpose in LOW) != low:
                             continue
-                        if job.future.cancelled() or not self._held(job):
+                        if job.future.cancelled():
                             return self._pending.pop(i)
-                self._ready.wait()
+                        if low and not self._low_may_start():
+                            gated = True
+                            break
+                        if not self._held(job):
+                            return self._pending.pop(i)
+                self._ready.wait(GATE_POLL_S if gated else None)
 
     def adopt(self, future: Future | None, what: str) -> None:
         """Inside ``for_request``: the program ``what`` is ready (``future`` None) or under way
