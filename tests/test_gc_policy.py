@@ -1,27 +1,66 @@
 """``engine.gc_policy``: the engine's full collections happen while it is idle, once after
 each stretch of real work (not after a status poll), and what survives is frozen (later
-collections in a run do not walk it)."""
+collections in a run do not walk it); with ``GEMMA_WORKBENCH_GC_POLL_S`` every collection is
+made on the collector's own thread."""
 
 from __future__ import annotations
 
 import gc
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from adapters_lib.engine.gc_policy import THRESHOLDS, IdleCollector
+from adapters_lib.engine.gc_policy import THREAD_NAME, THRESHOLDS, IdleCollector
+
+
+def _in_a_python_of_its_own(name: str) -> None:
+    """In a Python of its own, as in an engine process: a test worker's heap (every earlier
+    test's objects) would make each full collection seconds long, and freezing it or turning
+    the collector off is no business of a test."""
+    here = Path(__file__).resolve().parent
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(here)!r}); "
+                          f"import test_gc_policy; test_gc_policy.{name}()"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
 
 
 def test_an_idle_engine_collects_once_and_freezes_what_survives_and_a_busy_one_does_not():
-    """In a Python of its own, as in an engine process: a test worker's heap (every earlier
-    test's objects) would make each full collection seconds long, and freezing it is no
-    business of a test."""
-    here = Path(__file__).resolve().parent
-    out = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(here)!r}); "
-                          "import test_gc_policy; test_gc_policy.scenario()"],
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-3000:]
+    _in_a_python_of_its_own("scenario")
+
+
+def test_with_a_poll_every_collection_is_made_on_the_collectors_thread():
+    """``GEMMA_WORKBENCH_GC_POLL_S``: the automatic collector off, the young collections on the
+    ``engine-gc`` thread (never in the thread that allocates: the engine's device thread)."""
+    _in_a_python_of_its_own("scenario_thread")
+
+
+def scenario_thread() -> None:
+    collector = IdleCollector(lambda: 0.0, young_poll_s=0.01).start()  # busy throughout
+    threads: set[str] = set()
+
+    def seen(phase: str, info: dict) -> None:
+        if phase == "start":
+            threads.add(threading.current_thread().name)
+
+    gc.callbacks.append(seen)
+    try:
+        assert not gc.isenabled() and gc.get_threshold() == THRESHOLDS
+        deadline = time.monotonic() + 60
+        while collector.young < 2:  # garbage cycles, made here past the threshold
+            assert time.monotonic() < deadline, "no collection on the collector's thread"
+            for _ in range(THRESHOLDS[0] + 10_000):
+                c = []
+                c.append(c)
+            del c
+            time.sleep(0.05)
+        assert threads == {THREAD_NAME} and collector.collections == 0  # no full one: not idle
+    finally:
+        gc.callbacks.remove(seen)
+        collector.stop()
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # put back
+    print("ok")
 
 
 def scenario() -> None:

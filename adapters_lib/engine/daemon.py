@@ -210,7 +210,8 @@ async def _serve(f: dict[str, Path], *, foreground: bool, address: tuple[str, in
     engine.start()
     from adapters_lib.engine.gc_policy import IdleCollector
 
-    collector = IdleCollector(engine.idle_for).start()  # full collections while idle, not in runs
+    collector = IdleCollector(engine.idle_for,  # full collections while idle, not in runs
+                              young_poll_s=paths.env_number("GEMMA_WORKBENCH_GC_POLL_S")).start()
     _switch_interval(os.environ.get("GEMMA_WORKBENCH_SWITCH_INTERVAL_S", ""))
     log.info("engine %s ready in %.2f s (pid %d) on %s", __version__, time.perf_counter() - t0,
              os.getpid(), f["socket"])
