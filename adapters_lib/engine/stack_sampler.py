@@ -149,7 +149,6 @@ class StackSampler:
                     lines.append(f"  thread {names.get(ident, ident)}:")
                     lines += [f"    {f.filename}:{f.lineno} {f.name}"
                               for f in traceback.extract_stack(frame)[-DEPTH:]]
-                del frame
         finally:
             frames.clear()  # no thread's frame outlives this call here
         self._out.write("\n".join(lines) + "\n")
