@@ -263,10 +263,30 @@ def loop(model: str, out: Path, steps: int, extra: list[str] = ()) -> dict[str, 
                     train_row(f"max_length → {length}", lengths[0])
                 if which != "plain":
                     train_row(f"max_length → {ahead}, prepared first", lengths[1])
+    except Exception as e:  # the row that failed, and why the engine stopped, in a "[loop]" line
+        _log(f"{model}: stopped after {len(rows)} row(s): {type(e).__name__}: {str(e)[:300]}"
+             f"{_engine_death(home / 'state' / 'engine.log')}")
+        raise
     finally:
         subprocess.run([EXE, "engine", "stop", "--force"], capture_output=True, timeout=300)
         save()
     return result
+
+
+def _engine_death(log: Path) -> str:
+    """The engine log's last words, as a clause: its fatal error with the line before it (on
+    the chip "SystemError: …" then "Fatal Python error: Segmentation fault"), else its last
+    line; "" without a log."""
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return ""
+    fatal = [i for i, line in enumerate(lines) if line.startswith("Fatal Python error")]
+    if not fatal:
+        return f"; the engine log's last line: {lines[-1][:300]}" if lines else ""
+    i = fatal[-1]
+    said = [lines[i - 1], lines[i]] if i and not lines[i - 1].startswith(" ") else [lines[i]]
+    return f"; the engine log: {' / '.join(said)}"
 
 
 def _eval_data(model: str, work: Path) -> str:

@@ -60,3 +60,22 @@ def test_quick_leaves_out_only_the_demo_twins_of_the_real_270m_rows():
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_the_loop_names_why_the_engine_died(tmp_path):
+    """``bench.tpu_loop``: when the engine dies mid-loop, the "[loop]" line (all that the chip's
+    call keeps) carries the engine log's fatal error, as the v5e's crash printed it."""
+    sys.path.insert(0, str(ROOT))
+    from bench.tpu_loop import _engine_death
+
+    log = tmp_path / "engine.log"
+    log.write_text("2026-12-07 12:14:46,725 INFO device adapters_lib.engine: run x: starting\n"
+                   "SystemError: deallocated BytesIO object has exported buffers\n"
+                   "Fatal Python error: Segmentation fault\n\n"
+                   "Thread 0x00007ebf255ff6c0 (most recent call first):\n"
+                   '  File "/work/main/adapters_lib/train/reaper.py", line 55 in _run\n')
+    assert _engine_death(log) == ("; the engine log: SystemError: deallocated BytesIO object has "
+                                  "exported buffers / Fatal Python error: Segmentation fault")
+    log.write_text("2026-12-07 11:56:03,619 INFO device adapters_lib.engine: run y: completed\n")
+    assert _engine_death(log).endswith("run y: completed")
+    assert _engine_death(tmp_path / "none.log") == ""
