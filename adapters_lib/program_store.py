@@ -20,13 +20,15 @@ no program that JAX's memory answered (one compiled before in this process, mayb
 the cache then: serialized again, it would lack its kernels — ``program_bytes``). ``remembered_shapes`` keeps
 the result of an abstract trace the same way (the LoRA adapters' shapes).
 
+A program serves at once; its copy for the next engine is written when nothing needs the GIL
+that serializing holds (``program_writes``: after a run's steps, while the engine is idle).
+
 - ``GEMMA_WORKBENCH_PROGRAMS``: the folder (default ``<state dir>/programs``); empty: off.
 - ``GEMMA_WORKBENCH_PROGRAMS_GB``: the cap (default 2); the least recently used go first.
 """
 
 from __future__ import annotations
 
-import atexit
 import hashlib
 import logging
 import os
@@ -39,7 +41,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters_lib import program_bytes
+from adapters_lib import program_bytes, program_writes
+from adapters_lib.program_writes import QUIET_S, flush, steps_running, write_when_idle  # noqa: F401 - the store's face
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +153,7 @@ def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
     """The compiled program for ``key`` (hashable, its ``repr`` stable across processes):
     read back from the store, or ``lower().compile()`` (and stored)."""
     path = entry_path(name, key)
-    waiting = _waiting(path)
+    waiting = program_writes.unwritten(path)
     if waiting is not None:
         stats["loaded"] += 1
         log.info("%s: the program compiled earlier in this engine, its copy not yet written "
@@ -174,140 +177,8 @@ def load_or_compile(name: str, key: Any, lower: Callable[[], Any]) -> Any:
         log.info("program store: %s not kept (compiled earlier in this process, where JAX's "
                  "cache may have served it: its bytes would lack their kernels)", name)
         return compiled
-    _write_or_defer(path, compiled, name, served)
+    program_writes.write_or_defer(path, compiled, name, lambda: _write(path, compiled, name, served))
     return compiled
-
-
-_QUIET = threading.Condition()
-_running = 0
-"""Runs whose steps run now (``steps_running``)."""
-_deferred: list[tuple[Path, Any, str, bytes | None]] = []
-_writing: list[tuple[Path, Any, str, bytes | None]] = []
-"""Deferred programs being written now (off ``_deferred``, their file not yet in place)."""
-_writer: threading.Thread | None = None
-
-
-def steps_running() -> Callable[[], None]:
-    """While a run's steps run (until the returned function is called; idempotent), a program
-    compiled on a compile thread is written when they end and the process is idle
-    (``write_when_idle``), not at once: serializing an
-    executable holds the GIL (a 20 MB program ~2 s on the v5e's host: a 1.73 s stall between the
-    1B's steps). The program serves at once; only its copy for the next engine waits."""
-    global _running
-    with _QUIET:
-        _running += 1
-    done = False
-
-    def release() -> None:
-        global _running
-        nonlocal done
-        with _QUIET:
-            if done:
-                return
-            done = True
-            _running -= 1
-            _QUIET.notify_all()
-
-    return release
-
-
-def _waiting(path: Path | None) -> Any:
-    """The program compiled for ``path`` whose write waits (``_write_or_defer``), else None:
-    a set-up that needs it again (its programs no longer kept in memory: ``step_programs.kept``
-    holds eight) takes it from here, not from a second compile (on the v5e the 270M's length
-    tweak waited 48 s for a program compiled a minute earlier, its copy waiting for idle)."""
-    if path is None:
-        return None
-    with _QUIET:
-        return next((item[1] for item in (*_deferred, *_writing) if item[0] == path), None)
-
-
-def _write_or_defer(path: Path, compiled: Any, name: str, served: bytes | None) -> None:
-    """Write now, or later: a program compiled behind running steps waits for them to end, and
-    in an engine (``write_when_idle``) every program waits until it is idle — also the one that
-    the device thread compiled for a run's first step (on the v5e writing the 1B's took 20.1 s
-    before step 1) or that a compile thread finished in the next run's set-up (17.3 s of the
-    270M's rank tweak)."""
-    global _writer
-    behind = threading.current_thread().name.startswith("compile-behind")  # ``compile_queue``'s
-    busy = _idle_for is not None and not _idle()
-    with _QUIET:
-        if busy or (behind and _running):
-            _deferred.append((path, compiled, name, served))
-            if _writer is None:
-                _writer = threading.Thread(target=_write_when_quiet, name="program-store-writer",
-                                           daemon=True)
-                _writer.start()
-            _QUIET.notify_all()
-            log.info("program store: %s kept for when the engine is idle (serializing holds the "
-                     "GIL)", name)
-            return
-    _write(path, compiled, name, served)
-
-
-QUIET_S = 1.0
-"""Seconds the process must have been idle (``write_when_idle``) before a deferred program is
-written: not in a run's end, the Compare warm-up after it, a Compare's stream or the next
-run's set-up (on the v5e the cold 270M run's end took 22.4 s beside the writes)."""
-_idle_for: Callable[[], float] | None = None
-
-
-def write_when_idle(idle_for: Callable[[], float] | None) -> None:
-    """The process's idle clock (the engine's ``idle_for``: seconds since it last did anything,
-    0 while it trains or streams), which the deferred writes wait on; None: only the steps."""
-    global _idle_for
-    _idle_for = idle_for
-
-
-def _idle() -> bool:
-    clock = _idle_for
-    if clock is None:
-        return True
-    try:
-        return clock() >= QUIET_S
-    except Exception:  # noqa: BLE001 - a clock that fails never holds a write back
-        return True
-
-
-def _write_when_quiet() -> None:
-    while True:
-        with _QUIET:
-            _QUIET.wait_for(lambda: _deferred and not _running)
-        if not _idle():
-            time.sleep(0.25)
-            continue
-        with _QUIET:
-            if not _deferred or _running:
-                continue
-            item = _deferred.pop(0)
-            _writing.append(item)
-        _write_taken(item)
-
-
-def flush() -> int:
-    """Write every deferred program now (the process ends, a test reads the store); how many."""
-    n = 0
-    while True:
-        with _QUIET:
-            if not _deferred:
-                return n
-            item = _deferred.pop(0)
-            _writing.append(item)
-        _write_taken(item)
-        n += 1
-
-
-def _write_taken(item: tuple[Path, Any, str, bytes | None]) -> None:
-    """Write a deferred program taken off ``_deferred`` (listed in ``_writing`` meanwhile, so
-    that ``_waiting`` still finds it until its file is there)."""
-    try:
-        _write(*item)
-    finally:
-        with _QUIET:
-            _writing.remove(item)
-
-
-atexit.register(flush)
 
 
 def _read(path: Path) -> Any:
