@@ -27,9 +27,12 @@ from adapters_lib.engine import api
 from workbench.screens.base import WorkbenchScreen, error_text, is_text_field
 from workbench.screens.compare_history import (
     DECODING,
+    LATEST,
     blank_words,
+    checkpoint_options,
     decoding_fields,
     done_frame,
+    idle_line,
     side_stats,
     token_side,
 )
@@ -37,8 +40,6 @@ from workbench.screens.compare_turns import Conversation, record_prompt, record_
 from workbench.screens.runstate import RunView
 from workbench.widgets.nav import NavBar
 from workbench.widgets.waits import WaitNote
-
-LATEST = -1
 
 
 class CompareScreen(WorkbenchScreen):
@@ -194,10 +195,7 @@ class CompareScreen(WorkbenchScreen):
         self.view = view
         picker = self.query_one("#compare-step", Select)
         keep = picker.value if same_run and picker.value in view.checkpoints else LATEST
-        latest = f"latest ({view.checkpoints[-1]})" if view.checkpoints else "latest"
-        picker.set_options([(latest, LATEST)] + [
-            (f"step {s} ★ best" if s == view.best_step else f"step {s}", s)
-            for s in reversed(view.checkpoints)])
+        picker.set_options(checkpoint_options(view.checkpoints, view.best_step))
         picker.value = keep
         picker.mutate_reactive(Select.value)  # the same value: its new label is shown anyway
         if not same_run and self.conversation is not None:
@@ -211,12 +209,7 @@ class CompareScreen(WorkbenchScreen):
             self.query_one(f"#pane-{side}").border_title = shown
         self.earlier, self.earlier_pos = earlier, -1
         if not self.generating and self.summary is None:
-            count = len(earlier)
-            self.query_one("#compare-wait", WaitNote).done(
-                f"[dim]{count} earlier compare{'s' if count != 1 else ''} of this run: "
-                "escape, then \\[ and ] walk them[/]" if count else
-                f"[dim]{len(view.checkpoints)} checkpoint(s) · the tuned side uses the one "
-                "picked above[/]")
+            self.query_one("#compare-wait", WaitNote).done(idle_line(len(earlier), len(view.checkpoints)))
 
     # ------------------------------------------------------------------ sending
 

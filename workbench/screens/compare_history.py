@@ -1,5 +1,6 @@
-"""What the Compare screen sends and reads: its decoding inputs as the API's fields, the token
-stream's items and the per-side figures of a finished one. Earlier compares come from the
+"""What the Compare screen sends and reads: its decoding inputs as the API's fields, the
+checkpoint picker's choices and the idle line, the token stream's items and the per-side
+figures of a finished one. Earlier compares come from the
 engine (``client.compares``: it reads the run's ``compare/*.jsonl`` where the run is, so a
 remote engine's too)."""
 
@@ -19,6 +20,26 @@ one record of the generation settings)."""
 
 STOP_WORDS = {"stop": "end of turn", "length": "max new tokens", "cancelled": "cancelled"}
 """The engine's ``stop_reason`` values as the pane's frame says them."""
+
+
+LATEST = -1
+"""The checkpoint picker's "latest" (the run's newest checkpoint when it is sent)."""
+
+
+def checkpoint_options(checkpoints: list[int], best_step: int | None) -> list[tuple[str, int]]:
+    """The checkpoint picker's choices: latest, then every step, newest first, the best one
+    starred."""
+    latest = f"latest ({checkpoints[-1]})" if checkpoints else "latest"
+    return [(latest, LATEST)] + [(f"step {s} ★ best" if s == best_step else f"step {s}", s)
+                                 for s in reversed(checkpoints)]
+
+
+def idle_line(earlier: int, checkpoints: int) -> str:
+    """What the wait line says before a compare: the earlier ones to walk, or the checkpoints."""
+    if earlier:
+        return (f"[dim]{earlier} earlier compare{'s' if earlier != 1 else ''} of this run: "
+                "escape, then \\[ and ] walk them[/]")
+    return f"[dim]{checkpoints} checkpoint(s) · the tuned side uses the one picked above[/]"
 
 
 def decoding_fields(texts: dict[str, str]) -> tuple[dict[str, Any], list[str]]:
