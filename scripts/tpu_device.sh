@@ -2,7 +2,7 @@
 # The workbench on a TPU machine that has no package index for our pins (the lent TPU v5e
 # this project measures on: Python 3.11, no registry, no TensorFlow). Everything travels: a
 # Python 3.12, the cp312 wheels of jaxlib and libtpu, the site packages the engine needs, in
-# parts of at most 55 MiB; the project itself is the working tree the command runs in.
+# parts of at most 48 MiB (PART_MB); the project itself is the working tree the command runs in.
 #
 #   scripts/tpu_device.sh build [DIR] [--with-270m]
 #                                        here, after `make setup`: DIR/cpartNN/ (default .tpu),
@@ -26,7 +26,7 @@ REPO=$PWD
 PARTS=/tmp/tpu-parts
 ROOT=${TPU_WB_ROOT:-/tmp/tpu-wb}
 OUT=${OUT:-/tmp/tpu-out}
-PART_MB=55
+PART_MB=${PART_MB:-48}  # the working tree (~9 MiB) travels beside each part, under the 64 MiB a call carries
 
 # packages the engine never runs (TensorFlow and its kin: the Keras route imports it by name
 # only, adapters_lib.import_shields.tf_absent; notebooks and cloud clients), the jaxlib built for this machine,
