@@ -371,6 +371,62 @@ def test_a_cold_start_compiles_the_first_step_before_the_base_eval_waits(family_
                                [plain[k] for k in sorted(plain)], rtol=1e-5)
 
 
+def test_a_config_compiled_ahead_runs_its_own_programs_from_step_1_with_nothing_in_the_foreground(
+        tmp_path, monkeypatch, caplog):
+    """``prepare`` then launch on an accelerator (compile behind forced on this CPU), a family
+    run: the family's train and eval steps, then the run's own train and eval steps, compile
+    ahead; the launch serves from the run's own program and compiles nothing in the foreground
+    (the chip, 2026-12-07: the own eval step had not been compiled ahead, and step 1 of a
+    prepared ``max_length`` tweak waited 8.5 s for it). Without the own eval steps ready the
+    family's program serves (every program it needs is ready)."""
+    import logging
+
+    from fixtures_runs import demo_overrides
+
+    from adapters_lib import runs
+    from adapters_lib.config import load_config
+    from adapters_lib.train import plan as plan_lib
+    from adapters_lib.train import step_programs
+    from adapters_lib.train.loop import run_training
+
+    monkeypatch.setenv("GEMMA_WORKBENCH_COMPILE_BEHIND", "1")
+    step_programs.forget()
+    settings = dict(RUN, train__steps=4, train__programs='"family"', train__rank_bucket=16)
+    seen: list[dict] = []
+    stop = step_programs.listen(seen.append)
+    caplog.set_level(logging.INFO, logger="adapters_lib")
+    try:
+        cfg = load_config(None, demo_overrides(run__name='"ahead"', run__dir=f'"{tmp_path}"', **settings))
+        futures = plan_lib.compile_ahead(cfg)
+        for f in futures:
+            f.result(timeout=600)
+        ahead = [j["what"] for j in seen if j["state"] == "ready"]
+        assert ahead.count("train step") == 2 and ahead.count("eval step") >= 2, ahead  # family's and own
+        caplog.clear()
+        seen.clear()
+        result = run_training(cfg, runs.create_run(cfg))
+        assert result.state == "completed"
+        assert "the run's own program (compiled before)" in caplog.text
+        assert not [j for j in seen if j["where"] == "foreground"], seen
+        # the run's own eval steps dropped (its train step kept): the family's serves instead
+        plan = plan_lib.plan_run(cfg)
+        assert plan.own_steps is None and plan.steps.evals_ready(plan.pipeline.eval_batches(cfg.train.eval_batches))
+        own_eval = plan.steps._eval
+        kept = dict(own_eval.compiled)
+        own_eval.compiled.clear()
+        own_eval.called.clear()
+        try:
+            caplog.clear()
+            again = plan_lib.plan_run(cfg)
+            assert again.own_steps is not None
+            assert "the family's compiled program serves the run" in caplog.text
+        finally:
+            own_eval.compiled.update(kept)
+    finally:
+        stop()
+        step_programs.forget()
+
+
 def test_a_state_made_on_the_host_is_placed_as_the_devices_state(demo, make_batch):
     """Fresh adapters made on the host's CPU device (``plan.on_host``) for a mesh elsewhere (an
     accelerator's; here another CPU device): the optimizer's state is made on the host and

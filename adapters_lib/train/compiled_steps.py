@@ -160,6 +160,19 @@ class Steps:
                 futures.append(f)
         return futures
 
+    def evals_ready(self, batches: list[Mapping[str, Any]]) -> bool:
+        """Whether the eval step runs each of ``batches`` (host or placed) with no compile in
+        the foreground: its program compiled for the batch's loss positions, or for more (then
+        ``_slots`` runs it there while its own compiles behind)."""
+        program = self._eval
+        for batch in batches:
+            need = self.slots_for(batch)
+            sig = program.signature(_batch(batch, self.keys), need)
+            if not program.ready(sig) and not any(s[1] == sig[1] and s[0] > need
+                                                  for s in (*program.compiled, *program.called)):
+                return False
+        return True
+
     def _slots(self, batch: Mapping[str, Any], kind: str, placed: Mapping[str, Any]) -> int:
         need = slots = self.slots_for(batch)
         program = self._train if kind == "train" else self._eval
