@@ -5,6 +5,7 @@ instead of a speed, with the compile step left out of the step-time figures."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -53,13 +54,16 @@ class CompilingRun(StaticClient):
 
 
 async def test_train_says_it_compiles_the_train_step_instead_of_a_speed():
-    app = WorkbenchApp(CompilingRun(), mode="train", run_id=RUN, remember=False)
+    client = CompilingRun()
+    app = WorkbenchApp(client, mode="train", run_id=RUN, remember=False)
     async with app.run_test(size=(100, 30)) as pilot:
         await until(pilot, lambda: app.screen.view is not None and len(app.screen.view.metrics) == 2,
                     what="the run's record")
         app.screen.redraw()
         title = str(app.screen.query_one("#train-title", Static).render())
-        assert "compiling the train step (12 s)" in title or "compiling the train step (13 s)" in title
+        shown = re.search(r"compiling the train step \((\d+) s\)", title)
+        # the seconds since the compile began: 12 when the screen drew at once (more on a busy machine)
+        assert shown and 12 <= int(shown[1]) <= time.time() - client.started + 1, title
         assert "/step" not in title and "ETA" not in title  # no speed while it compiles
         speed = app.screen.query_one("#plot-tps", PlotView)
         assert speed.title.startswith("tokens/s · compiling the train step (")
