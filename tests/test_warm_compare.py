@@ -141,3 +141,42 @@ def test_off_when_the_variable_says_0(monkeypatch, tmp_path):
     assert warmer.at_run_start(cfg, run) == []
     assert warmer.warm(run) is False
     assert warmer.current is None and warmer.futures == []
+
+
+def test_a_request_right_after_a_runs_end_skips_the_warm_up_and_one_later_does_not(tmp_path, caplog, monkeypatch):
+    """After a run the warm-up waits ``GRACE_S`` for the client's next request: a job that comes
+    meanwhile (a tweak launched at once, a Compare) is not held behind the warm-up's model load
+    (on the v5e it held a tweak's run 0.2-1.7 s); with none, the warm-up goes on (the real
+    scheduler's device thread, a run dir with no checkpoint: it reaches the load and fails
+    there, in words)."""
+    import logging
+
+    from adapters_lib.config import RunConfig
+    from adapters_lib.engine import warm_compare
+    from adapters_lib.engine.run_queue import RunQueue
+    from adapters_lib.engine.scheduler import Scheduler
+    from adapters_lib.runs.registry import create_run
+
+    monkeypatch.setenv("GEMMA_WORKBENCH_WARM_COMPARE", "1")
+    scheduler = Scheduler(train=lambda item: None, on_failure=lambda item, err: None, runs=RunQueue())
+    scheduler.start()
+    warmer = warm_compare.Warmer(engine=types.SimpleNamespace(scheduler=scheduler))
+    run = create_run(RunConfig(), root=tmp_path)
+    caplog.set_level(logging.INFO, logger="adapters_lib.engine")
+    try:
+        assert warmer.warm(run, grace=warm_compare.GRACE_S)
+        time.sleep(0.1)
+        t0 = time.monotonic()
+        assert scheduler.submit(lambda: "answered", "the next request").result(timeout=30) == "answered"
+        assert time.monotonic() - t0 < warm_compare.GRACE_S  # not after the grace and a load
+        assert f"run {run.run_id}: Compare warm-up skipped (other work came within 0.5 s)" in caplog.text
+        assert "warming Compare" not in caplog.text and warmer.current is None
+        caplog.clear()
+        assert warmer.warm(run, grace=0.05)
+        deadline = time.monotonic() + 60
+        while "Compare warm-up failed" not in caplog.text:
+            assert time.monotonic() < deadline, caplog.text
+            time.sleep(0.05)
+        assert f"warming Compare for run {run.run_id}" in caplog.text and "skipped" not in caplog.text
+    finally:
+        scheduler.shutdown(lambda item: None, timeout=30)

@@ -29,7 +29,9 @@ the Compare's own compile thread while the train step compiles in the foreground
 right after the first run finds them ready.
 
 The device job is skipped when a run trains or waits, or a request waits (it would load a
-model beside the run's); one that comes while the model loads goes first after it (the eval
+model beside the run's); after a run it waits ``GRACE_S`` first, and a run or request that
+comes meanwhile skips it too (a client that launches the next tweak at once does not wait for
+a model load); one that comes while the model loads goes first after it (the eval
 tree is not read then: its scorer compiles on first use). ``GEMMA_WORKBENCH_WARM_COMPARE=0`` turns it off (the test suite
 does, ``tests/conftest.py``). ``status.warming`` names the run until its compiles end; the
 engine log says when they were queued and how long they took, and how long the model's load
@@ -51,6 +53,10 @@ PROMPT = "Hi."
 STATES = ("completed", "stopped")
 PURPOSE = "compare"
 """The compile queue's purpose of these jobs: a newer warm-up drops the older one's."""
+GRACE_S = 0.5
+"""Seconds the warm-up after a run waits for the client's next request first (a tweak launched
+at once, a Compare): one that comes meanwhile goes first, the warm-up skipped. On the v5e a run
+queued 20-200 ms after the last one ended waited 0.2-1.7 s for the warm-up's model load."""
 
 
 def enabled() -> bool:
@@ -98,17 +104,18 @@ class Warmer:
         """A run's training ended (the device thread, ``Engine.run_ended``): warm it if it
         completed or was stopped and the engine has nothing else to do."""
         if str(run.state) in STATES:
-            self.warm(run)
+            self.warm(run, grace=GRACE_S)
 
-    def warm(self, run: Any, step: int = -1) -> bool:
-        """Queue the warm-up of ``run``'s checkpoint ``step`` (-1: the latest); False when
-        skipped (off, the engine closes, or other work waits)."""
+    def warm(self, run: Any, step: int = -1, grace: float = 0.0) -> bool:
+        """Queue the warm-up of ``run``'s checkpoint ``step`` (-1: the latest), to start once
+        ``grace`` seconds pass with no other work; False when skipped (off, the engine closes,
+        or other work waits)."""
         if not enabled() or self.engine.scheduler.closing.is_set() or self._other_work():
             return False
         with self._lock:
             self.current = run.run_id
         try:
-            self.engine.scheduler.submit(lambda: self._warm(run, step), label=f"warm compare {run.run_id}",
+            self.engine.scheduler.submit(lambda: self._warm(run, step, grace), label=f"warm compare {run.run_id}",
                                          internal=True)
         except Exception:  # noqa: BLE001 - the engine is closing: no warm-up
             self._clear(run.run_id)
@@ -197,6 +204,15 @@ class Warmer:
         """A run trains or waits, a request waits, or the engine closes."""
         return self.engine.scheduler.waiting()
 
+    def _work_comes(self, seconds: float) -> bool:
+        """Whether other work waits, or comes within ``seconds`` (looked at every 20 ms)."""
+        end = time.monotonic() + seconds
+        while not self._other_work():
+            if time.monotonic() >= end:
+                return False
+            time.sleep(0.02)
+        return True
+
     def _clear(self, run_id: str) -> None:
         with self._lock:
             if self.current == run_id:
@@ -209,7 +225,7 @@ class Warmer:
         if dropped:
             log.info("Compare warm-up: %d queued compile(s) of an older one dropped", dropped)
 
-    def _warm(self, run: Any, step: int) -> None:
+    def _warm(self, run: Any, step: int, grace: float = 0.0) -> None:
         """The device job: load, queue the compiles, return."""
         from adapters_lib import program_store
         from adapters_lib.engine import api, sampling
@@ -217,8 +233,9 @@ class Warmer:
 
         t0 = time.perf_counter()
         try:
-            if self._other_work():
-                log.info("run %s: Compare warm-up skipped (other work waits)", run.run_id)
+            if self._work_comes(grace):
+                log.info("run %s: Compare warm-up skipped (other work %s)", run.run_id,
+                         f"came within {grace:g} s" if grace else "waits")
                 self._clear(run.run_id)
                 return
             log.info("warming Compare for run %s", run.run_id)
