@@ -33,9 +33,9 @@ NUMERIC_ENV = {
     "GEMMA_WORKBENCH_STACKS_EVERY_S": (0.0, 0.0, "seconds between the engine's samples of its "
                                                  "threads (how long the GIL kept the sampler; the "
                                                  "stacks after a long wait) in state/stacks.log (0 = off)"),
-    "GEMMA_WORKBENCH_GC_POLL_S": (0.0, 0.0, "seconds between the engine's collector thread's looks "
-                                            "at the youngest generation: collections there, never "
-                                            "in the device thread (0 = Python's own collector)"),
+    "GEMMA_WORKBENCH_GC_POLL_S": (0.02, 0.0, "seconds between the engine's collector thread's looks "
+                                             "at the youngest generation: collections there, never "
+                                             "in the device thread (0 = Python's own collector)"),
 }
 """name → (default, smallest allowed value, meaning)."""
 FOLDER_ENV = ("GEMMA_WORKBENCH_HOME", "GEMMA_WORKBENCH_RUNS", "GEMMA_WORKBENCH_COMPILE_CACHE",

@@ -15,14 +15,16 @@ thread. So the engine process:
   it); the next time unfreezes first, so what died since is collected then.
 ``stacks.log`` (``stack_sampler``) lists every collection of 50 ms or more, to check this.
 
-**With ``GEMMA_WORKBENCH_GC_POLL_S`` > 0** (off by default: not yet measured on the chip) the
-automatic collector is off (``gc.disable``) and this thread (``engine-gc``) makes the younger
-generations' collections too, looking at the youngest one's count every that many seconds: a
-collection runs in whichever thread allocates past the threshold, and its finalizers (Python
-code) share the GIL with every other thread, so the device thread may be the one kept. On the
-v5e a young collection in the device thread took 3.16 s between two of the 270M's steps, beside
-a compile job's trace (a 3.52 s gap). A process busy ``FULL_AT_MOST_S`` without an idle moment
-still gets a full collection there when Python's rule (``THRESHOLDS[2]``) would have made one.
+**With ``GEMMA_WORKBENCH_GC_POLL_S`` > 0** (the default, 0.02 s; 0 gives Python's own collector
+back) the automatic collector is off (``gc.disable``) and this thread (``engine-gc``) makes the
+younger generations' collections too, looking at the youngest one's count every that many
+seconds. Python's own collects in whichever thread allocates past the threshold, the device
+thread included, and holds it there for the whole collection: on the v5e young collections of
+10-50 k objects took 0.7-3.2 s there, between two steps (gaps of 1.04 and 3.52 s) and inside a
+tweak's set-up. On this thread the same collections (0.6-3.7 s) ran while the device thread
+went on: no step gap over 0.24 s in that loop (BENCHMARKS.md, tenth session). A process busy
+``FULL_AT_MOST_S`` without an idle moment still gets a full collection there when Python's rule
+(``THRESHOLDS[2]``) would have made one.
 """
 
 from __future__ import annotations
