@@ -136,7 +136,7 @@ class GemmaTrainer(Trainer):
             loaded.params = None  # the trainable tree is the model now (and is donated each step)
         clock.mark("state")
         self.store = CheckpointStore(self.run.checkpoints_dir, keep=t.keep_checkpoints)
-        eval_host = pipeline.eval_batches(t.eval_batches)
+        eval_host = plan.eval_host
         self.s = GemmaSetup(loaded=loaded, mesh=plan.mesh, rng=plan.rng, steps=steps, pipeline=pipeline,
                             eval_data=[steps.put_batch(b) for b in eval_host])
         steps.compile_eval_behind(self.s.eval_data)  # an accelerator: ready by the first eval

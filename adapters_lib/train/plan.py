@@ -47,6 +47,8 @@ class RunPlan:
     """The trainable tree in the program's shapes (fresh adapters, a reference's, or the params)."""
     steps: Any
     pipeline: Any
+    eval_host: list[Any]
+    """The run's eval batches on the host (``train.eval_batches`` of them), assembled once."""
     timeline: dict[str, float] = field(default_factory=dict)
     own_steps: Any = None
     """With a family's program serving the run (``family`` set): the run's own (exact) steps,
@@ -134,7 +136,8 @@ def plan_run(cfg: RunConfig) -> RunPlan:
         steps.run_slots = widest_slots(steps, pipeline, t.steps)
         clock.mark("loss positions")
     plan = RunPlan(loaded=loaded, mesh=mesh, rng=rng, family=family, own=own, trainable=trainable,
-                   steps=steps, pipeline=pipeline, timeline=clock.phases)
+                   steps=steps, pipeline=pipeline, eval_host=pipeline.eval_batches(t.eval_batches),
+                   timeline=clock.phases)
     if family is not None and steps.compile_behind:
         _choose_program(plan, cfg, optimizer, base_params, reference)
         clock.mark("programs")
@@ -220,8 +223,8 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     own.run_slots = fam.run_slots
     first = plan.pipeline.train_batch(0)
     own_args, fam_args = first_args(own, first), first_args(fam, first)
-    evals = plan.pipeline.eval_batches(cfg.train.eval_batches)
-    if ready(own, own_args) and (own.evals_ready(evals) or not (ready(fam, fam_args) and fam.evals_ready(evals))):
+    own_ready, fam_ready = ready(own, own_args), ready(fam, fam_args) and fam.evals_ready(plan.eval_host)
+    if own_ready and (own.evals_ready(plan.eval_host) or not fam_ready):
         plan.trainable = fit_on_host(plan.trainable, plan.own.params)
         plan.steps, plan.family, plan.own = own, None, None
         log.info("LoRA: the run's own program (compiled before)")
@@ -313,11 +316,10 @@ def compile_ahead(cfg: RunConfig, *, force: bool = False, own: bool = True) -> l
     if not (steps.compile_behind or force):
         return []
     futures = [steps._train.compile_behind(*first_args(steps, plan.pipeline.train_batch(0)))]
-    eval_host = plan.pipeline.eval_batches(cfg.train.eval_batches)
-    futures += _evals_behind(steps, eval_host)
+    futures += _evals_behind(steps, plan.eval_host)
     futures += [program.compile_behind(*args) for program, args in plan.behind if own or plan.own_steps is None]
     if own and plan.own_steps is not None:  # its eval steps too: the run's own then serves from step 1
-        futures += _evals_behind(plan.own_steps, eval_host)
+        futures += _evals_behind(plan.own_steps, plan.eval_host)
     return [f for f in futures if f is not None]
 
 
