@@ -166,10 +166,8 @@ class Steps:
         ``_slots`` runs it there while its own compiles behind)."""
         program = self._eval
         for batch in batches:
-            need = self.slots_for(batch)
-            sig = program.signature(_batch(batch, self.keys), need)
-            if not program.ready(sig) and not any(s[1] == sig[1] and s[0] > need
-                                                  for s in (*program.compiled, *program.called)):
+            sig = program.signature(_batch(batch, self.keys), self.slots_for(batch))
+            if not program.ready(sig) and _wider(program, sig) is None:
                 return False
         return True
 
@@ -180,8 +178,7 @@ class Steps:
         if self.compile_behind:
             sig = program.signature(placed, need)
             if not program.ready(sig):
-                wider = min((s[0] for s in (*program.compiled, *program.called)
-                             if s[1] == sig[1] and s[0] > need), default=None)
+                wider = _wider(program, sig)
                 if wider is None and kind == "train" and (self.run_slots or 0) > need:
                     wider = self.run_slots  # compiled now: the widest the run needs
                 if wider is not None:
@@ -264,6 +261,13 @@ def memory_of(compiled: Any) -> dict[str, int]:
 def mask_keys(keys: tuple[str, ...]) -> list[str]:
     """The loss masks among a batch's keys (``loss_mask``; DPO's ``chosen_``/``rejected_`` ones)."""
     return [k for k in keys if k.endswith("loss_mask")]
+
+
+def _wider(program: Any, sig: tuple) -> int | None:
+    """The fewest loss positions, more than ``sig``'s, of a program ready for ``sig``'s batch
+    shapes (a narrower batch runs there while its own compiles behind), or None."""
+    return min((s[0] for s in (*program.compiled, *program.called) if s[1] == sig[1] and s[0] > sig[0]),
+               default=None)
 
 
 def _batch(batch: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
