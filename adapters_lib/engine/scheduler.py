@@ -138,6 +138,12 @@ class Scheduler:
         return (jobs or self.closing.is_set() or self.runs.training() is not None
                 or self.runs.has_queued())
 
+    def work_within(self, seconds: float) -> bool:
+        """Whether work (``waiting``) is there now or comes within ``seconds`` (woken by
+        ``submit`` and ``wake``, not polled)."""
+        with self._lock:
+            return self._lock.wait_for(self.waiting, timeout=seconds)
+
     def idle_for(self, open_streams: int = 0) -> float:
         """Seconds since the device thread last did anything (0 while busy or streaming: a run
         queued or training, a job waiting or running — eval's scoring took 6.9 s more on the v5e

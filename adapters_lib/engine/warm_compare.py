@@ -204,15 +204,6 @@ class Warmer:
         """A run trains or waits, a request waits, or the engine closes."""
         return self.engine.scheduler.waiting()
 
-    def _work_comes(self, seconds: float) -> bool:
-        """Whether other work waits, or comes within ``seconds`` (looked at every 20 ms)."""
-        end = time.monotonic() + seconds
-        while not self._other_work():
-            if time.monotonic() >= end:
-                return False
-            time.sleep(0.02)
-        return True
-
     def _clear(self, run_id: str) -> None:
         with self._lock:
             if self.current == run_id:
@@ -233,7 +224,7 @@ class Warmer:
 
         t0 = time.perf_counter()
         try:
-            if self._work_comes(grace):
+            if self.engine.scheduler.work_within(grace):
                 log.info("run %s: Compare warm-up skipped (other work %s)", run.run_id,
                          f"came within {grace:g} s" if grace else "waits")
                 self._clear(run.run_id)
