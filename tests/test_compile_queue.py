@@ -231,6 +231,8 @@ def test_after_compile_ahead_the_runs_first_steps_and_eval_compile_nothing_in_th
     mine = [j for j in q.jobs() if j["request"] == req.id]
     assert {j["what"] for j in mine} >= {"train step", "eval step"}
     assert all(j["state"] == "ready" and j["where"] == "behind" for j in mine), mine
+    order = [j["what"] for j in sorted(mine, key=lambda j: j["id"])]
+    assert order.index("eval step") < order.index("train step"), order  # the short compiles first
 
     plan = plan_run(cfg)  # the run's set-up: the kept programs
     steps = plan.steps
