@@ -128,6 +128,49 @@ def test_a_gate_keeps_the_guesses_back_while_a_run_waits_to_start(tmp_path):
         step_programs._BEHIND = old
 
 
+def test_the_gate_keeps_the_guesses_back_while_a_clients_device_job_waits_or_runs(tmp_path):
+    """A Compare or an eval on the device thread (a client's job, not the engine's internal
+    ones): a guess queued meanwhile starts once it ended."""
+    import threading
+    from types import SimpleNamespace
+
+    from adapters_lib import runs
+    from adapters_lib.engine.compile_ahead import AheadCompiler
+    from adapters_lib.engine.run_queue import RunQueue
+    from adapters_lib.engine.scheduler import Scheduler
+
+    q = compile_queue.CompileQueue()
+    run_queue = RunQueue(runs.Registry(tmp_path / "runs"))
+    scheduler = Scheduler(train=lambda item: None, on_failure=lambda item, e: None, runs=run_queue)
+    scheduler.start()
+    ahead = AheadCompiler(SimpleNamespace(run_queue=run_queue, scheduler=scheduler))
+    old, step_programs._BEHIND = step_programs._BEHIND, q
+    try:
+        ahead.gate_guesses()
+        gone, started = threading.Event(), threading.Event()
+        internal = scheduler.submit(lambda: gone.wait(30), "heartbeat", internal=True)
+        order: list[str] = []
+        q.submit(order.append, "guess 1", what="train step", purpose=compile_queue.LOW[0]).result(30)
+        assert order == ["guess 1"]  # the engine's own jobs hold nothing back
+        gone.set()
+        internal.result(30)
+        gone.clear()
+        compare = scheduler.submit(lambda: (started.set(), gone.wait(30)), "compare")
+        assert started.wait(30) and scheduler.serving()
+        guess = q.submit(order.append, "guess 2", what="train step", purpose=compile_queue.LOW[0])
+        time.sleep(3 * compile_queue.GATE_POLL_S)
+        assert order == ["guess 1"] and not guess.done()
+        gone.set()
+        compare.result(30)
+        guess.result(30)
+        assert order == ["guess 1", "guess 2"] and not scheduler.serving()
+    finally:
+        ahead.close()
+        step_programs._BEHIND = old
+        scheduler.closing.set()
+        scheduler.wake()
+
+
 def test_a_guess_asked_for_is_no_longer_one():
     """A queued guess that a request adopts (Configure asks for the program the guess queued)
     starts ahead of the other guesses, and a newer guess does not drop it."""

@@ -25,7 +25,8 @@ programs ready as a rank tweak finds the family's: a set-up job on the compile t
 at the run's set-up (``start_hook``: held, like every job, until the run's first step is
 lowered or has run), which queues the family's train step and the eval steps at each length the
 memory estimate fits. Its purpose, ``"neighbour lengths"``, is a guess (``compile_queue.LOW``):
-its jobs start only when no other job waits and no run waits in the queue (``gate_guesses``),
+its jobs start only when no other job waits, no run waits in the queue and no client's device
+job (a Compare, an eval) waits or runs (``gate_guesses``),
 and the next run's guess supersedes it. Nothing runs on the device thread: a run launched
 meanwhile does not wait for it.
 
@@ -117,20 +118,25 @@ class AheadCompiler:
         self._ungate: Any = None
 
     def gate_guesses(self) -> None:
-        """While a run waits in the queue, no guess starts (``CompileQueue.gate_low``): its
-        set-up would take the GIL from that run's set-up, which starts any moment."""
+        """While a run waits in the queue, or a client's device job (a Compare, an eval) waits
+        or runs, no guess starts (``CompileQueue.gate_low``): its set-up (1-3 s of Python)
+        would take the GIL from that run's set-up, which starts any moment, or from the job.
+        On the v5e the 270M's Compare right after a run took 1.50 s to its first token beside a
+        guess's set-up that began as the Compare was queued (0.29-0.60 s without)."""
         import weakref
 
         from adapters_lib.train import step_programs
 
         queue = weakref.ref(self.engine.run_queue)  # a closed engine's gate never holds
+        scheduler = getattr(self.engine, "scheduler", None)
+        device = weakref.ref(scheduler) if scheduler is not None else lambda: None
 
-        def no_run_waits() -> bool:
-            runs = queue()
-            return runs is None or not runs.has_queued()
+        def nothing_waits() -> bool:
+            runs, jobs = queue(), device()
+            return (runs is None or not runs.has_queued()) and (jobs is None or not jobs.serving())
 
         if self._ungate is None:
-            self._ungate = step_programs._behind().gate_low(no_run_waits)
+            self._ungate = step_programs._behind().gate_low(nothing_waits)
 
     def close(self) -> None:
         ungate, self._ungate = self._ungate, None

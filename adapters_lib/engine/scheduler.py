@@ -61,6 +61,7 @@ class Scheduler:
         self.thread_id: int | None = None
         self.last_activity = time.monotonic()
         self.job_running = False  # a job (eval, a Compare, a warm-up) on the device thread now
+        self.request_running = False  # that job is a client's (not internal)
         self.restarts = 0
         self.last_error: str | None = None
         self._train = train
@@ -138,6 +139,11 @@ class Scheduler:
         return (jobs or self.closing.is_set() or self.runs.training() is not None
                 or self.runs.has_queued())
 
+    def serving(self) -> bool:
+        """Whether a client's device job (a Compare, an eval, an export) waits or runs now."""
+        with self._lock:
+            return self.request_running or any(not j.internal for j in self.jobs)
+
     def work_within(self, seconds: float) -> bool:
         """Whether work (``waiting``) is there now or comes within ``seconds`` (woken by
         ``submit`` and ``wake``, not polled)."""
@@ -199,14 +205,14 @@ class Scheduler:
     def _run_job(self, job: Job) -> None:
         if not job.future.set_running_or_notify_cancel():
             return
-        self.job_running = True
+        self.job_running, self.request_running = True, not job.internal
         try:
             self._prepare()
             job.future.set_result(job.fn())
         except BaseException as e:  # noqa: BLE001 - handed to the waiting request
             job.future.set_exception(e)
         finally:
-            self.job_running = False
+            self.job_running = self.request_running = False
             self.last_activity = time.monotonic()
 
     def _run_item(self, item: QueuedRun) -> None:

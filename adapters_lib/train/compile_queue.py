@@ -27,8 +27,8 @@ step needs no compile (a repeat, a tweak the family's program serves), every job
 (``ALL``) until step 1's metrics are in: on the v5e the 1B's rank tweak reached step 1 in 13.5 s
 while its own program traced beside the base eval and step 1, a repeat 8.1 s beside the scorer's.
 A hold starts with the run's set-up; before it, while the run waits in the engine's queue, a
-**gate** (``gate_low``: the engine's "no run is queued") keeps the guesses (``LOW``) from
-starting.
+**gate** (``gate_low``: the engine's "no run is queued, no client's device job waits or runs")
+keeps the guesses (``LOW``) from starting.
 
 ``listen(callback)`` calls ``callback(job_dict)`` on every state change (from the thread that
 made it: keep it short); ``jobs()`` lists the live jobs and the most recent finished ones.
