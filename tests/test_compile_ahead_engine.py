@@ -147,6 +147,7 @@ def test_after_a_run_its_neighbouring_lengths_compile_ahead_and_a_length_tweak_c
         time.sleep(0.2)
     assert all(j.state == "ready" for j in jobs), jobs
     assert {j.what for j in jobs} >= {"set-up", "train step", "eval step"}
+    assert sum(j.what == "set-up" for j in jobs) == 2, jobs  # a length's set-up a job: the gate acts on each
     log = engine.log_text()
     assert "compile ahead of max_length 128 (the last run's was 64): set up in" in log
     for length in (128, 32):
