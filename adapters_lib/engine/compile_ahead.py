@@ -24,11 +24,11 @@ reply says so (``ahead`` false), and the programs compile at launch. ``force`` (
 programs ready as a rank tweak finds the family's: a set-up job on the compile thread, queued
 at the run's set-up (``start_hook``: held, like every job, until the run's first step is
 lowered or has run), which queues the eval steps and the family's train step at the first length
-(where the memory estimate fits them), then the next length's set-up, a job of its own. Its purpose, ``"neighbour lengths"``, is a guess (``compile_queue.LOW``):
-its jobs start only when no other job waits, no run waits in the queue and no client's device
-job (a Compare, an eval) waits or runs (``gate_guesses``),
-and the next run's guess supersedes it. Nothing runs on the device thread: a run launched
-meanwhile does not wait for it.
+(where the memory estimate fits them), then the next length's set-up, a job of its own. Its
+purpose, ``"neighbour lengths"``, is a guess (``compile_queue.LOW``): its jobs start only when
+no other job waits, no run waits in the queue and no client's device job (a Compare, an eval)
+waits or runs (``gate_guesses``), and the next run's guess supersedes it. Nothing runs on the
+device thread: a run launched meanwhile does not wait for it.
 
 ``GEMMA_WORKBENCH_COMPILE_AHEAD``: ``auto`` (the default: on an accelerator), ``on`` (a CPU
 too, the engine's start included) or ``off``. ``GEMMA_WORKBENCH_NEIGHBOUR_LENGTHS``: ``auto``
