@@ -104,10 +104,12 @@ def test_a_gate_keeps_the_guesses_back_while_a_run_waits_to_start(tmp_path):
     from adapters_lib.config import RunConfig
     from adapters_lib.engine.compile_ahead import AheadCompiler
     from adapters_lib.engine.run_queue import RunQueue
+    from adapters_lib.engine.scheduler import Scheduler
 
     q = compile_queue.CompileQueue()
     run_queue = RunQueue(runs.Registry(tmp_path / "runs"))
-    ahead = AheadCompiler(SimpleNamespace(run_queue=run_queue))
+    scheduler = Scheduler(train=lambda item: None, on_failure=lambda item, e: None, runs=run_queue)
+    ahead = AheadCompiler(SimpleNamespace(scheduler=scheduler))  # not started: the run stays queued
     old, step_programs._BEHIND = step_programs._BEHIND, q
     try:
         ahead.gate_guesses()
@@ -143,7 +145,7 @@ def test_the_gate_keeps_the_guesses_back_while_a_clients_device_job_waits_or_run
     run_queue = RunQueue(runs.Registry(tmp_path / "runs"))
     scheduler = Scheduler(train=lambda item: None, on_failure=lambda item, e: None, runs=run_queue)
     scheduler.start()
-    ahead = AheadCompiler(SimpleNamespace(run_queue=run_queue, scheduler=scheduler))
+    ahead = AheadCompiler(SimpleNamespace(scheduler=scheduler))
     old, step_programs._BEHIND = step_programs._BEHIND, q
     try:
         ahead.gate_guesses()
@@ -156,14 +158,14 @@ def test_the_gate_keeps_the_guesses_back_while_a_clients_device_job_waits_or_run
         internal.result(30)
         gone.clear()
         compare = scheduler.submit(lambda: (started.set(), gone.wait(30)), "compare")
-        assert started.wait(30) and scheduler.serving()
+        assert started.wait(30) and not scheduler.nothing_waits()
         guess = q.submit(order.append, "guess 2", what="train step", purpose=compile_queue.LOW[0])
         time.sleep(3 * compile_queue.GATE_POLL_S)
         assert order == ["guess 1"] and not guess.done()
         gone.set()
         compare.result(30)
         guess.result(30)
-        assert order == ["guess 1", "guess 2"] and not scheduler.serving()
+        assert order == ["guess 1", "guess 2"] and scheduler.nothing_waits()
     finally:
         ahead.close()
         step_programs._BEHIND = old

@@ -127,13 +127,11 @@ class AheadCompiler:
 
         from adapters_lib.train import step_programs
 
-        queue = weakref.ref(self.engine.run_queue)  # a closed engine's gate never holds
-        scheduler = getattr(self.engine, "scheduler", None)
-        device = weakref.ref(scheduler) if scheduler is not None else lambda: None
+        scheduler = weakref.ref(self.engine.scheduler)  # a closed engine's gate never holds
 
         def nothing_waits() -> bool:
-            runs, jobs = queue(), device()
-            return (runs is None or not runs.has_queued()) and (jobs is None or not jobs.serving())
+            device = scheduler()
+            return device is None or device.nothing_waits()
 
         if self._ungate is None:
             self._ungate = step_programs._behind().gate_low(nothing_waits)

@@ -60,8 +60,7 @@ class Scheduler:
         self.thread: threading.Thread | None = None
         self.thread_id: int | None = None
         self.last_activity = time.monotonic()
-        self.job_running = False  # a job (eval, a Compare, a warm-up) on the device thread now
-        self.request_running = False  # that job is a client's (not internal)
+        self.running: Job | None = None  # the job on the device thread now (eval, a Compare, a warm-up)
         self.restarts = 0
         self.last_error: str | None = None
         self._train = train
@@ -131,18 +130,25 @@ class Scheduler:
         with self._lock:
             return active, queued, sum(1 for j in self.jobs if not j.internal)
 
+    def _work_queued(self) -> bool:
+        """(Under the lock.) A job that is work (not internal) waits."""
+        return any(not j.internal for j in self.jobs)
+
     def waiting(self) -> bool:
         """Whether a run trains or waits, a job that is work waits, or the engine closes (an
         internal warm-up gives way: ``warm_compare``)."""
         with self._lock:
-            jobs = any(not j.internal for j in self.jobs)
+            jobs = self._work_queued()
         return (jobs or self.closing.is_set() or self.runs.training() is not None
                 or self.runs.has_queued())
 
-    def serving(self) -> bool:
-        """Whether a client's device job (a Compare, an eval, an export) waits or runs now."""
+    def nothing_waits(self) -> bool:
+        """Whether no run waits to start and no client's device job (a Compare, an eval, an
+        export) waits or runs: when the compile thread's guesses may start (the engine's gate,
+        ``compile_ahead.AheadCompiler.gate_guesses``)."""
         with self._lock:
-            return self.request_running or any(not j.internal for j in self.jobs)
+            serving = self._work_queued() or (self.running is not None and not self.running.internal)
+        return not serving and not self.runs.has_queued()
 
     def work_within(self, seconds: float) -> bool:
         """Whether work (``waiting``) is there now or comes within ``seconds`` (woken by
@@ -155,8 +161,8 @@ class Scheduler:
         queued or training, a job waiting or running — eval's scoring took 6.9 s more on the v5e
         beside a program store write that took the running job for idleness)."""
         with self._lock:
-            busy = self.job_running or self.runs.training() is not None or self.runs.has_queued() or any(
-                not j.internal for j in self.jobs)
+            busy = (self.running is not None or self.runs.training() is not None or self.runs.has_queued()
+                    or self._work_queued())
         if busy or open_streams:
             self.last_activity = time.monotonic()
             return 0.0
@@ -205,14 +211,14 @@ class Scheduler:
     def _run_job(self, job: Job) -> None:
         if not job.future.set_running_or_notify_cancel():
             return
-        self.job_running, self.request_running = True, not job.internal
+        self.running = job
         try:
             self._prepare()
             job.future.set_result(job.fn())
         except BaseException as e:  # noqa: BLE001 - handed to the waiting request
             job.future.set_exception(e)
         finally:
-            self.job_running = self.request_running = False
+            self.running = None
             self.last_activity = time.monotonic()
 
     def _run_item(self, item: QueuedRun) -> None:
