@@ -309,10 +309,10 @@ def compile_ahead(cfg: RunConfig, *, force: bool = False, own: bool = True) -> l
     """Queue the compiles of ``cfg``'s first train step and its eval steps on the compile thread
     (``StepProgram.compile_behind``); the futures started (none when each is ready or under way,
     or on a CPU unless ``force``: there a compile takes the cores the steps need). A LoRA
-    family's run: the family's steps, then the run's own train and eval steps (the launch then
+    family's run: the family's steps, then the run's own eval and train steps (the launch then
     serves from its own: ``_choose_program``); ``own`` False: the family's only.
 
-    The eval steps are queued before the train step: forward only, they compile in a fraction
+    Each program's eval steps are queued before its train step: forward only, they compile in a fraction
     of its time (the 270M's at max_length 256 on the v5e: 10 s against 59 s), and a run's base
     eval needs them before its step 1 whereas its train step may run in a wider program
     (``compiled_steps``). A guess (a neighbouring ``max_length``) starts only between runs, so
@@ -324,9 +324,9 @@ def compile_ahead(cfg: RunConfig, *, force: bool = False, own: bool = True) -> l
         return []
     futures = _evals_behind(steps, plan.eval_host)
     futures.append(steps._train.compile_behind(*first_args(steps, plan.pipeline.train_batch(0))))
-    futures += [program.compile_behind(*args) for program, args in plan.behind if own or plan.own_steps is None]
     if own and plan.own_steps is not None:  # its eval steps too: the run's own then serves from step 1
         futures += _evals_behind(plan.own_steps, plan.eval_host)
+    futures += [program.compile_behind(*args) for program, args in plan.behind if own or plan.own_steps is None]
     return [f for f in futures if f is not None]
 
 
