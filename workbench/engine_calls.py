@@ -91,7 +91,7 @@ class EngineCalls:
         return self.call(api.GetRun(run_id=run_id, metrics=metrics, events=events))
 
     def list_sweeps(self) -> list[api.SweepInfo]:
-        """Every sweep the engine's runs belong to (#20), newest first."""
+        """Every sweep the engine's runs belong to, newest first."""
         return self.call(api.ListSweeps()).sweeps
 
     def get_sweep(self, sweep_id: str, *, metric: str = "") -> api.SweepResults:

@@ -114,7 +114,7 @@ class RunActionDone(Message):
 
 @dataclass
 class CompileJobsRead(Message):
-    """The next run's programs, compiled ahead (#48): the engine's compile jobs, or why none
+    """The next run's programs, compiled ahead: the engine's compile jobs, or why none
     (``message``: the request failed or the engine does not know the command)."""
 
     jobs: api.CompileJobs | None

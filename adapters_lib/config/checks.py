@@ -279,7 +279,7 @@ REFERENCE = re.compile(r"^run:([A-Za-z0-9][A-Za-z0-9_.-]*)(?:@(\d+))?$")
 
 
 def _check_objective(t: Any, lo: Any, fail: Any, backend: str = "gemma") -> None:
-    """``train.objective`` and DPO's ``beta``, ``label_smoothing``, ``sft_weight``, ``reference`` (#33)."""
+    """``train.objective`` and DPO's ``beta``, ``label_smoothing``, ``sft_weight``, ``reference``."""
     if t.objective not in OBJECTIVES:
         fail("train", "objective", f"train.objective is {t.objective!r}",
              f"{closest(t.objective, list(OBJECTIVES))} (objectives are {', '.join(OBJECTIVES)})")
@@ -303,7 +303,7 @@ def _check_objective(t: Any, lo: Any, fail: Any, backend: str = "gemma") -> None
 
 
 def _check_eval_keys(t: Any, fail: Any, names: tuple[str, ...]) -> None:
-    """``train.eval_metrics``, ``best_metric`` and the early stop (``#20``)."""
+    """``train.eval_metrics``, ``best_metric`` and the early stop."""
     metrics_hint = f"metrics are {', '.join(names)}"
     for name in t.eval_metrics:
         if name not in names:

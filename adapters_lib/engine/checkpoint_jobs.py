@@ -63,7 +63,7 @@ def eval_job(engine: Any, cmd: Any) -> dict[str, Any]:
     if run is not None:
         from adapters_lib.evals.selection import resolve_step
 
-        step = resolve_step(run, step)  # -2: the run's best checkpoint (#20)
+        step = resolve_step(run, step)  # -2: the run's best checkpoint
     future = engine.on_device(lambda: perplexity.evaluate(
         model=cmd.model, run=str(run.path) if run is not None else "",
         step=None if step < 0 else step, data=cmd.data, fmt=cmd.format,

@@ -1,4 +1,4 @@
-"""Compile the next run's programs while the user is still deciding (#48).
+"""Compile the next run's programs while the user is still deciding.
 
 ``AheadCompiler.request(cfg)`` (the ``compile_ahead`` command: Configure's edits, a model
 picked, ``gemma-workbench prepare``) makes a compile-ahead request on the one compile queue

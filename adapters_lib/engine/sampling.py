@@ -106,7 +106,7 @@ def tuned_model(run: Any = None, step: int = -1, *, adapter: str = "", model: st
         from adapters_lib.evals.selection import resolve_step
         from adapters_lib.tuned.checkpoint import checkpoint_step
 
-        step = resolve_step(run, step)  # -2: the run's best checkpoint (#20)
+        step = resolve_step(run, step)  # -2: the run's best checkpoint
 
         if run.config().model.backend == "keras":
             got = None if step < 0 else step

@@ -1,4 +1,4 @@
-"""Task evaluation (#20): which metrics, how they are scored, where they are written.
+"""Task evaluation: which metrics, how they are scored, where they are written.
 
 - ``metrics`` — the contract metric names, their direction, the text scorers (pure Python);
 - ``records`` — ``eval.jsonl`` in a run directory (one row per step and phase);

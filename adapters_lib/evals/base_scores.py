@@ -1,5 +1,5 @@
 """The base model's scores at step 0, kept on disk: a run whose model, data and eval settings
-were scored before reuses them instead of computing them again (#31).
+were scored before reuses them instead of computing them again.
 
 A fresh run scores its base model before the first step (``EvalHook.on_start``: the eval
 split's loss and perplexity, and the generated metrics such as exact match). The base is the

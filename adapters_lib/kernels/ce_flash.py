@@ -18,7 +18,7 @@ forward with one head and no mask — the splash kernel computes the same (``ker
   per row block, and the f32 accumulator rescaled once per vocabulary block.
 
 Measured on a v5e at the Gemma-3-1B step's shape (8192 rows, V 262,144, D 1152, bf16;
-``tpu_device.sh check ce``, docs/tpu-v5e/ce.json): 52.8 ms at 1024 × 1024 (187 TFLOP/s, 95 %
+``tpu_device.sh check ce``; BENCHMARKS.md, "TPU v5e"): 52.8 ms at 1024 × 1024 (187 TFLOP/s, 95 %
 of the chip's peak), 52.9 at 2048 × 512, 53.6 at 512 × 1024, 55.5 at 512 × 512, 60.2 at
 2048 × 256, 62.5 at 1024 × 2048; JAX's splash kernel 54.5, XLA's chunked path 106.0.
 

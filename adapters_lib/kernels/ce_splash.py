@@ -32,7 +32,7 @@ same array read separately), so a larger query block reads it fewer times; the v
 
 Two kernels (``KERNELS``): JAX's splash kernel (``"splash"``, its blocks from ``blocks``) and
 the project's own (``"flash"``, ``ce_flash``: the table read once a tile, a bf16 ``p·T``), the
-TPU's default (``step._ce_kernel``). Measured on a v5e (BENCHMARKS.md, "Cloud TPU v5e"): the
+TPU's default (``step._ce_kernel``). Measured on a v5e (BENCHMARKS.md, "TPU v5e"): the
 cross-entropy and ∂hidden of the Gemma-3-1B step alone, 52.8 ms (flash), 54.5 (splash), 106.0
 (XLA's chunked path); the step with splash 0.3720 s against XLA's 0.4035, the same loss.
 """

@@ -51,7 +51,7 @@ CHIPS: tuple[Chip, ...] = (
     Chip("TPU v4", "tpu", 32 * GiB, int(30.75 * GiB), ("v4", "tpu v4", "tpuv4"),
          "XLA:TPU's HBM capacity on a v4 chip (out-of-memory reports: 'of 30.75G hbm')"),
     Chip("TPU v5e", "tpu", 16 * GiB, 16_909_336_064, ("v5e", "tpu v5e", "v5 lite", "tpu v5 lite", "v5litepod"),
-         "bytes_limit read on a lent v5e chip, 2026-12-05 (XLA: 'exceeds 15.75G')"),
+         "bytes_limit read on a TPU v5e chip (XLA: 'exceeds 15.75G')"),
     Chip("TPU v5p", "tpu", 95 * GiB, 0, ("v5p", "tpu v5p", "tpu v5"),
          "nominal HBM (no bytes_limit reading)"),
     Chip("TPU v6e", "tpu", 32 * GiB, 33_550_237_696, ("v6e", "tpu v6e", "v6 lite", "tpu v6 lite", "trillium"),

@@ -82,7 +82,7 @@ def prompt_ids(tokenizer: Any, messages: Sequence[Mapping[str, str]]) -> list[in
 
 
 chat_ids = prompt_ids
-"""The name the sampler used before (#16: one prompt tokenizer)."""
+"""The name the sampler used before it shared the one prompt tokenizer."""
 
 
 def raw_ids(tokenizer: Any, text: str) -> list[int]:

@@ -71,7 +71,9 @@ def ce_chunk_budget(device: Any = None) -> int:
     128 MiB on a CPU; on a TPU 1/16 of its memory, on a GPU 1/64, at least 128 MiB
     (``memory.ce_chunk_budget_for``: the estimate's rule too). Every chunk
     reads the whole ``[V, D]`` embedding table (forward, recompute, backward), so narrow
-    chunks on a GPU are bound by that read, not by the matmul (BENCHMARKS.md, GPU MFU).
+    chunks on a GPU are bound by that read, not by the matmul (an H200's Gemma-3-1B step: 285 ms
+    at 16 positions a chunk, 256 ms at 128; bench/results/gpu-h200-ce128mib.json and
+    gpu-h200-headline.json).
     """
     platform = getattr(device, "platform", "cpu") if device is not None else "cpu"
     if platform == "cpu":
@@ -199,7 +201,7 @@ def _ce_scan(hidden, table, targets, mask, chunk, softcap, *, want_hidden=False,
     The gradients are those of the sum (cotangent 1): per chunk ``g = (softmax − onehot)·mask``
     (times the soft-cap's derivative), cast to the compute dtype before its matmuls — an f32
     ``g`` times a bf16 table would run as an f32 (TF32 on a GPU) matmul over the vocabulary,
-    41 of 149 ms of a Gemma-3-1B LoRA step on an H200 (BENCHMARKS.md).
+    41 of 149 ms of a Gemma-3-1B LoRA step on an H200 (bench/results/gpu-h200-profile.log).
     """
     dt = hidden.dtype
     tab = table.astype(dt)  # a quantized table: its dequantized dtype (read block by block)

@@ -1,13 +1,15 @@
-"""When a LoRA family run's own program compiles, and how it takes over (#48).
+"""When a LoRA family run's own program compiles, and how it takes over.
 
 A tweak of rank, alpha or targets trains at once in the LoRA family's compiled program
-(``lora.family``); the run's own (exact) program, a few per cent faster a step, compiles behind
-and takes over once ready (``GemmaTrainer._take_over``). That compile takes what a cold one
-does (55-120 s on the v5e), so for a run shorter than that it only costs: on the chip, a loop of
-10-step tweaks queued one such compile per run, each ending after its run, and the programs the
-next runs and the Compare needed waited behind them. So the run's own program compiles once the
-run is seen to have more than ``worth_s()`` seconds left (its step time measured over its first
-steps), and never for a run that ends sooner: it trains on in the family's program.
+(``lora.family``); the run's own (exact) program compiles behind and takes over once ready
+(``GemmaTrainer._take_over``): at the Gemma-3-1B shape on a v5e a rank-128 family's step cost
+7.6-39 % more than the run's own, the rank-32 one nothing (BENCHMARKS.md, "TPU v5e"). That
+compile takes what a cold one does (55-120 s on a v5e), so for a run shorter than that it only
+costs: on a v5e, a loop of 10-step tweaks queued one such compile per run, each ending after its
+run, and the programs the next runs and the Compare needed waited behind them. So the run's own
+program compiles once the run is seen to have more than ``worth_s()`` seconds left (its step
+time measured over its first steps), and never for a run that ends sooner: it trains on in the
+family's program.
 
 ``GEMMA_WORKBENCH_TAKEOVER_AFTER_S``: those seconds (default ``DEFAULT_WORTH_S``); 0 compiles the
 run's own program from the set-up on, whatever the run's length.

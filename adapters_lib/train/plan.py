@@ -207,14 +207,16 @@ def _choose_program(plan: RunPlan, cfg: RunConfig, optimizer: Any, base_params: 
     earlier run of this config); else the family's, the run's own compiling behind to take over.
     The family's is compiled already after any earlier run of the model (a tweak: no wait); on a
     cold start it compiles now, in the time the run's own would have taken, so that a rank, alpha
-    or targets tweak right after the launch finds it ready (the chip, 2026-12-07: with the run's
-    own first and the family's behind, a rank tweak 18 s after the 270M's first step waited
-    16 s for the family's compile). The family's costs a step 7.6 % (r16 on every target) to
-    39 % (r8 on q, v) at the Gemma-3-1B shape on a v5e (BENCHMARKS.md): it serves the wait, not
-    the run. The run's own serves only with its eval steps compiled too, unless the family's
-    lacks some as well: on the chip a ``max_length`` tweak compiled ahead (``prepare``: the
-    family's train and eval steps, then the run's own train step) found the own train step ready
-    and compiled its eval step in the foreground, step 1 at 12.9 s instead of ~2 s."""
+    or targets tweak right after the launch finds it ready (on a v5e, with the run's own first
+    and the family's behind, a rank tweak 18 s after the 270M's first step waited 16 s for the
+    family's compile). What the family's step costs depends on its bucket: at the Gemma-3-1B
+    shape on a v5e the rank-32 family ``"auto"`` picks at 4 × 2048 ran 3.5 % faster than the
+    run's own program, the rank-128 family at 2 × 2048 7.6 % (r16 on every target) to 39 % (r8
+    on q, v) slower (BENCHMARKS.md, "TPU v5e"): so the family serves the wait, and the run's own
+    takes over once compiled. The run's own serves only with its eval steps compiled too, unless
+    the family's lacks some as well: on a v5e a ``max_length`` tweak compiled ahead (``prepare``:
+    the family's train and eval steps, then the run's own train step) found the own train step
+    ready and compiled its eval step in the foreground, step 1 at 12.9 s instead of ~2 s."""
     from adapters_lib.train.step import build_steps
 
     fam = plan.steps

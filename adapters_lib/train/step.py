@@ -95,7 +95,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     memory (``ce_splash``; meant for a TPU: elsewhere they run interpreted, slowly) — for a
     LoRA run without a soft-cap on a float table whose vocabulary is not split over
     ``tensor``; otherwise ``"xla"`` (``Steps.ce_kernel`` says which). Per-row sums (DPO) keep
-    ``"xla"``. BENCHMARKS.md ("Cloud TPU v5e") has the three side by side.
+    ``"xla"``. BENCHMARKS.md ("TPU v5e") has the three side by side.
     ``compile_behind``: ``Steps.compile_behind`` (default: on an accelerator, one process;
     ``GEMMA_WORKBENCH_COMPILE_BEHIND=1``/``0`` forces it, e.g. a CPU test of the accelerator path).
     ``objective``: default ``objectives.for_config(cfg)``. ``reference_params``: adapters

@@ -121,7 +121,7 @@ def slot_major_mlp(next_fun, args, kwargs, context):
     weights and arithmetic. gemma's layout puts a size-2 axis among the minor dims, which
     XLA:TPU relays out in copies (forward, LoRA's add, the backward's sum of the two slots'
     gradients): 31 % of its cost model's estimate for the Gemma-3-1B step; the v5e ran that step
-    in 0.324 s instead of 0.372 (BENCHMARKS.md, "Cloud TPU v5e"). An intercepted ``__call__``,
+    in 0.324 s instead of 0.372 (BENCHMARKS.md, "TPU v5e"). An intercepted ``__call__``,
     gemma's code with that one layout changed (tests/test_slot_major_mlp.py holds it to gemma's)."""
     from gemma.gm.nn import _layers, _modules
 

@@ -41,7 +41,7 @@ def load_run_model(run: Any, step: int | None = None, *, quantize: str = "",
     from adapters_lib.evals.selection import resolve_step
 
     run_dir = run if isinstance(run, runs.RunDir) else runs.find_run(str(run))
-    step = resolve_step(run_dir, step)  # -2: the run's best checkpoint (#20)
+    step = resolve_step(run_dir, step)  # -2: the run's best checkpoint
     generation_dtype = generation_dtype_of(generation_dtype, run_dir.config() if generating else None)
     if run_dir.config().model.backend == "keras":
         from adapters_lib.tuned.keras import KerasTunedModel

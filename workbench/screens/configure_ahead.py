@@ -1,4 +1,4 @@
-"""Configure's readiness line: the next run's programs compiled ahead while the user decides (#48).
+"""Configure's readiness line: the next run's programs compiled ahead while the user decides.
 
 About a second after the last change of a valid config (and so when a model is picked), the
 config goes to the engine's ``compile_ahead`` (a worker; a newer config replaces the older

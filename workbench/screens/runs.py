@@ -280,7 +280,7 @@ class RunsScreen(WorkbenchScreen):
         self._act("resume", self.client.resume_run)
 
     def action_export(self) -> None:
-        """Choose a format (sizes estimated per quant type), then export it (#30)."""
+        """Choose a format (sizes estimated per quant type), then export it."""
         r = self.current()
         if r is None:
             self.notify("no run selected", severity="warning")
@@ -353,7 +353,7 @@ class RunsScreen(WorkbenchScreen):
         except WorkbenchError as err:
             self.ui(self.notify, error_text(err), title="sweep", severity="error")
             return
-        # a one-point sweep (#20): the run names its sweep and point, like `gemma-workbench sweep`
+        # a one-point sweep: the run names its sweep and point, like `gemma-workbench sweep`
         from workbench.sweep_launch import queue_one_point
 
         values = {f"lora.{k}": v for k, v in lora.items() if before.get(k) != v}

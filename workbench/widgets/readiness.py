@@ -1,4 +1,4 @@
-"""Configure's line about the next run's programs: ready / compiling (n s) / queued (#48).
+"""Configure's line about the next run's programs: ready / compiling (n s) / queued.
 
 ``readiness_text`` is a pure function of the engine's replies (``api.CompileAheadReply`` at the
 request, then ``api.CompileJobs``), tested without a terminal; ``ProgramReadiness`` shows it.

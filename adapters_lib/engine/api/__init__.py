@@ -24,7 +24,8 @@ a server-sent event stream). ``route`` is its HTTP method, path and where its va
 commands and their parser (``chat.py``, ``generation.py``: the generation area's); this
 package exports them all. Another area adds its own commands and replies there, each in a
 block of its own at the end of the file (and in that file's ``__all__``), never by
-reshaping these.
+reshaping these. A field marked ``additive`` joined v1 after its type did: it has a
+default, so a body or reply without it still reads.
 """
 
 from adapters_lib.engine.api.chat import *  # noqa: F403

@@ -1,4 +1,4 @@
-"""Chat records of the API (gen, #18.1 / #20.3): messages in, per-turn answers out.
+"""Chat records of the API: messages in, per-turn answers out.
 
 Leaf types that both ``commands`` (Sample, Compare take ``messages``) and ``replies``
 (CompareDone has ``turns``) use; they import nothing of the API.

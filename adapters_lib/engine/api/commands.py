@@ -272,7 +272,7 @@ class Export(Command):
     ``kind``, else "adapter")."""
     force: bool = False
     """Replace ``out`` when it holds an earlier export of this tool (never anything else)."""
-    # ggufout (#30, additive)
+    # additive: the GGUF formats' type
     quant: str = ""
     """The GGUF formats' type (``export.formats.GGUF_QUANTS`` / ``LORA_QUANTS``; "" = the
     format's default, q8_0 / f32); refused with the other formats."""

@@ -1,4 +1,4 @@
-"""The compile queue's commands and replies (#48): compile a config's programs ahead, and read
+"""The compile queue's commands and replies: compile a config's programs ahead, and read
 the queue's jobs.
 
 - ``CompileAhead`` (``POST /compile/ahead``): queue the programs a config's run will need

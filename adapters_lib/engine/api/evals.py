@@ -1,4 +1,4 @@
-"""The evaluation area's commands and replies (#20): sweeps' results, checkpoints scored.
+"""The evaluation area's commands and replies: sweeps' results, checkpoints scored.
 
 - ``ListSweeps`` (``GET /sweeps``) and ``GetSweep`` (``GET /sweeps/{sweep_id}``): a sweep's
   results table, read from its runs' directories (``adapters_lib.sweeps.results``); the

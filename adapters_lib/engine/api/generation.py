@@ -130,7 +130,7 @@ class Compare(Decoding):
     adapter: str = ""
     model: str = ""
     """The base model of ``adapter`` (default: the adapter's)."""
-    # tui2 (#19, additive)
+    # additive: keep the result beside the run
     save: bool = False
     """Keep the result beside the run (``<run>/compare/<timestamp>.jsonl``, one record as a
     compare set keeps it, plus each side's figures): how the TUI's compares are browsable."""
@@ -141,7 +141,7 @@ class CompareSetDone(Record):
     results: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     """One record per entry, as a saved compare set keeps it (``sample.compare_sets``):
     ``{prompt, base, tuned, settings, step}`` or ``{messages, base: [...], tuned: [...],
-    references: [...], settings, step}``; with (compare set 2, additive) each side's figures
+    references: [...], settings, step}``; and (additive) each side's figures
     for its last generated turn, as ``CompareDone`` has them: ``tokens``, ``tokens_per_s``,
     ``first_token_s``, ``stop_reason``, ``dtype``, ``quantize`` (each ``{base: …, tuned: …}``)."""
     saved: str | None = None
@@ -208,7 +208,7 @@ class Eval(Command):
     """A run id, unique prefix or absolute run folder (its checkpoint is scored)."""
     step: int = -1
     format: str = "auto"
-    # qlora (#29, additive)
+    # additive: how the base is held
     quantize: str = ""
     """Hold the base as ``[model] quantize`` says ("none", "int8", "int4", "nf4", "gguf");
     "" = the run's own config (else "none")."""

@@ -337,7 +337,7 @@ class ExportReply(Record):
     kind: str = "adapter"
     result: Any = None
     """What the export area wrote (paths, format, files)."""
-    # gen (#16.3, additive): the one export vocabulary's name, and where it went
+    # additive: the one export vocabulary's name, and where it went
     format: str = ""
     """"adapter", "gemma", "hf", "gguf" or "gguf-lora" (``export.formats``); a GGUF
     export's ``result`` adds ``quant``, ``files``, ``modelfile`` and ``ollama_create``."""

@@ -64,7 +64,7 @@ class TokenChunk(Record):
     done: bool = False
     side: str | None = None
     """compare only: "base" or "tuned"."""
-    # gen (#20.3, additive)
+    # additive: why a stream ended, and what a chunk answers
     stop_reason: str | None = None
     """On the last chunk of a stream (``done``): "stop", "length" or "cancelled"."""
     turn: int | None = None
@@ -80,14 +80,14 @@ class SampleDone(Record):
     seconds: float = 0.0
     step: int | None = None
     complete: bool = True
-    # gen (#20.3, additive)
+    # additive: the answer's speed and why it ended
     tokens_per_s: float = 0.0
     """The decode rate after the first token (0.0: an answer of one token, no decode)."""
     first_token_s: float = 0.0
     """Until the first token: prefill (and a first request's compile)."""
     stop_reason: str | None = None
     """"stop" (the model ended its turn), "length" (max_new_tokens) or "cancelled"."""
-    # decode (#31, additive): what the model ran on
+    # additive: what the model ran on
     dtype: str = ""
     """The weights' dtype ("float32", "bfloat16": a generation copy)."""
     quantize: str = ""
@@ -102,7 +102,7 @@ class CompareDone(Record):
     seconds: float = 0.0
     step: int | None = None
     complete: bool = True
-    # gen (#20.3, additive): per side, and every turn of a conversation
+    # additive: per side, and every turn of a conversation
     tokens_per_s: dict[str, float] = dataclasses.field(default_factory=dict)
     first_token_s: dict[str, float] = dataclasses.field(default_factory=dict)
     stop_reason: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -110,7 +110,7 @@ class CompareDone(Record):
     """For a ``messages`` request: every user turn, answered now or given as history."""
     saved: str | None = None
     """The file the compare was kept in (``<run>/compare/*.jsonl``), when asked to save."""
-    # decode (#31, additive): what each side ran on (the Compare header shows it)
+    # additive: what each side ran on (the Compare header shows it)
     dtype: dict[str, str] = dataclasses.field(default_factory=dict)
     quantize: dict[str, str] = dataclasses.field(default_factory=dict)
 

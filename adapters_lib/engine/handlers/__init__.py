@@ -3,8 +3,8 @@
 - ``engine_info``: status, shutdown, the catalog, data check, estimate;
 - ``run_commands``: create, list, get, stop, resume, delete, stream a run;
 - ``generation``: sample, compare, export, eval (device jobs);
-- ``evals``: the evaluation area's sweeps and checkpoint scoring (#20);
-- ``compiles``: compile a config's programs ahead, the compile queue's jobs (#48).
+- ``evals``: the evaluation area's sweeps and checkpoint scoring;
+- ``compiles``: compile a config's programs ahead, the compile queue's jobs.
 
 ``HANDLERS`` (``table.py``) maps each command class to its handler; an area that adds a
 command adds its handler with ``@handles(TheCommand)`` in a module of its own (imported

@@ -1,4 +1,4 @@
-"""Handlers of the compile queue's commands (#48): compile a config's programs ahead, and the
+"""Handlers of the compile queue's commands: compile a config's programs ahead, and the
 queue's jobs. ``engine.compile_ahead.AheadCompiler`` decides and queues; nothing here waits
 for a compile."""
 

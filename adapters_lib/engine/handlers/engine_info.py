@@ -29,7 +29,7 @@ def status(engine: Engine, cmd: api.Status) -> api.EngineStatus:
         busy=active is not None or jobs > 0, active_run=active, queued_runs=queued,
         pending_jobs=jobs, runs_dir=str(engine.runs_root or runs.runs_root()),
         listen=dict(engine.listen), health=engine.scheduler.health(),
-        # for remote clients (#18): where `train --upload` puts data, which machine this is
+        # for remote clients: where `train --upload` puts data, which machine this is
         data_dir=str(paths.data_dir()), host=platform.node(), warming=engine.warmer.current)
 
 

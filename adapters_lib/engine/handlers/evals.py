@@ -1,4 +1,4 @@
-"""Handlers of the evaluation area's commands (#20): sweeps' results and checkpoints scored.
+"""Handlers of the evaluation area's commands: sweeps' results and checkpoints scored.
 
 - ``ListSweeps``, ``GetSweep``: a sweep's results, read from its runs' directories
   (``adapters_lib.sweeps.results``); no JAX.

@@ -19,7 +19,7 @@ then start from: DPO after an SFT run), the margin is
 and its end-of-turn marker after the margin saturates. Plain DPO (w = 0) saturates the margin
 by pushing a long rejected answer down a little on each of its many tokens: on the real 270M
 the reward accuracy reached 1.0 within 5 steps while the marker after a short chosen answer
-stayed at log-prob −11 and no answer ended its turn (issue 41, docs/dpo.md). With
+stayed at log-prob −11 and no answer ended its turn (docs/dpo.md). With
 ``train.length_norm`` the margin compares per-token means (``π/|answer|``) instead of sums.
 
 Metrics (means over the batch's pairs): ``reward_margin`` (δ), ``reward_accuracy`` (δ > 0),
