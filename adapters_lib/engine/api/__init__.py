@@ -36,7 +36,7 @@ from adapters_lib.engine.api.compiles import *  # noqa: F403  (the compile queue
 from adapters_lib.engine.api.compiles import __all__ as _compile
 from adapters_lib.engine.api.evals import *  # noqa: F403  (evals: registers the sweep routes)
 from adapters_lib.engine.api.evals import __all__ as _evals
-from adapters_lib.engine.api.generation import *  # noqa: F403  (gen: registers CompareSet)
+from adapters_lib.engine.api.generation import *  # noqa: F403  (generation: registers CompareSet)
 from adapters_lib.engine.api.generation import __all__ as _generation
 from adapters_lib.engine.api.replies import *  # noqa: F403
 from adapters_lib.engine.api.replies import __all__ as _replies
