@@ -11,4 +11,4 @@ import os as _os
 # trigger early — so the default is set before anything else can import it.
 _os.environ.setdefault("KERAS_BACKEND", "jax")
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

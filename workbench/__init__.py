@@ -4,4 +4,4 @@ Nothing here imports JAX, gemma, keras or tensorflow at start-up; commands that 
 the foreground import ``adapters_lib``'s heavy modules inside their handlers.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
