@@ -22,9 +22,9 @@ seconds. Python's own collects in whichever thread allocates past the threshold,
 thread included, and holds it there for the whole collection: on the v5e young collections of
 10-50 k objects took 0.7-3.2 s there, between two steps (gaps of 1.04 and 3.52 s) and inside a
 tweak's set-up. On this thread the same collections (0.6-3.7 s) ran while the device thread
-went on: no step gap over 0.24 s in that loop (BENCHMARKS.md, "The interactive loop"). A process busy
-``FULL_AT_MOST_S`` without an idle moment still gets a full collection there when Python's rule
-(``THRESHOLDS[2]``) would have made one.
+went on: no step gap over 0.24 s in that loop (BENCHMARKS.md, "The interactive loop"). A
+process busy ``FULL_AT_MOST_S`` without an idle moment still gets a full collection there when
+Python's rule (``THRESHOLDS[2]``) would have made one.
 """
 
 from __future__ import annotations
