@@ -1,4 +1,4 @@
-"""Catalog scan time with 50 entries in the caches (issue #22): ``python -m bench --only catalog_scan``.
+"""Catalog scan time with 50 entries in the caches: ``python -m bench --only catalog_scan``.
 
 ``build_caches(root)`` writes 50 Gemma models over every store the catalog reads, in their
 real on-disk layouts and formats, with the tests' own builders (``tests/fixtures_weights.py``,
