@@ -100,10 +100,9 @@ def measure_name(r: dict) -> str:
 
 
 def area_of(r: dict) -> str:
-    if r.get("machine"):
-        return "gpu"
     name = measure_name(r)
-    return next((key for key, (_, names) in AREAS.items() if name in names), "cpu")
+    return next((key for key, (_, names) in AREAS.items() if name in names),
+                "gpu" if "gpu" in (r.get("machine") or "") else "cpu")
 
 
 def clean(text: str) -> str:
@@ -130,7 +129,8 @@ def short_note(note: str, limit: int = NOTE_CHARS) -> str:
 def _when(r: dict, meta: dict) -> str:
     date = (r.get("run_date") or r.get("date") or meta.get("date", "")).removesuffix(" UTC")
     load = r.get("run_load")
-    where = f"{r['machine']}, " if r.get("machine") else ""
+    machine = (r.get("machine") or "").split(", ")[-1]  # "x86_64 16 cores, gpu:NVIDIA H200×1": the device
+    where = f"{machine}, " if machine and not machine.startswith("cpu:") else ""
     return where + date + (f", load {load:.1f}" if load is not None else "")
 
 
@@ -151,8 +151,10 @@ def render_table(rows: list[dict], meta: dict, notes_link: str) -> list[str]:
 
     dates = sorted(_when(r, meta).split(", load")[0][-16:-6] for r in rows)
     span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}"
-    lines = [f"Re-measure: {_commands(rows, meta)}. Measured {span} (each row: its date and the 1-minute "
-             "load average at its start; 2 cores, so above 2 the cores were contended).", "",
+    loads = any(r.get("run_load") is not None for r in rows)
+    lines = [f"Re-measure: {_commands(rows, meta)}. Measured {span}" + (
+                 " (each row: its date and the 1-minute load average at its start; 2 cores, so above 2 the "
+                 "cores were contended)." if loads else "."), "",
              "| measure | ours | reference | unit | ratio | target | met | note | measured (UTC) |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
