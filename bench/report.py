@@ -1,4 +1,4 @@
-"""Rows of results and the BENCHMARKS.md table."""
+"""Rows of results, and BENCHMARKS.md's generated tables (one an area) and notes."""
 
 from __future__ import annotations
 
@@ -78,12 +78,12 @@ AREAS: dict[str, tuple[str, tuple[str, ...]]] = {
         "real_270m_ab", "real_270m_attention", "real_270m_load", "catalog_scan", "ui_start", "ui_overhead")),
     "loop": ("The interactive loop on the CPU", ("loop_demo", "loop_270m")),
     "decode": ("Decode", ("decode_270m",)),
-    "memory": ("Memory", ("memory_270m", "real_270m_memory", "memory_estimate")),
+    "memory": ("Memory", ("memory_270m", "real_270m_memory", "memory_estimate", "memory_fit")),
     "quantization": ("Quantization", (
         "quantized_270m_memory", "quantized_270m_ppl", "quantized_270m_lora", "quantized_270m_lora_text",
         "quantized_270m_ab")),
     "routes": ("The two routes", ("keras_train",)),
-    "gpu": ("On a GPU", ()),  # rows merged from another machine (``--merge``)
+    "gpu": ("On a GPU", ("gpu_mfu",)),  # and rows merged from a GPU machine (``--merge``)
 }
 NOTE_CHARS = 120
 """A table note's most characters; the whole note is in the notes file the row links to."""
