@@ -1,8 +1,10 @@
 """``python -m bench [--quick] [--only NAME ...]``: measure ours vs the references, side by side.
 
 Each comparison runs both sides in one process, alternately, after warm-up, and reports the
-median of ≥ 5 repetitions as a ratio. Results go to ``BENCHMARKS.md`` (the table) and
-``bench/results/latest.json`` (raw numbers). Benchmarks are not tests: CI times nothing.
+median of ≥ 5 repetitions as a ratio. Results go to ``bench/results/latest.json`` (the numbers),
+``bench/results/notes.md`` (each row's whole note) and ``BENCHMARKS.md``: each area's table is
+rewritten between its ``<!-- bench:AREA … -->`` markers, the page around them kept (a file
+without markers gets the tables alone). Benchmarks are not tests: CI times nothing.
 """
 
 from __future__ import annotations
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = {"date": date, "machine": machine(), "command": command, "wall_s": round(time.time() - started, 1)}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-        Path(args.out).write_text(report.render_markdown(meta, results))
+        write_page(Path(args.out), Path(args.json), meta, results)
         print(f"[bench] wrote {args.out} and {args.json} ({meta['wall_s']} s so far)", file=sys.stderr)
 
     for name in names:
@@ -130,7 +132,6 @@ def selected(only: list[str] | None, quick: bool) -> list[str]:
 
 def merge(files: list[str], json_path: Path, out: Path) -> int:
     """Add rows measured on another machine; each keeps that machine and date."""
-    from bench import report
 
     current = _load(json_path)
     results = dict(current.get("results", {}))
@@ -145,8 +146,20 @@ def merge(files: list[str], json_path: Path, out: Path) -> int:
                             "command": meta.get("command")}
             print(f"[bench] merged {key} ({meta.get('machine')}, {meta.get('date')})", file=sys.stderr)
     json_path.write_text(json.dumps({"meta": current.get("meta", {}), "results": results}, indent=2) + "\n")
-    out.write_text(report.render_markdown(current.get("meta", {}), results))
+    write_page(out, json_path, current.get("meta", {}), results)
     return 0
+
+
+def write_page(out: Path, json_path: Path, meta: dict, results: dict) -> None:
+    """The tables into ``out`` (between their markers, when it has them) and every row's whole
+    note beside the JSON (``notes.md``), which each row's note links to."""
+    from bench import report
+
+    notes = json_path.with_name("notes.md")
+    notes.write_text(report.render_notes(meta, results), encoding="utf-8")
+    page = out.read_text(encoding="utf-8") if out.is_file() else ""
+    link = os.path.relpath(notes, out.resolve().parent)
+    out.write_text(report.render_markdown(meta, results, page, link), encoding="utf-8")
 
 
 def _load(path: Path) -> dict:

@@ -1,6 +1,6 @@
 """A/B pair speed: our batched A/B against two sequential ``gm.text.Sampler`` calls.
 
-Moved here from ``adapters_lib/sample.py`` (#16: bench code lives in ``bench/``); the
+Moved here from ``adapters_lib/sample.py`` (bench code lives in ``bench/``); the
 ``ab_pair`` measure (``bench/measures.py``) calls it.
 """
 

@@ -1,4 +1,4 @@
-"""Catalog scan time with 50 entries in the caches (issue #22): ``python -m bench --only catalog_scan``.
+"""Catalog scan time with 50 entries in the caches: ``python -m bench --only catalog_scan``.
 
 ``build_caches(root)`` writes 50 Gemma models over every store the catalog reads, in their
 real on-disk layouts and formats, with the tests' own builders (``tests/fixtures_weights.py``,
@@ -317,6 +317,6 @@ def catalog_scan(quick: bool = False) -> list[Row]:
                         target="", met=False if wrong else None, ref_name=ref_name,
                         note=f"reported (no target); a fresh `gemma-workbench models --json` process, "
                              f"{what}; the same process over no stores: {med['empty']:.2f} s; "
-                             f"median of {reps}; 50 models in 5 stores + clutter (BENCHMARKS.md, "
-                             f"'Catalog scan'): {verdict}"))
+                             f"median of {reps}; 50 models in 5 stores + clutter (bench/catalog_scan.py): "
+                             f"{verdict}"))
     return rows

@@ -1,4 +1,4 @@
-"""What a compile on another thread does to the steps running beside it (#48), phase by phase.
+"""What a compile on another thread does to the steps running beside it, phase by phase.
 
 On the v5e the 1B's loop saw steps of 0.31 s take 2.4–7.5 s for a few seconds, with the host
 free (the stack sampler never late), each time near the end of a program compiled behind. This
@@ -23,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.outdir import default_out
 
 
 def _log(*parts: Any) -> None:
@@ -160,7 +162,7 @@ def measure(layers: int, fill: float, seed: int, n: int = 8192) -> dict[str, Any
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.compile_beside_steps")
-    p.add_argument("--out", type=Path, default=Path("."))
+    p.add_argument("--out", type=Path, default=Path(default_out("compile_beside_steps")))
     p.add_argument("--layers", type=int, default=48)
     p.add_argument("--fill", default="0,0.9")
     p.add_argument("--width", type=int, default=8192, help="the step's matmul size")

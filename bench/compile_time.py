@@ -7,9 +7,9 @@ seconds of the compile and XLA's memory figures (a flag that changes the program
     python -m bench.compile_time --model 1b --batch 4 --seq 2048 \\
         --flags none xla_tpu_impure_hlo_parallel_compile=true
     python -m bench.compile_time --target v5e ...     # deviceless, where libtpu is importable
-    scripts/tpu_device.sh check compile               # on the lent chip: none vs COMPILE_FLAGS
+    scripts/tpu_device.sh check compile               # on the chip: none vs COMPILE_FLAGS
 
-What it found on a v5e (BENCHMARKS.md, "First step"): no flag brings the 1B step's compile
+What it found on a v5e (BENCHMARKS.md, "TPU v5e"): no flag brings the 1B step's compile
 near 60 s; the parallel HLO passes save ~7 % but compile another program.
 """
 

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.outdir import default_out
+
 VLLM_TPU_TOK_S = 144.0
 """vLLM-TPU's published single-stream decode of Gemma 4 E2B (bf16, v5e-1)."""
 BIG = 1 << 27
@@ -115,7 +117,7 @@ def measure(model: Any, params: Any, *, prompt_len: int, tokens: int, chunk: int
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.decode_e2b", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/decode-e2b"))
+    p.add_argument("--out", default=default_out("decode_e2b"))
     p.add_argument("--tiny", action="store_true", help="a tiny Gemma 4 E-model (a CPU check)")
     p.add_argument("--tokens", type=int, default=0, help="new tokens (default 256; --tiny 24)")
     p.add_argument("--prompt", type=int, default=32, help="prompt tokens (default 32)")

@@ -13,7 +13,7 @@ held-out pairs: the reward accuracy and margin of the run's last eval, the chose
 rejected answers' log-probs (summed over their tokens) under the base and the tuned model, and
 the log-prob of the end-of-turn marker after the chosen answer, the token that decides whether
 the answer stops there. The reward alone is not the measure: plain DPO saturates it while
-the answers barely change (issue 41; docs/dpo.md has the numbers).
+the answers barely change (docs/dpo.md has the numbers).
 
 Writes ``bench/results/dpo_270m.json`` (``--json``) and prints a markdown table.
 """
@@ -37,7 +37,7 @@ PROMPTS = ROOT / "examples" / "dpo-short" / "prompts.txt"
 EVAL_PAIRS = ROOT / "examples" / "dpo-short" / "eval.jsonl"
 
 VARIANTS: dict[str, list[str]] = {
-    # the issue's run: plain DPO (summed log-probs), beta 0.1, lr 2e-4
+    # the measured run: plain DPO (summed log-probs), beta 0.1, lr 2e-4
     "plain": ["train.sft_weight=0", "train.beta=0.1", "train.learning_rate=2e-4"],
     # + the chosen answers' cross-entropy (RPO / pref_ftx): examples/dpo-short.toml's own settings
     "rpo": [],

@@ -1,4 +1,4 @@
-"""What a LoRA program family costs a step (#48): the family's program against the exact one,
+"""What a LoRA program family costs a step: the family's program against the exact one,
 side by side in one process on one device.
 
 ``python -m bench.family_cost [--out DIR] [--dry] [--steps N]``: at the Gemma-3-1B shape (random
@@ -20,6 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from bench.outdir import default_out
 
 SPECS = {"r16-all": {"rank": 16, "alpha": 32.0, "targets": ["all"]},
          "r8-qv": {"rank": 8, "alpha": 16.0, "targets": ["q", "v"]}}
@@ -118,7 +120,7 @@ def _one_mesh() -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="/tmp/tpu-out")
+    p.add_argument("--out", default=default_out("family_cost"))
     p.add_argument("--dry", action="store_true")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=10)

@@ -1,7 +1,7 @@
-"""GGUF round trip on the real Gemma 3 270M (#30): a LoRA on the starter exported as ``gguf``
+"""GGUF round trip on the real Gemma 3 270M: a LoRA on the starter exported as ``gguf``
 and ``gguf-lora``, run by llama.cpp, against the workbench's greedy tokens.
 
-    PYTHONPATH=. python -m bench.gguf_roundtrip [--quant f32] [--out /tmp/gguf-rt]
+    PYTHONPATH=. python -m bench.gguf_roundtrip [--quant f32] [--out DIR]
 
 Needs llama-cpp-python built by ``scripts/build_llama_cpp.sh`` (imported from its cache).
 The adapter is a random LoRA (q, v, down; scale 0.02) so that the tuned model differs from
@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from bench.outdir import default_out
 
 PROMPTS = ["Write a haiku about the sea.", "def fibonacci(n):", "The three primary colours are"]
 
@@ -67,7 +69,7 @@ def prefix_share(a, b):
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--quant", default="f32")
-    p.add_argument("--out", default="/tmp/gguf-roundtrip")
+    p.add_argument("--out", default=default_out("gguf_roundtrip"))
     p.add_argument("--tokens", type=int, default=16)
     p.add_argument("--llama-cpp", default=str(Path.home() / ".cache/gemma-workbench/llama-cpp"))
     args = p.parse_args()

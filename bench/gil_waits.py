@@ -1,4 +1,4 @@
-"""What a thread computing in Python costs the device thread's work beside it (#48): each time
+"""What a thread computing in Python costs the device thread's work beside it: each time
 that work gives the GIL up (a transfer, a dispatch, a ``jax.Array`` dying) it waits to have it
 back, up to the interpreter's switch interval.
 
@@ -26,6 +26,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.outdir import default_out
 
 
 def _log(*parts: Any) -> None:
@@ -141,7 +143,7 @@ def measure(dry: bool, reps: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.gil_waits")
-    p.add_argument("--out", type=Path, default=Path("."))
+    p.add_argument("--out", type=Path, default=Path(default_out("gil_waits")))
     p.add_argument("--dry", action="store_true")
     p.add_argument("--reps", type=int, default=7)
     a = p.parse_args(argv)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU benchmark in one run (BENCHMARKS.md, "LoRA MFU"): Gemma-3-1B shape, seq 2048, bf16.
+# The GPU benchmark in one run (BENCHMARKS.md, "On a GPU"): Gemma-3-1B shape, seq 2048, bf16.
 #
 #   bash bench/gpu_run.sh            on an NVIDIA machine, from the repo root
 #   bash bench/gpu_run.sh --dry-run  the same imports and code path on the CPU, demo model
@@ -19,7 +19,8 @@
 #     mediapy==1.2.7 ml_collections==1.1.0 portpicker==1.6.0 traitlets==5.16.1 typeguard==4.6.1 \
 #     flax==0.12.12 optax==0.2.8 etils==1.15.0 orbax-checkpoint==0.12.8 chex==0.1.92 treescope==0.1.10
 set -euo pipefail
-OUT=${OUT:-/tmp/bench-gpu}
+DATA=${GEMMA_WORKBENCH_HOME:+$GEMMA_WORKBENCH_HOME/data}  # adapters_lib.paths.data_dir
+OUT=${OUT:-${DATA:-${XDG_DATA_HOME:-$HOME/.local/share}/gemma-workbench}/bench/gpu}
 PY=${PYTHON:-python3}
 mkdir -p "$OUT"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}

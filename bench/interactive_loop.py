@@ -1,4 +1,4 @@
-"""The interactive loop (#31): time to step 1 and to the first Compare token through real
+"""The interactive loop: time to step 1 and to the first Compare token through real
 engine processes, and the A/B decode rate a side against ``gm.text.Sampler`` and llama.cpp.
 
 - ``loop_demo`` / ``loop_270m``: a fresh home (empty compile cache, base scores and converted
@@ -334,5 +334,5 @@ def decode_270m(quick: bool = False) -> list[Row]:
                         f"{LLAMA_CPP_DIR} (scripts/build_llama_cpp.sh): not measured"))
     rows.append(_row("A/B tokens/s a side, int8 base vs bf16 (real 270M)", min(side["int8+bf16"].values()),
                      min(side["bf16"].values()), unit="tok/s", target="≥ 1.5×", ref_name="bf16 copy",
-                     note="the int8 base's bf16 generation copy (int8 × int8 dots) vs the bf16 copy (#29.5)"))
+                     note="the int8 base's bf16 generation copy (int8 × int8 dots) vs the bf16 copy"))
     return rows

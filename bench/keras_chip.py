@@ -7,11 +7,11 @@ a time), each timed, a failed part leaving the others to run:
 
 - ``plan``: ``bench.keras_plan`` for a v5e-8 (2 × 1, 1 × 2, … with the estimator's figures) →
   ``DIR/keras-plan-v5e-8.md``;
-- ``flow``: seed 003 through the CLI and the engine, as a user types it:
+- ``flow``: the IMDB example through the CLI and the engine, as a user types it:
   ``train examples/seed-003-imdb.toml --set 'model.backend="keras"'`` (on the IMDB-shaped
   reviews of ``examples/seed-003/imdb_like.py`` as JSONL: the same 400 train and first 24 test
-  rows its TFDS build holds; ``tfds:`` data is read through TensorFlow, which the lent chip
-  lacks), then ``compare`` on ``examples/seed-003/prompts.txt``, ``export --format adapter``,
+  rows its TFDS build holds; ``tfds:`` data is read through TensorFlow, which the device
+  bundle leaves out), then ``compare`` on ``examples/seed-003/prompts.txt``, ``export --format adapter``,
   ``engine stop`` → ``DIR/keras-flow.log``, ``DIR/keras-adapter/``;
 - ``speed``: ``bench.route_speed`` on that config, the gemma route against the Keras route →
   ``DIR/speed/route_speed.json``;
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
 import re
 import subprocess
 import sys
@@ -36,6 +35,8 @@ import time
 from html import unescape
 from pathlib import Path
 from typing import Any
+
+from bench.outdir import default_out
 
 SEED = "examples/seed-003-imdb.toml"
 PROMPTS = "examples/seed-003/prompts.txt"
@@ -55,7 +56,7 @@ def write_reviews(folder: Path) -> tuple[Path, Path]:
 
 
 def seed_sets(train: Path, test: Path) -> list[str]:
-    """The ``--set`` items of the seed-003 run on the Keras route over the JSONL reviews."""
+    """The ``--set`` items of the IMDB example's run on the Keras route over the JSONL reviews."""
     return ['model.backend="keras"', f'data.path="{train}"', f'data.eval_path="{test}"']
 
 
@@ -161,7 +162,7 @@ RUNNERS = {"plan": part_plan, "flow": part_flow, "speed": part_speed, "tui": par
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.keras_chip", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/tpu-out"))
+    p.add_argument("--out", default=default_out("keras_chip"))
     p.add_argument("--wb", default="gemma-workbench", help="the gemma-workbench command")
     p.add_argument("--parts", default=",".join(RUNNERS))
     p.add_argument("--speed-steps", type=int, default=60)

@@ -1,5 +1,5 @@
 """Model FLOPs utilisation: the LoRA step's FLOPs written down, the bf16 matmul peak measured
-in the same run, and the GPU row (``bench/gpu_run.sh``; measured only where a device is lent).
+in the same run, and the GPU row (``bench/gpu_run.sh``; measured only on a GPU machine).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""A LoRA family run's PEFT export read by Hugging Face ``peft`` (#48's held-out check).
+"""A LoRA family run's PEFT export read by Hugging Face ``peft`` (the check that a family run exports the run's own rank).
 
-    PYTHONPATH=. python -m bench.peft_readback [--model starter:gemma-3-270m] [--out /tmp/peft-readback]
+    PYTHONPATH=. python -m bench.peft_readback [--model starter:gemma-3-270m] [--out DIR]
         [--peft-python /tmp/peftenv/bin/python]      # or env PEFT_PYTHON
 
 Trains a rank-8 LoRA run in the family program (``train.programs = "family"``, adapters padded
@@ -36,6 +36,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from bench.outdir import default_out
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTS = [
@@ -236,7 +238,7 @@ def _lacks(python: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="starter:gemma-3-270m", help='"starter:gemma-3-270m" or "demo"')
-    p.add_argument("--out", default="/tmp/peft-readback")
+    p.add_argument("--out", default=default_out("peft_readback"))
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--run", default="", help="an earlier run directory of this script (skip training)")
     p.add_argument("--peft-python", default=os.environ.get("PEFT_PYTHON", ""),

@@ -1,4 +1,4 @@
-"""The quantized frozen base (``[model] quantize``, #29) on the real Gemma 3 270M.
+"""The quantized frozen base (``[model] quantize``) on the real Gemma 3 270M.
 
 - ``quantized_270m_memory``: the base's weights on the device (the device's own byte count)
   and the compiled LoRA step's peak memory per mode against bf16, on the real 270M and on the
@@ -32,7 +32,7 @@ VARIANTS = (  # (label, quantize, tile, quantize_embedding)
     ("nf4 t32", "nf4", 32, "auto"), ("nf4 t32, int8 table", "nf4", 32, "int8"), ("gguf", "gguf", 64, "auto"))
 TARGETS = {"int8": ("≤ 0.55×", "", "≤ 1.005×"), "int4": ("≤ 0.3×", "≤ 0.5×", "≤ 1.03×"),
            "nf4": ("≤ 0.3×", "≤ 0.5×", "≤ 1.03×")}
-"""mode → (weights, peak LoRA step, perplexity) targets against bf16/bf16/f32 (issue #29)."""
+"""mode → (weights, peak LoRA step, perplexity) targets against bf16/bf16/f32."""
 LLAMA_CPP = Path.home() / ".cache" / "gemma-workbench" / "llama-cpp"
 
 

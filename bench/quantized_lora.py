@@ -1,6 +1,6 @@
 """QLoRA's quality bar on the real Gemma 3 270M: the same LoRA run on a quantized base and on
 a bf16 base (same data, steps, seed, rate), each scored on the held-out eval file with its own
-base (``eval --run``: the run's ``[model] quantize``). Issue #29's target: an nf4 base within
+base (``eval --run``: the run's ``[model] quantize``). The target: an nf4 base within
 3 % of the bf16 base's eval loss, either way (the QLoRA paper's finding: NF4 + LoRA matches
 16-bit LoRA; a much lower loss is no more parity than a higher one).
 

@@ -1,6 +1,6 @@
 """The real Gemma 3 270M (the starter GGUF): every row side by side in one process, one load.
 
-``python -m bench --quick --only real_270m_load real_270m_train …`` (the load is shared). Rows (issue #22): GGUF load-to-ready (with the
+``python -m bench --quick --only real_270m_load real_270m_train …`` (the load is shared). Rows: GGUF load-to-ready (with the
 load's host memory), LoRA train tokens/s f32 and bf16 against ref-gemma (``bench/refs.py``:
 ``gm.nn.LoRA`` + optax + ``jax.jit``, full logits), GSM8K useful tokens/s against ref-gemma
 (padding to the longest), logits only where the loss is against the full logits (ours both

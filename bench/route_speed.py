@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.outdir import default_out
+
 ROUTES = ("gemma", "keras")
 
 
@@ -118,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--skip", type=int, default=5, help="steps left out of the timing (compile, warm-up)")
-    p.add_argument("--out", default="/tmp/route-speed")
+    p.add_argument("--out", default=default_out("route_speed"))
     a = p.parse_args(argv)
     from adapters_lib.config.model_defaults import load_with_model_defaults
     from adapters_lib.errors import WorkbenchError

@@ -1,4 +1,4 @@
-"""The interactive loop on an accelerator (#48): tweak, launch, compare, in ONE running engine.
+"""The interactive loop on an accelerator: tweak, launch, compare, in ONE running engine.
 
 ``python -m bench.tpu_loop --model 270m|1b|demo [--out DIR] [--steps N]`` (``scripts/tpu_device.sh
 check loop`` runs 270m then 1b on the chip). A fresh home (empty program store and compile cache),
@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.interactive_loop import EXE, _compare, _field
+from bench.outdir import default_out
 
 REPO = Path(__file__).resolve().parent.parent
 PROMPT = "Explain in one sentence why the sky is blue."
@@ -300,7 +301,7 @@ def _eval_data(model: str, work: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", choices=("270m", "1b", "demo"), default="270m")
-    p.add_argument("--out", default="/tmp/tpu-out")
+    p.add_argument("--out", default=default_out("loop"))
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--set", action="append", default=[], dest="extra", metavar="KEY=VALUE",
                    help="a config override for every run (e.g. train.programs=\"family\" on a CPU)")

@@ -6,7 +6,7 @@ server).
 ...] [--prompt TEXT]``: the app as
 ``gemma-workbench`` opens it (its own client: the engine started detached on first use, or
 the one that answers), then Models → Configure (the demo's config, the fit bar against the
-device's memory; ``--config``/``--set``: another run, e.g. the Keras route's seed 003) →
+device's memory; ``--config``/``--set``: another run, e.g. the Keras route's IMDB example) →
 launch → Train (live loss) → Compare (base and tuned streaming) → Runs → export the adapter; each step's screen as ``DIR/NN-name.svg``, and ``DIR/tui.log`` with what
 each step saw and how long it waited. The engine is stopped at the end (it holds the chip).
 """
@@ -18,6 +18,8 @@ import asyncio
 import sys
 import time
 from pathlib import Path
+
+from bench.outdir import default_out
 
 
 async def until(pilot, condition, what: str, timeout: float = 600.0) -> float:
@@ -105,7 +107,7 @@ async def drive(out: Path, steps: int, size: tuple[int, int], config: str = "exa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.tui_screens", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="/tmp/tui-screens")
+    p.add_argument("--out", default=default_out("tui_screens"))
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--size", default="100x30")
     p.add_argument("--config", default="examples/demo.toml")

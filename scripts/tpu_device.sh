@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The workbench on a TPU machine that has no package index for our pins (the lent TPU v5e
-# this project measures on: Python 3.11, no registry, no TensorFlow). Everything travels: a
+# The workbench on a TPU machine that has no package index for our pins (e.g. a TPU v5e host
+# with Python 3.11, no registry and no TensorFlow). Everything travels: a
 # Python 3.12, the cp312 wheels of jaxlib and libtpu, the site packages the engine needs, in
 # parts of at most 48 MiB (PART_MB); the project itself is the working tree the command runs in.
 #
@@ -12,7 +12,8 @@
 #   scripts/tpu_device.sh receive [DIR]  there: keep the carried part(s) in /tmp/tpu-parts
 #   scripts/tpu_device.sh install        there: check the parts, unpack (~20 s)
 #   scripts/tpu_device.sh check NAME…    there: run named checks (list: `check --list`);
-#                                        results under $OUT (or /tmp/tpu-out)
+#                                        results under $OUT (default: bench/tpu in the
+#                                        data dir, ~/.local/share/gemma-workbench)
 #   scripts/tpu_device.sh env            print the environment lines the checks run with
 #   scripts/tpu_device.sh simulate       here: the same install (--with-270m) made of links into
 #                                        .venv, what the bundle leaves out (TensorFlow…) absent, so
@@ -25,7 +26,8 @@ cd "$(dirname "$0")/.."
 REPO=$PWD
 PARTS=/tmp/tpu-parts
 ROOT=${TPU_WB_ROOT:-/tmp/tpu-wb}
-OUT=${OUT:-/tmp/tpu-out}
+DATA=${GEMMA_WORKBENCH_HOME:+$GEMMA_WORKBENCH_HOME/data}  # adapters_lib.paths.data_dir, before load_env moves HOME
+OUT=${OUT:-${DATA:-${XDG_DATA_HOME:-$HOME/.local/share}/gemma-workbench}/bench/tpu}
 PART_MB=${PART_MB:-48}  # the working tree (~9 MiB) travels beside each part, under the 64 MiB a call carries
 
 # packages the engine never runs (TensorFlow and its kin: the Keras route imports it by name
@@ -145,11 +147,11 @@ check() {
           --flags none "${COMPILE_FLAGS:-xla_tpu_impure_hlo_parallel_compile=true}" ;;
       flow) bash scripts/tpu_flow.sh "$WB" "$OUT" ;;
       tui) "$PY" -m bench.tui_screens --out "$OUT/tui" && tar -C "$OUT" -czf "$OUT/tui-screens.tgz" tui && rm -rf "$OUT/tui" ;;
-      # the Keras route: the v5e-8 plan, seed 003 through the CLI, both routes' speed, the TUI's
+      # the Keras route: the v5e-8 plan, the IMDB example through the CLI, both routes' speed, the TUI's
       # screens (KERAS_PARTS: some of plan,flow,speed,tui); bench/keras_chip.py
       keras) "$PY" -m bench.keras_chip --out "$OUT" --wb "$WB" --parts "${KERAS_PARTS:-plan,flow,speed,tui}" \
           --speed-steps "${KERAS_SPEED_STEPS:-60}" ;;
-      # the interactive loop in one engine (#48): tweak, launch, compare, eval; LOOP_MODELS: some of
+      # the interactive loop in one engine: tweak, launch, compare, eval; LOOP_MODELS: some of
       # 270m (the real 270M, README config: needs the bundle --with-270m), 1b (random weights, 4 × 2048)
       loop) for m in ${LOOP_MODELS:-270m 1b}; do "$PY" -m bench.tpu_loop --model "$m" --out "$OUT" \
           --steps "${LOOP_STEPS:-20}" || return 1; done ;;
@@ -171,5 +173,5 @@ case ${1:-} in
   check) shift; check "$@" ;;
   simulate) simulate ;;
   env) load_env; echo "PY=$PY"; echo "PYTHONPATH=$PYTHONPATH"; echo "WB=$WB"; echo "TOKENIZER=${TOKENIZER:-}" ;;
-  *) sed -n 2,22p "$0"; exit 2 ;;
+  *) sed -n 2,23p "$0"; exit 2 ;;
 esac

@@ -3,10 +3,12 @@
 # check flow runs it on a TPU): models → configure (the estimate) → launch (detached) → live
 # loss (attach) → compare → export, then the engine stops (it holds the chip).
 #   bash scripts/tpu_flow.sh [GEMMA_WORKBENCH] [OUTDIR]
-# The transcript: OUTDIR/flow.log (each command, its seconds and its output).
+# The transcript: OUTDIR/flow.log (each command, its seconds and its output); OUTDIR defaults
+# to $OUT, else bench/flow in the data dir.
 set -uo pipefail
 WB=${1:-.venv/bin/gemma-workbench}
-OUT=${2:-/tmp/tpu-out}
+DATA=${GEMMA_WORKBENCH_HOME:+$GEMMA_WORKBENCH_HOME/data}
+OUT=${2:-${OUT:-${DATA:-${XDG_DATA_HOME:-$HOME/.local/share}/gemma-workbench}/bench/flow}}
 CONFIG=${FLOW_CONFIG:-examples/demo.toml}
 mkdir -p "$OUT"
 LOG=$OUT/flow.log

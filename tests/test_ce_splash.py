@@ -90,7 +90,7 @@ def test_block_sizes_divide_and_fit_a_v5e_vmem():
 
 
 def test_flash_block_sizes_are_the_v5e_measured_ones_within_its_vmem():
-    # 1024 × 1024 measured fastest on a v5e at the Gemma-3-1B step's shape (docs/tpu-v5e/ce.json);
+    # 1024 × 1024 measured fastest on a v5e at the Gemma-3-1B step's shape (bench/results/tpu-v5e-cross-entropy.json);
     # each pick below compiled for a v5e (deviceless) with the kernel's own VMEM limit
     assert ce_flash.blocks(8192, 262144, 640, 2) == (1024, 1024)
     assert ce_flash.blocks(8192, 262144, 1152, 2) == (1024, 1024)

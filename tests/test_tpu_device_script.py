@@ -1,7 +1,7 @@
 """The TPU device script and its measures, on this machine's CPU (CI has no accelerator).
 
-``scripts/tpu_device.sh check NAME`` runs ``python -m bench.tpu_speed NAME`` on a lent chip,
-where a device call is minutes of a 30-minute budget: a measure that breaks on an argument
+``scripts/tpu_device.sh check NAME`` runs ``python -m bench.tpu_speed NAME`` on a TPU chip,
+where each check costs minutes of device time: a measure that breaks on an argument
 must break here first. ``--dry`` runs the same code on the CPU with the demo model's shape.
 ``ce`` runs as ``bench.tpu_speed``'s ``main(argv)`` in the test's process; the others, which
 start processes or compile threads of their own, in a new one.
@@ -56,7 +56,7 @@ def test_the_device_script_names_its_checks_and_refuses_a_missing_bundle():
 
 def test_the_memory_check_writes_the_estimate_beside_xlas_figure(tmp_path):
     """``check memory``'s code path (``bench.memory_fit`` in a subprocess, ``--out``): a row a
-    shape with XLA's compiled total and the estimate within the issue's 10 %."""
+    shape with XLA's compiled total and the estimate within 10 %."""
     res = subprocess.run([sys.executable, "-m", "bench.tpu_speed", "memory", "--dry", "--out", str(tmp_path)],
                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
@@ -102,7 +102,7 @@ def test_the_compile_check_times_each_flag_set_in_its_own_process(tmp_path):
     flag words become LIBTPU_INIT_ARGS as written or with ``--`` added, ``none`` none.
 
     The demo's step at the memory check's shape (2 × 128, ``memory_fit.point`` both): after that
-    check, this session's compile cache serves the program (~4 s of CPU less); the row and its
+    check, the test session's compile cache serves the program (~4 s of CPU less); the row and its
     figures are the same either way (alone, this test compiles it)."""
     from bench.compile_time import flag_args
 

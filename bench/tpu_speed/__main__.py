@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import tpu_speed
+from bench.outdir import default_out
 from bench.tpu_speed import shapes
 from bench.tpu_speed.behind import behind
 from bench.tpu_speed.big import big
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.tpu_speed", description=tpu_speed.__doc__.split("\n\n")[0])
     p.add_argument("name", choices=("speed", "ce", "ratio", "first-step", "first-step-once", "big", "decode", "memory",
                                     "behind"))
-    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/tpu-out"))
+    p.add_argument("--out", default=default_out("tpu"))
     p.add_argument("--dry", action="store_true", help="the demo model's shape on this machine's CPU")
     a = p.parse_args(argv)
     shapes.DRY = a.dry
