@@ -58,15 +58,13 @@ def test_chat_files_score_only_the_model_turns(demo, files):
 
 def test_loss_equals_the_full_logits_reference(demo, files):
     result = perplexity.evaluate_file(demo.model, demo.params, demo.tokenizer, str(files["text"]))
-    total, count = 0.0, 0
-    for para in TEXT.strip().split("\n\n"):
-        ids = [2, *demo.tokenizer.encode(para), 1]  # BOS + text + EOS, as the pipeline does
-        x = jnp.asarray([ids])
-        logits = demo.model.apply({"params": demo.params}, x).logits[0, :-1]
-        logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-        total += float(-jnp.take_along_axis(logp, x[0, 1:, None], axis=-1).sum())
-        count += len(ids) - 1
-    assert result.tokens == count
+    ids = [2, *demo.tokenizer.encode(TEXT), 1]  # BOS + the file as written + EOS
+    x = jnp.asarray([ids])
+    logits = demo.model.apply({"params": demo.params}, x).logits[0, :-1]
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    total = float(-jnp.take_along_axis(logp, x[0, 1:, None], axis=-1).sum())
+    count = len(ids) - 1
+    assert result.tokens == count and f"the {count} after BOS scored" in result.scored
     np.testing.assert_allclose(result.loss, total / count, rtol=2e-5)
 
 
@@ -84,7 +82,9 @@ def test_eval_cli_on_a_model_and_on_a_run_checkpoint(trained_demo_run, files, ca
     assert main(["eval", "--in-process", "--data", str(files["text"]), "--model", "demo"]) == 0
     out = capsys.readouterr().out
     assert "perplexity" in out
-    assert "  scored: BOS (id 2) first, not scored; every text token, then EOS (id 1) appended and scored\n" in out
+    scored = next(line for line in out.splitlines() if line.startswith("  scored: "))
+    assert scored.startswith("  scored: the file as written, blank lines and final newline included: "
+                             "BOS (id 2) + ") and " text tokens + EOS (id 1); the " in scored, scored
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -9,7 +9,7 @@ inputs, KV sharing). Each preset is saved as users have them (``config.json``,
 ``<eos>`` sit at Gemma's ids (2, 1) or at keras-hub's test recipe's (1, 2): keras-hub looks
 them up by name, and so must we (issue 49: a preset with the second kind scored 1-2 % off).
 
-The oracle is keras-hub itself: its ``Gemma4Tokenizer`` (BOS + text + EOS) and its
+The oracle is keras-hub itself: its ``Gemma4Tokenizer`` (BOS + the file's text + EOS) and its
 ``Gemma4CausalLM`` forward. Per position, our logits are within 1e-4 of its (relative to the
 position's largest), and the perplexity within 0.1 %:
 - the gemma route: the preset converted to gemma's modules, the tokens ``eval`` makes of a
@@ -131,7 +131,8 @@ def presets(tmp_path_factory):
             shutil.copy(_vocabulary(root, ids), folder / "assets" / "tokenizer" / "vocabulary.spm")
             tok = keras_hub.models.Gemma4Tokenizer(proto=str(folder / "assets" / "tokenizer" / "vocabulary.spm"),
                                                    has_vision_tokens=False, has_video_tokens=False)
-            tokens = [tok.start_token_id, *np.asarray(tok(TEXT)).tolist(), tok.end_token_id]
+            # the file as written, its final newline included (keras-hub's own reading)
+            tokens = [tok.start_token_id, *np.asarray(tok(TEXT + "\n")).tolist(), tok.end_token_id]
             lm = keras_hub.models.Gemma4CausalLM(backbone=backbone, preprocessor=None)
             made[name] = (folder, lm, np.asarray([tokens], np.int32))
         return made[name]

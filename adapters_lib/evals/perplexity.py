@@ -1,7 +1,8 @@
 """Loss and perplexity of a model over a data file: what ``gemma-workbench eval`` reports.
 
 ``score_tokens(model, params, tset, ...)`` is the computation: the file's sequences (as the
-data pipeline tokenizes them: BOS + text + EOS for text, the Gemma chat template with the
+data pipeline tokenizes them: BOS + text + EOS for text — a ``.txt`` file is one text, as
+written, its final newline included (``evals.text_file``) — the Gemma chat template with the
 per-token "trained" flags for chat, so chat files score only the model turns, or every
 token with ``loss_on = "all"``) packed into rows, each row scored by one jitted function
 of (params, batch) — the train step's chunked cross-entropy over the final hidden states,
@@ -211,8 +212,13 @@ def eval_widths(cfg: Any, tokenizer: Any) -> list[int]:
 
 def tokenize_file(path: str, tokenizer: Any, *, fmt: str = "auto", max_length: int,
                   loss_on: str = "model", field_map: dict[str, str] | None = None) -> Any:
-    """The file's ``Pipeline`` with every usable example in its train split (no eval split)."""
+    """The file's ``Pipeline`` with every usable example in its train split (no eval split);
+    a ``.txt`` file is one text, as written (``evals.text_file``)."""
     from adapters_lib.data.pipeline import build_pipeline
+    from adapters_lib.evals.text_file import is_text_file, tokenize_as_written
+
+    if is_text_file(path, fmt):
+        return tokenize_as_written(path, tokenizer, max_length=max_length)
 
     spec = DataSpec(path=path, format=fmt, max_length=max_length, eval_fraction=0.0,
                     packing=True, loss_on=loss_on, truncation="right",
@@ -229,6 +235,8 @@ def evaluate_file(model: Any, params: Any, tokenizer: Any, path: str, *, fmt: st
     if max_length < 8:
         raise WorkbenchError(f"max_length is {max_length}", where="--max-length",
                              hint="use at least 8 tokens (512 is the default)")
+    from adapters_lib.evals.text_file import TextFile, scored_as_written
+
     start = time.perf_counter()
     pipe = tokenize_file(path, tokenizer, fmt=fmt, max_length=max_length, loss_on=loss_on,
                          field_map=field_map)
@@ -241,8 +249,11 @@ def evaluate_file(model: Any, params: Any, tokenizer: Any, path: str, *, fmt: st
     report = pipe.report
     codec = TokenCodec.from_any(tokenizer)
     text = str(report.format) == "text"
-    words = scored_words(codec.bos, codec.eos, text=text, loss_on=loss_on,
-                         windows=int(report.chunked) > 0)
+    if isinstance(pipe, TextFile):
+        words = scored_as_written(codec.bos, codec.eos, count, windows=len(pipe.train))
+    else:
+        words = scored_words(codec.bos, codec.eos, text=text, loss_on=loss_on,
+                             windows=int(report.chunked) > 0)
     issues = [str(i) for i in report.issues][:20]
     return EvalResult(loss=loss, perplexity=math.exp(min(loss, 700.0)), tokens=count,
                       sequences=len(pipe.train), examples=len(np.unique(pipe.train.example)),

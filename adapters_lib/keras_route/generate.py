@@ -114,7 +114,7 @@ def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned
     """A Keras run's model with the weights of checkpoint ``step`` (the latest when None)."""
     from adapters_lib.keras_route import checkpoints
     from adapters_lib.keras_route.layout import make_distribution, plan_for
-    from adapters_lib.keras_route.model import build_model, import_keras, model_dims
+    from adapters_lib.keras_route.model import build_model, import_keras, keras_source, model_dims
     from adapters_lib.runs import RunDir
 
     run = RunDir(Path(run_dir))
@@ -129,8 +129,9 @@ def load_keras_tuned(run_dir: str | Path, step: int | None = None) -> KerasTuned
         raise WorkbenchError(f"run {run.run_id} has no checkpoint at step {step}",
                              hint=f"checkpoints: {', '.join(map(str, steps))}")
     import_keras()
-    distribution = make_distribution(plan_for(cfg, model_dims(cfg)))
-    model = build_model(cfg, distribution)
+    source = keras_source(cfg)  # the model source, resolved once
+    distribution = make_distribution(plan_for(cfg, model_dims(cfg, source)))
+    model = build_model(cfg, distribution, source)
     scope = distribution.scope() if distribution is not None else None
     if scope is None:
         checkpoints.restore(run.checkpoints_dir, step, model.causal_lm, optimizer=False)

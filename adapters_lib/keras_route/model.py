@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adapters_lib.config import RunConfig, is_keras_preset
+from adapters_lib.config import RunConfig
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.keras_route.backbones import BACKBONES
 from adapters_lib.keras_route.layout import ModelDims
@@ -48,25 +48,40 @@ def demo_dims() -> ModelDims:
     return ModelDims(vocab=DEMO_VOCAB, hidden=256, heads=4, kv_heads=1, head_dim=64, ffw=1024, layers=4)
 
 
-def preset_config(source: str) -> tuple[str, dict[str, Any]]:
+def preset_config(source: str | Path) -> tuple[str, dict[str, Any]]:
     p = Path(source).expanduser()
     raw = json.loads((p / "config.json").read_text())
     return raw.get("class_name", ""), raw.get("config", raw)
 
 
-def preset_dir(cfg: RunConfig) -> Path:
-    """The folder keras-hub's ``from_preset`` reads for a non-demo ``[model] source``.
+@dataclass(frozen=True)
+class KerasSource:
+    """What ``[model] source`` names, as the Keras route reads it (``keras_source``)."""
+
+    format: str
+    """"demo", "keras-preset" or "hf-safetensors" (a GGUF arrives as its HF export)."""
+    folder: Path | None = None
+    """The folder keras-hub's ``from_preset`` reads (None for the demo)."""
+
+
+KERAS_READS = ("keras-preset", "hf-safetensors", "gguf", "demo")
+"""The catalog formats the Keras route builds from (keras-hub reads no orbax checkpoint)."""
+
+
+def keras_source(cfg: RunConfig) -> KerasSource:
+    """``[model] source`` for keras-hub, resolved once by the catalog (``catalog.resolve``, the
+    resolution the gemma route loads from): a catalog id (``local:``, ``kaggle:``, ``hf:``,
+    ``ollama:``, ``lmstudio:``, ``starter:``) and a path to the same files are one source, and
+    what is read follows the entry's format, never the shape of the string.
 
     A Keras preset or an HF safetensors folder is used as it is (keras-hub converts HF Gemma
     itself); a GGUF is dequantized once into an HF folder under
     ``<data dir>/keras-hf/<file sha256>-<dtype>/`` (``gguf_weights.export_hf_from_gguf``), with
     the tokenizer rebuilt from its vocabulary.
     """
-    src = cfg.model.source
-    if is_keras_preset(src):
-        return Path(src).expanduser()
     from adapters_lib.catalog import NoWeightsFound, resolve
 
+    src = cfg.model.source
     where = f"[model] source = {src!r}"
     try:
         entry = resolve(src)
@@ -76,19 +91,40 @@ def preset_dir(cfg: RunConfig) -> Path:
                              hint="point at a Keras preset (config.json + model.weights.h5), "
                                   "a Hugging Face folder (config.json + *.safetensors) or a "
                                   ".gguf file") from None
-    if entry.status != "ok":
+    check_keras_reads(entry, where, tokenizer=cfg.model.tokenizer)
+    if entry.format == "demo":
+        return KerasSource("demo")
+    if entry.format == "gguf":
+        return KerasSource("hf-safetensors", _gguf_as_hf(entry, cfg.train.param_dtype))
+    return KerasSource(entry.format, Path(entry.path))
+
+
+def check_keras_reads(entry: Any, where: str, *, tokenizer: str = "") -> None:
+    """One line when the Keras route cannot build ``entry`` (a catalog entry), naming the true
+    cause; nothing is read beyond the catalog's metadata (``tokenizer``: ``[model] tokenizer``,
+    which stands in for a tokenizer the checkpoint lacks)."""
+    if entry.format not in KERAS_READS:
+        raise WorkbenchError(f"keras-hub does not read a {entry.format} checkpoint (the Keras route "
+                             "reads Keras presets, HF safetensors and GGUF files)", where=where, hint='use [model] backend = "gemma" for this checkpoint')
+    # "unsupported" on a Keras preset is the gemma route's word (its own reader's limits):
+    # keras-hub reads the preset itself, and model_dims names a backbone it does not train
+    readable = entry.status == "ok" or (entry.format == "keras-preset" and entry.status == "unsupported")
+    tokenizer_only = entry.status == "incomplete" and entry.tokenizer is None and "tokenizer" in entry.reason
+    if not readable and not (tokenizer_only and tokenizer):
         raise WorkbenchError(f"{entry.status}: {entry.reason}", where=where)
     if entry.family == "gemma3n" and entry.format in ("hf-safetensors", "gguf"):
         raise WorkbenchError("keras-hub converts a Hugging Face Gemma 3n only together with its "
                              "vision and audio towers", where=where,
                              hint='use [model] backend = "gemma" (it loads this Gemma 3n), or a Keras preset')
-    if entry.format == "hf-safetensors":
-        return Path(entry.path)
-    if entry.format == "gguf":
-        return _gguf_as_hf(entry, cfg.train.param_dtype)
-    raise WorkbenchError(f"the Keras route reads Keras presets, HF safetensors and GGUF files, not "
-                         f"{entry.format}", where=where,
-                         hint='use [model] backend = "gemma" for this checkpoint')
+
+
+def preset_dir(cfg: RunConfig) -> Path:
+    """The folder keras-hub's ``from_preset`` reads for a non-demo ``[model] source``
+    (``keras_source``)."""
+    folder = keras_source(cfg).folder
+    if folder is None:
+        raise WorkbenchError("the demo model is built, not read from a folder", where="[model] source")
+    return folder
 
 
 def _gguf_as_hf(entry: Any, dtype: str) -> Path:
@@ -116,26 +152,28 @@ def _gguf_as_hf(entry: Any, dtype: str) -> Path:
     return folder
 
 
-def model_dims(cfg: RunConfig) -> ModelDims:
-    """Dimensions for validation, read without building anything (a GGUF is exported once)."""
-    src = cfg.model.source
-    if src == "demo":
+def model_dims(cfg: RunConfig, source: KerasSource | None = None) -> ModelDims:
+    """Dimensions for validation, read without building anything (a GGUF is exported once).
+    ``source``: ``keras_source(cfg)`` when the caller has it."""
+    source = source or keras_source(cfg)
+    if source.format == "demo":
         return demo_dims()
-    if not is_keras_preset(src):
+    assert source.folder is not None
+    if source.format != "keras-preset":
         from adapters_lib.models import families
 
-        folder = preset_dir(cfg)
-        return dims_from_arch(families.from_hf_config(json.loads((folder / "config.json").read_text())))
-    name, c = preset_config(src)
+        return dims_from_arch(families.from_hf_config(json.loads((source.folder / "config.json").read_text())))
+    name, c = preset_config(source.folder)
+    shown = cfg.model.source
     if name not in BACKBONES:
-        raise WorkbenchError(f"{src}/config.json is a {name or 'unknown class'}, not a keras-hub Gemma "
+        raise WorkbenchError(f"{shown}/config.json is a {name or 'unknown class'}, not a keras-hub Gemma "
                              "backbone", where="[model] source",
                              hint=f"the Keras route trains {', '.join(BACKBONES)}")
     try:
         return ModelDims.from_keras_config(name, c)
     except KeyError as e:
-        raise WorkbenchError(f"{src}/config.json has no {e.args[0]!r}: not a Gemma backbone ({name or 'unknown class'})",
-                             where="[model] source") from None
+        raise WorkbenchError(f"{shown}/config.json has no {e.args[0]!r}: not a Gemma backbone "
+                             f"({name or 'unknown class'})", where="[model] source") from None
 
 
 def dims_from_arch(arch: Any) -> ModelDims:
@@ -147,18 +185,20 @@ def dims_from_arch(arch: Any) -> ModelDims:
                      per_layer=getattr(arch, "per_layer_input_dim", 0), per_layer_vocab=arch.vocab_size)
 
 
-def tokenizer_path(cfg: RunConfig) -> str:
+def tokenizer_path(cfg: RunConfig, source: KerasSource | None = None) -> str:
     """The SentencePiece model: model.tokenizer, the preset's assets, or the demo tokenizer."""
     if cfg.model.tokenizer:
         return cfg.model.tokenizer
-    if cfg.model.source == "demo":
+    source = source or keras_source(cfg)
+    if source.format == "demo":
         from adapters_lib.models.demo import ensure_demo_tokenizer
 
         return str(ensure_demo_tokenizer())
-    if not is_keras_preset(cfg.model.source):
-        spm = preset_dir(cfg) / "tokenizer.model"
+    assert source.folder is not None
+    if source.format == "keras-preset":
+        spm = source.folder / "assets" / "tokenizer" / "vocabulary.spm"
     else:
-        spm = Path(cfg.model.source).expanduser() / "assets" / "tokenizer" / "vocabulary.spm"
+        spm = source.folder / "tokenizer.model"
     if not spm.is_file():
         raise WorkbenchError(f"no tokenizer at {spm}", where="[model] tokenizer",
                              hint="set [model] tokenizer to the preset's vocabulary.spm / tokenizer.model")
@@ -210,19 +250,21 @@ class KerasModel:
     notes: list[str] = field(default_factory=list)
 
 
-def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
-    """Build (under ``distribution``) the backbone + CausalLM and enable LoRA on the targets."""
+def build_model(cfg: RunConfig, distribution: Any, source: KerasSource | None = None) -> KerasModel:
+    """Build (under ``distribution``) the backbone + CausalLM and enable LoRA on the targets
+    (``source``: ``keras_source(cfg)`` when the caller has it)."""
     keras = import_keras()
     import keras_hub
 
     from adapters_lib.keras_route.backbones import enable_lora, quantize_int8
 
     policy = keras_dtype_policy(cfg.train.param_dtype, cfg.train.compute_dtype)
-    dims = model_dims(cfg)
+    source = source or keras_source(cfg)
+    dims = model_dims(cfg, source)
     scope = distribution.scope() if distribution is not None else _nullcontext()
     notes: list[str] = []
     with scope, _seeded(keras, cfg.train.seed):
-        if cfg.model.source == "demo":
+        if source.format == "demo":
             backbone = keras_hub.models.Gemma3Backbone(
                 vocabulary_size=dims.vocab, image_size=896, num_layers=dims.layers,
                 num_query_heads=dims.heads, num_key_value_heads=dims.kv_heads, hidden_dim=dims.hidden,
@@ -231,7 +273,8 @@ def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
                 use_sliding_window_attention=True, sliding_window_size=32, vision_encoder=None,
                 dtype=policy, name="gemma3_backbone")
         else:
-            folder = preset_dir(cfg)
+            assert source.folder is not None
+            folder = source.folder
             no_towers, towers = text_only(folder)
             backbone = keras_hub.models.Backbone.from_preset(str(folder), dtype=policy, **no_towers)
             if towers and no_towers:
@@ -245,7 +288,7 @@ def build_model(cfg: RunConfig, distribution: Any) -> KerasModel:
         lora_layers: list[str] = []
         if cfg.lora.enabled:
             lora_layers = enable_lora(backbone, cfg.lora.rank, cfg.lora.alpha, tuple(cfg.lora.targets))
-    return KerasModel(causal_lm, backbone, dims, tokenizer_path(cfg), lora_layers, notes)
+    return KerasModel(causal_lm, backbone, dims, tokenizer_path(cfg, source), lora_layers, notes)
 
 
 @contextlib.contextmanager

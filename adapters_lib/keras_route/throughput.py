@@ -17,15 +17,22 @@ def train_tokens_per_s(cfg: Any, *, steps: int = 20, warmup: int = 3) -> dict[st
     from adapters_lib.config import check_backend_options
     from adapters_lib.keras_route.backbones import model_inputs
     from adapters_lib.keras_route.layout import make_distribution, plan_for
-    from adapters_lib.keras_route.model import _nullcontext, build_model, import_keras, model_dims
+    from adapters_lib.keras_route.model import (
+        _nullcontext,
+        build_model,
+        import_keras,
+        keras_source,
+        model_dims,
+    )
     from adapters_lib.keras_route.train import make_optimizer
 
     check_backend_options(cfg)
     t = cfg.train
-    plan = plan_for(cfg, model_dims(cfg))
+    source = keras_source(cfg)  # the model source, resolved once
+    plan = plan_for(cfg, model_dims(cfg, source))
     keras = import_keras()
     dist = make_distribution(plan)
-    model = build_model(cfg, dist)
+    model = build_model(cfg, dist, source)
     b, length, vocab = t.batch_size, cfg.data.max_length, model.dims.vocab
     rng = np.random.default_rng(0)
 

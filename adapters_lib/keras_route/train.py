@@ -99,7 +99,12 @@ class KerasTrainer(Trainer):
     def setup(self) -> RouteSetup:
         from adapters_lib.data import build_pipeline
         from adapters_lib.keras_route.layout import make_distribution, plan_for
-        from adapters_lib.keras_route.model import build_model, import_keras, model_dims
+        from adapters_lib.keras_route.model import (
+            build_model,
+            import_keras,
+            keras_source,
+            model_dims,
+        )
 
         cfg, t = self.cfg, self.cfg.train
         check_backend_options(cfg)
@@ -108,11 +113,12 @@ class KerasTrainer(Trainer):
 
             raise WorkbenchError(f"the Keras route trains the sft objective only, not {t.objective!r}",
                                  where="[train] objective", hint='use model.backend = "gemma" for it')
-        self.plan = plan_for(cfg, model_dims(cfg))
+        source = keras_source(cfg)  # the model source, resolved once
+        self.plan = plan_for(cfg, model_dims(cfg, source))
         keras = import_keras()  # after the checks: a mistake is reported before the slow import
         self.distribution = make_distribution(self.plan)
         self.keras = keras
-        self.model = build_model(cfg, self.distribution)
+        self.model = build_model(cfg, self.distribution, source)
         lm = self.model.causal_lm
         with self._scope():  # optimizer variables must be made under the distribution too
             self.optimizer, self.schedule = make_optimizer(keras, t)
