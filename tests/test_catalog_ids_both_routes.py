@@ -104,12 +104,12 @@ def _gemma_route(source: str, load: bool) -> None:
 
 
 def _keras_route(source: str, load: bool) -> None:
-    from adapters_lib.catalog import find
-    from adapters_lib.keras_route.model import build_model, check_keras_reads, model_dims
+    from adapters_lib.engine.handlers.run_commands import _check_model
+    from adapters_lib.keras_route.model import build_model, model_dims
 
     cfg = _config(source, "keras")
-    if not load:  # metadata only (the starter's 270M is not exported here)
-        check_keras_reads(find(source), f"[model] source = {source!r}")
+    _check_model(cfg)  # the engine's check before a run folder exists: metadata only
+    if not load:  # the starter's 270M is not exported here
         return
     dims = model_dims(cfg)
     model = build_model(cfg, None)

@@ -68,17 +68,9 @@ KERAS_READS = ("keras-preset", "hf-safetensors", "gguf", "demo")
 """The catalog formats the Keras route builds from (keras-hub reads no orbax checkpoint)."""
 
 
-def keras_source(cfg: RunConfig) -> KerasSource:
-    """``[model] source`` for keras-hub, resolved once by the catalog (``catalog.resolve``, the
-    resolution the gemma route loads from): a catalog id (``local:``, ``kaggle:``, ``hf:``,
-    ``ollama:``, ``lmstudio:``, ``starter:``) and a path to the same files are one source, and
-    what is read follows the entry's format, never the shape of the string.
-
-    A Keras preset or an HF safetensors folder is used as it is (keras-hub converts HF Gemma
-    itself); a GGUF is dequantized once into an HF folder under
-    ``<data dir>/keras-hf/<file sha256>-<dtype>/`` (``gguf_weights.export_hf_from_gguf``), with
-    the tokenizer rebuilt from its vocabulary.
-    """
+def keras_entry(cfg: RunConfig) -> Any:
+    """The catalog entry ``[model] source`` names, checked for what keras-hub reads: metadata
+    only (nothing is loaded or converted), so a run can be refused before its folder exists."""
     from adapters_lib.catalog import NoWeightsFound, resolve
 
     src = cfg.model.source
@@ -92,6 +84,21 @@ def keras_source(cfg: RunConfig) -> KerasSource:
                                   "a Hugging Face folder (config.json + *.safetensors) or a "
                                   ".gguf file") from None
     check_keras_reads(entry, where, tokenizer=cfg.model.tokenizer)
+    return entry
+
+
+def keras_source(cfg: RunConfig) -> KerasSource:
+    """``[model] source`` for keras-hub, resolved once by the catalog (``catalog.resolve``, the
+    resolution the gemma route loads from): a catalog id (``local:``, ``kaggle:``, ``hf:``,
+    ``ollama:``, ``lmstudio:``, ``starter:``) and a path to the same files are one source, and
+    what is read follows the entry's format, never the shape of the string.
+
+    A Keras preset or an HF safetensors folder is used as it is (keras-hub converts HF Gemma
+    itself); a GGUF is dequantized once into an HF folder under
+    ``<data dir>/keras-hf/<file sha256>-<dtype>/`` (``gguf_weights.export_hf_from_gguf``), with
+    the tokenizer rebuilt from its vocabulary.
+    """
+    entry = keras_entry(cfg)
     if entry.format == "demo":
         return KerasSource("demo")
     if entry.format == "gguf":

@@ -25,14 +25,19 @@ def _open(engine: Engine) -> None:
 
 
 def _check_model(cfg) -> None:
-    """A model the gemma route cannot find or load, or a ``[model] quantize`` it cannot take, is
+    """A model the run's route cannot find or read, or a ``[model] quantize`` it cannot take, is
     refused before a run folder exists (a detached run, a sweep point or the TUI's launch would
     otherwise leave a failed run behind). Metadata only: the catalog entry and its status, no
-    weights, no tokenizer build. The Keras route also takes keras-hub preset names; it checks
-    its source when it loads."""
+    weights, no tokenizer build."""
+    from adapters_lib import catalog
+
+    if cfg.model.backend == "keras":
+        from adapters_lib.keras_route.model import keras_entry
+
+        keras_entry(cfg)
+        return
     if cfg.model.backend != "gemma":
         return
-    from adapters_lib import catalog
     from adapters_lib.models.weights import check_loadable, check_quantize
 
     entry = catalog.find(cfg.model.source)
