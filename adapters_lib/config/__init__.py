@@ -17,7 +17,6 @@ The modules import each other by their module names, never through this ``__init
 
 from adapters_lib.config import checks as checks
 from adapters_lib.config.backends import check_backend_options as check_backend_options
-from adapters_lib.config.backends import is_keras_preset as is_keras_preset
 from adapters_lib.config.run_config import ALL_LORA_TARGETS as ALL_LORA_TARGETS
 from adapters_lib.config.run_config import BACKENDS as BACKENDS
 from adapters_lib.config.run_config import DATA_FORMATS as DATA_FORMATS

@@ -18,18 +18,9 @@ segment ids, so the Keras route always trains one example per row (unpacked).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
-
-
-def is_keras_preset(source: str) -> bool:
-    """True for a folder in the Keras preset layout (config.json + model.weights.h5, or
-    keras-hub's shards: model.weights.json + model_NNNNN.weights.h5)."""
-    p = Path(source).expanduser()
-    return p.is_dir() and (p / "config.json").is_file() and (
-        (p / "model.weights.h5").is_file() or (p / "model.weights.json").is_file())
 
 
 def gemma_only_problems(cfg: Any) -> list[tuple[str, str, str]]:
