@@ -1,5 +1,5 @@
-"""``gemma-workbench eval --model M [--run R [--step N|best]] --data FILE [--input-format F] [--json]``
-and ``gemma-workbench eval --run R --all-checkpoints [--data FILE] [--metric M,…] [--json]``.
+"""``gemma-workbench eval [RUN | --run RUN [--step N|best]] [--model M] --data FILE [--input-format F] [--json]``
+and ``gemma-workbench eval RUN|--run RUN --all-checkpoints [--data FILE] [--metric M,…] [--json]``.
 
 Loss, perplexity and the number of scored tokens of a model (or a run's checkpoint) on a
 text or chat file. Chat files score the model turns only (``--loss-on all``: every token).
@@ -21,6 +21,7 @@ import json
 
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import add_in_process_arg, add_quantize_arg, step_arg
+from workbench.commands._run_arg import add_run_arg
 from workbench.commands._spellings import add_old_spelling
 
 FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Chat files score the model turns only.")
     p.add_argument("--model", default="", help='"demo", a catalog id or a path (default: the '
                                                "run's base model, else demo)")
-    p.add_argument("--run", default="", metavar="RUN", help="a run id (or prefix) or directory")
+    add_run_arg(p, default="", flag_help="the same as RUN: score the run's checkpoint (its "
+                                         "adapter on its base model)")
     p.add_argument("--step", type=step_arg, default=None, metavar="N|best",
                    help="the run's checkpoint at step N, or best (default: the latest)")
     p.add_argument("--all-checkpoints", action="store_true",
