@@ -125,7 +125,7 @@ def render_run(r: api.RunDetail) -> str:
         evals = [m for m in metrics if "eval_loss" in m]
         if evals:
             lines.append(f"  eval_loss    {_fmt(evals[-1]['eval_loss'])} (step {evals[-1]['step']})")
-    if r.best_metric and r.best_step is not None:  # evals' BestHook (#20)
+    if r.best_metric and r.best_step is not None:  # the evals' BestHook
         lines.append(f"  best         {r.best_metric} {_fmt(r.best_value)} at step "
                      f"{r.best_step} (--step best)")
     facts = [f"{r.trainable_params:,} trainable params" if r.trainable_params else "",

@@ -133,7 +133,7 @@ def engine_config(args: argparse.Namespace, cfg: Any) -> tuple[str, list[str]]:
 
     Here: the resolved config (its paths absolute on this machine; the engine's working
     directory is not ours). With ``--remote``: the file as written and the ``--set`` items,
-    since a remote config's paths are the engine machine's and it resolves them (#18)."""
+    since a remote config's paths are the engine machine's and it resolves them."""
     from workbench import remote
 
     if remote.selected() is not None:
