@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
     convs = _conversations(args)
     settings = settings_from(args)
     if args.step is not None and not args.run:
-        raise WorkbenchError("--step needs --run", where="--step")
+        raise WorkbenchError("--step needs a run", where="--step",
+                             hint="name the run whose checkpoint to use: RUN or --run RUN")
     records, saved = _through_engine(args, convs, settings)
     if args.json:
         print(json.dumps(records))

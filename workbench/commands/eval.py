@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return _all_checkpoints(args)
     if not args.data:
         raise WorkbenchError("--data is needed", where="--data",
-                             hint="name the file to score (or use --run R --all-checkpoints for "
+                             hint="name the file to score (or use RUN --all-checkpoints for "
                                   "the run's eval split)")
     result = _through_engine(args)
     if args.json:
@@ -104,10 +104,11 @@ def _all_checkpoints(args: argparse.Namespace) -> int:
 
     if not args.all_checkpoints:
         raise WorkbenchError("--metrics scores a run's checkpoints", where="--metrics",
-                             hint="add --all-checkpoints (and --run R)")
+                             hint="add --all-checkpoints (and the run: RUN or --run RUN)")
     if not args.run:
-        raise WorkbenchError("--all-checkpoints needs --run", where="--all-checkpoints",
-                             hint="name the run whose checkpoints to score")
+        raise WorkbenchError("--all-checkpoints needs a run", where="--all-checkpoints",
+                             hint="name the run whose checkpoints to score: eval RUN "
+                                  "--all-checkpoints (or --run RUN)")
     if args.step is not None or args.model:
         flag = "--step" if args.step is not None else "--model"
         raise WorkbenchError(f"{flag} with --all-checkpoints", where=flag,

@@ -48,9 +48,10 @@ def run(args: argparse.Namespace) -> int:
         raise WorkbenchError("a run and --adapter: sample one of them", where="sample",
                              hint="drop RUN (--run RUN) or --adapter")
     if args.step is not None and not args.run:
-        raise WorkbenchError("--step needs --run", where="--step", hint="name the run whose checkpoint to use")
+        raise WorkbenchError("--step needs a run", where="--step",
+                             hint="name the run whose checkpoint to use: RUN or --run RUN")
     if args.run and args.model:
-        raise WorkbenchError("--model with --run: a run has its own base model", where="--model",
+        raise WorkbenchError("--model with a run: a run has its own base model", where="--model",
                              hint="drop --model")
     if args.system is not None and args.raw:
         raise WorkbenchError("--system with --raw: raw text has no chat template", where="--system")
