@@ -101,7 +101,8 @@ def test_which_commands_reach_the_engine_and_which_run_over_there():
 
     assert route("runs", "attach", "X") == "tunnel"
     assert route("web") == "tunnel"
-    assert route("sweep", "c.toml", "--grid", "train.learning_rate=1e-3,1e-4") == "tunnel"
+    assert route("sweep", "run", "c.toml", "--grid", "train.learning_rate=1e-3,1e-4") == "tunnel"
+    assert route("sweep", "show") == "tunnel"
     for argv in (["sample", "--prompt", "p"], ["compare", "--run", "x", "--prompt", "p"],
                  ["export", "x", "--out", "o"], ["train", "c.toml"]):
         if hasattr(parser.parse_args(argv), "in_process"):  # through the engine (#18 item 1)

@@ -1,5 +1,5 @@
 """A 2×2 grid sweep through a real engine (#20 item 4): ``sweep`` queues four demo runs, each
-in its own directory naming its sweep and point; ``runs sweep ID`` ranks them by the metric.
+in its own directory naming its sweep and point; ``sweep show ID`` ranks them by the metric.
 
 Slow (~3–7 min on a busy 2-core machine: an engine start and four short demo runs); it is
 the one test of the whole path (CLI → engine queue → trainer hooks → results table).
@@ -56,7 +56,7 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
     monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(engine.home))
     config = tmp_path / "sweep.toml"
     config.write_text(CONFIG, encoding="utf-8")
-    assert main(["sweep", str(config), "--grid", "lora.rank=2,4",
+    assert main(["sweep", "run", str(config), "--grid", "lora.rank=2,4",
                  "--grid", "train.learning_rate=1e-3,5e-3"]) == 0
     out, err = capsys.readouterr()
     sweep_id = out.strip()
@@ -80,7 +80,7 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
         done = engine.client.wait_run(p.run_id, timeout=900)
         assert done.state == "completed", (done, engine.log_text()[-3000:])
 
-    assert main(["runs", "sweep", sweep_id, "--json"]) == 0
+    assert main(["sweep", "show", sweep_id, "--json"]) == 0
     table = json.loads(capsys.readouterr().out)
     assert table["sweep"] == sweep_id and table["metric"] == "loss"
     points = table["points"]
@@ -115,7 +115,7 @@ def test_a_2x2_sweep_ranks_its_points_and_no_two_share_a_directory(engine_factor
     assert [(r["step"], r["phase"]) for r in scored["rows"]] == [(0, "base"), (2, "tuned"), (4, "tuned")]
     assert scored["run"] == best["run_id"] and scored["best_step"] in (2, 4)
 
-    assert main(["runs", "sweep", sweep_id[:-2]]) == 0
+    assert main(["sweep", "show", sweep_id[:-2]]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[2].startswith("*") and best["run_id"] in text[2]
     assert text[-1].startswith(f"best: {best['run_id']}")

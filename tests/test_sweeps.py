@@ -127,19 +127,19 @@ def test_results_table_names_the_best_point_by_the_metric(tmp_path):
 def test_sweep_dry_run_checks_every_point_before_queueing(tmp_path, capsys):
     cfg = tmp_path / "s.toml"
     cfg.write_text('[run]\nname = "rk"\n[sweep.grid]\nlora.rank = [4, 8]\n', encoding="utf-8")
-    assert main(["sweep", str(cfg), "--grid", "train.learning_rate=1e-4,3e-4", "--dry-run",
+    assert main(["sweep", "run", str(cfg), "--grid", "train.learning_rate=1e-4,3e-4", "--dry-run",
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["queued"] is False and out["metric"] == "loss" and out["sweep"].startswith("sweep-")
     assert [p["point"] for p in out["points"]][1] == {"lora.rank": 4, "train.learning_rate": 3e-4}
-    assert main(["sweep", str(cfg), "--grid", "lora.rank=4,0", "--dry-run"]) == 2
+    assert main(["sweep", "run", str(cfg), "--grid", "lora.rank=4,0", "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--grid lora.rank" in err and "point 2 (lora.rank=0)" in err
     cfg.write_text('[sweep.grid]\n"lora.rank" = [4, -1]\n', encoding="utf-8")
-    assert main(["sweep", str(cfg), "--dry-run"]) == 2
+    assert main(["sweep", "run", str(cfg), "--dry-run"]) == 2
     err = capsys.readouterr().err
     assert f"{cfg} [sweep] grid" in err and "point 2" in err
-    assert main(["sweep", str(cfg), "--grid", "lora.rank=4", "--metric", "rogue_l", "--dry-run"]) == 2
+    assert main(["sweep", "run", str(cfg), "--grid", "lora.rank=4", "--metric", "rogue_l", "--dry-run"]) == 2
     assert "did you mean 'rouge_l'" in capsys.readouterr().err
 
 
@@ -149,7 +149,7 @@ def sweep_engine(engine_factory):
     return engine_factory(args=["--no-warm"])
 
 
-def test_runs_sweep_reads_the_table_through_the_engine(sweep_engine, monkeypatch, capsys):
+def test_sweep_show_reads_the_table_through_the_engine(sweep_engine, monkeypatch, capsys):
     monkeypatch.setenv("GEMMA_WORKBENCH_HOME", str(sweep_engine.home))
     root = sweep_engine.home / "data" / "runs"
     sid = "sweep-20260102-000000-cli-0f0f"
@@ -159,7 +159,7 @@ def test_runs_sweep_reads_the_table_through_the_engine(sweep_engine, monkeypatch
     assert reply.sweep == sid and reply.best.run_id == low.run_id and reply.best.value("loss") == 1.1
     assert [p.point["lora.rank"] for p in reply.points] == [4, 8]
 
-    assert main(["runs", "sweep", sid, "--json"]) == 0
+    assert main(["sweep", "show", sid, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data) >= {"sweep", "metric", "best", "points"} and data["metric"] == "loss"
     for p in data["points"]:
@@ -167,18 +167,18 @@ def test_runs_sweep_reads_the_table_through_the_engine(sweep_engine, monkeypatch
                           "trainable_params"}
     assert data["best"]["run_id"] == low.run_id
 
-    assert main(["runs", "sweep", sid]) == 0
+    assert main(["sweep", "show", sid]) == 0
     table = capsys.readouterr().out.splitlines()
     assert "ranked by loss (lower is better)" in table[0]
     assert table[2].startswith("*") and low.run_id in table[2] and "2.5 MB" in table[2]
     assert table[-1].startswith(f"best: {low.run_id} (lora.rank=4 train.seed=1)")
 
-    assert main(["runs", "sweep"]) == 0
+    assert main(["sweep", "show"]) == 0
     assert sid in capsys.readouterr().out
-    assert main(["runs", "sweep", "sweep-none-such"]) == 2
+    assert main(["sweep", "show", "sweep-none-such"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no sweep 'sweep-none-such'" in err
-    assert main(["runs", "sweep", sid, "--metric", "rogue_l"]) == 2
+    assert main(["sweep", "show", sid, "--metric", "rogue_l"]) == 2
     assert "did you mean 'rouge_l'" in capsys.readouterr().err
 
 
@@ -189,7 +189,7 @@ def test_a_point_the_engine_would_refuse_queues_no_point(sweep_engine, monkeypat
     before = {r.id for r in sweep_engine.client.list_runs()}
     cfg = tmp_path / "q.toml"
     cfg.write_text("[train]\nsteps = 2\n", encoding="utf-8")
-    assert main(["sweep", str(cfg), "--grid", "model.quantize=int8,gguf"]) == 2
+    assert main(["sweep", "run", str(cfg), "--grid", "model.quantize=int8,gguf"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: [model] quantize: point 2 "), err
     assert "needs a GGUF base" in err and "nothing was queued" in err

@@ -18,14 +18,17 @@ import argparse
 import importlib
 import os
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from adapters_lib import paths
 from adapters_lib.errors import WorkbenchError
 from workbench import __version__
 
-COMMANDS = ("doctor", "train", "prepare", "data", "models", "sample", "compare", "export", "engine",
-            "runs", "web", "eval", "sweep")
+# in the order of the work, as `--help` lists them: pick a model and data, train, follow and
+# judge the runs, sweep, export; then the tools around it
+COMMANDS = ("models", "data", "train", "runs", "compare", "sample", "eval", "sweep", "export",
+            "prepare", "engine", "web", "doctor")
+TOP_OPTIONS_WITH_VALUE = ("--theme", "--remote", "--remote-command")
 # commands that compute in this process (JAX, gemma): their native start-up lines are silenced
 COMPUTING = ("train", "sample", "compare", "export", "doctor", "eval")
 # under --remote: commands about the engine machine's own files and processes run there
@@ -40,7 +43,17 @@ def quiet_native_logs() -> None:
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage mistake is one line (``error: PROG: what; see PROG --help``), exit 2."""
+    """argparse, but a usage mistake is one line (``error: PROG: what; see PROG --help``), exit 2.
+    The top-level parser also takes the old spelling ``sweep CONFIG`` (``sweep.old_spelling``)."""
+
+    old_spellings = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if self.old_spellings:
+            from workbench.commands.sweep import old_spelling
+
+            args = old_spelling(sys.argv[1:] if args is None else list(args))
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
         print(f"error: {self.prog}: {message}; see `{self.prog} --help`", file=sys.stderr)
@@ -50,8 +63,13 @@ class OneLineParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog="gemma-workbench",
-        description="Fine-tune Gemma with LoRA on JAX: a TUI plus a headless engine.",
+        description="Fine-tune Gemma with LoRA on JAX: a TUI plus a headless engine. Without a "
+                    "command: the TUI.",
+        epilog="A first run: `models` (pick one), `data check FILE`, `train CONFIG.toml`, then "
+               "`compare RUN --prompt TEXT`. A command that takes a run names it as RUN or "
+               "--run RUN. `COMMAND --help` for its options.",
     )
+    parser.old_spellings = True
     parser.add_argument("--version", action="version", version=f"gemma-workbench {__version__}")
     parser.add_argument("--theme", help="TUI theme (e.g. workbench-dark, workbench-light)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -144,10 +162,16 @@ def main(argv: list[str] | None = None) -> int:
     quiet_native_logs()
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
+    from workbench.commands.sweep import old_spelling
+
+    argv = old_spelling(argv)
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the sub-command that was given them: its --help lists what it takes
         _parser_of(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        from workbench.commands._run_arg import merge_run
+
+        merge_run(args)
         paths.check_environment()
 
         from workbench import remote

@@ -17,19 +17,26 @@ WIDTH = 100
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The listed sub-commands: one entry per command (an alias, `runs ls`, is its command's),
+    none for an old spelling kept without help (`runs sweep`)."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            seen: set[int] = set()  # an alias (`runs ls`) maps to its command's own parser
-            return {name: p for name, p in action.choices.items()
-                    if id(p) not in seen and not seen.add(id(p))}
+            return {shown.dest: action.choices[shown.dest] for shown in action._choices_actions}
     return {}
 
 
 def _usage(parser: argparse.ArgumentParser) -> str:
     formatter = argparse.HelpFormatter(parser.prog, width=10_000)
     formatter.add_usage(parser.usage, parser._actions, parser._mutually_exclusive_groups, prefix="")
-    text = " ".join(formatter.format_help().split())
-    return re.sub(r" \[-h\]", "", text)
+    text = re.sub(r" \[-h\]", "", " ".join(formatter.format_help().split()))
+    if "run_dest" in parser._defaults:  # a run named as RUN or --run RUN: one form, in place
+        text = text.replace(" [RUN]", "")
+        if "--run RUN |" in text or "| --run RUN" in text:
+            text = text.replace("--run RUN", "RUN | --run RUN")
+        else:
+            required = parser._defaults.get("run_required")
+            text = text.replace("[--run RUN]", "(RUN | --run RUN)" if required else "[RUN | --run RUN]")
+    return text
 
 
 def _lines(parser: argparse.ArgumentParser) -> list[str]:

@@ -15,6 +15,7 @@ import numpy as np
 from adapters_lib.config import DataSpec
 from adapters_lib.data import chat_template
 from adapters_lib.data.formats import Example, demo_examples, to_examples
+from adapters_lib.data.layout import PROMPTS, layout_of
 from adapters_lib.data.preference import (
     PairSet,
     looks_like_pairs,
@@ -188,7 +189,8 @@ def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str]
     """Read, convert, tokenize and account for every record of ``path`` (a file, a folder, or
     an ``hf:``/``tfds:`` dataset); ``limit`` > 0: a dataset source's first ``limit`` records
     only (files are read whole, as before). Preference pairs when its records carry
-    ``chosen`` and ``rejected`` (``data.preference``)."""
+    ``chosen`` and ``rejected`` (``data.preference``); prompt-only records are reported as
+    ``prompts`` (``data.layout``)."""
     names: list[str] = []
     if is_dataset_ref(path):
         source = open_source(path, field_map=field_map)
@@ -203,9 +205,22 @@ def analyze(path: str | Path, *, format: str = "auto", field_map: dict[str, str]
         pset, issues = tokenize_pairs(read.records, codec, max_length=max_length,
                                                  truncation=truncation, field_map=field_map)
         return pair_report(str(path), read, pset, issues, codec=codec, max_length=max_length)
-    return report_for(str(path), len(read.records), read.files, read.issues,
-                      *to_examples(read.records, format, field_map, labels=labels, label_names=names),
-                      codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
+    report = report_for(str(path), len(read.records), read.files, read.issues,
+                        *to_examples(read.records, format, field_map, labels=labels, label_names=names),
+                        codec=codec, max_length=max_length, loss_on=loss_on, truncation=truncation)
+    if format == "auto" and not field_map and layout_of(read.records) == PROMPTS:
+        prompts_report(report)
+    return report
+
+
+def prompts_report(report: Report) -> None:
+    """Prompt-only records (``data.layout``): named as such, and why SFT has nothing in them."""
+    report.format = PROMPTS
+    report.file_formats = dict.fromkeys(report.file_formats or report.files, PROMPTS)
+    if report.examples == 0 and report.records:
+        report.fatal = (f"{report.records} prompt-only records (a prompt, no answer): nothing to "
+                        "train on by SFT; they are prompts to answer, e.g. gemma-workbench compare "
+                        f"--run RUN --prompts {report.path}")
 
 
 def report_for(path: str, n_records: int, files: list[str], read_issues: list[DataIssue],

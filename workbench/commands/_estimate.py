@@ -1,7 +1,9 @@
 """``train CONFIG --estimate [--json]``: the per-device memory of the config's train step.
 
-The engine computes it (``api.Estimate``: the model's config from the catalog, no weights
-loaded; ``--in-process``: an engine inside this process). Text: the summary line and any mesh problem;
+The running engine computes it (``api.Estimate``: the model's config from the catalog, no
+weights loaded), or ``--remote``'s; when no engine runs, this process computes it with the
+same function (``engine.compute.estimate``) and starts none, so nothing is left running
+(``--in-process``: an engine inside this process, as before). Text: the summary line and any mesh problem;
 ``--json`` (contract): one object with ``weights_bytes``, ``total_bytes``, one ``<term>_bytes``
 per term of ``adapters_lib.memory.TERMS``, ``device_bytes``, ``fraction``, ``verdict``,
 ``device_count``, ``quantize``, ``trainable_params``, ``total_params``, ``mesh_problems``,
@@ -32,11 +34,38 @@ def as_json(reply: Any, cfg: Any) -> dict[str, Any]:
     return out
 
 
-def print_estimate(args: argparse.Namespace, cfg: Any, text: str, overrides: list[str]) -> int:
+def estimate_reply(args: argparse.Namespace, cfg: Any, text: str, overrides: list[str]) -> Any:
+    """The ``api.EstimateReply``: from the engine that runs (see the module doc), else here."""
+    from workbench import remote
     from workbench.commands._generation_args import engine_client
 
+    if not args.in_process and remote.selected() is None:
+        from workbench.client import EngineClient
+
+        with EngineClient() as probe:
+            running = probe.ping()
+        if not running:
+            return computed_here(cfg, args.device or "")
     with engine_client(args) as client:
-        reply = client.estimate(config_toml=text, overrides=overrides, device=args.device or "")
+        return client.estimate(config_toml=text, overrides=overrides, device=args.device or "")
+
+
+def computed_here(cfg: Any, device: str) -> Any:
+    """The estimate in this process, on its own devices (JAX imported quietly), no engine."""
+    from adapters_lib.import_shields.tf_deferred import preimport_quietly
+
+    preimport_quietly()
+    import jax
+
+    from adapters_lib.engine import api, compute
+    from adapters_lib.engine.devices import device_info
+
+    devices = [device_info(d) for d in jax.devices()]
+    return api.EstimateReply.from_json(compute.estimate(cfg, devices, device))
+
+
+def print_estimate(args: argparse.Namespace, cfg: Any, text: str, overrides: list[str]) -> int:
+    reply = estimate_reply(args, cfg, text, overrides)
     out = as_json(reply, cfg)
     if args.json:
         sys.stdout.write(json.dumps(out) + "\n")

@@ -1,4 +1,4 @@
-"""A sweep's results as text: ``runs sweep ID`` (and the points ranked, for the TUI).
+"""A sweep's results as text: ``sweep show SWEEP`` (and the points ranked, for the TUI).
 
 ``ranked(results)`` orders the points best first by the sweep's metric (its direction: loss
 and perplexity lower, the others higher); points without a value go last, in grid order.
@@ -93,7 +93,7 @@ def render_sweep(results: api.SweepResults) -> str:
 
 def render_sweeps(sweeps: list[api.SweepInfo]) -> str:
     if not sweeps:
-        return "no sweeps yet (start one with `gemma-workbench sweep CONFIG --grid key=v1,v2`)"
+        return "no sweeps yet (start one with `gemma-workbench sweep run CONFIG --grid key=v1,v2`)"
     width = max(len(s.sweep) for s in sweeps)
     lines = [f"{'SWEEP':<{width}}  {'POINTS':>6}  {'METRIC':<13}  STATES"]
     for s in sweeps:

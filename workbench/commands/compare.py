@@ -1,4 +1,4 @@
-"""``gemma-workbench compare --run RUN [--step N] (--prompt P ... | --prompts FILE) [--json]``.
+"""``gemma-workbench compare (RUN | --run RUN [--step N] | --adapter DIR) (--prompt P ... | --prompts FILE) [--json]``.
 
 Base and tuned outputs side by side, with the same seed and decoding settings (one batched
 computation for a LoRA run). ``--prompt`` may be given several times (every one is
@@ -28,14 +28,15 @@ from workbench.commands._generation_args import (
     run_ref,
     settings_from,
 )
+from workbench.commands._run_arg import add_run_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="A/B: base vs tuned for the same prompts or conversations",
                        description="Base vs tuned, same seed and settings, one batched computation.")
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--run", metavar="RUN", help="a run id (or prefix) or a run directory")
-    src.add_argument("--adapter", metavar="DIR", help="an exported adapter folder")
+    src = p.add_mutually_exclusive_group()
+    add_run_arg(p, flag_in=src, flag_help="the same as RUN: the run whose tuned model to compare")
+    src.add_argument("--adapter", metavar="DIR", help="an exported adapter folder (instead of a run)")
     p.add_argument("--model", default="", help="base model for --adapter (default: the adapter's)")
     prompts = p.add_mutually_exclusive_group(required=True)
     prompts.add_argument("--prompt", action="append", help="a user message (repeat for more prompts)")
@@ -70,10 +71,15 @@ def _conversations(args: argparse.Namespace) -> list[Any]:
 
 
 def run(args: argparse.Namespace) -> int:
+    if bool(args.run) == bool(args.adapter):
+        raise WorkbenchError("a run and --adapter" if args.run else "nothing to compare",
+                             where="compare", hint="name a run (RUN or --run RUN) or an exported "
+                                                   "adapter (--adapter DIR), one of the two")
     convs = _conversations(args)
     settings = settings_from(args)
     if args.step is not None and not args.run:
-        raise WorkbenchError("--step needs --run", where="--step")
+        raise WorkbenchError("--step needs a run", where="--step",
+                             hint="name the run whose checkpoint to use: RUN or --run RUN")
     records, saved = _through_engine(args, convs, settings)
     if args.json:
         print(json.dumps(records))

@@ -1,6 +1,7 @@
 """``gemma-workbench data check FILE [--input-format F] [--json]``: validate a dataset before training;
-``gemma-workbench data list [FOLDER ...] [--json]``: the datasets on this machine
-(``adapters_lib.data.sources.listing``: the HF cache, the TFDS data dir, data files).
+``gemma-workbench data list [FOLDER ...] [--json]``: the datasets in the data stores
+(``adapters_lib.data.sources.listing``: the HF cache, the TFDS data dir, the data folders), or
+the data files under FOLDER.
 
 Prints the validation report (format, counts, tokens, length histogram, truncation, every
 dropped record with ``file:line`` and the field), or one JSON object with ``--json``.
@@ -22,7 +23,8 @@ FORMAT_CHOICES = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("data", help="check datasets", description="Dataset tools.")
+    p = sub.add_parser("data", help="list the datasets on this machine; check a data file before "
+                                    "training", description="Dataset tools.")
     data_sub = p.add_subparsers(dest="data_command", metavar="SUBCOMMAND", required=True)
     c = data_sub.add_parser(
         "check", help="validate a data file or folder and print its report",
@@ -57,11 +59,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--preview", type=int, default=0, metavar="N", help="also show the first N examples")
     c.set_defaults(handler=run_check)
     ls = data_sub.add_parser(
-        "list", help="datasets in the HF cache, the TFDS data dir and data files in folders",
+        "list", help="the datasets in the data stores (HF cache, TFDS data dir, data folders)",
         description="List the datasets in the Hugging Face datasets cache (hf:NAME), the TFDS data "
-                    "dir (tfds:NAME) and the data files under FOLDER (default: the current "
-                    "directory and <data dir>/data): name, splits, rows, bytes, detected format.")
-    ls.add_argument("folders", nargs="*", metavar="FOLDER", help="folders to look in for data files")
+                    "dir (tfds:NAME) and the data files under FOLDER (default: the data stores' "
+                    "folders, <data dir>/data and [data] folders in settings.toml): name, splits, "
+                    "rows, bytes, format (an SFT format, preference, prompts or unknown).")
+    ls.add_argument("folders", nargs="*", metavar="FOLDER",
+                    help="folders to look in for data files, two levels deep (default: the stores)")
     ls.add_argument("--json", action="store_true", help="print one JSON object {datasets: [...]}")
     ls.set_defaults(handler=run_list)
 
@@ -143,11 +147,15 @@ def _unusable(line: str) -> int:
 
 
 def run_list(args: argparse.Namespace) -> int:
-    from adapters_lib.data.sources.listing import list_datasets, render
+    from adapters_lib.data.sources.listing import list_datasets, render, store_folders, stores
 
-    entries = list_datasets(args.folders or None)
+    entries = list_datasets(args.folders or store_folders())
     if args.json:
         print(json.dumps({"datasets": entries}, ensure_ascii=False))
-    else:
-        print(render(entries))
+        return 0
+    print(render(entries))
+    if not args.folders:  # where it looked, on stderr: stdout stays the table
+        where = "; ".join(f"{what} {path}" for what, path in stores())
+        print(f"looked in: {where} (a folder of your own: gemma-workbench data list FOLDER; "
+              "more stores: [data] folders in settings.toml)", file=sys.stderr)
     return 0

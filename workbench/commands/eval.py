@@ -1,5 +1,5 @@
-"""``gemma-workbench eval --model M [--run R [--step N|best]] --data FILE [--input-format F] [--json]``
-and ``gemma-workbench eval --run R --all-checkpoints [--data FILE] [--metric M,…] [--json]``.
+"""``gemma-workbench eval [RUN | --run RUN [--step N|best]] [--model M] --data FILE [--input-format F] [--json]``
+and ``gemma-workbench eval RUN|--run RUN --all-checkpoints [--data FILE] [--metric M,…] [--json]``.
 
 Loss, perplexity and the number of scored tokens of a model (or a run's checkpoint) on a
 text or chat file. Chat files score the model turns only (``--loss-on all``: every token).
@@ -21,6 +21,7 @@ import json
 
 from adapters_lib.errors import WorkbenchError
 from workbench.commands._generation_args import add_in_process_arg, add_quantize_arg, step_arg
+from workbench.commands._run_arg import add_run_arg
 from workbench.commands._spellings import add_old_spelling
 
 FORMATS = ("auto", "text", "prompt_response", "alpaca", "chat", "qa")
@@ -32,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "Chat files score the model turns only.")
     p.add_argument("--model", default="", help='"demo", a catalog id or a path (default: the '
                                                "run's base model, else demo)")
-    p.add_argument("--run", default="", metavar="RUN", help="a run id (or prefix) or directory")
+    add_run_arg(p, default="", flag_help="the same as RUN: score the run's checkpoint (its "
+                                         "adapter on its base model)")
     p.add_argument("--step", type=step_arg, default=None, metavar="N|best",
                    help="the run's checkpoint at step N, or best (default: the latest)")
     p.add_argument("--all-checkpoints", action="store_true",
@@ -68,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         return _all_checkpoints(args)
     if not args.data:
         raise WorkbenchError("--data is needed", where="--data",
-                             hint="name the file to score (or use --run R --all-checkpoints for "
+                             hint="name the file to score (or use RUN --all-checkpoints for "
                                   "the run's eval split)")
     result = _through_engine(args)
     if args.json:
@@ -102,10 +104,11 @@ def _all_checkpoints(args: argparse.Namespace) -> int:
 
     if not args.all_checkpoints:
         raise WorkbenchError("--metrics scores a run's checkpoints", where="--metrics",
-                             hint="add --all-checkpoints (and --run R)")
+                             hint="add --all-checkpoints (and the run: RUN or --run RUN)")
     if not args.run:
-        raise WorkbenchError("--all-checkpoints needs --run", where="--all-checkpoints",
-                             hint="name the run whose checkpoints to score")
+        raise WorkbenchError("--all-checkpoints needs a run", where="--all-checkpoints",
+                             hint="name the run whose checkpoints to score: eval RUN "
+                                  "--all-checkpoints (or --run RUN)")
     if args.step is not None or args.model:
         flag = "--step" if args.step is not None else "--model"
         raise WorkbenchError(f"{flag} with --all-checkpoints", where=flag,

@@ -1,4 +1,4 @@
-"""``gemma-workbench export RUN|--run RUN [--step N|best] --format adapter|gemma|hf|gguf|gguf-lora
+"""``gemma-workbench export (RUN | --run RUN) [--step N|best] --format adapter|gemma|hf|gguf|gguf-lora
 [--quant Q] [--out DIR] [--force]``.
 
 ``adapter``: LoRA weights in the HF PEFT layout (adapter_model.safetensors +
@@ -23,6 +23,7 @@ from workbench.commands._generation_args import (
     run_ref,
     step_arg,
 )
+from workbench.commands._run_arg import add_run_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,10 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("export", help="export a run's adapter or merged weights",
                        description="Export a run's checkpoint (default: the latest).")
-    p.add_argument("run", metavar="RUN", nargs="?", default=None,
-                   help="a run id (or prefix) or a run directory")
-    p.add_argument("--run", dest="run_flag", metavar="RUN",
-                   help="the same as RUN (the spelling sample, compare and eval use)")
+    add_run_arg(p, required=True)
     p.add_argument("--step", type=step_arg, default=None, metavar="N|best",
                    help="checkpoint step, or best (train.best_metric's; default: latest)")
     p.add_argument("--format", default="adapter", choices=FORMATS,
@@ -55,17 +53,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from adapters_lib.errors import WorkbenchError
     from adapters_lib.export.formats import check_quant
 
-    if args.run is None and args.run_flag is None:
-        raise WorkbenchError("no run given", where="export",
-                             hint="gemma-workbench export RUN (a run id, a prefix or a run folder; "
-                                  "`gemma-workbench runs` lists them)")
-    if args.run is not None and args.run_flag is not None and args.run != args.run_flag:
-        raise WorkbenchError(f"two runs given: {args.run} and --run {args.run_flag}",
-                             where="export --run", hint="give one")
-    args.run = args.run if args.run is not None else args.run_flag
     check_quant(args.format, args.quant)  # before an engine is started
     with engine_client(args) as client:
         reply = client.export(run_ref(args.run), format=args.format, out=local_path(args.out),

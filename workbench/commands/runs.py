@@ -1,11 +1,10 @@
 """``gemma-workbench runs``: list, show, stop, resume, attach to and delete training runs.
 
-All through the engine (started on demand): ``runs [list] [--json]``, ``runs show ID``,
-``runs stop ID``, ``runs resume ID``, ``runs attach ID`` (follows the metrics here until the
-run ends; Ctrl-C detaches — the run goes on), ``runs delete ID [--yes]``,
-``runs sweep [ID] [--metric M] [--json]`` (a sweep's results table; without ID, the sweeps;
-rendered by ``workbench.commands._sweep_table``). The engine finds the run (an exact id or a
-unique prefix of one).
+All through the engine (started on demand): ``runs [list] [--json]``, ``runs show RUN``,
+``runs stop RUN``, ``runs resume RUN``, ``runs attach RUN`` (follows the metrics here until the
+run ends; Ctrl-C detaches — the run goes on), ``runs delete RUN [--yes]``; each names its run
+as ``RUN`` or ``--run RUN``. The engine finds the run (an exact id or a unique prefix of one).
+``runs sweep`` is the old spelling of ``sweep show`` (a note says so).
 
 ``runs delete`` shows what it will delete (id, state, size, folder) and asks on a terminal;
 ``--yes`` deletes without asking (scripts). Without a terminal and without ``--yes`` it
@@ -25,6 +24,7 @@ from typing import Any
 from adapters_lib.engine import api
 from adapters_lib.errors import WorkbenchError
 from adapters_lib.jsontypes import to_jsonable
+from workbench.commands._run_arg import add_run_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,9 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("delete", "delete a run directory (not while it trains)", run_delete),
     ):
         a = actions.add_parser(name, help=help_text)
-        a.add_argument("run_id", metavar="RUN",
-                       help="a run id (the run folder's name, printed by train), a unique prefix "
-                            "of one, or a run directory")
+        add_run_arg(a, dest="run_id", required=True)
         a.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         a.set_defaults(handler=handler)
         if name == "delete":
@@ -57,16 +55,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "attach":
             a.add_argument("--since", type=_step, default=0, metavar="STEP",
                            help="replay metrics after STEP (default: all)")
+    # the old spelling of `sweep show`: accepted with a note, not listed (no help=)
+    from workbench.commands.sweep import add_show_args
 
-
-    sw = actions.add_parser("sweep", help="a sweep's results: point, final eval metrics, best "
-                                          "step, wall time, peak memory, trainable params")
-    sw.add_argument("sweep_id", nargs="?", default="", metavar="SWEEP",
-                    help="the sweep id or a unique prefix (none: list the sweeps)")
-    sw.add_argument("--metric", default="", help="rank by this metric (default: the sweep's)")
-    sw.add_argument("--json", action="store_true",
-                    help="print one JSON object (the sweep, or the list of sweeps) instead of the table")
-    sw.set_defaults(handler=run_sweep)
+    add_show_args(actions.add_parser("sweep", description="The old spelling of `gemma-workbench "
+                                                          "sweep show`."), old=True)
 
 
 def _step(text: str) -> int:
@@ -132,7 +125,7 @@ def render_run(r: api.RunDetail) -> str:
         evals = [m for m in metrics if "eval_loss" in m]
         if evals:
             lines.append(f"  eval_loss    {_fmt(evals[-1]['eval_loss'])} (step {evals[-1]['step']})")
-    if r.best_metric and r.best_step is not None:  # evals' BestHook (#20)
+    if r.best_metric and r.best_step is not None:  # the evals' BestHook
         lines.append(f"  best         {r.best_metric} {_fmt(r.best_value)} at step "
                      f"{r.best_step} (--step best)")
     facts = [f"{r.trainable_params:,} trainable params" if r.trainable_params else "",
@@ -278,16 +271,4 @@ def run_attach(args: argparse.Namespace) -> int:
         except KeyboardInterrupt:
             print(f"\ndetached; the run goes on (`gemma-workbench runs attach {run.id}`)",
                   file=sys.stderr)
-    return 0
-
-
-def run_sweep(args: argparse.Namespace) -> int:
-    from workbench.commands._sweep_table import render_sweep, render_sweeps
-
-    with _client() as c:
-        data = c.get_sweep(args.sweep_id, metric=args.metric) if args.sweep_id else c.list_sweeps()
-    if args.json:
-        print(json.dumps(to_jsonable(data)))
-    else:
-        print(render_sweep(data) if args.sweep_id else render_sweeps(data))
     return 0

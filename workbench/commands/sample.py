@@ -1,4 +1,4 @@
-"""``gemma-workbench sample --model M [--adapter DIR | --run RUN [--step N]] --prompt P [--json]``.
+"""``gemma-workbench sample [RUN | --run RUN [--step N] | --adapter DIR [--model M]] --prompt P [--json]``.
 
 Streams the completion to stdout as it is generated (``--json``: one object at the end).
 The engine computes it (started on demand; ``--in-process``: an engine inside this process).
@@ -21,6 +21,7 @@ from workbench.commands._generation_args import (
     run_ref,
     settings_from,
 )
+from workbench.commands._run_arg import add_run_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                "or the run's / adapter's base)")
     src = p.add_mutually_exclusive_group()
     src.add_argument("--adapter", metavar="DIR", help="an exported adapter folder")
-    src.add_argument("--run", metavar="RUN", help="a run id (or prefix) or a run directory")
+    add_run_arg(p, flag_in=src, flag_help="the same as RUN: sample the run's checkpoint")
     p.add_argument("--prompt", required=True, help="the user message (or raw text with --raw)")
     p.add_argument("--system", metavar="TEXT", help="a system message before the prompt")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
@@ -43,10 +44,14 @@ def run(args: argparse.Namespace) -> int:
 
     check_prompt(args.prompt)
     settings = settings_from(args)
+    if args.run and args.adapter:
+        raise WorkbenchError("a run and --adapter: sample one of them", where="sample",
+                             hint="drop RUN (--run RUN) or --adapter")
     if args.step is not None and not args.run:
-        raise WorkbenchError("--step needs --run", where="--step", hint="name the run whose checkpoint to use")
+        raise WorkbenchError("--step needs a run", where="--step",
+                             hint="name the run whose checkpoint to use: RUN or --run RUN")
     if args.run and args.model:
-        raise WorkbenchError("--model with --run: a run has its own base model", where="--model",
+        raise WorkbenchError("--model with a run: a run has its own base model", where="--model",
                              hint="drop --model")
     if args.system is not None and args.raw:
         raise WorkbenchError("--system with --raw: raw text has no chat template", where="--system")

@@ -1,4 +1,5 @@
-"""``gemma-workbench sweep CONFIG --grid lora.rank=4,8,16 --grid train.learning_rate=1e-4,3e-4``.
+"""``gemma-workbench sweep run CONFIG --grid lora.rank=4,8,16 --grid train.learning_rate=1e-4,3e-4``
+and ``gemma-workbench sweep show [SWEEP]``.
 
 Queues one training run per point of the grid on the engine (started on demand) and prints
 the sweep id on stdout (contract). The grid is the ``--grid section.key=v1,v2`` items over
@@ -8,7 +9,8 @@ TOML, a bare word a string, commas inside ``[...]`` or quotes do not split.
 Every point is checked as a whole config, then by the engine's estimate (mesh, ``[model]
 quantize``), **before** any run is queued (a bad value names its point). Each run is the sweep's config plus the point's values, ``sweep.id``, ``sweep.point``
 and its own ``run.name``; the engine gives each its own run directory. ``--dry-run`` prints
-the points and queues nothing. Read the results with ``gemma-workbench runs sweep ID``.
+the points and queues nothing. ``sweep show SWEEP`` reads the results (``_sweep_table``);
+``sweep CONFIG`` and ``runs sweep`` are the old spellings (``old_spelling``, ``show_old``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,18 @@ from typing import Any
 
 from adapters_lib.errors import WorkbenchError
 
+ACTIONS = ("run", "show")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("sweep", help="queue one training run per point of a grid",
-                       description="Queue a grid of runs on the engine: the config with each "
-                                   "combination of the --grid values. Prints the sweep id.")
+    top = sub.add_parser("sweep", help="queue a grid of training runs, and rank their results",
+                         description="A sweep: one training run per point of a grid of config "
+                                     "values (`sweep run`), ranked by a metric (`sweep show`).")
+    actions = top.add_subparsers(dest="sweep_action", metavar="ACTION", required=True)
+    p = actions.add_parser("run", help="queue one training run per point of a grid; prints the "
+                                       "sweep id",
+                           description="Queue a grid of runs on the engine: the config with each "
+                                       "combination of the --grid values. Prints the sweep id.")
     p.add_argument("config", metavar="CONFIG.toml", help="the run config (its [sweep] table, if any, "
                                                         "adds grid keys)")
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
@@ -38,6 +47,55 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the points; queue nothing")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=run)
+    add_show_args(actions.add_parser(
+        "show", help="a sweep's results: point, final eval metrics, best step, wall time, peak "
+                     "memory, trainable params (no SWEEP: the sweeps)",
+        description="A sweep's results table, ranked by its metric; without SWEEP, the sweeps."))
+
+
+def add_show_args(p: argparse.ArgumentParser, *, old: bool = False) -> None:
+    """``sweep show``'s arguments (``old``: the ``runs sweep`` spelling, which says so)."""
+    p.add_argument("sweep_id", nargs="?", default="", metavar="SWEEP",
+                   help="the sweep id or a unique prefix (none: list the sweeps)")
+    p.add_argument("--metric", default="", help="rank by this metric (default: the sweep's)")
+    p.add_argument("--json", action="store_true",
+                   help="print one JSON object (the sweep, or the list of sweeps) instead of the table")
+    p.set_defaults(handler=show_old if old else show)
+
+
+def old_spelling(argv: list[str]) -> list[str]:
+    """``sweep CONFIG …`` (the old spelling of ``sweep run CONFIG …``): ``argv`` with ``run``
+    put in, and a note on stderr; any other ``argv`` as it is."""
+    from workbench.cli import TOP_OPTIONS_WITH_VALUE
+
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):  # the top-level options before the command
+        i += 2 if argv[i] in TOP_OPTIONS_WITH_VALUE else 1
+    if i >= len(argv) - 1 or argv[i] != "sweep" or argv[i + 1] in (*ACTIONS, "-h", "--help"):
+        return argv
+    print("note: `sweep CONFIG` is now `sweep run CONFIG` (the old spelling still works)",
+          file=sys.stderr)
+    return [*argv[: i + 1], "run", *argv[i + 1:]]
+
+
+def show(args: argparse.Namespace) -> int:
+    from workbench.commands._sweep_table import render_sweep, render_sweeps
+    from workbench.connect import connect
+
+    with connect() as c:
+        data = c.get_sweep(args.sweep_id, metric=args.metric) if args.sweep_id else c.list_sweeps()
+    if args.json:
+        from adapters_lib.jsontypes import to_jsonable
+
+        print(json.dumps(to_jsonable(data)))
+    else:
+        print(render_sweep(data) if args.sweep_id else render_sweeps(data))
+    return 0
+
+
+def show_old(args: argparse.Namespace) -> int:
+    print("note: `runs sweep` is now `sweep show` (the old spelling still works)", file=sys.stderr)
+    return show(args)
 
 
 def plan(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,5 +212,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(p["sweep"])
         print(f"{len(queued)} runs queued, ranked by {p['metric']}; results: "
-              f"gemma-workbench runs sweep {p['sweep']}", file=sys.stderr)
+              f"gemma-workbench sweep show {p['sweep']}", file=sys.stderr)
     return 0

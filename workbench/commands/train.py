@@ -41,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="resume a stopped/failed/interrupted run (id, id prefix or path)")
     p.add_argument("--estimate", action="store_true",
                    help="print the per-device memory estimate of the config's train step and "
-                        "exit (nothing trains; [model] quantize is counted)")
+                        "exit (nothing trains; [model] quantize is counted; the running engine "
+                        "computes it, else this process: no engine is started)")
     p.add_argument("--device", metavar="CHIP",
                    help="with --estimate: for this accelerator instead of the engine's devices "
                         "(v5e, v6e, v4, v5p, h100, a100, l4, ...; [mesh] devices of them)")
@@ -132,7 +133,7 @@ def engine_config(args: argparse.Namespace, cfg: Any) -> tuple[str, list[str]]:
 
     Here: the resolved config (its paths absolute on this machine; the engine's working
     directory is not ours). With ``--remote``: the file as written and the ``--set`` items,
-    since a remote config's paths are the engine machine's and it resolves them (#18)."""
+    since a remote config's paths are the engine machine's and it resolves them."""
     from workbench import remote
 
     if remote.selected() is not None:

@@ -1,9 +1,11 @@
 """``data list``: the datasets on this machine, without reading them.
 
 Three places: the Hugging Face ``datasets`` cache (``hf:`` names), the TFDS data dir
-(``tfds:`` names), and under folders (the ones asked for; by default the current directory
-and ``<data dir>/data``, two levels deep) data files and the folders ``save_to_disk`` wrote
-(kind ``saved``; the folder is the name). Each entry: ``name`` (what ``[data] path`` takes),
+(``tfds:`` names), and under folders (the ones asked for; by default the data stores'
+folders, ``store_folders``: ``<data dir>/data`` and the ``[data] folders`` of settings.toml;
+two levels deep) data files and the folders ``save_to_disk`` wrote
+(kind ``saved``; the folder is the name). The TUI's browser adds the current directory
+(``default_folders``). Each entry: ``name`` (what ``[data] path`` takes),
 ``kind``, ``splits`` (rows per split), ``rows``, ``bytes`` (on disk), ``format`` (detected from
 the columns, as for files), ``columns``, ``labels`` (a label column's class names) and
 ``location``; a saved folder that cannot be read also has ``problem`` (format ``damaged``).
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.data.formats import detect
+from adapters_lib.data.layout import columns_layout, layout_of
 
 READ_LIMIT = 64 * 1024 * 1024
 SKIP_DIRS = {".git", ".venv", "venv", "node_modules", "__pycache__", "runs"}
@@ -32,7 +35,7 @@ def _disk_bytes(folder: Path) -> int:
 
 def _format_of(columns: Iterable[str]) -> str:
     cols = list(columns)
-    return detect(dict.fromkeys(cols, "")) or "unknown"
+    return columns_layout(cols) or detect(dict.fromkeys(cols, "")) or "unknown"
 
 
 def hf_entries() -> list[dict[str, Any]]:
@@ -95,9 +98,43 @@ def tfds_entries() -> list[dict[str, Any]]:
 
 
 def default_folders() -> list[Path]:
-    from adapters_lib import paths
+    """The TUI's data browser: this folder and the data stores' folders."""
+    return [Path.cwd(), *store_folders()]
 
-    return [Path.cwd(), paths.data_dir() / "data"]
+
+def store_folders() -> list[Path]:
+    """The folders that hold data on this machine (``data list`` without a folder):
+    ``<data dir>/data`` and ``folders = [...]`` of ``[data]`` in ``<config dir>/settings.toml``
+    (a relative folder is relative to settings.toml's folder)."""
+    import tomllib
+
+    from adapters_lib import paths
+    from adapters_lib.errors import WorkbenchError
+
+    file = paths.config_dir() / "settings.toml"
+    try:
+        section = tomllib.loads(file.read_text(encoding="utf-8")).get("data", {})
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        section = {}  # settings are read leniently: the TUI rewrites a broken file
+    folders = section.get("folders", []) if isinstance(section, dict) else []
+    if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+        raise WorkbenchError("[data] folders must be a list of paths", where=f"{file}: [data] folders",
+                             hint='write folders = ["/path/to/data", ...]')
+    out = [paths.data_dir() / "data"]
+    for f in folders:
+        folder = file.parent / Path(f).expanduser()
+        if folder not in out:
+            out.append(folder)
+    return out
+
+
+def stores() -> list[tuple[str, Path]]:
+    """Where ``data list`` looks without a folder: (what, where) for each store."""
+    from adapters_lib.data.sources.hf import cache_dir
+    from adapters_lib.data.sources.tfds import data_dir
+
+    return [("HF datasets cache", cache_dir()), ("TFDS data dir", data_dir()),
+            *(("folder", f) for f in store_folders())]
 
 
 def _data_files(folder: Path, depth: int = 2) -> list[Path]:
@@ -152,8 +189,9 @@ def file_entry(path: Path) -> dict[str, Any]:
     entry["rows"] = len(read.records)
     first = read.records[0].data if read.records else None
     entry["columns"] = sorted(map(str, first)) if isinstance(first, dict) else []
-    _, _, formats = to_examples(read.records[:256])
-    entry["format"] = next(iter(formats.values()), "unknown")
+    head = read.records[:256]
+    layout = layout_of(head)  # preference pairs, prompts: as ``data check`` names them
+    entry["format"] = layout or next(iter(to_examples(head)[2].values()), "unknown")
     return entry
 
 
