@@ -95,7 +95,7 @@ class EngineCalls:
         return self.call(api.ListSweeps()).sweeps
 
     def get_sweep(self, sweep_id: str, *, metric: str = "") -> api.SweepResults:
-        """A sweep's results table (``runs sweep ID --json``; contract)."""
+        """A sweep's results table (``sweep show SWEEP --json``; contract)."""
         return self.call(api.GetSweep(sweep_id=sweep_id, metric=metric))
 
     def eval_checkpoints(self, run_id: str, *, data: str = "", metrics: list[str] | tuple[str, ...] = (),

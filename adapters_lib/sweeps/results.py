@@ -1,7 +1,7 @@
 """A sweep's results, read from its runs' directories: ``summary(runs, sweep_id)``.
 
 The runs of a sweep are found by their ``config.toml`` (``[sweep] id``); nothing else records
-a sweep, so a deleted run simply leaves it. One entry per point (contract, ``runs sweep ID
+a sweep, so a deleted run simply leaves it. One entry per point (contract, ``sweep show SWEEP
 --json``)::
 
     {"sweep": ID, "metric": "loss", "best": <the best point's entry>,
@@ -65,8 +65,8 @@ def resolve(sweep_id: str, runs: list[RunDir]) -> str:
         return matches[0]
     if not matches:
         raise NoSuchSweep(f"no sweep {sweep_id!r}",
-                          hint="list sweeps with `gemma-workbench runs sweep`; start one with "
-                               "`gemma-workbench sweep CONFIG --grid key=v1,v2`")
+                          hint="list sweeps with `gemma-workbench sweep show`; start one with "
+                               "`gemma-workbench sweep run CONFIG --grid key=v1,v2`")
     raise WorkbenchError(f"sweep id {sweep_id!r} is ambiguous ({', '.join(matches[:5])})",
                          hint="give more of the id")
 

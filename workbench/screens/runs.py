@@ -1,7 +1,7 @@
 """Runs: the history table; mark several (space) to overlay their loss curves and diff their
 configs; open (enter), stop, resume, delete, export; rank sweep (``w`` then enter) relaunches
 the run under the cursor with a new rank — a one-point sweep (``sweep.id``/``point`` in its
-config, ``runs sweep ID`` reads it) — and overlays the child on its parent.
+config, ``sweep show SWEEP`` reads it) — and overlays the child on its parent.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 - ``ListSweeps`` (``GET /sweeps``) and ``GetSweep`` (``GET /sweeps/{sweep_id}``): a sweep's
   results table, read from its runs' directories (``adapters_lib.sweeps.results``); the
-  reply of ``GetSweep`` is ``runs sweep ID --json`` (contract).
+  reply of ``GetSweep`` is ``sweep show SWEEP --json`` (contract).
 - ``EvalCheckpoints`` (``POST /eval/checkpoints``): the base and every checkpoint of a run
   scored on its eval split or a data file (``adapters_lib.evals.checkpoints``), on the
   device thread; ``eval --run R --all-checkpoints``.
@@ -50,7 +50,7 @@ class SweepPoint(Record):
 
 @record
 class SweepResults(Record):
-    """``runs sweep ID --json`` (contract): ``{"sweep", "metric", "best", "points"}``."""
+    """``sweep show SWEEP --json`` (contract): ``{"sweep", "metric", "best", "points"}``."""
 
     sweep: str
     metric: str = "loss"
