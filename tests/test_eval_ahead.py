@@ -16,8 +16,8 @@ def test_eval_of_a_run_on_its_eval_file_uses_the_scorer_compiled_ahead(tmp_path)
     from fixtures_runs import train_demo
 
     from adapters_lib.evals import perplexity
+    from adapters_lib.memory.estimate import ce_chunk_budget
     from adapters_lib.sample.family import serving
-    from adapters_lib.train.loss import ce_chunk_budget
     from adapters_lib.tuned import load_checkpoint
 
     evals = tmp_path / "eval.jsonl"  # two short conversations: a row far shorter than max_length

@@ -29,7 +29,7 @@ def eval_perplexity(model, params, tokens: np.ndarray) -> float:
     import math
 
     from adapters_lib.evals import perplexity
-    from adapters_lib.train.loss import ce_chunk_budget
+    from adapters_lib.memory.estimate import ce_chunk_budget
 
     rows, length = tokens.shape
     batch = {"tokens": tokens[:, :-1], "targets": tokens[:, 1:],

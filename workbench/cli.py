@@ -44,15 +44,16 @@ def quiet_native_logs() -> None:
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse, but a usage mistake is one line (``error: PROG: what; see PROG --help``), exit 2.
-    The top-level parser also takes the old spelling ``sweep CONFIG`` (``sweep.old_spelling``)."""
+    The top-level parser also takes the old spelling ``sweep CONFIG`` (``_spellings.sweep_config_spelling``)."""
 
     old_spellings = False
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         if self.old_spellings:
-            from workbench.commands.sweep import old_spelling
+            from workbench.commands._spellings import sweep_config_spelling
 
-            args = old_spelling(sys.argv[1:] if args is None else list(args))
+            args = sweep_config_spelling(sys.argv[1:] if args is None else list(args),
+                                         TOP_OPTIONS_WITH_VALUE)
         return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> NoReturn:
@@ -162,9 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     quiet_native_logs()
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
-    from workbench.commands.sweep import old_spelling
+    from workbench.commands._spellings import sweep_config_spelling
 
-    argv = old_spelling(argv)
+    argv = sweep_config_spelling(argv, TOP_OPTIONS_WITH_VALUE)  # the argv its errors name
     args, extra = parser.parse_known_args(argv)
     if extra:  # named by the sub-command that was given them: its --help lists what it takes
         _parser_of(parser, argv).error(f"unrecognized arguments: {' '.join(extra)}")

@@ -90,8 +90,8 @@ def _does_not_fit(cfg: Any) -> str:
 
     from adapters_lib.memory import run_estimate
     from adapters_lib.memory.device import device_memory_bytes
+    from adapters_lib.memory.estimate import ce_chunk_budget
     from adapters_lib.models.loader import load_model
-    from adapters_lib.train.loss import ce_chunk_budget
 
     devices = jax.devices()
     config = load_model(cfg.model_spec(), param_dtype=cfg.train.param_dtype).config  # the cached model

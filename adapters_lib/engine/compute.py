@@ -132,7 +132,7 @@ def estimate(cfg: RunConfig, devices: list[dict[str, Any]], device: str = "") ->
     from adapters_lib.memory import device as device_memory
     from adapters_lib.memory import estimate as memory
     from adapters_lib.memory import run_estimate
-    from adapters_lib.train.loss import ce_chunk_budget
+    from adapters_lib.memory.estimate import ce_chunk_budget
 
     entry = catalog.resolve(cfg.model.source)  # once: the config and the quantize check read it
     config = model_config(cfg, entry)

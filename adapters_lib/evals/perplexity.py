@@ -140,7 +140,7 @@ def score_tokens(model: Any, params: Any, tset: Any, *, max_length: int,
     import jax
 
     from adapters_lib.data.packing import assemble
-    from adapters_lib.train.loss import ce_chunk_budget
+    from adapters_lib.memory.estimate import ce_chunk_budget
 
     if len(tset) == 0:
         return 0.0, 0
@@ -173,8 +173,8 @@ def compile_behind(model: Any, params: Any, adapters: Any, cfg: Any, submit: Any
     import jax
     import jax.numpy as jnp
 
+    from adapters_lib.memory.estimate import ce_chunk_budget
     from adapters_lib.sample.family import serving
-    from adapters_lib.train.loss import ce_chunk_budget
 
     if adapters is None or not cfg.lora.enabled:
         return None

@@ -211,7 +211,7 @@ FSDP_GATHER_COPIES = 3.3
 
 CE_CHUNK_BYTES = 128 * 2**20
 """f32 logits per cross-entropy chunk on a CPU, and the least on an accelerator
-(``train.loss.ce_chunk_budget``; here because this module imports no JAX)."""
+(``ce_chunk_budget``'s CPU budget)."""
 
 ATTENTION_GLOBAL_BLOCK = 128
 """Query block of the train step's block-sparse attention on global layers (``train/attention.py``)."""
@@ -373,10 +373,27 @@ def kernel_ce_why_not(softcap: float | None, dim: int, vocab: int, tensor: int,
 
 def ce_chunk_budget_for(platform: str, device_bytes: int) -> int:
     """The train step's f32 logits per cross-entropy chunk on a device of ``platform`` with
-    ``device_bytes`` (``train.loss.ce_chunk_budget``'s rule, for a chip named, not held)."""
+    ``device_bytes`` (``ce_chunk_budget``'s rule, for a chip named, not held)."""
     if platform == "cpu":
         return CE_CHUNK_BYTES
     # a TPU: 1/16 of its memory (v5e: ~1 GiB, 1,024 positions of a 262k vocabulary), so each
     # chunk's two passes over the [V, D] table are matmuls wide enough to be compute-bound
     # (at 1/64 the Gemma-3-1B step read the table 64 times a pass); a GPU: 1/64 (H200, measured)
     return max(CE_CHUNK_BYTES, device_bytes // (16 if platform == "tpu" else 64))
+
+
+def ce_chunk_budget(device: Any = None) -> int:
+    """Bytes of f32 logits per cross-entropy chunk on ``device`` (a ``jax.Device``; None: a
+    CPU): 128 MiB on a CPU, else ``ce_chunk_budget_for`` its memory. Every chunk reads the whole
+    ``[V, D]`` embedding table (forward, recompute, backward), so narrow chunks on a GPU are
+    bound by that read, not by the matmul (an H200's Gemma-3-1B step: 285 ms at 16 positions
+    a chunk, 256 ms at 128; bench/results/gpu-h200-ce128mib.json and gpu-h200-headline.json)."""
+    platform = getattr(device, "platform", "cpu") if device is not None else "cpu"
+    if platform == "cpu":
+        return CE_CHUNK_BYTES
+    try:
+        limit = int((device.memory_stats() or {}).get("bytes_limit", 0))
+    except Exception:  # noqa: BLE001 - a backend without memory stats keeps the CPU budget
+        limit = 0
+    return ce_chunk_budget_for(platform, limit)
+

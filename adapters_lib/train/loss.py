@@ -25,7 +25,7 @@ import numpy as np
 from jax.custom_derivatives import CustomVJPPrimal, SymbolicZero
 
 from adapters_lib.kernels import ce_splash
-from adapters_lib.memory.estimate import CE_CHUNK_BYTES, ce_chunk_budget_for
+from adapters_lib.memory.estimate import CE_CHUNK_BYTES
 from adapters_lib.models.quantize import qarray
 
 log = logging.getLogger(__name__)
@@ -63,26 +63,6 @@ def full_ce_sum(logits: jax.Array, targets: jax.Array, loss_mask: jax.Array) -> 
     return _ce_terms(logits.astype(jnp.float32), targets, loss_mask)
 
 
-
-
-def ce_chunk_budget(device: Any = None) -> int:
-    """Bytes of f32 logits per cross-entropy chunk on ``device``.
-
-    128 MiB on a CPU; on a TPU 1/16 of its memory, on a GPU 1/64, at least 128 MiB
-    (``memory.ce_chunk_budget_for``: the estimate's rule too). Every chunk
-    reads the whole ``[V, D]`` embedding table (forward, recompute, backward), so narrow
-    chunks on a GPU are bound by that read, not by the matmul (an H200's Gemma-3-1B step: 285 ms
-    at 16 positions a chunk, 256 ms at 128; bench/results/gpu-h200-ce128mib.json and
-    gpu-h200-headline.json).
-    """
-    platform = getattr(device, "platform", "cpu") if device is not None else "cpu"
-    if platform == "cpu":
-        return CE_CHUNK_BYTES
-    try:
-        limit = int((device.memory_stats() or {}).get("bytes_limit", 0))
-    except Exception:  # noqa: BLE001 - a backend without memory stats keeps the CPU budget
-        limit = 0
-    return ce_chunk_budget_for(platform, limit)
 
 
 def ce_split_vocab(device: Any = None) -> int:

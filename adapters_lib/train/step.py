@@ -52,6 +52,7 @@ from adapters_lib.import_shields import trace_context
 from adapters_lib.kernels import ce_splash
 from adapters_lib.lora import family as lora_family
 from adapters_lib.lora import targeted as lora
+from adapters_lib.memory import estimate as memory_estimate
 from adapters_lib.train import attention, objectives, step_programs
 from adapters_lib.train import loss as loss_lib
 from adapters_lib.train.compiled_steps import Steps, TrainState, mask_keys
@@ -133,7 +134,7 @@ def build_steps(model: nn.Module, cfg: RunConfig, optimizer: optax.GradientTrans
     length = seq_len or cfg.data.max_length
     if ce_chunk is None:
         if ce_chunk_bytes is None:
-            ce_chunk_bytes = loss_lib.ce_chunk_budget(mesh.devices.flat[0])
+            ce_chunk_bytes = memory_estimate.ce_chunk_budget(mesh.devices.flat[0])
         micro_rows = max(1, t.batch_size // accum // dp)
         vocab = config.num_embed
         if vocab % sizes["tensor"] == 0:

@@ -87,6 +87,6 @@ def train_point(model: Any, base: Any, *, batch: int, seq: int, steps: int, memo
 
 
 def _ce_budget(device: Any, build: dict) -> int:
-    from adapters_lib.train.loss import ce_chunk_budget
+    from adapters_lib.memory.estimate import ce_chunk_budget
 
     return int(build.get("ce_chunk_bytes") or ce_chunk_budget(device))

@@ -10,7 +10,7 @@ Every point is checked as a whole config, then by the engine's estimate (mesh, `
 quantize``), **before** any run is queued (a bad value names its point). Each run is the sweep's config plus the point's values, ``sweep.id``, ``sweep.point``
 and its own ``run.name``; the engine gives each its own run directory. ``--dry-run`` prints
 the points and queues nothing. ``sweep show SWEEP`` reads the results (``_sweep_table``);
-``sweep CONFIG`` and ``runs sweep`` are the old spellings (``old_spelling``, ``show_old``).
+``sweep CONFIG`` and ``runs sweep`` are the old spellings (``_spellings.sweep_config_spelling``, ``show_old``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from pathlib import Path
 from typing import Any
 
 from adapters_lib.errors import WorkbenchError
-
-ACTIONS = ("run", "show")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -61,21 +59,6 @@ def add_show_args(p: argparse.ArgumentParser, *, old: bool = False) -> None:
     p.add_argument("--json", action="store_true",
                    help="print one JSON object (the sweep, or the list of sweeps) instead of the table")
     p.set_defaults(handler=show_old if old else show)
-
-
-def old_spelling(argv: list[str]) -> list[str]:
-    """``sweep CONFIG …`` (the old spelling of ``sweep run CONFIG …``): ``argv`` with ``run``
-    put in, and a note on stderr; any other ``argv`` as it is."""
-    from workbench.cli import TOP_OPTIONS_WITH_VALUE
-
-    i = 0
-    while i < len(argv) and argv[i].startswith("-"):  # the top-level options before the command
-        i += 2 if argv[i] in TOP_OPTIONS_WITH_VALUE else 1
-    if i >= len(argv) - 1 or argv[i] != "sweep" or argv[i + 1] in (*ACTIONS, "-h", "--help"):
-        return argv
-    print("note: `sweep CONFIG` is now `sweep run CONFIG` (the old spelling still works)",
-          file=sys.stderr)
-    return [*argv[: i + 1], "run", *argv[i + 1:]]
 
 
 def show(args: argparse.Namespace) -> int:
