@@ -1,10 +1,10 @@
-"""The README's shell blocks, run as a newcomer types them (#34.1), on one CPU device.
+"""The README's shell blocks, run as a newcomer types them, on one CPU device.
 
 Every ```sh block of README.md is either run here line by line, dry-run, or named with the
 reason it is not run; a block this file does not know fails the test, so a new one cannot
 go unchecked.
 
-- "A first run from the shell": each line runs as written, in a scratch folder that holds
+- "The everyday commands, on the demo model": each line runs as written, in a scratch folder that holds
   ``.venv/bin/gemma-workbench`` (this interpreter's entry point) and ``examples/demo.toml``
   (the repository's file with ``steps``, ``eval_every`` and ``checkpoint_every`` lowered:
   the only change, so that the lines take seconds; the tuned model is not judged here).
@@ -15,11 +15,9 @@ go unchecked.
   cost less and can come from the session's compile cache.
 - "The two commands": ``make -n run`` and ``make -n test`` (the targets exist and expand;
   running them would open the TUI and run this very suite).
-- "Real weights" and "Preference tuning": not run here. Each line is minutes of CPU on the
-  real 270M (load, eval, 40 LoRA steps, a DPO run after them); tests/test_real_270m.py and
-  tests/test_dpo.py run the same paths, tests/test_docs.py parses each line against the CLI.
-- "Cloud TPU": not run here (gcloud, a Cloud TPU VM); ``scripts/tpu_device.sh`` runs that
-  install and the README flow on a lent chip, tests/test_setup_script.py its Python discovery.
+- "Real weights": not run here. Each line is minutes of CPU on the real 270M (load, eval, 40
+  LoRA steps); tests/test_real_270m.py runs the same path, tests/test_docs.py parses each line
+  against the CLI.
 - The command-line synopsis: forms, not commands; tests/test_docs.py checks it against the
   parser.
 """
@@ -63,17 +61,11 @@ def shell_blocks(text: str) -> dict[str, list[str]]:
     return out
 
 
-RUN = "A first run from the shell"
+RUN = "The everyday commands, on the demo model"
 MAKE = "The two commands"
 NOT_RUN = {  # heading (start) → why its lines are not run here
     "Real weights": "minutes of CPU each on the real 270M; tests/test_real_270m.py runs the "
                     "same path, tests/test_docs.py parses every line",
-    "Preference tuning": "a DPO run on the real 270M after its SFT run (minutes of CPU); "
-                         "tests/test_dpo.py runs DPO on the real 270M and reference runs on the "
-                         "demo, tests/test_docs.py parses every line",
-    "Cloud TPU": "gcloud creates and enters a Cloud TPU VM (an account, a project, a quota: not "
-                 "here); scripts/tpu_device.sh runs the same install and flow on a lent chip "
-                 "(BENCHMARKS.md), tests/test_setup_script.py checks the Python 3.12 discovery",
     "Command line": "the synopsis (forms, not commands): tests/test_docs.py checks it",
 }
 
