@@ -1,4 +1,4 @@
-"""The program store (#31): compiled programs kept on disk by what they compute, so that a new
+"""The program store: compiled programs kept on disk by what they compute, so that a new
 engine neither traces nor lowers the train and eval steps, the prefill and the decode that
 an earlier one compiled."""
 

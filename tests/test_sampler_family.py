@@ -1,4 +1,4 @@
-"""The sampler's programs serve a family of LoRA configs and every decode setting (#48):
+"""The sampler's programs serve a family of LoRA configs and every decode setting:
 another rank, alpha or targets, ``max_new_tokens`` or temperature compiles nothing, the
 family's answers are the exact program's, and a compile ahead serves the call."""
 
