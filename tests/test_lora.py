@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from adapters_lib.config import LORA_TARGETS, LoraSpec
+from adapters_lib.lora import einsum as lora_einsum
 from adapters_lib.lora import fuse as lora_fuse
 from adapters_lib.lora import targeted as lora
+from adapters_lib.lora import traced_shapes
 from adapters_lib.models import demo
 
 TARGET_SETS = [(t,) for t in LORA_TARGETS] + [("q", "v"), ("gate", "up", "down"), LORA_TARGETS]
@@ -45,7 +47,7 @@ def _perturbed(adapters, seed=2):
 def test_adapters_match_closed_form_count_start_at_base_and_fuse_exactly(base, targets):
     model, params, tokens, ref = base
     spec = LoraSpec(rank=4, alpha=8.0, targets=targets)
-    adapters = lora.init_lora(model, spec, params, jax.random.key(1))
+    adapters = traced_shapes.init_lora(model, spec, params, jax.random.key(1))
 
     # only the chosen targets carry adapters, and their count is the closed form
     found = {a.target for a in lora_fuse.iter_adapters(adapters)}
@@ -68,7 +70,7 @@ def test_update_is_scaled_by_alpha_over_rank(base):
     model, params, tokens, ref = base
     small = LoraSpec(rank=4, alpha=4.0, targets=("down",))
     big = LoraSpec(rank=4, alpha=8.0, targets=("down",))
-    adapters = _perturbed(lora.init_lora(model, small, params, jax.random.key(1)))
+    adapters = _perturbed(traced_shapes.init_lora(model, small, params, jax.random.key(1)))
     fused_small = lora_fuse.fuse_lora(jax.device_get(lora.merge_lora(params, adapters)), small)
     fused_big = lora_fuse.fuse_lora(jax.device_get(lora.merge_lora(params, adapters)), big)
     w0 = np.asarray(params["layer_0"]["mlp"]["linear"])
@@ -80,7 +82,7 @@ def test_update_is_scaled_by_alpha_over_rank(base):
 def test_split_and_merge_are_inverse_and_leave_no_empty_branches(base):
     model, params, _, _ = base
     spec = LoraSpec(rank=2, alpha=2.0, targets=LORA_TARGETS)
-    adapters = lora.init_lora(model, spec, params, jax.random.key(0))
+    adapters = traced_shapes.init_lora(model, spec, params, jax.random.key(0))
     merged = lora.merge_lora(params, adapters)
     b, a = lora.split_lora(merged)
     assert jax.tree.structure(b) == jax.tree.structure(params)
@@ -91,16 +93,16 @@ def test_two_specs_on_one_model_do_not_share_a_trace(base):
     # gemma's Transformer.__call__ is an nn.jit keyed on the module: without a per-spec
     # subclass the second spec would silently reuse the first one's interceptor.
     model, params, _, _ = base
-    first = lora.init_lora(model, LoraSpec(rank=2, targets=("q",)), params, jax.random.key(0))
-    second = lora.init_lora(model, LoraSpec(rank=2, targets=("down",)), params, jax.random.key(0))
+    first = traced_shapes.init_lora(model, LoraSpec(rank=2, targets=("q",)), params, jax.random.key(0))
+    second = traced_shapes.init_lora(model, LoraSpec(rank=2, targets=("down",)), params, jax.random.key(0))
     assert {a.target for a in lora_fuse.iter_adapters(first)} == {"q"}
     assert {a.target for a in lora_fuse.iter_adapters(second)} == {"down"}
 
 
 def test_adapter_dtype_follows_the_spec(base):
     model, params, _, _ = base
-    adapters = lora.init_lora(model, LoraSpec(rank=2, targets=("q",), dtype="bfloat16"), params,
-                              jax.random.key(0))
+    adapters = traced_shapes.init_lora(model, LoraSpec(rank=2, targets=("q",), dtype="bfloat16"), params,
+                                       jax.random.key(0))
     assert {x.dtype for x in jax.tree.leaves(adapters)} == {jnp.dtype("bfloat16")}
 
 
@@ -119,9 +121,9 @@ def test_lora_matmul_backward_equals_autodiff():
         return lambda x, a, b: jnp.sum(fn(x, a, b, 0.5) * w)
 
     # jitted: one program each (op by op, each primitive of the backward compiled on its own)
-    ours = jax.jit(jax.grad(loss(lora.lora_matmul), argnums=(0, 1, 2)))(x, a, b)
+    ours = jax.jit(jax.grad(loss(lora_einsum.lora_matmul), argnums=(0, 1, 2)))(x, a, b)
     plain = jax.jit(jax.grad(loss(_plain_lora_matmul), argnums=(0, 1, 2)))(x, a, b)
-    np.testing.assert_allclose(np.asarray(lora.lora_matmul(x, a, b, 0.5)),
+    np.testing.assert_allclose(np.asarray(lora_einsum.lora_matmul(x, a, b, 0.5)),
                                np.asarray(_plain_lora_matmul(x, a, b, 0.5)), rtol=1e-5, atol=1e-5)
     for g, p in zip(ours, plain, strict=True):
         assert g.shape == p.shape
@@ -133,7 +135,7 @@ def test_adapter_gradients_through_the_model_equal_plain_autodiff(base, monkeypa
     # same gradients as separate per-target products differentiated by JAX
     model, params, tokens, _ = base
     spec = LoraSpec(rank=4, alpha=8.0, targets=LORA_TARGETS)
-    adapters = _perturbed(lora.init_lora(model, spec, params, jax.random.key(1)))
+    adapters = _perturbed(traced_shapes.init_lora(model, spec, params, jax.random.key(1)))
     weights = jax.random.normal(jax.random.key(3), (*tokens.shape, model.config.num_embed))
 
     def grads():
@@ -145,7 +147,7 @@ def test_adapter_gradients_through_the_model_equal_plain_autodiff(base, monkeypa
 
     ours = grads()
     lora._traced_class.cache_clear()  # a fresh trace for the plain path
-    monkeypatch.setattr(lora, "lora_matmul", _plain_lora_matmul)
+    monkeypatch.setattr(lora_einsum, "lora_matmul", _plain_lora_matmul)
     plain = grads()
     lora._traced_class.cache_clear()
     for (path, g), p in zip(jax.tree_util.tree_flatten_with_path(ours)[0], jax.tree.leaves(plain), strict=True):
@@ -164,7 +166,7 @@ def test_fused_slots_on_a_qkv_einsum_model_match_fused_weights(targets):
     tokens = jnp.asarray(np.random.RandomState(0).randint(4, 1000, (2, 16)), jnp.int32)
     params = model.init(jax.random.key(0), tokens)["params"]
     spec = LoraSpec(rank=4, alpha=8.0, targets=targets)
-    moved = lora.merge_lora(params, _perturbed(lora.init_lora(model, spec, params, jax.random.key(1))))
+    moved = lora.merge_lora(params, _perturbed(traced_shapes.init_lora(model, spec, params, jax.random.key(1))))
     tuned = lora.wrap(model, spec).apply({"params": moved}, tokens).logits
     fused = model.apply({"params": lora_fuse.fuse_lora(jax.device_get(moved), spec)}, tokens).logits
     base = model.apply({"params": params}, tokens).logits
@@ -179,8 +181,8 @@ def assert_rank_derived_shapes_are_traced_shapes(model, targets) -> None:
 
     for rank in (1, 3, 16):
         spec = LoraSpec(rank=rank, alpha=2.0 * rank, targets=tuple(targets))
-        derived = lora._adapter_shapes.__wrapped__(model, spec)
-        traced = lora._traced_shapes.__wrapped__(model, dataclasses.replace(spec, alpha=1.0))
+        derived = traced_shapes._adapter_shapes.__wrapped__(model, spec)
+        traced = traced_shapes._traced_shapes.__wrapped__(model, dataclasses.replace(spec, alpha=1.0))
         assert derived[1] == traced[1]
         assert [(p, tuple(x.shape)) for p, x in derived[0]] == [(p, tuple(x.shape)) for p, x in traced[0]]
 
@@ -189,11 +191,11 @@ def assert_rank_derived_shapes_are_traced_shapes(model, targets) -> None:
 def test_a_rank_tweak_derives_the_adapter_shapes_without_a_trace(base, targets):
     assert_rank_derived_shapes_are_traced_shapes(base[0], targets)
     spec = LoraSpec(rank=5, targets=tuple(targets))
-    lora._adapter_shapes.cache_clear()
-    lora._adapter_shapes(base[0], LoraSpec(rank=6, alpha=1.0, targets=tuple(targets)))  # the probe traced once
-    before = lora._traced_shapes.cache_info().misses
-    lora._adapter_shapes(base[0], spec)
-    assert lora._traced_shapes.cache_info().misses == before
+    traced_shapes._adapter_shapes.cache_clear()
+    traced_shapes._adapter_shapes(base[0], LoraSpec(rank=6, alpha=1.0, targets=tuple(targets)))  # the probe traced once
+    before = traced_shapes._traced_shapes.cache_info().misses
+    traced_shapes._adapter_shapes(base[0], spec)
+    assert traced_shapes._traced_shapes.cache_info().misses == before
 
 
 SUBSETS = [("q",), ("v",), ("k", "v"), ("q", "v"), ("gate", "down"), ("up",), ("o", "up", "down")]
@@ -206,8 +208,8 @@ def assert_subset_shapes_are_traced_shapes(model, subsets=SUBSETS, extra=()) -> 
 
     for targets in subsets:
         spec = LoraSpec(rank=3, alpha=6.0, targets=(*targets, *extra))
-        derived = lora._adapter_shapes.__wrapped__(model, spec)
-        traced = lora._traced_shapes.__wrapped__(model, dataclasses.replace(spec, alpha=1.0))
+        derived = traced_shapes._adapter_shapes.__wrapped__(model, spec)
+        traced = traced_shapes._traced_shapes.__wrapped__(model, dataclasses.replace(spec, alpha=1.0))
         assert derived[1] == traced[1], targets
         assert [(p, tuple(x.shape)) for p, x in derived[0]] == [(p, tuple(x.shape)) for p, x in traced[0]]
 
@@ -235,11 +237,11 @@ def test_a_targets_or_rank_tweak_traces_and_compiles_nothing(base):
 
     model = base[0]
     keys = [jax.random.key(s) for s in (0, 1, 2)]
-    lora.init_lora(model, LoraSpec(rank=4, targets=LORA_TARGETS), None, keys[0])  # the one trace
+    traced_shapes.init_lora(model, LoraSpec(rank=4, targets=LORA_TARGETS), None, keys[0])  # the one trace
     with forbid_compiles():
         for spec, key in [(LoraSpec(rank=11, alpha=3.0, targets=("q", "v")), keys[1]),
                           (LoraSpec(rank=37, targets=("k", "o", "down"), dtype="bfloat16"), keys[2])]:
-            made = lora.init_lora(model, spec, None, key)
+            made = traced_shapes.init_lora(model, spec, None, key)
             assert {a.target for a in lora_fuse.iter_adapters(made)} == set(spec.targets)
             assert lora.count_params(made) == lora.expected_lora_params(model.config, spec)
             assert {x.dtype for x in jax.tree.leaves(made)} == {jnp.dtype(spec.dtype)}

@@ -11,8 +11,7 @@ import pytest
 from flax import linen as nn
 
 from adapters_lib.config import LORA_TARGETS, LoraSpec
-from adapters_lib.lora import fresh
-from adapters_lib.lora import targeted as lora
+from adapters_lib.lora import fresh, traced_shapes
 from adapters_lib.models import demo
 
 A_SHAPES = [(256, 4), (1024, 16), (64, 1), (3, 64, 8)]
@@ -49,11 +48,11 @@ def test_the_bound_is_flax_kaiming_uniforms_for_the_shape_and_the_values_fill_it
 
 def test_init_is_a_function_of_the_seed_and_the_path_and_a_rank_is_a_larger_ranks_first_columns(model):
     spec = LoraSpec(rank=4, alpha=8.0, targets=("q", "v", "down"))
-    got = _flat(lora.init_lora(model, spec, None, jax.random.key(3)))
-    again = _flat(lora.init_lora(model, spec, None, jax.random.key(3)))
-    other = _flat(lora.init_lora(model, spec, None, jax.random.key(4)))
-    wider = _flat(lora.init_lora(model, LoraSpec(rank=9, alpha=8.0, targets=spec.targets), None, jax.random.key(3)))
-    every = _flat(lora.init_lora(model, LoraSpec(rank=4, alpha=8.0, targets=LORA_TARGETS), None, jax.random.key(3)))
+    got = _flat(traced_shapes.init_lora(model, spec, None, jax.random.key(3)))
+    again = _flat(traced_shapes.init_lora(model, spec, None, jax.random.key(3)))
+    other = _flat(traced_shapes.init_lora(model, spec, None, jax.random.key(4)))
+    wider = _flat(traced_shapes.init_lora(model, LoraSpec(rank=9, alpha=8.0, targets=spec.targets), None, jax.random.key(3)))
+    every = _flat(traced_shapes.init_lora(model, LoraSpec(rank=4, alpha=8.0, targets=LORA_TARGETS), None, jax.random.key(3)))
     assert len(got) == 2 * 3 * len(model.config.attention_types)
     seen = set()
     for path, x in got.items():
@@ -70,12 +69,12 @@ def test_init_is_a_function_of_the_seed_and_the_path_and_a_rank_is_a_larger_rank
 
 def test_a_traced_init_makes_the_same_values_and_a_bfloat16_one_the_rounded_float32(model):
     spec = LoraSpec(rank=3, alpha=6.0, targets=("k", "o", "up"))
-    eager = lora.init_lora(model, spec, None, jax.random.key(1))
-    traced = jax.jit(lambda r: lora.init_lora(model, spec, None, r))(jax.random.key(1))
-    raw = lora.init_lora(model, spec, None, jax.random.PRNGKey(1))  # a raw uint32 key: its words
-    half = lora.init_lora(model, LoraSpec(rank=3, alpha=6.0, targets=spec.targets, dtype="bfloat16"), None,
-                          jax.random.key(1))
-    abstract = jax.eval_shape(lambda: lora.init_lora(model, spec, None, jax.random.key(0)))
+    eager = traced_shapes.init_lora(model, spec, None, jax.random.key(1))
+    traced = jax.jit(lambda r: traced_shapes.init_lora(model, spec, None, r))(jax.random.key(1))
+    raw = traced_shapes.init_lora(model, spec, None, jax.random.PRNGKey(1))  # a raw uint32 key: its words
+    half = traced_shapes.init_lora(model, LoraSpec(rank=3, alpha=6.0, targets=spec.targets, dtype="bfloat16"), None,
+                                   jax.random.key(1))
+    abstract = jax.eval_shape(lambda: traced_shapes.init_lora(model, spec, None, jax.random.key(0)))
     assert jax.tree.structure(abstract) == jax.tree.structure(eager)
     for path, x in _flat(eager).items():
         np.testing.assert_array_equal(x, _flat(traced)[path])

@@ -86,11 +86,11 @@ def test_estimate_is_within_15_percent_of_the_compiled_step(demo, cfg):
     import optax
 
     from adapters_lib import mesh
-    from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
     from adapters_lib.train.step import build_steps
 
     model, base = demo
-    trainable = (jax.eval_shape(lambda r: lora.init_lora(model, cfg.lora, base, r), jax.random.key(0))
+    trainable = (jax.eval_shape(lambda r: traced_shapes.init_lora(model, cfg.lora, base, r), jax.random.key(0))
                  if cfg.lora.enabled else base)
     steps = build_steps(model, cfg, optax.adamw(1e-3), mesh.make_mesh(cfg.mesh), base, trainable)
     compiled = steps.compiled_memory((cfg.train.batch_size, cfg.data.max_length))

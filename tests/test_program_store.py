@@ -1,4 +1,4 @@
-"""The program store (#31): compiled programs kept on disk by what they compute, so that a new
+"""The program store: compiled programs kept on disk by what they compute, so that a new
 engine neither traces nor lowers the train and eval steps, the prefill and the decode that
 an earlier one compiled."""
 
@@ -279,7 +279,7 @@ def test_the_adapters_shapes_are_read_back_equal_without_tracing_the_model(tmp_p
 
     from adapters_lib import program_store
     from adapters_lib.config import LoraSpec
-    from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
     from adapters_lib.models import demo
 
     model = demo.demo_model()
@@ -292,11 +292,11 @@ def test_the_adapters_shapes_are_read_back_equal_without_tracing_the_model(tmp_p
             traced.append(str(kw.get("fun_name", "")))
 
     try:
-        made = lora._traced_shapes.__wrapped__(model, spec)
+        made = traced_shapes._traced_shapes.__wrapped__(model, spec)
         assert len(list((tmp_path / "p").glob("adapter-shapes-*.shapes"))) == 1
         monitoring.register_event_duration_secs_listener(listener)
         try:
-            read = lora._traced_shapes.__wrapped__(model, spec)
+            read = traced_shapes._traced_shapes.__wrapped__(model, spec)
         finally:
             monitoring.unregister_event_duration_listener(listener)
     finally:

@@ -1,4 +1,4 @@
-"""The sampler's programs serve a family of LoRA configs and every decode setting (#48):
+"""The sampler's programs serve a family of LoRA configs and every decode setting:
 another rank, alpha or targets, ``max_new_tokens`` or temperature compiles nothing, the
 family's answers are the exact program's, and a compile ahead serves the call."""
 
@@ -69,7 +69,7 @@ def test_the_family_fold_on_the_host_is_the_devices_fold(demo_lora, dtype):
     import numpy as np
 
     from adapters_lib.lora import family as lora_family
-    from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
     from adapters_lib.sample.family import in_family
 
     loaded, spec, _ = demo_lora
@@ -77,8 +77,8 @@ def test_the_family_fold_on_the_host_is_the_devices_fold(demo_lora, dtype):
     trained = jax.tree.map(lambda x: x.astype(dtype), perturbed_lora(loaded, own, seed=11))
     family = _family(own)
     on_device = in_family(loaded.model, family, trained, host=False)
-    padded = jax.tree.map(lambda x: x.astype(dtype), lora_family.fit(trained, lora.adapter_shapes(loaded.model,
-                                                                                              family.program)))
+    padded = jax.tree.map(lambda x: x.astype(dtype), lora_family.fit(trained, traced_shapes.adapter_shapes(
+        loaded.model, family.program)))
     for got in (in_family(loaded.model, family, trained, host=True),
                 in_family(loaded.model, family, jax.device_get(trained)),
                 in_family(loaded.model, family, padded, host=True)):

@@ -1,6 +1,6 @@
 """The feed-forward with gate and up slot-major (``train.variants.slot_major_mlp``, the train
-step's default on a TPU; ``lora.SLOT_MAJOR``, ``lora.lora_matmul_slots``) against gemma's own
-``[B, T, 2, F]`` layout: the same logits and gradients, on the CPU."""
+step's default on a TPU; ``lora.einsum.SLOT_MAJOR``, ``kernels.lora_matmul.lora_matmul_slots``)
+against gemma's own ``[B, T, 2, F]`` layout: the same logits and gradients, on the CPU."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import pytest
 
 from adapters_lib import mesh
 from adapters_lib.config import DataSpec, LoraSpec, MeshSpec, RunConfig, TrainSpec
+from adapters_lib.kernels.lora_matmul import lora_matmul_slots
 from adapters_lib.lora import targeted as lora
+from adapters_lib.lora import traced_shapes
 from adapters_lib.models import demo as demo_lib
 from adapters_lib.train import step as step_lib
 from adapters_lib.train.variants import with_training_attention
@@ -43,7 +45,7 @@ def test_slot_major_feed_forward_equals_gemmas_layout_forward_and_backward(two_l
     hidden = model.config.hidden_dim
     tokens = jnp.asarray(np.random.RandomState(0).randint(4, 1000, (2, 16)), jnp.int32)
     spec = LoraSpec(rank=4, alpha=8.0, targets=targets)
-    adapters = lora.init_lora(model, spec, params, jax.random.key(1))
+    adapters = traced_shapes.init_lora(model, spec, params, jax.random.key(1))
     leaves, tree = jax.tree.flatten(adapters)  # B ≠ 0: the updates act
     keys = jax.random.split(jax.random.key(2), len(leaves))
     adapters = jax.tree.unflatten(tree, [x + 0.02 * jax.random.normal(k, x.shape) for x, k in zip(leaves, keys, strict=True)])
@@ -83,7 +85,7 @@ def test_lora_matmul_slots_gradients_are_autodiffs():
         return lambda x, a, bs: sum(jnp.sum(o * c) for o, c in zip(fn(x, a, bs), cts, strict=True))
 
     # jitted: one program each (op by op, each primitive of the backward compiled on its own)
-    got = jax.jit(jax.grad(weighted(lambda x, a, bs: lora.lora_matmul_slots(x, a, bs, 0.5)), argnums=(0, 1, 2)))(x, a, bs)
+    got = jax.jit(jax.grad(weighted(lambda x, a, bs: lora_matmul_slots(x, a, bs, 0.5)), argnums=(0, 1, 2)))(x, a, bs)
     want = jax.jit(jax.grad(weighted(plain), argnums=(0, 1, 2)))(x, a, bs)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-5, atol=1e-5)

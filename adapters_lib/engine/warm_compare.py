@@ -159,7 +159,7 @@ class Warmer:
             import numpy as np
 
             from adapters_lib.evals import perplexity
-            from adapters_lib.lora import targeted as lora
+            from adapters_lib.lora import traced_shapes
             from adapters_lib.models.loader import is_kept, load_model
             from adapters_lib.sample.family import family_of
             from adapters_lib.tuned import generation_dtype_of
@@ -181,7 +181,7 @@ class Warmer:
             # run's step program is loaded; nothing runs on the devices (``prime`` is the warm-up's)
             loaded = load_model(spec, param_dtype=cfg.train.param_dtype, generation_dtype=dtype)
             zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype),  # on the host: folded and placed
-                                 lora.adapter_shapes(loaded.model, cfg.lora))  # in one transfer, not a leaf at a time
+                                 traced_shapes.adapter_shapes(loaded.model, cfg.lora))  # in one transfer, not a leaf at a time
             model = GemmaTuned(loaded, lora=cfg.lora, adapters=zeros, cfg=cfg)
             sampler, settings = _submitter("sampler prefill + decode", about), sampling_settings(run)
             # in the order a user asks after the run: a Compare of a short prompt, eval, a longer one

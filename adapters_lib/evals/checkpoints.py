@@ -71,6 +71,7 @@ def score_checkpoints(run: str, *, data: str = "", metrics: Sequence[str] = (),
     from adapters_lib import evaluate, runs
     from adapters_lib.evals import perplexity
     from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
     from adapters_lib.models.loader import load_model
     from adapters_lib.train import checkpoints
 
@@ -119,7 +120,7 @@ def score_checkpoints(run: str, *, data: str = "", metrics: Sequence[str] = (),
                                **likelihood(nll / max(count, 1), plan.likelihood)}
         if tasks is not None:
             if params is None:  # the base of a LoRA run: its adapters are zero, so the base
-                base_tree = lora.init_lora(loaded.model, cfg.lora, loaded.params, jax.random.key(0))
+                base_tree = traced_shapes.init_lora(loaded.model, cfg.lora, loaded.params, jax.random.key(0))
                 params = lora.merge_lora(loaded.params, base_tree)
             row.update(tasks.score(apply_fn, params).values)
         row["tokens"] = count

@@ -152,9 +152,9 @@ def expected_lora(model: Any, spec: LoraSpec) -> dict:
     """The abstract LoRA tree (shapes only) that ``model`` takes under ``spec``."""
     import jax
 
-    from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
 
-    return jax.eval_shape(lambda: lora.init_lora(model, spec, None, jax.random.key(0)))
+    return jax.eval_shape(lambda: traced_shapes.init_lora(model, spec, None, jax.random.key(0)))
 
 
 def _slots(tree: Mapping[str, Any]) -> dict[tuple[int, str, str], tuple[str, ...]]:

@@ -1,10 +1,10 @@
-"""LoRA's low-rank product ``scale · (x @ A) @ B`` with its own backward (``lora.targeted`` calls it).
+"""LoRA's low-rank product ``scale · (x @ A) @ B`` with its own backward (``lora.einsum`` calls it).
 
 Autodiff of ``x @ a`` computes ``∂a = xᵀ · ∂u``, and XLA then transposes the whole activation
 ``x`` into a copy before the matmul; the backward here transposes only the rank-r sides
 (``∂a = (∂uᵀ · x)ᵀ``, ``∂b = uᵀ · ∂y``), so no activation is copied.
 
-**Where it applies:** every adapted einsum of ``lora.targeted`` (training, sampling,
+**Where it applies:** every adapted einsum of ``lora.einsum`` (training, sampling,
 evaluation), on every platform: it is a ``jax.custom_vjp`` over plain ``jnp.dot``s, not a
 Pallas kernel, so nothing replaces it off a TPU; what it replaces is autodiff's backward of
 the same product (the same numbers, the activation transposed into a copy). It lives with the

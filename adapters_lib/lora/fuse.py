@@ -2,9 +2,10 @@
 or gemma: an export or a merge can use it without the model stack).
 
 ``fuse_lora`` folds every adapter into the weight it adapts (``W += (alpha/rank)·A·B`` in that
-weight's einsum layout; see ``lora.targeted`` for the layouts), which gemma's
+weight's einsum layout; see ``lora.einsum`` for the layouts), which gemma's
 ``peft.fuse_params`` does not do; ``iter_adapters`` lists the ``(layer, target)`` pairs in PEFT
-terms. ``_EINSUM_TARGETS`` (weight name → targets and their slice) is shared with ``lora.targeted``.
+terms. ``_EINSUM_TARGETS`` (weight name → targets and their slice) is shared with ``lora.einsum``
+and ``lora.targeted``.
 """
 
 from __future__ import annotations

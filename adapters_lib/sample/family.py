@@ -48,11 +48,11 @@ def in_family(model: Any, family: Any, adapters: Any, *, host: bool | None = Non
     import jax.numpy as jnp
 
     from adapters_lib.lora import family as lora_family
-    from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
 
     dtype = next((x.dtype for x in jax.tree.leaves(adapters) if jnp.issubdtype(x.dtype, jnp.floating)),
                  jnp.dtype(family.program.dtype))
-    like = lora.adapter_shapes(model, family.program)
+    like = traced_shapes.adapter_shapes(model, family.program)
     if _foldable_on_host(adapters) if host is None else host:
         return _in_family_on_host(family, adapters, like, dtype)
     padded = lora_family.fit(adapters, like)

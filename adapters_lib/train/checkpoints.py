@@ -310,14 +310,14 @@ def abstract_trainable(loaded: Any, cfg: Any, sharding: Any = None) -> Any:
     ``sharding`` defaults to this process's first device (what a sampler in one process wants;
     on a multi-host follower, global device 0 is another process's).
     """
-    from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
 
     sharding = sharding or jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
     if not cfg.lora.enabled:
         return abstract_of(jax.eval_shape(lambda p: p, loaded.params), sharding)
     # ``init_lora``'s tree, from the shapes traced once per model (no trace of the init: the
     # Compare's model build after a run, 0.16 of the demo's 0.34 s on the CPU)
-    return abstract_of(lora.adapter_shapes(loaded.model, cfg.lora), sharding)
+    return abstract_of(traced_shapes.adapter_shapes(loaded.model, cfg.lora), sharding)
 
 
 def rng_to_json(key: jax.Array) -> list[int]:

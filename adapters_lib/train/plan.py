@@ -89,7 +89,7 @@ def plan_run(cfg: RunConfig) -> RunPlan:
 
     from adapters_lib import mesh as mesh_lib
     from adapters_lib.data import build_pipeline
-    from adapters_lib.lora import targeted as lora
+    from adapters_lib.lora import traced_shapes
     from adapters_lib.models.loader import load_model
     from adapters_lib.train.optimizer import make_optimizer
     from adapters_lib.train.step import build_steps
@@ -110,7 +110,7 @@ def plan_run(cfg: RunConfig) -> RunPlan:
         # accelerator took 4-5 s for a rank tweak's); init_state places the tree on the mesh
         with on_host() as cpu:
             key = jax.device_put(init_rng, cpu) if cpu is not None else init_rng
-            trainable = lora.init_lora(loaded.model, cfg.lora, loaded.params, key)
+            trainable = traced_shapes.init_lora(loaded.model, cfg.lora, loaded.params, key)
         base_params = loaded.params
     else:
         trainable = loaded.params
@@ -123,7 +123,7 @@ def plan_run(cfg: RunConfig) -> RunPlan:
     own = None
     if family is not None:  # the program's shapes; checkpoints keep the run's own (``own``)
         own = _own_abstract(trainable, optimizer, mesh)
-        trainable = fit_on_host(trainable, lora.adapter_shapes(loaded.model, family.program))
+        trainable = fit_on_host(trainable, traced_shapes.adapter_shapes(loaded.model, family.program))
         log.info("LoRA: %s (train.programs = %r)", family.describe(), t.programs)
     clock.mark("adapters")
     steps = build_steps(loaded.model, cfg, optimizer, mesh, base_params, trainable,

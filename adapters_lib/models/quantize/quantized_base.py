@@ -38,7 +38,7 @@ The model sees it through ``with_quantized_base(model)``: a subclass whose calls
 - a MoE expert bank's weights (``jax.lax.ragged_dot`` takes them as plain arrays): the bank of
   one layer is dequantized when that layer runs.
 The params paths do not change (LoRA adapters sit beside the weights as before, in
-f32/bf16; ``lora/targeted.py`` is untouched): sampling, eval and the train step run the same modules.
+f32/bf16; the ``lora`` modules are untouched): sampling, eval and the train step run the same modules.
 Export never merges into these leaves (``export.merged`` loads the float base).
 """
 
