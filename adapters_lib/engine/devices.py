@@ -17,7 +17,8 @@ from adapters_lib import paths
 log = logging.getLogger("adapters_lib.engine")
 
 HEAVY_MODULES = (
-    "gemma.gm", "adapters_lib.models.loader", "adapters_lib.models.demo", "adapters_lib.lora.targeted",
+    "gemma.gm", "adapters_lib.models.loader", "adapters_lib.models.demo",
+    "adapters_lib.lora.traced_shapes",  # with lora.targeted, lora.einsum and lora.fresh
     "adapters_lib.catalog", "adapters_lib.data", "adapters_lib.memory.estimate", "adapters_lib.mesh",
     "adapters_lib.train.loop", "adapters_lib.train.checkpoints", "adapters_lib.sample",
     "adapters_lib.export", "adapters_lib.engine.sampling",
