@@ -11,7 +11,7 @@ run: setup
 # the suite runs on every core (at most 4 workers: each holds JAX and, for some files, the 270M);
 # a test file stays on one worker, so its module fixtures (a trained run, an engine) are built once
 test: setup
-	.venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile $(ARGS)
+	.venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile --durations=30 $(ARGS)
 
 lint: setup
 	.venv/bin/ruff check adapters_lib workbench themes tests bench

@@ -1,0 +1,132 @@
+"""Where the suite's time goes, per test file: printed at the end of every run (CI's log too).
+
+Each test's setup, call and teardown is timed in the process that runs it (an xdist worker or
+the only one): wall seconds (pytest's own ``report.duration``) and CPU seconds (user + system of
+that process and of the children it waited for, ``getrusage`` deltas: a CLI run with
+``subprocess.run`` counts, a detached engine does not). The CPU figure travels to the controller
+in ``report.user_properties``; the controller adds them up per file and prints the costliest
+files, the totals, each worker's CPU outside its tests (start-up, collection) and the machine's
+CPU use over the run (``/proc/stat``: other processes' load shows there).
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+
+import pytest
+
+ROWS = 25
+_KEY = "timing_cpu_s"
+
+
+def _cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _machine_ticks() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs, or None off Linux."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return sum(fields) - idle, sum(fields)
+
+
+class _Timing:
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = defaultdict(float)
+        self.cpu: dict[str, float] = defaultdict(float)
+        self.tests: dict[str, int] = defaultdict(int)
+        self.workers: dict[str, tuple[float, float]] = {}  # id: (process CPU, CPU in tests)
+        self.started = time.monotonic()
+        self.ticks = _machine_ticks()
+        self.in_tests = 0.0  # this process's CPU inside tests (a worker's own figure)
+
+    # --- in the process that runs the test -------------------------------------------------
+    def _phase(self, item: pytest.Item) -> Iterator[None]:
+        before = _cpu()
+        yield
+        spent = _cpu() - before
+        self.in_tests += spent
+        item.stash[_phase_cpu] = spent
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_setup(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._phase(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._phase(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(self, item: pytest.Item) -> Iterator[None]:
+        yield from self._phase(item)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+        outcome = yield
+        report = outcome.get_result()
+        report.user_properties.append((_KEY, round(item.stash.get(_phase_cpu, 0.0), 3)))
+        item.stash[_phase_cpu] = 0.0
+
+    # --- in the controller (or the only process) -------------------------------------------
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        name = report.nodeid.split("::", 1)[0]
+        self.wall[name] += report.duration
+        self.cpu[name] += sum(v for k, v in report.user_properties if k == _KEY)
+        if report.when == "call":
+            self.tests[name] += 1
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        output = getattr(session.config, "workeroutput", None)
+        if output is not None:  # an xdist worker: its totals go back with it
+            output["timing_cpu"] = (_cpu(), self.in_tests)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: object, error: object) -> None:
+        figures = getattr(node, "workeroutput", {}).get("timing_cpu")
+        if figures:
+            gateway = getattr(node, "gateway", None)
+            self.workers[getattr(gateway, "id", str(len(self.workers)))] = figures
+
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        if not self.wall:
+            return
+        write = terminalreporter.write_line
+        elapsed = time.monotonic() - self.started
+        terminalreporter.section(f"time per test file (costliest {ROWS} by CPU)")
+        write(f"{'cpu s':>8} {'wall s':>8} {'cpu/wall':>8} {'tests':>6}  file")
+        ranked = sorted(self.wall, key=lambda n: (-self.cpu[n], -self.wall[n]))
+        for name in ranked[:ROWS]:
+            wall, cpu = self.wall[name], self.cpu[name]
+            write(f"{cpu:8.1f} {wall:8.1f} {cpu / wall if wall else 0:8.2f} {self.tests[name]:6d}  {name}")
+        rest = ranked[ROWS:]
+        if rest:
+            write(f"{sum(self.cpu[n] for n in rest):8.1f} {sum(self.wall[n] for n in rest):8.1f}"
+                  f" {'':8} {sum(self.tests[n] for n in rest):6d}  ({len(rest)} other files)")
+        write(f"{sum(self.cpu.values()):8.1f} {sum(self.wall.values()):8.1f} {'':8}"
+              f" {sum(self.tests.values()):6d}  all {len(self.wall)} files (in tests)")
+        for worker, (total, in_tests) in sorted(self.workers.items()):
+            write(f"worker {worker}: {total:.1f} s CPU, {total - in_tests:.1f} s of it outside tests"
+                  " (start-up, collection, session teardown)")
+        ticks, now = self.ticks, _machine_ticks()
+        line = f"session: {elapsed:.1f} s wall on {os.cpu_count()} cores"
+        if ticks and now and now[1] > ticks[1]:
+            busy = (now[0] - ticks[0]) / (now[1] - ticks[1])
+            line += f"; machine CPU busy {busy:.0%} of the time (every process on it)"
+        write(line + f"; load average now {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+
+
+_phase_cpu = pytest.StashKey[float]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_Timing(), "timing")
