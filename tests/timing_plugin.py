@@ -29,15 +29,17 @@ def _cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def _machine_ticks() -> tuple[int, int] | None:
-    """(busy, total) jiffies of all CPUs, or None off Linux."""
+def _machine_ticks() -> tuple[int, int, int] | None:
+    """(busy, stolen, total) jiffies of all CPUs since boot, or None off Linux. Stolen: time a
+    virtual machine's CPUs waited for the host (other guests), counted in neither."""
     try:
         with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
+            fields = [int(v) for v in f.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
-    return sum(fields) - idle, sum(fields)
+    steal = fields[7] if len(fields) > 7 else 0
+    return sum(fields) - idle - steal, steal, sum(fields)
 
 
 class _Timing:
@@ -49,6 +51,18 @@ class _Timing:
         self.started = time.monotonic()
         self.ticks = _machine_ticks()
         self.in_tests = 0.0  # this process's CPU inside tests (a worker's own figure)
+        self.own_cpu = _cpu()
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """How many processes run the tests, said first: ``-n auto`` counts physical cores."""
+        config = session.config
+        if getattr(config, "workerinput", None) is not None:
+            return
+        workers = getattr(config.option, "numprocesses", None) or 0
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"timing: {workers or 'no'} xdist workers, {os.cpu_count()} CPUs"
+                                f" (load average {', '.join(f'{v:.1f}' for v in os.getloadavg())})")
 
     # --- in the process that runs the test -------------------------------------------------
     def _phase(self, item: pytest.Item) -> Iterator[None]:
@@ -118,11 +132,15 @@ class _Timing:
             write(f"worker {worker}: {total:.1f} s CPU, {total - in_tests:.1f} s of it outside tests"
                   " (start-up, collection, session teardown)")
         ticks, now = self.ticks, _machine_ticks()
-        line = f"session: {elapsed:.1f} s wall on {os.cpu_count()} cores"
-        if ticks and now and now[1] > ticks[1]:
-            busy = (now[0] - ticks[0]) / (now[1] - ticks[1])
-            line += f"; machine CPU busy {busy:.0%} of the time (every process on it)"
-        write(line + f"; load average now {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+        write(f"session: {elapsed:.1f} s wall, {len(self.workers) or 'no'} xdist workers,"
+              f" {os.cpu_count()} CPUs; load average now {', '.join(f'{v:.1f}' for v in os.getloadavg())}")
+        if ticks and now and now[2] > ticks[2]:
+            hz = os.sysconf("SC_CLK_TCK")
+            busy, stolen, total = ((b - a) / hz for a, b in zip(ticks, now, strict=True))
+            ours = sum(total_cpu for total_cpu, _ in self.workers.values()) + _cpu() - self.own_cpu
+            write(f"machine: {busy:.0f} CPU-s busy of {total:.0f} ({busy / total:.0%}), {stolen:.0f}"
+                  f" stolen by the host; this run's processes {ours:.0f} CPU-s (waited-for children"
+                  f" included), others {max(busy - ours, 0):.0f}")
 
 
 _phase_cpu = pytest.StashKey[float]()
