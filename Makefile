@@ -2,8 +2,9 @@
 .PHONY: run test lint bench setup
 ARGS ?=
 
+# the install's seconds are said when it did something (a fresh clone: CI's log shows them)
 setup:
-	./scripts/setup.sh
+	@t0=$$(date +%s); ./scripts/setup.sh; s=$$(( $$(date +%s) - t0 )); [ $$s -lt 5 ] || echo "setup: $$s s"
 
 run: setup
 	.venv/bin/gemma-workbench $(ARGS)
