@@ -29,6 +29,11 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _own_cpu() -> float:
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
 def _cpu() -> float:
     own = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -196,7 +201,10 @@ class _Timing:
         if ticks and now and now[2] > ticks[2]:
             hz = os.sysconf("SC_CLK_TCK")
             busy, stolen, total = ((b - a) / hz for a, b in zip(ticks, now, strict=True))
-            ours = sum(figures[0] for figures in self.workers.values()) + _cpu() - self.own_cpu
+            # the workers' own figures, or the controller's children (the workers, once reaped,
+            # with theirs): whichever counts more, never both
+            ours = max(sum(figures[0] for figures in self.workers.values()) + _own_cpu(),
+                       _cpu()) - self.own_cpu
             write(f"machine: {busy:.0f} CPU-s busy of {total:.0f} ({busy / total:.0%}), {stolen:.0f}"
                   f" stolen by the host; this run's processes {ours:.0f} CPU-s (waited-for children"
                   f" included), others {max(busy - ours, 0):.0f}")
