@@ -2,8 +2,9 @@
 .PHONY: run test lint bench setup
 ARGS ?=
 
+# the install's seconds are said when it did something (a fresh clone: CI's log shows them)
 setup:
-	./scripts/setup.sh
+	@t0=$$(date +%s); ./scripts/setup.sh; s=$$(( $$(date +%s) - t0 )); [ $$s -lt 5 ] || echo "setup: $$s s"
 
 run: setup
 	.venv/bin/gemma-workbench $(ARGS)
@@ -11,7 +12,7 @@ run: setup
 # the suite runs on every core (at most 4 workers: each holds JAX and, for some files, the 270M);
 # a test file stays on one worker, so its module fixtures (a trained run, an engine) are built once
 test: setup
-	.venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile $(ARGS)
+	.venv/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile --durations=30 $(ARGS)
 
 lint: setup
 	.venv/bin/ruff check adapters_lib workbench themes tests bench

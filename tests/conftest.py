@@ -60,7 +60,8 @@ tf_deferred.install()  # as the engine's processes do: TensorFlow only on first 
 REPO = Path(__file__).resolve().parent.parent
 
 # Fixture modules per area (tests/fixtures_<area>.py) are loaded as plugins.
-pytest_plugins = sorted(p.stem for p in Path(__file__).resolve().parent.glob("fixtures_*.py"))
+pytest_plugins = [*sorted(p.stem for p in Path(__file__).resolve().parent.glob("fixtures_*.py")),
+                  "timing_plugin"]  # time and CPU per test file, printed at the end
 SHARED_DATA = REPO.parent / "shared" / "data"
 
 
