@@ -29,7 +29,7 @@ os.environ.setdefault("KAGGLEHUB_CACHE", "/nonexistent-kagglehub-cache")
 os.environ.setdefault("OLLAMA_MODELS", "/nonexistent-ollama-models")  # the catalog's stores:
 os.environ.setdefault("LMSTUDIO_MODELS", "/nonexistent-lmstudio-models")  # none of the user's
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-# no Compare warm-up after each run (#31): measured, it does not slow the engine test files
+# no Compare warm-up after each run: measured, it does not slow the engine test files
 # (test_engine_api 31.7 vs 28.3 s, test_engine_faults 34.4 vs 34.4 s, load ~1.3), but it would
 # compile in the engines' idle time, between requests whose compiles and logs tests check;
 # tests/test_warm_compare.py turns it on in its engines

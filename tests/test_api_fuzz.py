@@ -1,5 +1,5 @@
 """Every route of the engine's API × malformed values: a 4xx with a one-line error, never a 5xx,
-and nothing made (#27).
+and nothing made.
 
 The routes and their fields come from the API's own table (``api.COMMANDS`` and each command's
 type hints), so a route or a field added later is fuzzed too. For each field: values of the

@@ -1,4 +1,4 @@
-"""The bad-input sweep (#17): what a tired user types gets one line, exit 2, never a traceback.
+"""The bad-input sweep: what a tired user types gets one line, exit 2, never a traceback.
 
 Each row is a real mistake: a config file (wrong types, unknown keys, bad TOML, binary,
 non-UTF-8, folders where files belong, huge or non-finite numbers, control characters), a

@@ -1,5 +1,5 @@
 """What the first Compare and ``eval --run`` after a run would compile is compiled ahead and
-never twice (#48): the sides' adapter stack (``sample.stack.compile_ahead``, 1.4 s of the
+never twice: the sides' adapter stack (``sample.stack.compile_ahead``, 1.4 s of the
 first Compare after a run on the v5e), and the eval scorer that a request finds compiling on
 the compile-ahead thread (``evals.perplexity._Scorer.warm``: the 1B's ``eval --run`` compiled it
 a second time, 13.8 s)."""

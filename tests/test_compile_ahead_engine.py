@@ -1,4 +1,4 @@
-"""Compiling ahead through a real engine process (#48): ``compile_ahead`` and ``compile_jobs``, a
+"""Compiling ahead through a real engine process: ``compile_ahead`` and ``compile_jobs``, a
 launch after it, ``gemma-workbench prepare``, and the engine's start with the last launched
 config. The engine runs on the CPU, where nothing compiles ahead unless forced (``force``,
 ``prepare --force``, ``GEMMA_WORKBENCH_COMPILE_AHEAD=on``)."""
@@ -98,7 +98,10 @@ def test_prepare_follows_the_jobs_until_they_are_ready(ahead_engine, monkeypatch
     assert out[0].startswith("compiling ahead: demo · LoRA r8 · 8×64 (request ")
     for what in ("train step", "eval step"):  # one line per state seen (polled: a quick one may pass unseen)
         states = [line.split(": ", 1)[1] for line in out if line.startswith(what + ": ")]
-        assert states[0] in ("queued", "compiling") and states[-1].startswith("ready ("), out
+        # the first state seen: queued, compiling, or already ready (a job the session's compile
+        # cache serves in well under a poll passes both unseen)
+        assert states[0] in ("queued", "compiling") or states == [states[-1]], out
+        assert states[-1].startswith("ready ("), out
         assert len(states) == len(set(states))
 
     assert main(["prepare", "--force", "--json", *sets]) == 0  # the same again: compiled before

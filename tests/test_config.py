@@ -204,7 +204,7 @@ def test_print_config_prints_the_resolved_config_that_loads_back(tmp_path, capsy
 
 
 def test_train_gives_a_real_model_its_defaults_where_the_config_is_silent_and_says_whence(tmp_path, capsys):
-    """#34: the CLI applies the model's defaults as Configure does (``model_defaults``): a real
+    """The CLI applies the model's defaults as Configure does (``model_defaults``): a real
     model without lr/rank/steps gets a real model's, a key the file or --set names keeps its
     value, the demo keeps its own; --print-config says each value's origin and loads back."""
     from adapters_lib.config.model_defaults import REAL
@@ -248,7 +248,7 @@ def test_cli_reports_a_config_mistake_in_one_line(tmp_path, capsys):
     assert "'up'" in err
 
 
-# --------------------------------------------------------------------------- #17: input, paths
+# --------------------------------------------------------------------------- input, paths
 
 
 @pytest.mark.parametrize("override, needle", [

@@ -1,4 +1,4 @@
-"""DPO (#33): the loss against gemma's ``DpoLoss``, preference data from every layout, a
+"""DPO: the loss against gemma's ``DpoLoss``, preference data from every layout, a
 sharded step against one device, and a run that checkpoints, resumes and exports like SFT."""
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def test_a_dpo_run_writes_its_metrics_checkpoints_resumes_and_exports_like_sft(d
 
 
 def test_a_dpo_runs_metrics_reach_tensorboard_and_its_eval_rows_hold_the_task_metrics(dpo_run):
-    """#33.3: TensorBoard holds each DPO metric at each logged step with metrics.jsonl's value
+    """TensorBoard holds each DPO metric at each logged step with metrics.jsonl's value
     (eval_* at the evals); eval.jsonl's rows score the task metric (exact_match against the
     chosen answers) for the base and the tuned model, as for SFT."""
     import sys

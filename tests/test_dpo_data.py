@@ -1,4 +1,4 @@
-"""DPO's preference data (#33.2): pairs from every layout and every source the readers take
+"""DPO's preference data: pairs from every layout and every source the readers take
 (JSONL, CSV, Parquet, a folder, the HF datasets cache, a saved folder, a prepared TFDS dataset),
 in the model family's chat template; a bad record is dropped with where it is."""
 
@@ -92,7 +92,7 @@ def test_a_pairs_scored_tokens_are_its_answer_and_the_end_of_turn_marker_only(tm
 
 
 def test_preference_pairs_are_written_in_the_model_familys_chat_template(gemma4_tokenizer, tmp_path):
-    """#33.2: a pair's prompt takes the family's template from its tokenizer: Gemma 3's folds
+    """A pair's prompt takes the family's template from its tokenizer: Gemma 3's folds
     the system string into the user turn, Gemma 4's (``<|turn>``, a real system turn) gives
     it its own turn; the answer is the model turn after it either way."""
     from adapters_lib.data import TokenCodec, build_pipeline
@@ -117,7 +117,7 @@ def test_preference_pairs_are_written_in_the_model_familys_chat_template(gemma4_
 
 
 def test_preference_pairs_read_from_csv_parquet_and_a_folder_as_from_jsonl(tmp_path):
-    """#33.2, every file source the readers take: TRL's flat layout in CSV and Parquet (chat
+    """Every file source the readers take: TRL's flat layout in CSV and Parquet (chat
     lists too in Parquet), and a folder of JSONL files; a bad record is dropped with its
     file:line (CSV's line counts the header)."""
     import csv

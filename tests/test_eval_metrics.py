@@ -1,4 +1,4 @@
-"""The task metrics as functions of text (#20 item 1), the eval plan, eval.jsonl rows, and the
+"""The task metrics as functions of text, the eval plan, eval.jsonl rows, and the
 best-step selection / early stop (item 2). Pure: no model, no JAX."""
 
 from __future__ import annotations

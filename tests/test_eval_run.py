@@ -1,4 +1,4 @@
-"""Evaluation during real demo runs (#20 items 1, 2, 5): eval.jsonl rows for base and tuned,
+"""Evaluation during real demo runs: eval.jsonl rows for base and tuned,
 the best checkpoint kept and the early stop, TensorBoard events read back with TensorBoard's
 own reader, ``--step best``, and ``eval --run R --all-checkpoints``."""
 

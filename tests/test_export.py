@@ -173,7 +173,7 @@ def test_hf_export_writes_safetensors_and_a_config_that_convert_back(tuned_run, 
     cfg, loaded, trainable, _ = tuned_run
     config = json.loads((exports["hf"] / "config.json").read_text())
     assert config["model_type"] == "gemma3_text" and config["num_hidden_layers"] == 4
-    theirs = _transformers_config(config)  # transformers itself reads it (5.24 refused 64.0, #48)
+    theirs = _transformers_config(config)  # transformers itself reads it (5.24 refused 64.0)
     assert type(theirs).__name__ == "Gemma3TextConfig" and theirs.query_pre_attn_scalar == 64
     assert (exports["hf"] / "tokenizer.model").is_file()
     file = exports["hf"] / "model.safetensors"

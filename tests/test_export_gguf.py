@@ -1,4 +1,4 @@
-"""GGUF export (#30): the merged model and the LoRA adapter as llama.cpp writes them, read back
+"""GGUF export: the merged model and the LoRA adapter as llama.cpp writes them, read back
 by ``gguf.GGUFReader`` and by the project's own GGUF loader; the Modelfile; the refusals.
 (llama.cpp itself runs the files in tests/test_export_gguf_llama.py.)"""
 

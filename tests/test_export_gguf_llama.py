@@ -1,4 +1,4 @@
-"""GGUF export (#30) checked by llama.cpp, an implementation no one here wrote.
+"""GGUF export checked by llama.cpp, an implementation no one here wrote.
 
 llama-cpp-python is not a project dependency: ``scripts/build_llama_cpp.sh`` builds it from
 its sdist into ``~/.cache/gemma-workbench/llama-cpp`` (``$GEMMA_WORKBENCH_LLAMA_CPP``

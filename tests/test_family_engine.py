@@ -1,6 +1,6 @@
 """In one engine: a run, a Compare, a run with another rank, alpha and targets (a LoRA family:
 ``train.programs = "family"``), a Compare — the second run's Compare (and its warm-up)
-compiles no sampler program (#48), and a run that follows a warm-up starts at once (the
+compiles no sampler program, and a run that follows a warm-up starts at once (the
 warm-up compiles behind).
 
 One engine for both (its Compare warm-up on; one engine start and two runs fewer than an

@@ -1,4 +1,4 @@
-"""Gemma 4 E-models whose KV-shared layers read other layers than gemma's own rule would (#41).
+"""Gemma 4 E-models whose KV-shared layers read other layers than gemma's own rule would.
 
 keras-hub's ``Gemma4Backbone`` (and transformers) feed each KV-shared layer the k/v of the last
 unshared layer of its kind; gemma's ``create_kv_cache_sharing_patterns`` (and llama.cpp) the

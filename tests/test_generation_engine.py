@@ -71,7 +71,7 @@ def test_sample_streams_the_runs_tuned_answer_with_its_stop_reason(engine, run_i
 
 
 def test_the_token_limit_is_max_new_tokens_and_its_older_name_max_tokens_still_works(engine):
-    """One name across the CLI (--max-new-tokens), the API and the TUI (#34); a client that
+    """One name across the CLI (--max-new-tokens), the API and the TUI; a client that
     sends the API's first name, ``max_tokens``, gets the same answer; both at once is a 400."""
     def sample(**limit):
         body = {"prompt": "The", "model": "demo", "chat": False, **limit}  # the base, raw text: no turn to end

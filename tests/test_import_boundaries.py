@@ -112,7 +112,7 @@ def _import_circles() -> list[list[str]]:
 
 
 def test_no_file_imports_itself_through_others():
-    """No import circle between files anywhere in the house (#27)."""
+    """No import circle between files anywhere in the house."""
     assert _import_circles() == []
 
 

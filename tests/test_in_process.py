@@ -1,4 +1,4 @@
-"""``--in-process``: the engine's own handlers, served inside the command's process (#27).
+"""``--in-process``: the engine's own handlers, served inside the command's process.
 
 No second implementation: a computing command with ``--in-process`` sends its command to an
 ``EmbeddedEngine`` (the daemon's ``Engine`` and API on a private socket), so the handler table

@@ -7,7 +7,7 @@ layers, two RoPE wavelengths, the final soft-cap on or off; dense, MoE and E-sty
 inputs, KV sharing). Each preset is saved as users have them (``config.json``,
 ``model.weights.h5``, ``assets/tokenizer/vocabulary.spm``) with a vocabulary whose ``<bos>``/
 ``<eos>`` sit at Gemma's ids (2, 1) or at keras-hub's test recipe's (1, 2): keras-hub looks
-them up by name, and so must we (issue 49: a preset with the second kind scored 1-2 % off).
+them up by name, and so must we (a preset with the second kind scored 1-2 % off).
 
 The oracle is keras-hub itself: its ``Gemma4Tokenizer`` (BOS + the file's text + EOS) and its
 ``Gemma4CausalLM`` forward. Per position, our logits are within 1e-4 of its (relative to the

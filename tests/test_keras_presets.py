@@ -1,4 +1,4 @@
-"""Keras presets on the gemma route (#28.2): a Kaggle-layout preset (config.json,
+"""Keras presets on the gemma route: a Kaggle-layout preset (config.json,
 model.weights.h5 or keras-hub's shards, assets/tokenizer/vocabulary.spm) is listed with its
 architecture, read tensor by tensor without keras, and gives keras-hub's own logits."""
 

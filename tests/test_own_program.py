@@ -1,5 +1,5 @@
 """``train.own_program``: a LoRA family run's own program compiles only when the run has more
-left than a compile takes (#48), judged from its measured step time."""
+left than a compile takes, judged from its measured step time."""
 
 from __future__ import annotations
 

@@ -105,7 +105,7 @@ def test_which_commands_reach_the_engine_and_which_run_over_there():
     assert route("sweep", "show") == "tunnel"
     for argv in (["sample", "--prompt", "p"], ["compare", "--run", "x", "--prompt", "p"],
                  ["export", "x", "--out", "o"], ["train", "c.toml"]):
-        if hasattr(parser.parse_args(argv), "in_process"):  # through the engine (#18 item 1)
+        if hasattr(parser.parse_args(argv), "in_process"):  # through the engine
             assert route(*argv) == "tunnel", argv
     assert route("train", "c.toml", "--detach") == "tunnel"
     assert route("train", "--print-config") == "here"
@@ -359,7 +359,7 @@ def test_remote_flow_detach_attach_cut_reconnect_compare(server, laptop, tmp_pat
     assert sides["base"] and sides["tuned"]
     phase("compare")
     argv = ["compare", "--run", run_id, "--prompt", "What is 3 plus 4?", "--max-new-tokens", "8"]
-    if hasattr(cli.build_parser().parse_args(argv), "in_process"):  # through the engine (#18.1)
+    if hasattr(cli.build_parser().parse_args(argv), "in_process"):  # through the engine
         r = gw(server, laptop, "--remote", host, *argv)
         assert r.returncode == 0 and "base" in r.stdout and "tuned" in r.stdout, r.stderr
 

@@ -1,4 +1,4 @@
-"""A 2×2 grid sweep through a real engine (#20 item 4): ``sweep`` queues four demo runs, each
+"""A 2×2 grid sweep through a real engine: ``sweep`` queues four demo runs, each
 in its own directory naming its sweep and point; ``sweep show ID`` ranks them by the metric.
 
 Slow (~3–7 min on a busy 2-core machine: an engine start and four short demo runs); it is

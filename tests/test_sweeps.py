@@ -1,4 +1,4 @@
-"""Grid sweeps (#20 item 4) without training: the grid, the points' overrides, every point in a
+"""Grid sweeps without training: the grid, the points' overrides, every point in a
 directory of its own (axolotl #3079), the results table from run directories, and the
 ``sweep`` command's checks (``--dry-run``: nothing is queued)."""
 

@@ -1,4 +1,4 @@
-"""TensorBoard event files of a run (#20 item 5), read back with TensorBoard's own reader."""
+"""TensorBoard event files of a run, read back with TensorBoard's own reader."""
 
 from __future__ import annotations
 

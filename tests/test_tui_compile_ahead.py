@@ -1,4 +1,4 @@
-"""The TUI says what it waits for (#48): Configure's readiness line as the engine compiles the
+"""The TUI says what it waits for: Configure's readiness line as the engine compiles the
 config's programs ahead (a real engine, compiling ahead on the CPU as it would on a chip:
 ``GEMMA_WORKBENCH_COMPILE_AHEAD=on``); the Train screen's "compiling the train step (n s)"
 instead of a speed, with the compile step left out of the step-time figures."""

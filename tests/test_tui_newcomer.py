@@ -1,4 +1,4 @@
-"""What a newcomer driving the real 270M through the TUI tripped on (#27 items 1–5, #34.2),
+"""What a newcomer driving the real 270M through the TUI tripped on,
 driven with keys as a person types them (Pilot, 80×24, the static engine stand-in).
 
 The README's path: Models → the starter → ``enter`` → Configure, whose first key must not

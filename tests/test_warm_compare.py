@@ -1,4 +1,4 @@
-"""The idle engine warms a finished run's Compare programs (#31, ``engine/warm_compare.py``):
+"""The idle engine warms a finished run's Compare programs (``engine/warm_compare.py``):
 the Compare right after training compiles nothing, and a request made while it warms is
 answered as it would be without it."""
 
