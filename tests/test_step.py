@@ -156,7 +156,11 @@ def test_lora_at_step_zero_scores_like_the_base_model(demo, lora_steps, make_bat
     assert float(out["n_tokens"]) == batch["loss_mask"].sum()
 
 
-def test_packed_examples_score_as_if_each_had_its_own_row(lora_steps, make_batch):
+def test_packed_examples_score_as_if_each_had_its_own_row(sgd_steps, make_batch):
+    """Scored by the full computation (every position: ``gather=False``), in rows of the batch
+    shape of the module's other steps (8 × L; empty rows score nothing): the program the
+    gathering test's full side runs, compiled once for both."""
+    steps = sgd_steps("lora f32", gather=False)
     a = make_batch(1, 12, seed=5)
     b = make_batch(1, 14, seed=6)
 
@@ -171,11 +175,12 @@ def test_packed_examples_score_as_if_each_had_its_own_row(lora_steps, make_batch
             at += n
         return out
 
-    packed = {k: np.concatenate([v, np.zeros_like(v)]) for k, v in row([a, b]).items()}
-    separate = {k: np.concatenate([row([a])[k], row([b])[k]]) for k in a}
-    trainable = _fresh(lora_steps)
-    got_packed = lora_steps.eval_step(trainable, packed)
-    got_separate = lora_steps.eval_step(trainable, separate)
+    empty = {k: np.zeros((6, L), v.dtype) for k, v in a.items()}
+    packed = {k: np.concatenate([v, np.zeros_like(v), empty[k]]) for k, v in row([a, b]).items()}
+    separate = {k: np.concatenate([row([a])[k], row([b])[k], empty[k]]) for k in a}
+    trainable = _fresh(steps)
+    got_packed = steps.eval_step(trainable, packed)
+    got_separate = steps.eval_step(trainable, separate)
     assert float(got_packed["n_tokens"]) == float(got_separate["n_tokens"]) == 24
     np.testing.assert_allclose(got_packed["loss_sum"], got_separate["loss_sum"], rtol=1e-5)
 
@@ -256,12 +261,14 @@ def test_full_finetune_with_remat_matches_without(demo, one_mesh, sgd_steps, mak
     assert all(jax.tree.leaves(changed))  # every param trains
 
 
-def test_bf16_compute_tracks_f32(lora_params, sgd_steps, lora_steps, make_batch):
+def test_bf16_compute_tracks_f32(lora_params, sgd_steps, make_batch):
+    """By the full computation (``gather=False``): the programs the gathering test's full side
+    runs (the same shapes), compiled once for both."""
     trainable = lora_params(LoraSpec(rank=4))
-    steps = sgd_steps("lora bf16")
+    steps, f32 = sgd_steps("lora bf16", gather=False), sgd_steps("lora f32", gather=False)
     batch = make_batch(8, L, seed=7)
     lo = steps.eval_step(steps.init_state(trainable).params, batch)
-    hi = lora_steps.eval_step(lora_steps.init_state(trainable).params, batch)
+    hi = f32.eval_step(f32.init_state(trainable).params, batch)
     np.testing.assert_allclose(lo["loss_sum"], hi["loss_sum"], rtol=2e-2)
     state = steps.init_state(trainable)
     state, _ = steps.train_step(state, batch)
