@@ -244,13 +244,15 @@ def test_learning_rate_and_run_length_are_inputs_of_one_compiled_step(demo, one_
 
 
 def test_full_finetune_with_remat_matches_without(demo, one_mesh, sgd_steps, make_batch):
+    """Both by the full computation (``gather=False``): the step without remat is the one the
+    gathering test's full side runs (the same shapes), compiled once for both."""
     model, base = demo
     batch = make_batch(8, L, seed=4)
     cfg = _cfg(remat=True)
     cfg = dataclasses.replace(cfg, lora=dataclasses.replace(cfg.lora, enabled=False))
-    remat = step_lib.build_steps(model, cfg, SGD, one_mesh, base, base, ce_chunk=CE_CHUNK)
+    remat = step_lib.build_steps(model, cfg, SGD, one_mesh, base, base, ce_chunk=CE_CHUNK, gather_loss=False)
     out = []
-    for steps in (sgd_steps("full f32"), remat):
+    for steps in (sgd_steps("full f32", gather=False), remat):
         assert jax.tree.leaves(steps.base_params) == []  # full FT: nothing frozen
         state, metrics = steps.train_step(steps.init_state(base), batch)
         out.append((jax.device_get(metrics), jax.device_get(state.params)))
