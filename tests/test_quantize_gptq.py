@@ -102,50 +102,49 @@ def _demo_text(path, records: int = 8, per_record: int = 24):
     return path
 
 
-class DemoBases(NamedTuple):
+class Bases(NamedTuple):
     f32: Any
     rtn: Any
     gptq: Any
-    """GPTQ int4 calibrated on ``_demo_text`` (the demo has no file for the weights cache: the
-    load calibrates)."""
+    """GPTQ nf4 calibrated on ``_demo_text``: ``gptq_run``'s training load, kept."""
     hessians: Any
     """The ``XᵀX`` that load's GPTQ rounded against (``quantize_gptq.hessians``' result, kept)."""
 
 
 @pytest.fixture(scope="module")
-def demo_bases(tmp_path_factory):
-    """The demo base as float32, round-to-nearest int4 and GPTQ int4, and the Hessians of the
-    GPTQ load's calibration pass as the real function returns them."""
+def bases(gptq_run):
+    """The tiny Gemma 2 GGUF as float32, round-to-nearest nf4 and GPTQ nf4 (tile 16), and the
+    Hessians of the GPTQ load's calibration pass as the real function returns them: the GPTQ
+    base and its Hessians are the ones ``gptq_run``'s training loaded (a GPTQ load of the
+    demo's shapes of its own was ~12 s of CPU on 2 cores; the tiny model's f32 and RTN loads ~1 s)."""
+    import dataclasses
+
     from adapters_lib.models import demo
     from adapters_lib.models.loader import load_model
     from adapters_lib.models.quantize import quantize_gptq
 
-    data = _demo_text(tmp_path_factory.mktemp("gptq-demo") / "demo-text.jsonl")
-    rows = quantize_gptq.calibration_rows(str(data), demo.demo_tokenizer())
+    spec = gptq_run.cfg.model_spec()
+    rows = quantize_gptq.calibration_rows(spec.quantize_calibration, demo.demo_tokenizer())
     assert [len(r) for r in rows] == [quantize_gptq.CALIBRATION_LENGTH] * 8  # full rows: one program
-    found = []
-    real = quantize_gptq.hessians
-    with pytest.MonkeyPatch.context() as mp:  # the real function; what it returns is kept
-        mp.setattr(quantize_gptq, "hessians", lambda *a: found.append(real(*a)) or found[-1])
-        gptq = load_model(ModelSpec(quantize="int4", quantize_method="gptq", quantize_calibration=str(data)))
-    [hessians] = found
-    return DemoBases(load_model(ModelSpec()), load_model(ModelSpec(quantize="int4", quantize_calibration="demo")),
-                     gptq, hessians)
+    [hessians] = gptq_run.passes
+    return Bases(load_model(dataclasses.replace(spec, quantize="none", quantize_method="rtn")),
+                 load_model(dataclasses.replace(spec, quantize_method="rtn")), gptq_run.trained_on, hessians)
 
 
-def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(demo_bases):
+def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest(bases):
     """GPTQ's objective, measured: Σ ‖X(W − Ŵ)‖² over every projection on the calibration
     text (the table as the logits read it: X the final hidden states; ``H = XᵀX`` as the
     load's own calibration pass collected it) is lower than round-to-nearest's, weight by
     weight on most and in total well below; the leaves have round-to-nearest's layout (types,
-    shapes, dtypes, scales' shapes). Measured: 0.30 of round-to-nearest's in total, lower on
-    21 of 21 weights (calibrated on the demo's 64 rows instead of ``_demo_text``'s 8: the same)."""
+    shapes, dtypes, scales' shapes). Measured on the tiny Gemma 2 (nf4, tile 16): 0.38 of
+    round-to-nearest's in total, lower on 11 of 11 weights (each at most 0.44 of it); on the
+    demo (int4, 4 layers) it was 0.30, lower on 21 of 21."""
     import jax
     import jax.numpy as jnp
 
     from adapters_lib.models.quantize import qarray, quantize_gptq
 
-    f32, rtn, gptq, hessians = demo_bases
+    f32, rtn, gptq, hessians = bases
     errors = {"rtn": [], "gptq": []}
     for path, h in hessians.items():
         if path[-1] == "eqn":
@@ -160,9 +159,9 @@ def test_a_gptq_base_keeps_each_projections_outputs_closer_than_round_to_nearest
                 q = q[name]
             d = quantize_gptq.as_matrix(eqn, w) - quantize_gptq.as_matrix(eqn, qarray.dequantize(q, jnp.float32))
             errors[label].append(float(jnp.trace(d @ h @ d.T)))
-    assert len(errors["gptq"]) == 4 * 5 + 1  # q, kv, attn_vec, gating, linear in 4 layers; the table
+    assert len(errors["gptq"]) == 2 * 5 + 1  # q, kv, attn_vec, gating, linear in 2 layers; the table
     assert sum(errors["gptq"]) < 0.6 * sum(errors["rtn"])
-    assert sum(g < r for g, r in zip(errors["gptq"], errors["rtn"], strict=True)) >= 19
+    assert sum(g < r for g, r in zip(errors["gptq"], errors["rtn"], strict=True)) >= 10
     a = jax.tree.leaves(rtn.params, is_leaf=qarray.is_qarray)
     b = jax.tree.leaves(gptq.params, is_leaf=qarray.is_qarray)
     assert [type(x) for x in a] == [type(x) for x in b]
