@@ -312,13 +312,14 @@ def _calibration_text(path, words: str):
     return path
 
 
-def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(tmp_path, monkeypatch):
+def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(gptq_run, monkeypatch):
     """Loaded on a (1, 2, 2) data×fsdp×tensor mesh (the Hessians from the sharded forward, GPTQ
     on the placed weights), each qvalue lies sharded like its weight and holds the one-device
     load's integers but for a few flipped by the sums' float order, and its scales but a few.
-    The tiny Gemma 2 GGUF, the converted-weights cache off: both loads calibrate. nf4, as the
-    cache test below loads it: the one-device GPTQ programs compile once for both (measured:
-    at most 0.15 % of a leaf's integers flipped, int4 none)."""
+    The one-device load is ``gptq_run``'s training load (the tiny Gemma 2 GGUF, nf4, calibrated
+    on ``_demo_text``); the sharded one calibrates again, the converted-weights cache off
+    (measured: no integer flipped and every scale the same on this text; on other text at most
+    0.15 % of a leaf's integers flipped)."""
     import jax
     import numpy as np
 
@@ -328,10 +329,8 @@ def test_a_gptq_base_loads_sharded_over_4_devices_like_on_one(tmp_path, monkeypa
     from adapters_lib.models.quantize import qarray
 
     monkeypatch.setenv("GEMMA_WORKBENCH_WEIGHTS_CACHE", "")
-    text = _calibration_text(tmp_path / "calibration.txt", "the quick brown fox jumps over the lazy dog")
-    spec = ModelSpec(source=str(_tiny_gguf(tmp_path)), quantize="nf4", quantize_method="gptq",
-                     quantize_calibration=str(text), quantize_tile_size=16)
-    one = load_model(spec)
+    spec, one = gptq_run.cfg.model_spec(), gptq_run.trained_on
+    assert (spec.quantize, spec.quantize_method, spec.quantize_tile_size) == ("nf4", "gptq", 16)
     mesh = mesh_lib.make_mesh(MeshSpec(1, 2, 2, devices=4))
     four = load_model(spec, sharding=mesh_lib.sharding_fn(mesh))
     linear = four.params["layer_0"]["mlp"]["linear"]
