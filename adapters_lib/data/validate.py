@@ -62,6 +62,11 @@ class Report:
     _markers: tuple[str, str] = field(default=chat_template.GEMMA3_MARKERS, repr=False)
 
     @property
+    def tokenized(self) -> TokenizedSet | None:
+        """The checked examples as tokenized (None where the report was made without them)."""
+        return self._tset
+
+    @property
     def errors(self) -> list[DataIssue]:
         return [i for i in self.issues if i.severity == "error"]
 

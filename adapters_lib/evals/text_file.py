@@ -49,7 +49,7 @@ def tokenize_as_written(path: str | Path, tokenizer: Any, *, max_length: int) ->
                         codec=TokenCodec.from_any(tokenizer), max_length=max_length, loss_on="all",
                         truncation="right")
     report.raise_if_fatal()
-    return TextFile(train=report._tset, report=report)
+    return TextFile(train=report.tokenized, report=report)
 
 
 def scored_as_written(bos: int, eos: int, scored: int, *, windows: int) -> str:
